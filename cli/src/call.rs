@@ -1,0 +1,80 @@
+//! `rho call`: one call through the same runner a host uses.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use rho_core::{Bus, RunOptions, ToolCall};
+use serde_json::Value;
+
+use crate::host::{self, PluginFlags, RunFlags};
+use crate::render;
+
+/// `rho call` flags.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The tool to call.
+    tool: String,
+    /// Its arguments, a JSON object (default `{}`).
+    args: Option<String>,
+    #[command(flatten)]
+    plugins: PluginFlags,
+    #[command(flatten)]
+    run: RunFlags,
+    /// Print {outcome, text, images, details, duration_ms} as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Write the answer's images into this directory.
+    #[arg(long, value_name = "DIR")]
+    save_images: Option<PathBuf>,
+}
+
+pub async fn main(args: Args) -> ExitCode {
+    let arguments: Value = match args.args.as_deref() {
+        None => Value::Object(Default::default()),
+        Some(text) => match serde_json::from_str(text) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(_) => return host::usage("ARGS_JSON must be a JSON object"),
+            Err(e) => return host::usage(&format!("ARGS_JSON is not JSON: {e}")),
+        },
+    };
+    let gate = match host::gate(&args.run.gate) {
+        Ok(gate) => gate,
+        Err(message) => return host::usage(&message),
+    };
+    let bus = Bus::default();
+    let (registry, _dirs) = match host::registry(&bus, &args.plugins).await {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let runner = host::runner(registry, &args.run);
+    let call = ToolCall::new("call-1", args.tool, arguments);
+    let result = runner.run(&call, &gate, &RunOptions::default()).await;
+    if let Some(dir) = &args.save_images {
+        match render::save_images(&result.output, &call.id, dir) {
+            Ok(paths) => {
+                for path in paths {
+                    eprintln!("rho: saved {}", path.display());
+                }
+            }
+            Err(e) => eprintln!("rho: cannot save images to {}: {e}", dir.display()),
+        }
+    }
+    if args.json {
+        println!("{}", render::result_json(&result));
+    } else if result.is_error() {
+        eprintln!("rho: {}: {}", result.outcome, result.text());
+    } else {
+        println!("{}", result.text());
+        for image in result.output.images() {
+            println!("[image {} {} bytes]", image.mime_type, image.bytes.len());
+        }
+        if let Some(details) = &result.details {
+            println!("details: {details}");
+        }
+    }
+    if result.is_error() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

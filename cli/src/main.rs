@@ -1,0 +1,55 @@
+//! `rho`: run, inspect and serve rho plugins from the command line. A thin layer over `rho-core`.
+
+mod ask;
+mod call;
+mod host;
+mod render;
+mod run;
+mod tools;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// rho: compiled tools for AI agents, loaded from plugin directories.
+#[derive(Parser)]
+#[command(name = "rho", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List the tools of the plugins in a directory.
+    Tools(tools::Args),
+    /// Call one tool through the same runner a host uses.
+    Call(call::Args),
+    /// Run a scripted session (a JSON array of assistant turns) and print what happens.
+    Run(run::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    host::init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rho: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(async {
+        match cli.command {
+            Command::Tools(args) => tools::main(args).await,
+            Command::Call(args) => call::main(args).await,
+            Command::Run(args) => run::main(args).await,
+        }
+    });
+    // Runaway plugin threads must not keep the process alive.
+    runtime.shutdown_background();
+    code
+}

@@ -1,0 +1,295 @@
+//! How results and events look for a person, and as JSON.
+
+use rho_core::events::{Event, EventKind, OutputView};
+use rho_core::{Output, ToolResult};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+/// `rho call --json`: {"outcome", "text", "images": [{"mime_type", "bytes", "sha256"}],
+/// "details", "duration_ms"}.
+pub fn result_json(result: &ToolResult) -> Value {
+    let images: Vec<Value> = result
+        .output
+        .images()
+        .iter()
+        .map(|i| {
+            json!({
+                "mime_type": i.mime_type,
+                "bytes": i.bytes.len(),
+                "sha256": hex(&Sha256::digest(&i.bytes)),
+            })
+        })
+        .collect();
+    json!({
+        "outcome": result.outcome,
+        "text": result.text(),
+        "images": images,
+        "details": result.details,
+        "duration_ms": result.duration.as_secs_f64() * 1000.0,
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `text: string (required), size: integer` from a JSON Schema object.
+pub fn parameters_summary(schema: &Value) -> String {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return String::new();
+    };
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    props
+        .iter()
+        .map(|(name, p)| {
+            let ty = p.get("type").map(type_name).unwrap_or_else(|| "any".into());
+            let req = if required.contains(&name.as_str()) {
+                ""
+            } else {
+                "?"
+            };
+            format!("{name}{req}: {ty}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn type_name(ty: &Value) -> String {
+    match ty {
+        Value::String(s) => s.clone(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join("|"),
+        other => other.to_string(),
+    }
+}
+
+/// At most `max` characters of `text` on one line.
+pub fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        let cut: String = flat.chars().take(max.saturating_sub(3)).collect();
+        format!("{cut}...")
+    }
+}
+
+fn size(bytes: usize) -> String {
+    if bytes >= 1 << 20 {
+        format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+    } else if bytes >= 1 << 10 {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+fn output_summary(output: &OutputView) -> String {
+    let mut s = one_line(&output.text, 100);
+    if !output.images.is_empty() {
+        let images: Vec<String> = output
+            .images
+            .iter()
+            .map(|i| format!("{} {}", i.mime_type, size(i.bytes)))
+            .collect();
+        s.push_str(&format!(
+            " [{} image(s): {}]",
+            images.len(),
+            images.join(", ")
+        ));
+    }
+    s
+}
+
+fn details_summary(details: &Option<Value>) -> String {
+    match details {
+        None => String::new(),
+        Some(Value::Object(map)) => {
+            let fields: Vec<String> = map
+                .iter()
+                .take(6)
+                .map(|(k, v)| format!("{k}={}", one_line(&v.to_string(), 30)))
+                .collect();
+            format!(" {{{}}}", fields.join(" "))
+        }
+        Some(other) => format!(" {{{}}}", one_line(&other.to_string(), 60)),
+    }
+}
+
+/// How much of the stream a view shows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// Assistant messages and ended calls (what `rho run` prints).
+    Calls,
+    /// Every event (what `rho watch` prints).
+    All,
+}
+
+fn clock(ts_ms: u64) -> String {
+    let secs = ts_ms / 1000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        (secs / 3600) % 24,
+        (secs / 60) % 60,
+        secs % 60,
+        ts_ms % 1000
+    )
+}
+
+/// One line for a person, or `None` for events this view does not show.
+pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
+    let all = detail == Detail::All;
+    let body = match &event.kind {
+        EventKind::ToolExecutionEnd {
+            call_id,
+            tool,
+            outcome,
+            output,
+            details,
+            duration_ms,
+            ..
+        } => {
+            let mark = if outcome.is_error() { "!!" } else { "ok" };
+            format!(
+                "{mark} {tool} #{call_id} {outcome} {duration_ms:.1} ms: {}{}",
+                output_summary(output),
+                details_summary(details)
+            )
+        }
+        EventKind::MessageEnd {
+            role,
+            text,
+            tool_calls,
+        } => {
+            let calls: Vec<String> = tool_calls
+                .iter()
+                .map(|c| format!("{}#{}", c.name, c.id))
+                .collect();
+            let calls = if calls.is_empty() {
+                String::new()
+            } else {
+                format!(" -> {}", calls.join(", "))
+            };
+            format!("{role}: {}{calls}", one_line(text, 120))
+        }
+        _ if !all => return None,
+        EventKind::AgentStart {} => "session started".into(),
+        EventKind::AgentEnd { turns, reason } => {
+            format!("session ended after {turns} turn(s): {reason}")
+        }
+        EventKind::TurnStart { turn } => format!("turn {turn}"),
+        EventKind::TurnEnd { turn, tool_calls } => {
+            format!("turn {turn} done ({tool_calls} call(s))")
+        }
+        EventKind::ToolExecutionStart {
+            call_id,
+            tool,
+            args,
+        } => {
+            format!("-> {tool} #{call_id} {}", one_line(&args.to_string(), 100))
+        }
+        EventKind::ToolGateWaiting { call_id, tool } => {
+            format!(".. {tool} #{call_id} waiting for approval")
+        }
+        EventKind::ToolRunning {
+            call_id,
+            tool,
+            timeout_ms,
+        } => {
+            format!(".. {tool} #{call_id} running (timeout {timeout_ms} ms)")
+        }
+        EventKind::ToolExecutionUpdate {
+            call_id,
+            tool,
+            partial,
+        } => {
+            format!(".. {tool} #{call_id} update: {}", one_line(partial, 100))
+        }
+        EventKind::PluginLoaded {
+            plugin,
+            version,
+            tools,
+            isolated,
+            ..
+        } => format!(
+            "plugin {plugin}@{version} loaded{}: {}",
+            if *isolated { " (isolated)" } else { "" },
+            tools.join(", ")
+        ),
+        EventKind::PluginLoadFailed { error, .. } => format!("plugin load failed: {error}"),
+        EventKind::PluginReloaded {
+            plugin,
+            old_version,
+            new_version,
+            tools_added,
+            tools_removed,
+            ..
+        } => {
+            let mut s = format!("plugin {plugin} reloaded {old_version} -> {new_version}");
+            if !tools_added.is_empty() {
+                s.push_str(&format!(", added {}", tools_added.join(", ")));
+            }
+            if !tools_removed.is_empty() {
+                s.push_str(&format!(", removed {}", tools_removed.join(", ")));
+            }
+            s
+        }
+        EventKind::PluginRemoved { plugin, tools, .. } => {
+            format!("plugin {plugin} removed, tools gone: {}", tools.join(", "))
+        }
+        EventKind::ToolNameConflict {
+            tool,
+            kept,
+            ignored,
+        } => {
+            format!("tool name conflict: `{tool}` served by {kept}, {ignored} ignored")
+        }
+        EventKind::ToolQuarantined { reason, .. } => format!("quarantined: {reason}"),
+        EventKind::ToolRestored {
+            tool,
+            origin,
+            reason,
+        } => format!("restored `{tool}` ({origin}): {reason}"),
+        EventKind::Warning { subject, message } => format!("warning ({subject}): {message}"),
+    };
+    Some(if all {
+        format!("{} {body}", clock(event.ts_ms))
+    } else {
+        body
+    })
+}
+
+/// Writes the images of `output` to `dir` as `<call_id>-<n>.<ext>`; returns the paths.
+pub fn save_images(
+    output: &Output,
+    call_id: &str,
+    dir: &std::path::Path,
+) -> std::io::Result<Vec<std::path::PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut paths = Vec::new();
+    for (n, image) in output.images().iter().enumerate() {
+        let ext = image.mime_type.rsplit('/').next().unwrap_or("bin");
+        let ext: String = ext.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+        let safe_id: String = call_id
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let path = dir.join(format!("{safe_id}-{n}.{ext}"));
+        std::fs::write(&path, &image.bytes)?;
+        paths.push(path);
+    }
+    Ok(paths)
+}

@@ -1,0 +1,248 @@
+//! The event bus: every event fanned out to any number of subscribers, lag made explicit.
+//!
+//! Underneath is a tokio broadcast channel of `Arc<Event>`. Publishing never blocks and never
+//! waits for a subscriber; a subscriber that falls more than the channel's capacity behind gets a
+//! [`BusItem::Lagged`] item saying how many events it missed and the `seq` to resume from, never a
+//! silent gap. Must-see consumers (the [`crate::Journal`]) are fed inside the publish itself, in
+//! `seq` order, through an unbounded channel, so they see every event without slowing the loop.
+
+use std::collections::HashSet;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::sync::broadcast;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+
+use crate::events::{Event, EventKind};
+
+/// The default number of events a subscriber may fall behind before it lags.
+pub const DEFAULT_CAPACITY: usize = 4096;
+
+/// A consumer that must see every event, fed synchronously inside `publish` (so in `seq` order).
+/// It must not block: hand the event to a queue and return.
+pub trait Sink: Send + Sync {
+    /// Takes one event.
+    fn accept(&self, event: &Arc<Event>);
+}
+
+/// A handle to one bus; clones share it.
+#[derive(Clone)]
+pub struct Bus {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    tx: broadcast::Sender<Arc<Event>>,
+    state: Mutex<State>,
+}
+
+struct State {
+    seq: u64,
+    sinks: Vec<Arc<dyn Sink>>,
+}
+
+impl Default for Bus {
+    fn default() -> Self {
+        Bus::new(DEFAULT_CAPACITY)
+    }
+}
+
+impl Bus {
+    /// A bus on which a subscriber may fall `capacity` events behind before it lags.
+    pub fn new(capacity: usize) -> Self {
+        let (tx, _) = broadcast::channel(capacity.max(1));
+        Bus {
+            inner: Arc::new(Inner {
+                tx,
+                state: Mutex::new(State {
+                    seq: 0,
+                    sinks: Vec::new(),
+                }),
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // Nothing panics while holding the lock; a poisoned lock still holds consistent data.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Publishes an event and returns it. Never blocks on a subscriber. From async code prefer
+    /// [`Bus::emit`], which also yields to subscribers on the same runtime when due.
+    pub fn publish(&self, session_id: Option<&str>, kind: EventKind) -> Arc<Event> {
+        let mut state = self.state();
+        state.seq += 1;
+        let event = Arc::new(Event {
+            seq: state.seq,
+            ts_ms: now_ms(),
+            session_id: session_id.map(str::to_owned),
+            kind,
+        });
+        for sink in &state.sinks {
+            sink.accept(&event);
+        }
+        // An error only means nobody subscribes right now.
+        let _ = self.inner.tx.send(event.clone());
+        event
+    }
+
+    /// Publishes an event, then spends one unit of the task's tokio budget, yielding when it is
+    /// exhausted: a loop that publishes in bursts cannot starve subscribers on its runtime.
+    pub async fn emit(&self, session_id: Option<&str>, kind: EventKind) -> Arc<Event> {
+        let event = self.publish(session_id, kind);
+        tokio::task::coop::consume_budget().await;
+        event
+    }
+
+    /// Adds a must-see sink; it gets every event published from now on.
+    pub fn add_sink(&self, sink: Arc<dyn Sink>) {
+        self.state().sinks.push(sink);
+    }
+
+    /// The `seq` of the last event published (0 before the first).
+    pub fn last_seq(&self) -> u64 {
+        self.state().seq
+    }
+
+    /// Subscribes to every event published from now on.
+    pub fn subscribe(&self) -> Subscription {
+        self.subscribe_filtered(Filter::default())
+    }
+
+    /// Subscribes to the events `filter` lets through, from now on.
+    pub fn subscribe_filtered(&self, filter: Filter) -> Subscription {
+        let state = self.state();
+        let rx = self.inner.tx.subscribe();
+        Subscription {
+            stream: BroadcastStream::new(rx),
+            filter,
+            last_seq: state.seq,
+        }
+    }
+
+    /// How many subscriptions are open.
+    pub fn subscriber_count(&self) -> usize {
+        self.inner.tx.receiver_count()
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Which events a subscription yields. Empty fields let everything through.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Event types (`tool_execution_end`, ...) to keep.
+    pub types: Option<HashSet<String>>,
+    /// Keep only events of this session.
+    pub session_id: Option<String>,
+    /// Keep only events about this tool.
+    pub tool: Option<String>,
+}
+
+impl Filter {
+    /// Keeps only events of these types.
+    pub fn types<I, S>(mut self, types: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.types = Some(types.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Keeps only events of session `id`.
+    pub fn session(mut self, id: impl Into<String>) -> Self {
+        self.session_id = Some(id.into());
+        self
+    }
+
+    /// Keeps only events about tool `name`.
+    pub fn tool(mut self, name: impl Into<String>) -> Self {
+        self.tool = Some(name.into());
+        self
+    }
+
+    /// Whether `event` passes.
+    pub fn matches(&self, event: &Event) -> bool {
+        self.types
+            .as_ref()
+            .is_none_or(|t| t.contains(event.kind.type_name()))
+            && self
+                .session_id
+                .as_ref()
+                .is_none_or(|s| event.session_id.as_ref() == Some(s))
+            && self
+                .tool
+                .as_ref()
+                .is_none_or(|t| event.kind.tool() == Some(t.as_str()))
+    }
+}
+
+/// One item of a subscription.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BusItem {
+    /// An event.
+    Event(Arc<Event>),
+    /// The subscriber fell behind: `missed` events (counted before filtering) were dropped for it,
+    /// with seqs `resume_from ..= resume_from + missed - 1`; the journal has them.
+    Lagged {
+        /// How many events were dropped.
+        missed: u64,
+        /// The seq of the first one.
+        resume_from: u64,
+    },
+}
+
+/// A subscriber's stream of [`BusItem`]s. Dropping it unsubscribes.
+pub struct Subscription {
+    stream: BroadcastStream<Arc<Event>>,
+    filter: Filter,
+    last_seq: u64,
+}
+
+impl Subscription {
+    /// The seq of the last event this subscription saw or was told it missed.
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+}
+
+impl Stream for Subscription {
+    type Item = BusItem;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<BusItem>> {
+        let this = self.get_mut();
+        loop {
+            match Pin::new(&mut this.stream).poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Ready(Some(Err(BroadcastStreamRecvError::Lagged(missed)))) => {
+                    let resume_from = this.last_seq + 1;
+                    this.last_seq += missed;
+                    return Poll::Ready(Some(BusItem::Lagged {
+                        missed,
+                        resume_from,
+                    }));
+                }
+                Poll::Ready(Some(Ok(event))) => {
+                    this.last_seq = event.seq;
+                    if this.filter.matches(&event) {
+                        return Poll::Ready(Some(BusItem::Event(event)));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! The typed events published on the [`crate::Bus`]. Serialized, each is one JSON object with a
+//! `"type"` tag, its `seq`, a timestamp `ts_ms` (Unix milliseconds) and the `session_id` where
+//! there is one.
+
+use rho_plugin_api::Output;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::outcome::Outcome;
+
+/// One event as subscribers receive it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Position on its bus: 1 for the first event, then +1 for each, without gaps.
+    pub seq: u64,
+    /// When it was published, Unix milliseconds.
+    pub ts_ms: u64,
+    /// The session it belongs to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// An image as events show it: its mime type and size (the bytes stay in the session).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageView {
+    /// e.g. `image/png`.
+    pub mime_type: String,
+    /// Size of the encoded image.
+    pub bytes: usize,
+}
+
+/// A call's output as events show it: the text, and the images summarized.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputView {
+    /// The text the model reads.
+    pub text: String,
+    /// The images, summarized.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageView>,
+}
+
+impl From<&Output> for OutputView {
+    fn from(output: &Output) -> Self {
+        OutputView {
+            text: output.text().to_owned(),
+            images: output
+                .images()
+                .iter()
+                .map(|i| ImageView {
+                    mime_type: i.mime_type.clone(),
+                    bytes: i.bytes.len(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A tool call as a `message_end` event lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallRef {
+    /// The call's id.
+    pub id: String,
+    /// The tool asked for.
+    pub name: String,
+}
+
+/// What happened. The variant's name, in snake case, is the event's `"type"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    /// A session's loop started.
+    AgentStart {},
+    /// A session's loop ended.
+    AgentEnd {
+        /// Turns the model took.
+        turns: u32,
+        /// `done`, `max_turns` or `model_error: ...`.
+        reason: String,
+    },
+    /// A turn started (the model is asked).
+    TurnStart {
+        /// The turn's number, from 1.
+        turn: u32,
+    },
+    /// A turn ended (all its tool calls ended).
+    TurnEnd {
+        /// The turn's number.
+        turn: u32,
+        /// How many tool calls it made.
+        tool_calls: usize,
+    },
+    /// A message was completed and added to the session.
+    MessageEnd {
+        /// `assistant` (tool results have their own events).
+        role: String,
+        /// The message's text.
+        text: String,
+        /// The tool calls it asks for.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<CallRef>,
+    },
+    /// A tool call started (before validation and the gate).
+    ToolExecutionStart {
+        /// The call's id.
+        call_id: String,
+        /// The tool asked for.
+        tool: String,
+        /// Its arguments.
+        args: Value,
+    },
+    /// The gate has not answered within a short moment (a screen can show "waiting for approval").
+    ToolGateWaiting {
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        tool: String,
+    },
+    /// The gate allowed the call; its timeout clock started.
+    ToolRunning {
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// The timeout now running.
+        timeout_ms: u64,
+    },
+    /// A running tool sent a partial update.
+    ToolExecutionUpdate {
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// The update's text.
+        partial: String,
+    },
+    /// A tool call ended: exactly one per call, whatever happened.
+    ToolExecutionEnd {
+        /// The call's id.
+        call_id: String,
+        /// The tool asked for.
+        tool: String,
+        /// How it ended.
+        outcome: Outcome,
+        /// What the model reads.
+        output: OutputView,
+        /// Whether the model reads it as an error.
+        is_error: bool,
+        /// Details for screens.
+        details: Option<Value>,
+        /// From start to end, milliseconds.
+        duration_ms: f64,
+    },
+    /// A plugin was loaded and its tools registered.
+    PluginLoaded {
+        /// The plugin's name.
+        plugin: String,
+        /// Its version.
+        version: String,
+        /// The file.
+        path: String,
+        /// Its tools.
+        tools: Vec<String>,
+        /// Whether it runs out of process.
+        isolated: bool,
+    },
+    /// A plugin file could not be loaded (or was refused); any older version keeps serving.
+    PluginLoadFailed {
+        /// The file.
+        path: String,
+        /// One line: what, which file, why.
+        error: String,
+    },
+    /// A plugin file changed and its new version replaced the old one.
+    PluginReloaded {
+        /// The plugin's name.
+        plugin: String,
+        /// The file.
+        path: String,
+        /// The version replaced.
+        old_version: String,
+        /// The version now serving.
+        new_version: String,
+        /// Tools the new version adds.
+        tools_added: Vec<String>,
+        /// Tools the new version no longer has.
+        tools_removed: Vec<String>,
+    },
+    /// A plugin file was deleted; its tools are gone.
+    PluginRemoved {
+        /// The plugin's name.
+        plugin: String,
+        /// The file.
+        path: String,
+        /// The tools removed.
+        tools: Vec<String>,
+    },
+    /// Two sources offer a tool of the same name; `kept` serves it, `ignored` does not.
+    ToolNameConflict {
+        /// The tool's name.
+        tool: String,
+        /// Origin that serves it (`plugin@version` or `host`).
+        kept: String,
+        /// Origin that is ignored.
+        ignored: String,
+    },
+    /// A tool failed too often and is quarantined.
+    ToolQuarantined {
+        /// The tool.
+        tool: String,
+        /// Its origin.
+        origin: String,
+        /// Why: counts and the last failure.
+        reason: String,
+    },
+    /// A quarantined tool serves again.
+    ToolRestored {
+        /// The tool.
+        tool: String,
+        /// Its origin.
+        origin: String,
+        /// Why (a new version, or the host lifted it).
+        reason: String,
+    },
+    /// A warning about the host's health (e.g. too many plugin versions left mapped).
+    Warning {
+        /// The subject (a plugin, a file, a worker pool).
+        subject: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+}
+
+impl EventKind {
+    /// The event's `"type"` tag.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            EventKind::AgentStart {} => "agent_start",
+            EventKind::AgentEnd { .. } => "agent_end",
+            EventKind::TurnStart { .. } => "turn_start",
+            EventKind::TurnEnd { .. } => "turn_end",
+            EventKind::MessageEnd { .. } => "message_end",
+            EventKind::ToolExecutionStart { .. } => "tool_execution_start",
+            EventKind::ToolGateWaiting { .. } => "tool_gate_waiting",
+            EventKind::ToolRunning { .. } => "tool_running",
+            EventKind::ToolExecutionUpdate { .. } => "tool_execution_update",
+            EventKind::ToolExecutionEnd { .. } => "tool_execution_end",
+            EventKind::PluginLoaded { .. } => "plugin_loaded",
+            EventKind::PluginLoadFailed { .. } => "plugin_load_failed",
+            EventKind::PluginReloaded { .. } => "plugin_reloaded",
+            EventKind::PluginRemoved { .. } => "plugin_removed",
+            EventKind::ToolNameConflict { .. } => "tool_name_conflict",
+            EventKind::ToolQuarantined { .. } => "tool_quarantined",
+            EventKind::ToolRestored { .. } => "tool_restored",
+            EventKind::Warning { .. } => "warning",
+        }
+    }
+
+    /// The tool the event is about, if it is about one.
+    pub fn tool(&self) -> Option<&str> {
+        match self {
+            EventKind::ToolExecutionStart { tool, .. }
+            | EventKind::ToolGateWaiting { tool, .. }
+            | EventKind::ToolRunning { tool, .. }
+            | EventKind::ToolExecutionUpdate { tool, .. }
+            | EventKind::ToolExecutionEnd { tool, .. }
+            | EventKind::ToolNameConflict { tool, .. }
+            | EventKind::ToolQuarantined { tool, .. }
+            | EventKind::ToolRestored { tool, .. } => Some(tool),
+            _ => None,
+        }
+    }
+
+    /// The call the event is about, if it is about one.
+    pub fn call_id(&self) -> Option<&str> {
+        match self {
+            EventKind::ToolExecutionStart { call_id, .. }
+            | EventKind::ToolGateWaiting { call_id, .. }
+            | EventKind::ToolRunning { call_id, .. }
+            | EventKind::ToolExecutionUpdate { call_id, .. }
+            | EventKind::ToolExecutionEnd { call_id, .. } => Some(call_id),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn one_flat_object_with_type_tag() {
+        let event = Event {
+            seq: 7,
+            ts_ms: 1,
+            session_id: Some("s1".into()),
+            kind: EventKind::ToolRunning {
+                call_id: "c1".into(),
+                tool: "echo".into(),
+                timeout_ms: 500,
+            },
+        };
+        let value = serde_json::to_value(&event).unwrap();
+        assert_eq!(
+            value,
+            json!({"seq": 7, "ts_ms": 1, "session_id": "s1", "type": "tool_running",
+                   "call_id": "c1", "tool": "echo", "timeout_ms": 500})
+        );
+        let back: Event = serde_json::from_value(value).unwrap();
+        assert_eq!(back, event);
+        let start = Event {
+            seq: 1,
+            ts_ms: 0,
+            session_id: None,
+            kind: EventKind::AgentStart {},
+        };
+        assert_eq!(
+            serde_json::to_value(&start).unwrap(),
+            json!({"seq": 1, "ts_ms": 0, "type": "agent_start"})
+        );
+        assert_eq!(start.kind.type_name(), "agent_start");
+    }
+}

@@ -1,0 +1,104 @@
+//! The approval gate: asked first, inside each call's task, whether the call may run.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::spec::ToolSpec;
+
+/// A tool call as the model asked for it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ToolCall {
+    /// The call's id (unique within a turn).
+    pub id: String,
+    /// The tool asked for.
+    pub name: String,
+    /// Its arguments (a JSON object; missing means `{}`).
+    #[serde(default = "empty_object")]
+    pub arguments: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+impl ToolCall {
+    /// A call of `name` with `arguments`.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments,
+        }
+    }
+}
+
+/// What a gate knows besides the call.
+#[derive(Debug, Clone)]
+pub struct GateCtx {
+    /// The session the call belongs to, if any.
+    pub session_id: Option<String>,
+    /// The tool's spec.
+    pub tool: Arc<ToolSpec>,
+}
+
+/// A gate's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Run the call.
+    Allow,
+    /// Do not run it; the reason becomes the call's text (outcome `blocked`).
+    Block(String),
+}
+
+/// Decides whether a call may run. It runs inside the call's own task, so a gate that waits
+/// (a human approval of minutes) blocks neither the loop nor sibling calls, and the time it takes
+/// never counts against the tool's timeout. A panic in it ends the call `crashed`.
+#[async_trait::async_trait]
+pub trait Gate: Send + Sync + 'static {
+    /// Allows or blocks `call`.
+    async fn check(&self, call: &ToolCall, ctx: &GateCtx) -> Verdict;
+}
+
+/// The default gate: everything is allowed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AllowAll;
+
+#[async_trait::async_trait]
+impl Gate for AllowAll {
+    async fn check(&self, _call: &ToolCall, _ctx: &GateCtx) -> Verdict {
+        Verdict::Allow
+    }
+}
+
+/// The default gate as a shareable handle.
+pub fn allow_all() -> Arc<dyn Gate> {
+    Arc::new(AllowAll)
+}
+
+/// Blocks the listed tools, allows the rest.
+#[derive(Debug, Clone, Default)]
+pub struct DenyList {
+    denied: HashSet<String>,
+}
+
+impl DenyList {
+    /// Denies the tools named in `names`.
+    pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(names: I) -> Self {
+        DenyList {
+            denied: names.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Gate for DenyList {
+    async fn check(&self, call: &ToolCall, _ctx: &GateCtx) -> Verdict {
+        if self.denied.contains(&call.name) {
+            Verdict::Block(format!("tool `{}` is denied by the host's gate", call.name))
+        } else {
+            Verdict::Allow
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! How a resolved tool is run, whatever it is: a host-native [`Tool`], a plugin in process, or a
+//! plugin in a worker process. The runner only sees [`Invoke`].
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rho_plugin_api::{Answer, ToolError};
+use serde_json::Value;
+
+use crate::outcome::CrashReason;
+use crate::spec::ToolSpec;
+
+/// Why a tool produced no answer, before it is turned into a [`crate::ToolResult`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Failure {
+    /// The tool answered with an error (outcome `error`).
+    Tool(ToolError),
+    /// The tool crashed (outcome `crashed`).
+    Crash(CrashReason),
+    /// The tool refused its arguments (outcome `invalid_arguments`).
+    InvalidArguments(String),
+    /// The tool is not there (outcome `unknown_tool`).
+    UnknownTool(String),
+}
+
+/// A boxed future of a call's answer.
+pub type CallFuture = Pin<Box<dyn Future<Output = Result<Answer, Failure>> + Send>>;
+
+/// Runs calls of one resolved tool. Implementations copy every answer into host-owned data before
+/// the future completes.
+pub(crate) trait Invoke: Send + Sync {
+    /// Starts the call. Dropping the future abandons it (the runner does so at the timeout, after
+    /// setting the context's cancellation flag).
+    fn invoke(&self, args: Arc<Value>, ctx: ToolCtx) -> CallFuture;
+
+    /// Blocking threads still running calls the host gave up on.
+    fn runaway_threads(&self) -> usize {
+        0
+    }
+}
+
+/// The context a tool gets for one call: its id, its cancellation flag, and a way to send partial
+/// updates. Cheap to clone.
+#[derive(Clone)]
+pub struct ToolCtx {
+    call_id: Arc<str>,
+    cancelled: Arc<AtomicBool>,
+    on_update: Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+impl ToolCtx {
+    /// A context for call `call_id` that hands partial updates to `on_update`.
+    pub fn new(call_id: &str, on_update: Arc<dyn Fn(&str) + Send + Sync>) -> Self {
+        ToolCtx {
+            call_id: call_id.into(),
+            cancelled: Arc::new(AtomicBool::new(false)),
+            on_update,
+        }
+    }
+
+    /// The call's id.
+    pub fn call_id(&self) -> &str {
+        &self.call_id
+    }
+
+    /// Whether the host has given up on the call.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// Marks the call cancelled; the tool sees it through [`ToolCtx::is_cancelled`].
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+    }
+
+    /// Sends a partial update for the call.
+    pub fn update(&self, partial: &str) {
+        (self.on_update)(partial);
+    }
+
+    /// The shared cancellation flag (what a plugin polls).
+    pub(crate) fn cancel_flag(&self) -> &Arc<AtomicBool> {
+        &self.cancelled
+    }
+
+    /// The update callback, shareable with a blocking thread.
+    pub(crate) fn update_fn(&self) -> Arc<dyn Fn(&str) + Send + Sync> {
+        self.on_update.clone()
+    }
+}
+
+/// A host-native tool: a host adds tools without writing a plugin. The runner runs it exactly like
+/// a plugin tool (gate, timeout, events, crash accounting); a panic in it ends the call `crashed`.
+#[async_trait::async_trait]
+pub trait Tool: Send + Sync + 'static {
+    /// The tool's description. Its name must match `^[a-zA-Z0-9_-]{1,64}$`.
+    fn spec(&self) -> ToolSpec;
+
+    /// Runs one call. Dropped at the timeout: an async tool needs no cancellation polling.
+    async fn call(&self, args: Value, ctx: ToolCtx) -> Result<Answer, ToolError>;
+}
+
+/// Runs a native [`Tool`].
+pub(crate) struct NativeInvoke(pub Arc<dyn Tool>);
+
+impl Invoke for NativeInvoke {
+    fn invoke(&self, args: Arc<Value>, ctx: ToolCtx) -> CallFuture {
+        let tool = self.0.clone();
+        Box::pin(async move {
+            let args = Arc::unwrap_or_clone(args);
+            tool.call(args, ctx).await.map_err(Failure::Tool)
+        })
+    }
+}

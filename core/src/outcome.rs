@@ -1,0 +1,236 @@
+//! How a tool call ends: [`Outcome`], [`ToolResult`], and the seed's text functions
+//! ([`to_result`], [`timeout_text`], [`crash_text`]).
+
+use std::time::Duration;
+
+use rho_plugin_api::{Answer, Output, ToolError};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How a call ended. Every call ends with exactly one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The tool answered.
+    Ok,
+    /// The tool answered with an error.
+    Error,
+    /// The gate blocked the call; the text is the gate's reason.
+    Blocked,
+    /// The tool ran past its timeout and was ended.
+    TimedOut,
+    /// The tool, the gate or the process running the tool crashed.
+    Crashed,
+    /// No tool of that name exists.
+    UnknownTool,
+    /// The arguments do not match the tool's JSON Schema.
+    InvalidArguments,
+    /// The tool failed too often recently and is not run.
+    Quarantined,
+}
+
+impl Outcome {
+    /// Every outcome, in a stable order.
+    pub const ALL: [Outcome; 8] = [
+        Outcome::Ok,
+        Outcome::Error,
+        Outcome::Blocked,
+        Outcome::TimedOut,
+        Outcome::Crashed,
+        Outcome::UnknownTool,
+        Outcome::InvalidArguments,
+        Outcome::Quarantined,
+    ];
+
+    /// The outcome's name as it appears in JSON (`timed_out`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error => "error",
+            Outcome::Blocked => "blocked",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Crashed => "crashed",
+            Outcome::UnknownTool => "unknown_tool",
+            Outcome::InvalidArguments => "invalid_arguments",
+            Outcome::Quarantined => "quarantined",
+        }
+    }
+
+    /// Whether the model should read the result as an error (every outcome but `ok`).
+    pub fn is_error(self) -> bool {
+        self != Outcome::Ok
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The end of one call: what the model and the session get (`output`), what screens get
+/// (`details`), and how it ended. For every outcome but `ok`, `output` is text saying why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    /// The call's id, as the model gave it.
+    pub call_id: String,
+    /// The tool's name, as the model asked for it.
+    pub tool: String,
+    /// How the call ended.
+    pub outcome: Outcome,
+    /// What the model reads.
+    pub output: Output,
+    /// Details for screens, if the tool gave any.
+    pub details: Option<Value>,
+    /// From the start of the call (before the gate) to its end.
+    pub duration: Duration,
+}
+
+impl ToolResult {
+    /// A result of `outcome` with `text` as its output and no details.
+    pub fn failed(call_id: &str, tool: &str, outcome: Outcome, text: impl Into<String>) -> Self {
+        ToolResult {
+            call_id: call_id.to_owned(),
+            tool: tool.to_owned(),
+            outcome,
+            output: Output::Text(text.into()),
+            details: None,
+            duration: Duration::ZERO,
+        }
+    }
+
+    /// Whether the model should read this as an error.
+    pub fn is_error(&self) -> bool {
+        self.outcome.is_error()
+    }
+
+    /// The text of the output.
+    pub fn text(&self) -> &str {
+        self.output.text()
+    }
+}
+
+/// A tool's answer as the loop takes it: the output (or the error text) and the details.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// `Ok(output)` for an answer, `Err(text)` for a failure.
+    pub result: Result<Output, String>,
+    /// Details for screens, from either.
+    pub details: Option<Value>,
+}
+
+/// Normalizes what a tool answered (`Ok(Answer)` or `Err(ToolError)`) into a [`Reply`]:
+/// `Images` with exactly one image becomes `Image`, `Images` with none becomes `Text`, and a
+/// `null` details value counts as no details.
+pub fn to_result(answer: Result<Answer, ToolError>) -> Reply {
+    let (result, details) = match answer {
+        Ok(Answer { output, details }) => (Ok(normalize(output)), details),
+        Err(ToolError { message, details }) => (Err(message), details),
+    };
+    Reply {
+        result,
+        details: details.filter(|d| !d.is_null()),
+    }
+}
+
+fn normalize(output: Output) -> Output {
+    match output {
+        Output::Images { mut images, text } if images.len() == 1 => match images.pop() {
+            Some(image) => Output::Image { image, text },
+            None => Output::Text(text),
+        },
+        Output::Images { images, text } if images.is_empty() => Output::Text(text),
+        other => other,
+    }
+}
+
+/// The error text of a call ended at its timeout: ``tool `spin` timed out after 2000 ms``.
+pub fn timeout_text(tool: &str, timeout: Duration) -> String {
+    format!("tool `{tool}` timed out after {} ms", timeout.as_millis())
+}
+
+/// Why a call's task ended abnormally, as the loop knows it. Built from host data only: nothing
+/// of a foreign panic payload is run to make it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CrashReason {
+    /// The task (or the plugin) formatted the crash itself: the text says what panicked and why.
+    Formatted(String),
+    /// The task panicked with a payload that is not a string.
+    NonStringPanic,
+    /// The task was aborted or cancelled before it answered.
+    Aborted,
+    /// The process running the tool died: the text names the signal or exit status.
+    ProcessDied(String),
+    /// The process running the tool broke the protocol: the text says how.
+    Protocol(String),
+}
+
+/// The error text of a call whose task ended abnormally. A crash the task formatted itself reads
+/// as that text.
+pub fn crash_text(reason: &CrashReason) -> String {
+    match reason {
+        CrashReason::Formatted(text) => text.clone(),
+        CrashReason::NonStringPanic => "the tool's task panicked with a non-string payload".into(),
+        CrashReason::Aborted => "the tool's task was aborted before it answered".into(),
+        CrashReason::ProcessDied(how) => format!("the plugin's worker process died: {how}"),
+        CrashReason::Protocol(what) => format!("the plugin's worker broke the protocol: {what}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rho_plugin_api::Image;
+    use serde_json::json;
+
+    #[test]
+    fn texts() {
+        assert_eq!(
+            timeout_text("spin", Duration::from_millis(2000)),
+            "tool `spin` timed out after 2000 ms"
+        );
+        assert_eq!(crash_text(&CrashReason::Formatted("boom".into())), "boom");
+        assert_eq!(
+            crash_text(&CrashReason::NonStringPanic),
+            "the tool's task panicked with a non-string payload"
+        );
+        assert_eq!(
+            crash_text(&CrashReason::Aborted),
+            "the tool's task was aborted before it answered"
+        );
+        assert_eq!(
+            crash_text(&CrashReason::ProcessDied(
+                "killed by signal 11 (SIGSEGV)".into()
+            )),
+            "the plugin's worker process died: killed by signal 11 (SIGSEGV)"
+        );
+        assert_eq!(
+            crash_text(&CrashReason::Protocol(
+                "frame of 70 MiB exceeds the 64 MiB limit".into()
+            )),
+            "the plugin's worker broke the protocol: frame of 70 MiB exceeds the 64 MiB limit"
+        );
+    }
+
+    #[test]
+    fn to_result_normalizes() {
+        let one = Image::new("image/png", vec![1]);
+        let reply = to_result(Ok(Answer::images(vec![one.clone()], "t")));
+        assert_eq!(
+            reply.result,
+            Ok(Output::Image {
+                image: one,
+                text: "t".into()
+            })
+        );
+        let reply = to_result(Ok(Answer::images(vec![], "t")));
+        assert_eq!(reply.result, Ok(Output::Text("t".into())));
+        let reply = to_result(Ok(Answer::text("a").with_details(json!({"k": 1}))));
+        assert_eq!(reply.details, Some(json!({"k": 1})));
+        let reply = to_result(Ok(Answer::text("a").with_details(Value::Null)));
+        assert_eq!(reply.details, None);
+        let reply = to_result(Err(ToolError::new("no").with_details(json!([1]))));
+        assert_eq!(reply.result, Err("no".into()));
+        assert_eq!(reply.details, Some(json!([1])));
+    }
+}

@@ -1,0 +1,169 @@
+//! Calling a plugin in process: synchronous FFI on a blocking thread, the answer copied into
+//! host-owned data inside that call, and runaway threads counted when the host gives up.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+
+use abi_stable::std_types::{RResult, RStr};
+use rho_plugin_api::ffi::{FfiCtx, FfiFailureKind, FfiOutcome, FfiOutputKind, PluginModRef};
+use rho_plugin_api::{Answer, Image, Output, ToolError};
+use serde_json::Value;
+
+use crate::invoke::{CallFuture, Failure, Invoke, ToolCtx};
+use crate::outcome::CrashReason;
+
+/// Copies a plugin's answer into host-owned data. Details that are not JSON make the call crash:
+/// the plugin broke its contract.
+pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome) -> Result<Answer, Failure> {
+    match outcome {
+        RResult::ROk(answer) => {
+            let details = parse_details(
+                tool,
+                answer
+                    .details_json
+                    .as_ref()
+                    .map(|d| d.as_str())
+                    .into_option(),
+            )?;
+            let text = answer.text.to_string();
+            let mut images: Vec<Image> = answer
+                .images
+                .iter()
+                .map(|i| Image::new(i.mime_type.as_str(), i.bytes.as_slice()))
+                .collect();
+            let output = match (answer.kind, images.len()) {
+                (FfiOutputKind::Text, _) => Output::Text(text),
+                (FfiOutputKind::Image, 1) => match images.pop() {
+                    Some(image) => Output::Image { image, text },
+                    None => Output::Text(text),
+                },
+                _ => Output::Images { images, text },
+            };
+            Ok(Answer { output, details })
+        }
+        RResult::RErr(failure) => {
+            let message = failure.message.to_string();
+            match failure.kind {
+                FfiFailureKind::Error => {
+                    let details = parse_details(
+                        tool,
+                        failure
+                            .details_json
+                            .as_ref()
+                            .map(|d| d.as_str())
+                            .into_option(),
+                    )?;
+                    Err(Failure::Tool(ToolError { message, details }))
+                }
+                FfiFailureKind::Panic => Err(Failure::Crash(CrashReason::Formatted(format!(
+                    "tool `{tool}` {message}"
+                )))),
+                FfiFailureKind::UnknownTool => Err(Failure::UnknownTool(message)),
+                FfiFailureKind::InvalidArguments => Err(Failure::InvalidArguments(message)),
+            }
+        }
+    }
+}
+
+fn parse_details(tool: &str, json: Option<&str>) -> Result<Option<Value>, Failure> {
+    match json {
+        None => Ok(None),
+        Some(json) => serde_json::from_str(json).map(Some).map_err(|e| {
+            Failure::Crash(CrashReason::Formatted(format!(
+                "tool `{tool}` answered with details that are not JSON: {e}"
+            )))
+        }),
+    }
+}
+
+/// Calls `tool` of `module` on the current thread and copies the answer.
+pub fn call_module(
+    module: PluginModRef,
+    tool: &str,
+    args_json: &str,
+    call_id: &str,
+    cancelled: &AtomicBool,
+    on_update: &(dyn Fn(&str) + Sync),
+) -> Result<Answer, Failure> {
+    let on_update = &on_update;
+    let ctx = FfiCtx::new(call_id, cancelled, on_update);
+    let outcome = (module.call())(RStr::from_str(tool), RStr::from_str(args_json), ctx);
+    answer_from_ffi(tool, outcome)
+}
+
+/// One plugin version loaded in process, shared by its tools.
+pub(crate) struct InProcessPlugin {
+    pub module: PluginModRef,
+    /// Blocking threads still running calls the host gave up on.
+    pub runaway: AtomicUsize,
+}
+
+/// One tool of an in-process plugin.
+pub(crate) struct InProcessInvoke {
+    pub plugin: Arc<InProcessPlugin>,
+    pub tool: Arc<str>,
+}
+
+const RUNNING: u8 = 0;
+const FINISHED: u8 = 1;
+const ABANDONED: u8 = 2;
+
+/// Counts the blocking thread as a runaway if the call's future is dropped before the thread
+/// finishes; the thread uncounts itself when it finally does.
+struct RunawayGuard {
+    state: Arc<AtomicU8>,
+    plugin: Arc<InProcessPlugin>,
+}
+
+impl Drop for RunawayGuard {
+    fn drop(&mut self) {
+        if self
+            .state
+            .compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.plugin.runaway.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Invoke for InProcessInvoke {
+    fn invoke(&self, args: Arc<Value>, ctx: ToolCtx) -> CallFuture {
+        let plugin = self.plugin.clone();
+        let tool = self.tool.clone();
+        Box::pin(async move {
+            let state = Arc::new(AtomicU8::new(RUNNING));
+            let guard = RunawayGuard {
+                state: state.clone(),
+                plugin: plugin.clone(),
+            };
+            let cancelled = ctx.cancel_flag().clone();
+            let on_update = ctx.update_fn();
+            let call_id = ctx.call_id().to_owned();
+            let module = plugin.module;
+            let thread_plugin = plugin.clone();
+            let handle = tokio::task::spawn_blocking(move || {
+                let args_json = args.to_string();
+                let on_update = |partial: &str| on_update(partial);
+                let result =
+                    call_module(module, &tool, &args_json, &call_id, &cancelled, &on_update);
+                if state.swap(FINISHED, Ordering::AcqRel) == ABANDONED {
+                    thread_plugin.runaway.fetch_sub(1, Ordering::Relaxed);
+                }
+                result
+            });
+            let result = handle.await;
+            drop(guard);
+            match result {
+                Ok(result) => result,
+                // The closure catches nothing because nothing in it unwinds (the plugin catches
+                // its own panics); a JoinError here means the runtime is shutting down.
+                Err(_) => Err(Failure::Crash(CrashReason::Aborted)),
+            }
+        })
+    }
+
+    fn runaway_threads(&self) -> usize {
+        self.plugin.runaway.load(Ordering::Relaxed)
+    }
+}

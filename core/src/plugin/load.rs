@@ -1,0 +1,310 @@
+//! Loading one plugin file in process: a private copy at a unique path, abi_stable's checks, and
+//! the plugin's description turned into host-owned [`ToolSpec`]s.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use abi_stable::library::{LibraryError, RawLibrary, lib_header_from_raw_library};
+use abi_stable::std_types::RResult;
+use rho_plugin_api::ffi::{FfiPluginInfo, INTERFACE_VERSION, PluginModRef};
+use sha2::{Digest, Sha256};
+
+use crate::error::LoadError;
+use crate::spec::ToolSpec;
+
+/// What a host knows about one loaded plugin version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginInfo {
+    /// The plugin's name (its crate name).
+    pub name: String,
+    /// The plugin's version (its crate version).
+    pub version: String,
+    /// The interface version it was built against.
+    pub interface_version: u32,
+    /// The file it was loaded from.
+    pub path: PathBuf,
+    /// SHA-256 of the file's content, lowercase hex.
+    pub sha256: String,
+}
+
+/// A plugin file read into memory: its bytes and their hash. Loading works from these bytes, so
+/// what is loaded is exactly what was hashed.
+pub struct PluginFile {
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// Its content.
+    pub bytes: Vec<u8>,
+    /// SHA-256 of the content, lowercase hex.
+    pub sha256: String,
+}
+
+impl PluginFile {
+    /// Reads `path`. An empty file is refused here: it cannot be a library.
+    pub fn read(path: &Path) -> Result<Self, LoadError> {
+        let bytes = std::fs::read(path).map_err(|e| LoadError::Read {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+        if bytes.is_empty() {
+            return Err(LoadError::Empty {
+                path: path.to_owned(),
+            });
+        }
+        let sha256 = hex(&Sha256::digest(&bytes));
+        Ok(PluginFile {
+            path: path.to_owned(),
+            bytes,
+            sha256,
+        })
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// SHA-256 of `bytes`, lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// A private directory (mode 0700) for the copies the host loads plugins from. glibc hands back an
+/// already-loaded image for a path or inode it has seen, so every load is from a new copy.
+#[derive(Debug)]
+pub struct CopyDir {
+    dir: PathBuf,
+    counter: AtomicU64,
+}
+
+impl CopyDir {
+    /// Creates a fresh private directory under the system's temporary directory.
+    pub fn new() -> Result<Self, LoadError> {
+        static INSTANCE: AtomicU64 = AtomicU64::new(0);
+        let n = INSTANCE.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("rho-plugins-{}-{n}", std::process::id()));
+        let made = std::fs::create_dir_all(&dir).and_then(|()| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+        });
+        made.map_err(|e| LoadError::Copy {
+            path: dir.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok(CopyDir {
+            dir,
+            counter: AtomicU64::new(0),
+        })
+    }
+
+    /// Writes `file` to a new, unique path in the directory and returns that path.
+    pub fn copy(&self, file: &PluginFile) -> Result<PathBuf, LoadError> {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let stem = file
+            .path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "plugin".into());
+        let copy = self
+            .dir
+            .join(format!("{stem}-{n}{}", std::env::consts::DLL_SUFFIX));
+        std::fs::write(&copy, &file.bytes).map_err(|e| LoadError::Copy {
+            path: file.path.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok(copy)
+    }
+
+    /// The directory's path.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for CopyDir {
+    fn drop(&mut self) {
+        // Mapped libraries stay valid after their file is removed.
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A plugin library loaded in process, with its description. The library is never unloaded
+/// (abi_stable's rule): dropping this leaves the image mapped.
+pub struct Loaded {
+    /// The plugin's identity.
+    pub info: PluginInfo,
+    /// Its root module.
+    pub module: PluginModRef,
+    /// Its tools, as host-owned specs.
+    pub tools: Vec<ToolSpec>,
+    /// One line for each tool the host refused (bad name, duplicate, bad schema).
+    pub rejected: Vec<String>,
+}
+
+/// Loads `file` in process from a private copy in `copies`.
+///
+/// Every failure is one line naming the file and the cause; abi_stable's full report of a layout
+/// mismatch goes to `tracing` at debug level.
+pub fn load_in_process(file: &PluginFile, copies: &CopyDir) -> Result<Loaded, LoadError> {
+    crate::plugin::elf::check(&file.bytes).map_err(|reason| LoadError::Open {
+        path: file.path.clone(),
+        reason,
+    })?;
+    let copy = copies.copy(file)?;
+    let result = open_module(&file.path, &copy);
+    // The image stays mapped after its file is gone; nothing is left on disk.
+    let _ = std::fs::remove_file(&copy);
+    let module = result?;
+    let (interface_version, raw) = describe(&file.path, module)?;
+    let (tools, rejected) = tool_specs(&file.path, &raw)?;
+    Ok(Loaded {
+        info: PluginInfo {
+            name: raw.name.to_string(),
+            version: raw.version.to_string(),
+            interface_version,
+            path: file.path.clone(),
+            sha256: file.sha256.clone(),
+        },
+        module,
+        tools,
+        rejected,
+    })
+}
+
+fn open_module(path: &Path, copy: &Path) -> Result<PluginModRef, LoadError> {
+    let raw = RawLibrary::load_at(copy).map_err(|e| library_error(path, copy, e))?;
+    // SAFETY: the library is leaked right below and never unloaded, so the header's 'static
+    // references stay valid.
+    let header = unsafe { lib_header_from_raw_library(&raw) };
+    std::mem::forget(raw);
+    let header = header.map_err(|e| library_error(path, copy, e))?;
+    header
+        .init_root_module::<PluginModRef>()
+        .map_err(|e| library_error(path, copy, e))
+}
+
+/// Calls the plugin's `describe` and checks its interface version.
+pub(crate) fn describe(
+    path: &Path,
+    module: PluginModRef,
+) -> Result<(u32, FfiPluginInfo), LoadError> {
+    let interface_version = module.interface_version();
+    if interface_version != INTERFACE_VERSION {
+        return Err(LoadError::InterfaceVersion {
+            path: path.to_owned(),
+            found: interface_version,
+            expected: INTERFACE_VERSION,
+        });
+    }
+    match (module.describe())() {
+        RResult::ROk(info) => Ok((interface_version, info)),
+        RResult::RErr(message) => Err(LoadError::Describe {
+            path: path.to_owned(),
+            reason: message.to_string(),
+        }),
+    }
+}
+
+/// Turns a plugin's description into specs, refusing (one line each) tools with a bad name, a
+/// duplicate name or a schema that is not a JSON object.
+pub(crate) fn tool_specs(
+    path: &Path,
+    info: &FfiPluginInfo,
+) -> Result<(Vec<ToolSpec>, Vec<String>), LoadError> {
+    let mut tools: Vec<ToolSpec> = Vec::new();
+    let mut rejected = Vec::new();
+    let file = path.display();
+    for desc in info.tools.iter() {
+        let name = desc.name.as_str();
+        if !rho_plugin_api::is_valid_tool_name(name) {
+            rejected.push(format!(
+                "{file}: tool {name:?} refused: a tool name must match ^[a-zA-Z0-9_-]{{1,64}}$"
+            ));
+            continue;
+        }
+        if tools.iter().any(|t| t.name == name) {
+            rejected.push(format!(
+                "{file}: tool `{name}` refused: the plugin lists it twice"
+            ));
+            continue;
+        }
+        let parameters: serde_json::Value =
+            match serde_json::from_str(desc.parameters_json.as_str()) {
+                Ok(v @ serde_json::Value::Object(_)) => v,
+                Ok(_) | Err(_) => {
+                    rejected.push(format!(
+                        "{file}: tool `{name}` refused: its parameters are not a JSON Schema object"
+                    ));
+                    continue;
+                }
+            };
+        tools.push(ToolSpec {
+            name: name.to_owned(),
+            description: desc.description.to_string(),
+            parameters,
+            timeout_ms: desc.timeout_ms.into_option(),
+            plugin: Some(info.name.to_string()),
+            plugin_version: Some(info.version.to_string()),
+        });
+    }
+    Ok((tools, rejected))
+}
+
+/// One line for an abi_stable error; the full report goes to `tracing`.
+fn library_error(path: &Path, copy: &Path, error: LibraryError) -> LoadError {
+    let path = path.to_owned();
+    // dlerror's text starts with the path it opened: the copy's, which means nothing to a person.
+    let copy_prefix = format!("{}: ", copy.display());
+    let unmask = |s: String| s.strip_prefix(&copy_prefix).map(str::to_owned).unwrap_or(s);
+    match error {
+        LibraryError::OpenError { err, .. } => LoadError::Open {
+            reason: unmask(first_line(&err.to_string())),
+            path,
+        },
+        LibraryError::GetSymbolError { .. } => LoadError::NotAPlugin { path },
+        LibraryError::IncompatibleVersionNumber {
+            expected_version,
+            actual_version,
+            ..
+        } => LoadError::Incompatible {
+            path,
+            reason: format!(
+                "built against rho-plugin-api {actual_version}, this host needs {expected_version}"
+            ),
+        },
+        LibraryError::AbiInstability(report) => {
+            tracing::debug!(file = %path.display(), report = %report, "plugin layout mismatch");
+            LoadError::Incompatible {
+                path,
+                reason: "the layout of its root module differs from this host's rho-plugin-api \
+                         (rebuild it against this version)"
+                    .into(),
+            }
+        }
+        other => {
+            let full = other.to_string();
+            tracing::debug!(file = %path.display(), report = %full, "plugin load failed");
+            LoadError::Incompatible {
+                reason: unmask(first_line(&full)),
+                path,
+            }
+        }
+    }
+}
+
+fn first_line(s: &str) -> String {
+    let line = s
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let mut line = line.to_owned();
+    if line.len() > 200 {
+        let cut = (0..=200)
+            .rev()
+            .find(|&i| line.is_char_boundary(i))
+            .unwrap_or(0);
+        line.truncate(cut);
+        line.push_str("...");
+    }
+    line
+}

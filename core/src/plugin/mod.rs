@@ -1,0 +1,28 @@
+//! Plugins: loading files (in process or isolated), the directory source, and its trust policy.
+
+pub(crate) mod backend;
+pub mod call;
+pub mod dir;
+pub mod elf;
+pub mod load;
+pub mod trust;
+
+use std::path::Path;
+
+use crate::error::LoadError;
+use crate::registry::ToolRegistry;
+use backend::Backend;
+use dir::{DirOptions, PluginDir, ScanReport};
+
+impl ToolRegistry {
+    /// Adds the plugin directory `dir`, loaded in process, as a source of this registry and loads
+    /// every plugin in it. A file that fails is reported (event and report line) and the others
+    /// load; only a directory that cannot be used at all is an error.
+    pub async fn add_plugin_dir(
+        &self,
+        dir: &Path,
+        options: DirOptions,
+    ) -> Result<(PluginDir, ScanReport), LoadError> {
+        PluginDir::open(self, dir, options, Backend::InProcess).await
+    }
+}

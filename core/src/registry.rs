@@ -1,0 +1,335 @@
+//! [`ToolRegistry`]: the tools of every source (host-native tools, plugin directories) under one
+//! name space, with per-tool stats and quarantine.
+//!
+//! Name conflicts follow one rule: sources rank in the order they were added to the registry, and
+//! within a plugin directory plugins rank by file name; the first offer of a name serves it. Each
+//! conflict is published once as `tool_name_conflict`, naming both origins.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use serde_json::Value;
+
+use crate::bus::Bus;
+use crate::events::EventKind;
+use crate::health::{Change, Health, QuarantinePolicy, ToolStats};
+use crate::invoke::{Invoke, NativeInvoke, Tool};
+use crate::outcome::ToolResult;
+use crate::spec::ToolSpec;
+use crate::validate::ArgsValidator;
+
+/// A source's place in the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct SourceId(u64);
+
+/// A tool ready to run: its spec, how to run it, and its argument validator.
+#[derive(Clone)]
+pub struct ResolvedTool {
+    /// The tool's spec.
+    pub spec: Arc<ToolSpec>,
+    /// Which load of its plugin serves it (0 for host-native tools); a reload makes a new one.
+    pub generation: u64,
+    pub(crate) invoke: Arc<dyn Invoke>,
+    pub(crate) validator: Arc<ArgsValidator>,
+}
+
+impl ResolvedTool {
+    /// Builds a resolved tool; the spec's schema must compile.
+    pub(crate) fn new(
+        spec: ToolSpec,
+        generation: u64,
+        invoke: Arc<dyn Invoke>,
+    ) -> Result<Self, String> {
+        let validator = ArgsValidator::new(&spec.parameters)
+            .map_err(|e| format!("tool `{}` refused: {e}", spec.name))?;
+        Ok(ResolvedTool {
+            spec: Arc::new(spec),
+            generation,
+            invoke,
+            validator: Arc::new(validator),
+        })
+    }
+
+    /// Checks `args` against the tool's schema.
+    pub(crate) fn check_args(&self, args: &Value) -> Result<(), String> {
+        self.validator.check(&self.spec.name, args)
+    }
+}
+
+/// Why a tool could not be added.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    /// The name does not match `^[a-zA-Z0-9_-]{1,64}$`.
+    #[error("tool {0:?} refused: a tool name must match ^[a-zA-Z0-9_-]{{1,64}}$")]
+    BadName(String),
+    /// The spec's schema does not compile.
+    #[error("{0}")]
+    BadSchema(String),
+    /// The host already added a native tool of that name.
+    #[error("tool `{0}` refused: the host already has a tool of that name")]
+    Duplicate(String),
+}
+
+struct Inner {
+    bus: Bus,
+    policy: RwLock<QuarantinePolicy>,
+    next_source: AtomicU64,
+    next_generation: AtomicU64,
+    sources: Mutex<BTreeMap<SourceId, Vec<ResolvedTool>>>,
+    snapshot: RwLock<Arc<BTreeMap<String, ResolvedTool>>>,
+    reported_conflicts: Mutex<HashSet<(String, String, String)>>,
+    health: Mutex<Health>,
+    native: SourceId,
+}
+
+/// The tools a host serves. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct ToolRegistry {
+    inner: Arc<Inner>,
+}
+
+impl ToolRegistry {
+    /// An empty registry publishing its events on `bus`.
+    pub fn new(bus: Bus) -> Self {
+        let inner = Inner {
+            bus,
+            policy: RwLock::new(QuarantinePolicy::default()),
+            next_source: AtomicU64::new(1),
+            next_generation: AtomicU64::new(1),
+            sources: Mutex::new(BTreeMap::new()),
+            snapshot: RwLock::new(Arc::new(BTreeMap::new())),
+            reported_conflicts: Mutex::new(HashSet::new()),
+            health: Mutex::new(Health::default()),
+            native: SourceId(0),
+        };
+        ToolRegistry {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The bus the registry publishes on.
+    pub fn bus(&self) -> &Bus {
+        &self.inner.bus
+    }
+
+    /// Sets the quarantine policy for calls ending from now on.
+    pub fn set_quarantine_policy(&self, policy: QuarantinePolicy) {
+        *self
+            .inner
+            .policy
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = policy;
+    }
+
+    /// Adds a host-native tool. Host-native tools rank before every plugin.
+    pub fn add_tool(&self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        let spec = tool.spec();
+        if !rho_plugin_api::is_valid_tool_name(&spec.name) {
+            return Err(RegistryError::BadName(spec.name));
+        }
+        let name = spec.name.clone();
+        let resolved = ResolvedTool::new(spec, 0, Arc::new(NativeInvoke(tool)))
+            .map_err(RegistryError::BadSchema)?;
+        {
+            let mut sources = self.sources();
+            let natives = sources.entry(self.inner.native).or_default();
+            if natives.iter().any(|t| t.spec.name == name) {
+                return Err(RegistryError::Duplicate(name));
+            }
+            natives.push(resolved);
+        }
+        self.rebuild();
+        Ok(())
+    }
+
+    /// The tools now served, sorted by name.
+    pub fn tools(&self) -> Vec<ToolSpec> {
+        self.snapshot()
+            .values()
+            .map(|t| (*t.spec).clone())
+            .collect()
+    }
+
+    /// The names of the tools now served, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.snapshot().keys().cloned().collect()
+    }
+
+    /// The tool now serving `name`.
+    pub fn lookup(&self, name: &str) -> Option<ResolvedTool> {
+        self.snapshot().get(name).cloned()
+    }
+
+    fn snapshot(&self) -> Arc<BTreeMap<String, ResolvedTool>> {
+        self.inner
+            .snapshot
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn sources(&self) -> std::sync::MutexGuard<'_, BTreeMap<SourceId, Vec<ResolvedTool>>> {
+        self.inner
+            .sources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.inner
+            .health
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new source's id; sources rank in the order of their ids.
+    pub(crate) fn new_source(&self) -> SourceId {
+        SourceId(self.inner.next_source.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// A new generation number for a plugin load.
+    pub(crate) fn new_generation(&self) -> u64 {
+        self.inner.next_generation.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Replaces every tool of `source` at once (empty removes them): calls that start after this
+    /// returns see the new set; calls already running keep what they resolved.
+    pub(crate) fn set_source_tools(&self, source: SourceId, tools: Vec<ResolvedTool>) {
+        {
+            let mut sources = self.sources();
+            if tools.is_empty() {
+                sources.remove(&source);
+            } else {
+                sources.insert(source, tools);
+            }
+        }
+        self.rebuild();
+    }
+
+    fn rebuild(&self) {
+        let mut map: BTreeMap<String, ResolvedTool> = BTreeMap::new();
+        let mut conflicts = Vec::new();
+        for tools in self.sources().values() {
+            for tool in tools {
+                match map.get(&tool.spec.name) {
+                    Some(kept) => conflicts.push((
+                        tool.spec.name.clone(),
+                        kept.spec.origin(),
+                        tool.spec.origin(),
+                    )),
+                    None => {
+                        map.insert(tool.spec.name.clone(), tool.clone());
+                    }
+                }
+            }
+        }
+        let generations: HashMap<String, u64> =
+            map.iter().map(|(n, t)| (n.clone(), t.generation)).collect();
+        *self
+            .inner
+            .snapshot
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(map);
+        let mut reported = self
+            .inner
+            .reported_conflicts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (tool, kept, ignored) in conflicts {
+            if reported.insert((tool.clone(), kept.clone(), ignored.clone())) {
+                tracing::warn!(%tool, %kept, %ignored, "tool name conflict");
+                self.inner.bus.publish(
+                    None,
+                    EventKind::ToolNameConflict {
+                        tool,
+                        kept,
+                        ignored,
+                    },
+                );
+            }
+        }
+        drop(reported);
+        let stale = self.health().stale_quarantines(&generations);
+        for tool in stale {
+            self.restore(&tool, "a new version of its plugin was loaded");
+        }
+    }
+
+    /// Lifts the quarantine of `tool` (the host's explicit call); returns whether it was
+    /// quarantined. Publishes `tool_restored`.
+    pub fn lift_quarantine(&self, tool: &str) -> bool {
+        self.restore(tool, "the host lifted the quarantine")
+    }
+
+    fn restore(&self, tool: &str, reason: &str) -> bool {
+        let lifted = self.health().lift(tool);
+        if lifted {
+            let origin = self
+                .lookup(tool)
+                .map(|t| t.spec.origin())
+                .unwrap_or_default();
+            self.inner.bus.publish(
+                None,
+                EventKind::ToolRestored {
+                    tool: tool.to_owned(),
+                    origin,
+                    reason: reason.to_owned(),
+                },
+            );
+        }
+        lifted
+    }
+
+    /// The quarantine text if `tool` is quarantined.
+    pub(crate) fn quarantined(&self, tool: &ResolvedTool) -> Option<String> {
+        self.health().quarantined(&tool.spec.name, tool.generation)
+    }
+
+    /// Records how a call of `tool` ended (the seed's `watch`): counts, durations, and quarantine
+    /// after repeated crashes or timeouts.
+    pub(crate) fn record(&self, tool: &ResolvedTool, result: &ToolResult) {
+        let policy = *self
+            .inner
+            .policy
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let origin = tool.spec.origin();
+        let change = self.health().record(
+            &policy,
+            &tool.spec.name,
+            &origin,
+            tool.generation,
+            result.outcome,
+            result.duration,
+            result.text(),
+        );
+        if let Change::Quarantined(reason) = change {
+            tracing::warn!(tool = %tool.spec.name, %reason, "tool quarantined");
+            self.inner.bus.publish(
+                None,
+                EventKind::ToolQuarantined {
+                    tool: tool.spec.name.clone(),
+                    origin,
+                    reason,
+                },
+            );
+        }
+    }
+
+    /// The figures of every tool served now, sorted by name (tools never called have zeros).
+    pub fn stats(&self) -> Vec<ToolStats> {
+        let snapshot = self.snapshot();
+        let health = self.health();
+        snapshot
+            .values()
+            .map(|tool| {
+                let mut stats = health.stats(&tool.spec.name).unwrap_or_default();
+                stats.tool = tool.spec.name.clone();
+                stats.origin = tool.spec.origin();
+                stats.runaway_threads = tool.invoke.runaway_threads();
+                stats
+            })
+            .collect()
+    }
+}

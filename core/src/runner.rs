@@ -1,0 +1,375 @@
+//! [`ToolRunner`]: runs one tool call in its own task, behind the gate and under a timeout whose
+//! clock starts only when the gate allows, and ends it exactly once with a typed outcome and one
+//! `tool_execution_end` event, whatever the tool, the gate or the task does.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rho_plugin_api::{Answer, Output};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::bus::Bus;
+use crate::events::EventKind;
+use crate::gate::{Gate, GateCtx, ToolCall, Verdict};
+use crate::invoke::{Failure, ToolCtx};
+use crate::outcome::{CrashReason, Outcome, ToolResult, crash_text, timeout_text, to_result};
+use crate::panic::{catch, payload_message};
+use crate::registry::{ResolvedTool, ToolRegistry};
+
+/// The runner's settings.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// The timeout of a tool that has none of its own.
+    pub default_timeout: Duration,
+    /// Timeouts the host sets per tool name; they win over the tool's own.
+    pub timeout_overrides: HashMap<String, Duration>,
+    /// How long the gate may take before `tool_gate_waiting` is published.
+    pub gate_waiting_after: Duration,
+}
+
+impl Default for RunnerConfig {
+    /// A 60 s default timeout, no overrides, `tool_gate_waiting` after 100 ms.
+    fn default() -> Self {
+        RunnerConfig {
+            default_timeout: Duration::from_secs(60),
+            timeout_overrides: HashMap::new(),
+            gate_waiting_after: Duration::from_millis(100),
+        }
+    }
+}
+
+/// What ended a call's task, as the task reports it.
+enum TaskEnd {
+    Blocked(String),
+    Answered(Result<Answer, Failure>),
+    GateCrashed(String),
+}
+
+/// Runs tool calls. Cheap to clone; clones share the registry, the bus and the task tracker.
+#[derive(Clone)]
+pub struct ToolRunner {
+    registry: ToolRegistry,
+    config: Arc<RunnerConfig>,
+    tracker: TaskTracker,
+}
+
+/// Options of one run.
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    /// The session the call belongs to.
+    pub session_id: Option<String>,
+    /// Cancels the call from outside (a client's cancellation): it ends `error`, the tool's
+    /// cancellation flag is set and its task aborted.
+    pub cancel: Option<CancellationToken>,
+}
+
+impl ToolRunner {
+    /// A runner over `registry`, publishing on the registry's bus.
+    pub fn new(registry: ToolRegistry, config: RunnerConfig) -> Self {
+        ToolRunner {
+            registry,
+            config: Arc::new(config),
+            tracker: TaskTracker::new(),
+        }
+    }
+
+    /// The registry the runner resolves tools in.
+    pub fn registry(&self) -> &ToolRegistry {
+        &self.registry
+    }
+
+    /// The bus the runner publishes on.
+    pub fn bus(&self) -> &Bus {
+        self.registry.bus()
+    }
+
+    /// The runner's settings.
+    pub fn config(&self) -> &RunnerConfig {
+        &self.config
+    }
+
+    /// Call tasks still running (including those abandoned at a timeout, until they notice).
+    pub fn tasks_in_flight(&self) -> usize {
+        self.tracker.len()
+    }
+
+    /// The timeout that applies to `tool`: the host's override, else the tool's own, else the
+    /// default.
+    pub fn timeout_for(&self, tool: &ResolvedTool) -> Duration {
+        self.config
+            .timeout_overrides
+            .get(&tool.spec.name)
+            .copied()
+            .or(tool.spec.timeout_ms.map(Duration::from_millis))
+            .unwrap_or(self.config.default_timeout)
+    }
+
+    /// Runs `call` to its end: publishes `tool_execution_start`, resolves and validates it, runs
+    /// the gate and then the tool in a task of its own, and publishes exactly one
+    /// `tool_execution_end`. Never panics and never hangs past the tool's timeout once the gate
+    /// has allowed.
+    pub async fn run(
+        &self,
+        call: &ToolCall,
+        gate: &Arc<dyn Gate>,
+        options: &RunOptions,
+    ) -> ToolResult {
+        let started = Instant::now();
+        let session = options.session_id.as_deref();
+        self.bus()
+            .emit(
+                session,
+                EventKind::ToolExecutionStart {
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    args: call.arguments.clone(),
+                },
+            )
+            .await;
+        let resolved = self.registry.lookup(&call.name);
+        let mut result = match &resolved {
+            None => ToolResult::failed(
+                &call.id,
+                &call.name,
+                Outcome::UnknownTool,
+                self.unknown_text(&call.name),
+            ),
+            Some(tool) => self.execute(call, tool, gate, options).await,
+        };
+        result.duration = started.elapsed();
+        if let Some(tool) = &resolved {
+            self.registry.record(tool, &result);
+        }
+        self.bus()
+            .emit(
+                session,
+                EventKind::ToolExecutionEnd {
+                    call_id: result.call_id.clone(),
+                    tool: result.tool.clone(),
+                    outcome: result.outcome,
+                    output: (&result.output).into(),
+                    is_error: result.is_error(),
+                    details: result.details.clone(),
+                    duration_ms: result.duration.as_secs_f64() * 1000.0,
+                },
+            )
+            .await;
+        result
+    }
+
+    fn unknown_text(&self, name: &str) -> String {
+        let names = self.registry.names();
+        if names.is_empty() {
+            format!("unknown tool `{name}`: no tools are available")
+        } else {
+            format!("unknown tool `{name}`; the tools are: {}", names.join(", "))
+        }
+    }
+
+    async fn execute(
+        &self,
+        call: &ToolCall,
+        tool: &ResolvedTool,
+        gate: &Arc<dyn Gate>,
+        options: &RunOptions,
+    ) -> ToolResult {
+        let fail = |outcome, text: String| ToolResult::failed(&call.id, &call.name, outcome, text);
+        if let Some(reason) = self.registry.quarantined(tool) {
+            return fail(Outcome::Quarantined, reason);
+        }
+        let args = match &call.arguments {
+            Value::Null => Value::Object(Default::default()),
+            other => other.clone(),
+        };
+        if let Err(text) = tool.check_args(&args) {
+            return fail(Outcome::InvalidArguments, text);
+        }
+        let session = options.session_id.clone();
+        let bus = self.bus().clone();
+        let update_call = call.id.clone();
+        let update_tool = call.name.clone();
+        let ctx = ToolCtx::new(
+            &call.id,
+            Arc::new(move |partial: &str| {
+                bus.publish(
+                    session.as_deref(),
+                    EventKind::ToolExecutionUpdate {
+                        call_id: update_call.clone(),
+                        tool: update_tool.clone(),
+                        partial: partial.to_owned(),
+                    },
+                );
+            }),
+        );
+        let (running_tx, running_rx) = oneshot::channel::<Instant>();
+        let task = self.spawn_task(
+            call,
+            tool,
+            gate,
+            options,
+            Arc::new(args),
+            ctx.clone(),
+            running_tx,
+        );
+        self.supervise(call, tool, options, task, running_rx, &ctx)
+            .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn spawn_task(
+        &self,
+        call: &ToolCall,
+        tool: &ResolvedTool,
+        gate: &Arc<dyn Gate>,
+        options: &RunOptions,
+        args: Arc<Value>,
+        ctx: ToolCtx,
+        running_tx: oneshot::Sender<Instant>,
+    ) -> tokio::task::JoinHandle<TaskEnd> {
+        let gate = gate.clone();
+        let gate_call = call.clone();
+        let gate_ctx = GateCtx {
+            session_id: options.session_id.clone(),
+            tool: tool.spec.clone(),
+        };
+        let invoke = tool.invoke.clone();
+        let name = call.name.clone();
+        self.tracker.spawn(async move {
+            match catch(async { gate.check(&gate_call, &gate_ctx).await }).await {
+                Err(caught) => return TaskEnd::GateCrashed(caught.describe("the gate")),
+                Ok(Verdict::Block(reason)) => return TaskEnd::Blocked(reason),
+                Ok(Verdict::Allow) => {}
+            }
+            // The loop starts the timeout clock from this instant.
+            let _ = running_tx.send(Instant::now());
+            match catch(invoke.invoke(args, ctx)).await {
+                Ok(answer) => TaskEnd::Answered(answer),
+                Err(caught) => TaskEnd::Answered(Err(Failure::Crash(CrashReason::Formatted(
+                    caught.describe(&format!("tool `{name}`")),
+                )))),
+            }
+        })
+    }
+
+    /// The loop's side of a call: arms the timeout when the task says the gate allowed, publishes
+    /// `tool_gate_waiting` and `tool_running`, and turns however the task ends into a result.
+    async fn supervise(
+        &self,
+        call: &ToolCall,
+        tool: &ResolvedTool,
+        options: &RunOptions,
+        mut task: tokio::task::JoinHandle<TaskEnd>,
+        mut running_rx: oneshot::Receiver<Instant>,
+        ctx: &ToolCtx,
+    ) -> ToolResult {
+        let session = options.session_id.as_deref();
+        let timeout = self.timeout_for(tool);
+        let never = CancellationToken::new();
+        let cancel = options.cancel.as_ref().unwrap_or(&never);
+        let gate_waiting = tokio::time::sleep(self.config.gate_waiting_after);
+        tokio::pin!(gate_waiting);
+        let mut gate_waiting_sent = false;
+        let mut gate_answered = false;
+        let mut deadline: Option<tokio::time::Instant> = None;
+        let end = loop {
+            let far = tokio::time::Instant::now() + Duration::from_secs(86_400);
+            tokio::select! {
+                biased;
+                allowed = &mut running_rx, if !gate_answered => {
+                    gate_answered = true;
+                    // An error means the task ended without allowing: its end comes next.
+                    if let Ok(at) = allowed {
+                        deadline = Some(tokio::time::Instant::from_std(at) + timeout);
+                        self.bus().emit(session, EventKind::ToolRunning {
+                            call_id: call.id.clone(),
+                            tool: call.name.clone(),
+                            timeout_ms: timeout.as_millis() as u64,
+                        }).await;
+                    }
+                }
+                joined = &mut task => break self.joined(joined),
+                () = tokio::time::sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => {
+                    ctx.cancel();
+                    task.abort();
+                    break Err((Outcome::TimedOut, timeout_text(&call.name, timeout)));
+                }
+                () = &mut gate_waiting, if !gate_waiting_sent && !gate_answered => {
+                    gate_waiting_sent = true;
+                    self.bus().emit(session, EventKind::ToolGateWaiting {
+                        call_id: call.id.clone(),
+                        tool: call.name.clone(),
+                    }).await;
+                }
+                () = cancel.cancelled() => {
+                    ctx.cancel();
+                    task.abort();
+                    break Err((Outcome::Error, format!("call of tool `{}` cancelled by the client", call.name)));
+                }
+            }
+        };
+        let (outcome, output, details) = match end {
+            Ok(TaskEnd::Blocked(reason)) => (Outcome::Blocked, Output::Text(reason), None),
+            Ok(TaskEnd::GateCrashed(text)) => (Outcome::Crashed, Output::Text(text), None),
+            Ok(TaskEnd::Answered(Ok(answer))) => {
+                let reply = to_result(Ok(answer));
+                match reply.result {
+                    Ok(output) => (Outcome::Ok, output, reply.details),
+                    Err(text) => (Outcome::Error, Output::Text(text), reply.details),
+                }
+            }
+            Ok(TaskEnd::Answered(Err(failure))) => match failure {
+                Failure::Tool(error) => {
+                    let reply = to_result(Err(error));
+                    let text = reply.result.err().unwrap_or_default();
+                    (Outcome::Error, Output::Text(text), reply.details)
+                }
+                Failure::Crash(reason) => {
+                    (Outcome::Crashed, Output::Text(crash_text(&reason)), None)
+                }
+                Failure::InvalidArguments(text) => (
+                    Outcome::InvalidArguments,
+                    Output::Text(format!(
+                        "invalid arguments for tool `{}`: {text}",
+                        call.name
+                    )),
+                    None,
+                ),
+                Failure::UnknownTool(text) => (Outcome::UnknownTool, Output::Text(text), None),
+            },
+            Err((outcome, text)) => (outcome, Output::Text(text), None),
+        };
+        ToolResult {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            outcome,
+            output,
+            details,
+            duration: Duration::ZERO,
+        }
+    }
+
+    /// Turns the task's join result into its end, reading nothing of a foreign panic payload but
+    /// a `&str` or `String`.
+    fn joined(
+        &self,
+        joined: Result<TaskEnd, tokio::task::JoinError>,
+    ) -> Result<TaskEnd, (Outcome, String)> {
+        match joined {
+            Ok(end) => Ok(end),
+            Err(error) if error.is_panic() => {
+                let reason = match payload_message(error.into_panic()) {
+                    Some(message) => {
+                        CrashReason::Formatted(format!("the tool's task panicked: {message}"))
+                    }
+                    None => CrashReason::NonStringPanic,
+                };
+                Err((Outcome::Crashed, crash_text(&reason)))
+            }
+            Err(_) => Err((Outcome::Crashed, crash_text(&CrashReason::Aborted))),
+        }
+    }
+}

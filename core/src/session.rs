@@ -1,0 +1,268 @@
+//! [`Loop`]: one session's agent loop. It owns the session's messages, asks the model for turns,
+//! runs each turn's tool calls concurrently (bounded by `max_parallel`), records each result the
+//! moment its call ends, and hands results back in the order the model asked for.
+
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use rho_plugin_api::Output;
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use crate::events::{CallRef, EventKind};
+use crate::gate::{Gate, ToolCall};
+use crate::model::{Model, ModelError};
+use crate::outcome::{Outcome, ToolResult};
+use crate::runner::{RunOptions, ToolRunner};
+
+/// How much of each result's details the session keeps (subscribers always get them whole).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeepDetails {
+    /// Keep none.
+    None,
+    /// Keep all (the default).
+    #[default]
+    All,
+    /// Keep details up to this many bytes of JSON; larger ones are dropped and marked.
+    UpTo(usize),
+}
+
+/// The details a session kept of one result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeptDetails {
+    /// The tool gave none, or `KeepDetails::None` keeps none.
+    None,
+    /// Kept whole.
+    Kept(Value),
+    /// Dropped for size: they were this many bytes of JSON.
+    Dropped {
+        /// Their size.
+        bytes: usize,
+    },
+}
+
+impl KeepDetails {
+    /// What this policy keeps of `details`.
+    pub fn keep(self, details: Option<&Value>) -> KeptDetails {
+        match (self, details) {
+            (_, None) | (KeepDetails::None, _) => KeptDetails::None,
+            (KeepDetails::All, Some(d)) => KeptDetails::Kept(d.clone()),
+            (KeepDetails::UpTo(max), Some(d)) => {
+                let bytes = d.to_string().len();
+                if bytes <= max {
+                    KeptDetails::Kept(d.clone())
+                } else {
+                    KeptDetails::Dropped { bytes }
+                }
+            }
+        }
+    }
+}
+
+/// A message of the session.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// What the user said.
+    User {
+        /// Its text.
+        text: String,
+    },
+    /// An assistant turn.
+    Assistant {
+        /// Its text.
+        text: String,
+        /// The calls it asked for.
+        tool_calls: Vec<ToolCall>,
+    },
+    /// A tool call's result.
+    Tool {
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// How it ended.
+        outcome: Outcome,
+        /// What the model reads.
+        output: Output,
+        /// What the session keeps of the details.
+        details: KeptDetails,
+    },
+}
+
+/// A loop's settings.
+#[derive(Debug, Clone)]
+pub struct LoopConfig {
+    /// Calls of one turn that run at once.
+    pub max_parallel: usize,
+    /// Turns after which the loop stops even if the model goes on.
+    pub max_turns: u32,
+    /// How much of each result's details the session keeps.
+    pub keep_details: KeepDetails,
+}
+
+impl Default for LoopConfig {
+    /// 8 calls at once, 32 turns, all details kept.
+    fn default() -> Self {
+        LoopConfig {
+            max_parallel: 8,
+            max_turns: 32,
+            keep_details: KeepDetails::All,
+        }
+    }
+}
+
+/// How a loop run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Turns the model took.
+    pub turns: u32,
+    /// `done` or `max_turns`.
+    pub reason: String,
+}
+
+/// One session's loop.
+pub struct Loop {
+    session_id: String,
+    runner: ToolRunner,
+    gate: Arc<dyn Gate>,
+    config: LoopConfig,
+    messages: Vec<Message>,
+}
+
+impl Loop {
+    /// A loop for session `session_id` that runs calls through `runner` behind `gate`.
+    pub fn new(
+        session_id: impl Into<String>,
+        runner: ToolRunner,
+        gate: Arc<dyn Gate>,
+        config: LoopConfig,
+    ) -> Self {
+        Loop {
+            session_id: session_id.into(),
+            runner,
+            gate,
+            config,
+            messages: Vec::new(),
+        }
+    }
+
+    /// The session's id.
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// The session's messages so far.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// Adds a user message.
+    pub fn push_user(&mut self, text: impl Into<String>) {
+        self.messages.push(Message::User { text: text.into() });
+    }
+
+    /// Runs turns until the model answers without tool calls, has nothing more to say, or
+    /// `max_turns` is reached. Publishes `agent_start`, per turn `turn_start`, `message_end`,
+    /// the calls' events and `turn_end`, then `agent_end`.
+    pub async fn run(&mut self, model: &dyn Model) -> Result<RunSummary, ModelError> {
+        let bus = self.runner.bus().clone();
+        let session_id = self.session_id.clone();
+        let session = Some(session_id.as_str());
+        bus.emit(session, EventKind::AgentStart {}).await;
+        let mut turns = 0;
+        let reason = loop {
+            if turns >= self.config.max_turns {
+                break Ok("max_turns".to_owned());
+            }
+            let specs = self.runner.registry().tools();
+            let turn = match model.next_turn(&self.messages, &specs).await {
+                Ok(Some(turn)) => turn,
+                Ok(None) => break Ok("done".to_owned()),
+                Err(error) => break Err(error),
+            };
+            turns += 1;
+            bus.emit(session, EventKind::TurnStart { turn: turns })
+                .await;
+            self.messages.push(Message::Assistant {
+                text: turn.text.clone(),
+                tool_calls: turn.tool_calls.clone(),
+            });
+            bus.emit(
+                session,
+                EventKind::MessageEnd {
+                    role: "assistant".into(),
+                    text: turn.text.clone(),
+                    tool_calls: turn
+                        .tool_calls
+                        .iter()
+                        .map(|c| CallRef {
+                            id: c.id.clone(),
+                            name: c.name.clone(),
+                        })
+                        .collect(),
+                },
+            )
+            .await;
+            let calls = turn.tool_calls.len();
+            if calls > 0 {
+                self.run_batch(&turn.tool_calls).await;
+            }
+            bus.emit(
+                session,
+                EventKind::TurnEnd {
+                    turn: turns,
+                    tool_calls: calls,
+                },
+            )
+            .await;
+            if calls == 0 {
+                break Ok("done".to_owned());
+            }
+        };
+        let (reason, result) = match reason {
+            Ok(reason) => (reason.clone(), Ok(RunSummary { turns, reason })),
+            Err(error) => (format!("model_error: {error}"), Err(error)),
+        };
+        bus.emit(session, EventKind::AgentEnd { turns, reason })
+            .await;
+        result
+    }
+
+    /// Runs `calls` concurrently (at most `max_parallel` at once), records each result in the
+    /// session as soon as its call ends, and returns the results in the order of `calls`.
+    pub async fn run_batch(&mut self, calls: &[ToolCall]) -> Vec<ToolResult> {
+        let permits = Arc::new(Semaphore::new(self.config.max_parallel.max(1)));
+        let options = RunOptions {
+            session_id: Some(self.session_id.clone()),
+            cancel: None,
+        };
+        let mut pending: FuturesUnordered<_> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, call)| {
+                let runner = self.runner.clone();
+                let gate = self.gate.clone();
+                let permits = permits.clone();
+                let options = options.clone();
+                async move {
+                    let _permit = permits.acquire_owned().await.ok();
+                    (i, runner.run(call, &gate, &options).await)
+                }
+            })
+            .collect();
+        let mut results: Vec<Option<ToolResult>> = vec![None; calls.len()];
+        while let Some((i, result)) = pending.next().await {
+            self.messages.push(Message::Tool {
+                call_id: result.call_id.clone(),
+                tool: result.tool.clone(),
+                outcome: result.outcome,
+                output: result.output.clone(),
+                details: self.config.keep_details.keep(result.details.as_ref()),
+            });
+            results[i] = Some(result);
+        }
+        results.into_iter().flatten().collect()
+    }
+}

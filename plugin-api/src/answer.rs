@@ -1,0 +1,155 @@
+//! What a tool answers: [`Answer`] on success, [`ToolError`] on failure. The same types serve plugin
+//! authors and hosts (a host-native tool in `rho-core` answers with them too).
+
+use serde_json::Value;
+
+/// An image for the model: its mime type and encoded bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// e.g. `image/png`.
+    pub mime_type: String,
+    /// The encoded image, raw.
+    pub bytes: Vec<u8>,
+}
+
+impl Image {
+    /// An image of `mime_type` made of `bytes`.
+    pub fn new(mime_type: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Self {
+        Image {
+            mime_type: mime_type.into(),
+            bytes: bytes.into(),
+        }
+    }
+}
+
+/// What the model reads of an answer: text, one image with text, or several images with text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Text only.
+    Text(String),
+    /// One image (a screenshot) with text.
+    Image {
+        /// The image.
+        image: Image,
+        /// Text about it.
+        text: String,
+    },
+    /// Several images (photos) with text.
+    Images {
+        /// The images, in order.
+        images: Vec<Image>,
+        /// Text about them.
+        text: String,
+    },
+}
+
+impl Output {
+    /// The text part of the output, whatever its shape.
+    pub fn text(&self) -> &str {
+        match self {
+            Output::Text(text) | Output::Image { text, .. } | Output::Images { text, .. } => text,
+        }
+    }
+
+    /// The images of the output (none for text).
+    pub fn images(&self) -> &[Image] {
+        match self {
+            Output::Text(_) => &[],
+            Output::Image { image, .. } => std::slice::from_ref(image),
+            Output::Images { images, .. } => images,
+        }
+    }
+}
+
+/// A tool's successful answer: output for the model, and optional details (JSON) for the host's
+/// screens, which the model never sees.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// What the model and the session get.
+    pub output: Output,
+    /// What screens get, beside the output.
+    pub details: Option<Value>,
+}
+
+impl Answer {
+    /// A text answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        Output::Text(text.into()).into()
+    }
+
+    /// One image with text.
+    pub fn image(
+        mime_type: impl Into<String>,
+        bytes: impl Into<Vec<u8>>,
+        text: impl Into<String>,
+    ) -> Self {
+        Output::Image {
+            image: Image::new(mime_type, bytes),
+            text: text.into(),
+        }
+        .into()
+    }
+
+    /// Several images with text.
+    pub fn images(images: Vec<Image>, text: impl Into<String>) -> Self {
+        Output::Images {
+            images,
+            text: text.into(),
+        }
+        .into()
+    }
+
+    /// The same answer with `details` for screens (build them with [`crate::json!`]).
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+}
+
+impl From<Output> for Answer {
+    fn from(output: Output) -> Self {
+        Answer {
+            output,
+            details: None,
+        }
+    }
+}
+
+/// A tool's failure: a message for the model, and optional details for screens.
+///
+/// Any `std::error::Error` converts into it, so `?` works in tool functions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolError {
+    /// What went wrong, in words a model can act on.
+    pub message: String,
+    /// What screens get, beside the message.
+    pub details: Option<Value>,
+}
+
+impl ToolError {
+    /// A failure with `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        ToolError {
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    /// The same failure with `details` for screens.
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+}
+
+impl<E: std::error::Error> From<E> for ToolError {
+    fn from(error: E) -> Self {
+        ToolError::new(error.to_string())
+    }
+}
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}

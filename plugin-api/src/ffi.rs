@@ -1,0 +1,186 @@
+//! The ABI contract: the `#[repr(C)]` types that cross the boundary between a host and a plugin
+//! library. Plugin authors never touch these; [`crate::export_plugin!`] generates the glue and hosts
+//! go through `rho-core`.
+//!
+//! Every type here derives [`StableAbi`], so a host that loads a library built against another
+//! layout gets `LibraryError::AbiInstability` at load time instead of undefined behaviour.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use abi_stable::{
+    StableAbi, declare_root_module_statics,
+    library::RootModule,
+    marker_type::ErasedObject,
+    package_version_strings,
+    sabi_types::{RRef, VersionStrings},
+    std_types::{ROption, RResult, RStr, RString, RVec},
+};
+
+/// The version of the calling convention described in this module. A host refuses a plugin that
+/// reports another number, on top of abi_stable's own layout check.
+pub const INTERFACE_VERSION: u32 = 1;
+
+/// The symbol under which every plugin exports its root module (abi_stable's mangled name for the
+/// root module loader). [`crate::export_plugin!`] uses it; a unit test checks it against abi_stable.
+pub const ROOT_SYMBOL: &str = "_1as_0lib_1header_0root_bmodule_bloader";
+
+/// The root module every plugin library exports.
+#[repr(C)]
+#[derive(StableAbi)]
+#[sabi(kind(Prefix(prefix_ref = PluginModRef)))]
+#[sabi(missing_field(panic))]
+pub struct PluginMod {
+    /// [`INTERFACE_VERSION`] as the plugin was built.
+    pub interface_version: u32,
+    /// Describes the plugin and its tools. Never unwinds: a panic comes back as `RErr`.
+    pub describe: extern "C" fn() -> RResult<FfiPluginInfo, RString>,
+    /// Calls one tool. Never unwinds: a panic comes back as an [`FfiFailure`] of kind `Panic`.
+    #[sabi(last_prefix_field)]
+    pub call: extern "C" fn(tool: RStr<'_>, args_json: RStr<'_>, ctx: FfiCtx<'_>) -> FfiOutcome,
+}
+
+impl RootModule for PluginModRef {
+    declare_root_module_statics! {PluginModRef}
+    const BASE_NAME: &'static str = "rho_plugin";
+    const NAME: &'static str = "rho_plugin";
+    const VERSION_STRINGS: VersionStrings = package_version_strings!();
+}
+
+/// What a plugin says about itself.
+#[repr(C)]
+#[derive(StableAbi, Debug)]
+pub struct FfiPluginInfo {
+    /// The plugin's name (its crate name).
+    pub name: RString,
+    /// The plugin's version (its crate version).
+    pub version: RString,
+    /// Its tools, in the order the author listed them.
+    pub tools: RVec<FfiToolDesc>,
+}
+
+/// One tool as a plugin describes it.
+#[repr(C)]
+#[derive(StableAbi, Debug)]
+pub struct FfiToolDesc {
+    /// The tool's name; hosts accept `^[a-zA-Z0-9_-]{1,64}$` only.
+    pub name: RString,
+    /// A description for the model.
+    pub description: RString,
+    /// The JSON Schema of the arguments, as JSON text.
+    pub parameters_json: RString,
+    /// The tool's own timeout, if it has one.
+    pub timeout_ms: ROption<u64>,
+}
+
+/// The result of one call across the boundary.
+pub type FfiOutcome = RResult<FfiAnswer, FfiFailure>;
+
+/// Which shape of output an [`FfiAnswer`] carries.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FfiOutputKind {
+    /// Text only.
+    Text,
+    /// Exactly one image, with text.
+    Image,
+    /// Any number of images, with text.
+    Images,
+}
+
+/// An image across the boundary: its mime type and raw bytes (never base64).
+#[repr(C)]
+#[derive(StableAbi, Debug)]
+pub struct FfiImage {
+    /// e.g. `image/png`.
+    pub mime_type: RString,
+    /// The encoded image.
+    pub bytes: RVec<u8>,
+}
+
+/// A successful answer across the boundary.
+#[repr(C)]
+#[derive(StableAbi, Debug)]
+pub struct FfiAnswer {
+    /// The shape of the output.
+    pub kind: FfiOutputKind,
+    /// The text for the model.
+    pub text: RString,
+    /// Images (empty for `Text`, one for `Image`).
+    pub images: RVec<FfiImage>,
+    /// Details for screens, as JSON text.
+    pub details_json: ROption<RString>,
+}
+
+/// Why a call failed.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FfiFailureKind {
+    /// The tool answered with an error.
+    Error,
+    /// The tool (or the plugin's glue) panicked; the message says where and why.
+    Panic,
+    /// The plugin has no tool of that name.
+    UnknownTool,
+    /// The arguments did not deserialize into the tool's argument type.
+    InvalidArguments,
+}
+
+/// A failed call across the boundary.
+#[repr(C)]
+#[derive(StableAbi, Debug)]
+pub struct FfiFailure {
+    /// What kind of failure.
+    pub kind: FfiFailureKind,
+    /// The text for the model.
+    pub message: RString,
+    /// Details for screens, as JSON text.
+    pub details_json: ROption<RString>,
+}
+
+/// The call context across the boundary: valid for the duration of one `call`.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy)]
+pub struct FfiCtx<'a> {
+    /// The call's id, as the model gave it.
+    pub call_id: RStr<'a>,
+    /// Set by the host when it gives up on the call.
+    pub cancelled: &'a AtomicBool,
+    /// Opaque host state handed back to `send_update`.
+    pub sink: RRef<'a, ErasedObject>,
+    /// Sends one partial update (text) to the host. Never unwinds.
+    pub send_update: extern "C" fn(sink: RRef<'a, ErasedObject>, update: RStr<'_>),
+}
+
+impl<'a> FfiCtx<'a> {
+    /// Builds a context for one call from host data. `on_update` receives every partial update the
+    /// plugin sends; a panic inside it is caught and the update dropped, never unwinding into the
+    /// plugin.
+    pub fn new(
+        call_id: &'a str,
+        cancelled: &'a AtomicBool,
+        on_update: &'a &'a (dyn Fn(&str) + Sync),
+    ) -> Self {
+        let ptr = on_update as *const &(dyn Fn(&str) + Sync) as *const ErasedObject;
+        // SAFETY: `ptr` comes from a reference that lives for 'a; `trampoline` casts it back to the
+        // same type.
+        let sink = unsafe { RRef::from_raw(ptr) };
+        FfiCtx {
+            call_id: RStr::from_str(call_id),
+            cancelled,
+            sink,
+            send_update: trampoline,
+        }
+    }
+
+    /// Whether the host has given up on the call.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+}
+
+extern "C" fn trampoline(sink: RRef<'_, ErasedObject>, update: RStr<'_>) {
+    let ptr = sink.as_ptr() as *const &(dyn Fn(&str) + Sync);
+    // SAFETY: only `FfiCtx::new` builds contexts with this trampoline, from this exact type.
+    let on_update: &&(dyn Fn(&str) + Sync) = unsafe { &*ptr };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| on_update(update.as_str())));
+}

@@ -1,0 +1,225 @@
+//! The plugin side of the ABI, used by the code [`crate::export_plugin!`] generates. Nothing here
+//! lets a panic cross the boundary: every entry point runs under `catch_unwind`, and a panic comes
+//! back as a failure whose message says where the plugin panicked and why.
+
+use std::any::Any;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Once;
+
+pub use abi_stable;
+use abi_stable::prefix_type::PrefixTypeTrait;
+use abi_stable::std_types::{RErr, ROk, ROption, RResult, RStr, RString, RVec};
+
+use crate::ffi::{
+    FfiAnswer, FfiCtx, FfiFailure, FfiFailureKind, FfiImage, FfiOutcome, FfiOutputKind,
+    FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION, PluginMod, PluginModRef,
+};
+use crate::tool::CallFailure;
+use crate::{Answer, Ctx, Image, Output, Tool};
+
+/// The tools of one plugin, indexed by name.
+pub struct PluginTools {
+    tools: Vec<Tool>,
+    index: HashMap<String, usize>,
+}
+
+impl PluginTools {
+    /// Indexes `tools`; of two tools with one name, the first wins (the host reports the other).
+    pub fn new(tools: Vec<Tool>) -> Self {
+        let mut index = HashMap::new();
+        for (i, tool) in tools.iter().enumerate() {
+            index.entry(tool.name().to_owned()).or_insert(i);
+        }
+        PluginTools { tools, index }
+    }
+}
+
+/// Builds the root module from the two generated entry points.
+pub fn module(
+    describe: extern "C" fn() -> RResult<FfiPluginInfo, RString>,
+    call: extern "C" fn(RStr<'_>, RStr<'_>, FfiCtx<'_>) -> FfiOutcome,
+) -> PluginModRef {
+    PluginMod {
+        interface_version: INTERFACE_VERSION,
+        describe,
+        call,
+    }
+    .leak_into_prefix()
+}
+
+/// The body of the generated `describe` entry point.
+pub fn describe(
+    name: &str,
+    version: &str,
+    tools: fn() -> &'static PluginTools,
+) -> RResult<FfiPluginInfo, RString> {
+    match guarded(|| {
+        let tools = tools()
+            .tools
+            .iter()
+            .map(|tool| FfiToolDesc {
+                name: tool.name().into(),
+                description: tool.description().into(),
+                parameters_json: tool.parameters().to_string().into(),
+                timeout_ms: tool.timeout().into(),
+            })
+            .collect();
+        FfiPluginInfo {
+            name: name.into(),
+            version: version.into(),
+            tools,
+        }
+    }) {
+        Ok(info) => ROk(info),
+        Err(message) => RErr(format!("describing the plugin {message}").into()),
+    }
+}
+
+/// The body of the generated `call` entry point.
+pub fn call(
+    tools: fn() -> &'static PluginTools,
+    tool: RStr<'_>,
+    args_json: RStr<'_>,
+    ctx: FfiCtx<'_>,
+) -> FfiOutcome {
+    let result = guarded(|| {
+        let tools = tools();
+        let Some(&i) = tools.index.get(tool.as_str()) else {
+            return Err(failure(
+                FfiFailureKind::UnknownTool,
+                format!("this plugin has no tool `{}`", tool.as_str()),
+                None,
+            ));
+        };
+        Ctx::with_host(ctx, |ctx| tools.tools[i].run(args_json.as_str(), ctx))
+            .map(answer_to_ffi)
+            .map_err(|f| match f {
+                CallFailure::Tool(e) => failure(FfiFailureKind::Error, e.message, e.details),
+                CallFailure::InvalidArguments(m) => {
+                    failure(FfiFailureKind::InvalidArguments, m, None)
+                }
+            })
+    });
+    match result {
+        Ok(Ok(answer)) => ROk(answer),
+        Ok(Err(failure)) => RErr(failure),
+        Err(message) => RErr(FfiFailure {
+            kind: FfiFailureKind::Panic,
+            message: message.into(),
+            details_json: ROption::RNone,
+        }),
+    }
+}
+
+fn failure(
+    kind: FfiFailureKind,
+    message: String,
+    details: Option<serde_json::Value>,
+) -> FfiFailure {
+    FfiFailure {
+        kind,
+        message: message.into(),
+        details_json: details.map(|d| RString::from(d.to_string())).into(),
+    }
+}
+
+fn answer_to_ffi(answer: Answer) -> FfiAnswer {
+    let image = |i: Image| FfiImage {
+        mime_type: i.mime_type.into(),
+        bytes: i.bytes.into(),
+    };
+    let (kind, text, images): (_, String, RVec<FfiImage>) = match answer.output {
+        Output::Text(text) => (FfiOutputKind::Text, text, RVec::new()),
+        Output::Image { image: i, text } => (FfiOutputKind::Image, text, vec![image(i)].into()),
+        Output::Images { images, text } => (
+            FfiOutputKind::Images,
+            text,
+            images.into_iter().map(image).collect(),
+        ),
+    };
+    FfiAnswer {
+        kind,
+        text: text.into(),
+        images,
+        details_json: answer.details.map(|d| RString::from(d.to_string())).into(),
+    }
+}
+
+thread_local! {
+    static IN_GUARD: Cell<bool> = const { Cell::new(false) };
+    static LAST_LOCATION: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Runs `f`, turning a panic into `Err("panicked at FILE:LINE:COL: MESSAGE")`.
+///
+/// The plugin links its own copy of std, so the panic hook installed here is the plugin's own: it
+/// records where a guarded panic happened and stays silent; panics outside a guard go to the
+/// previous hook as before.
+fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if IN_GUARD.with(Cell::get) {
+                let location = info.location().map(|l| l.to_string());
+                LAST_LOCATION.with(|last| *last.borrow_mut() = location);
+            } else {
+                previous(info);
+            }
+        }));
+    });
+    let outer = IN_GUARD.with(|g| g.replace(true));
+    let result = catch_unwind(AssertUnwindSafe(f));
+    IN_GUARD.with(|g| g.set(outer));
+    result.map_err(|payload| {
+        let location = LAST_LOCATION.with(|last| last.borrow_mut().take());
+        let message = panic_message(payload);
+        match location {
+            Some(location) => format!("panicked at {location}: {message}"),
+            None => format!("panicked: {message}"),
+        }
+    })
+}
+
+/// Reads a panic payload that is a `&str` or a `String`; any other payload is leaked, never
+/// dropped (its destructor could panic again, which would abort the host).
+fn panic_message(payload: Box<dyn Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        return (*s).to_owned();
+    }
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(other) => {
+            std::mem::forget(other);
+            "a non-string panic payload".to_owned()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_symbol_matches_abi_stable() {
+        assert_eq!(
+            crate::ffi::ROOT_SYMBOL,
+            abi_stable::library::ROOT_MODULE_LOADER_NAME
+        );
+    }
+
+    #[test]
+    fn guarded_reports_location_and_message() {
+        let err = guarded(|| panic!("boom {}", 7)).unwrap_err();
+        assert!(
+            err.starts_with("panicked at plugin-api/src/glue.rs:"),
+            "{err}"
+        );
+        assert!(err.ends_with(": boom 7"), "{err}");
+        let err = guarded(|| std::panic::panic_any(42_u8)).unwrap_err();
+        assert!(err.ends_with(": a non-string panic payload"), "{err}");
+        assert_eq!(guarded(|| 5).unwrap(), 5);
+    }
+}

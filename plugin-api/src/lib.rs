@@ -1,0 +1,108 @@
+//! The contract between a rho host and its plugins, and the API plugin authors write against.
+//!
+//! A plugin is a `cdylib` crate that depends on this crate only. Its tools are plain Rust
+//! functions; one [`export_plugin!`] lists them:
+//!
+//! ```
+//! use rho_plugin_api::{Answer, Ctx, JsonSchema, Tool, ToolError, export_plugin};
+//! use serde::Deserialize;
+//!
+//! /// Arguments of `echo`.
+//! #[derive(Deserialize, JsonSchema)]
+//! struct EchoArgs {
+//!     /// The text to send back.
+//!     text: String,
+//! }
+//!
+//! fn echo(args: EchoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+//!     Ok(Answer::text(args.text))
+//! }
+//!
+//! export_plugin! {
+//!     Tool::new("echo", "Answers with the text it was given.", echo),
+//! }
+//!
+//! // A tool function is plain Rust: call it directly in a test.
+//! let ctx = Ctx::detached("call-1");
+//! let answer = echo(EchoArgs { text: "hi".into() }, &ctx).unwrap();
+//! assert_eq!(answer.output.text(), "hi");
+//! ```
+//!
+//! The JSON Schema of each tool's arguments is derived from its argument type. Every exported entry
+//! point catches panics inside the plugin and returns them as failures that name the location and
+//! the message: a panic never reaches the host. Plugins must be built with `panic = "unwind"` (the
+//! default).
+#![warn(missing_docs)]
+
+mod answer;
+mod ctx;
+pub mod ffi;
+#[doc(hidden)]
+pub mod glue;
+mod tool;
+
+pub use answer::{Answer, Image, Output, ToolError};
+pub use ctx::Ctx;
+pub use schemars::JsonSchema;
+pub use serde_json::{Value, json};
+pub use tool::{CallFailure, MAX_TOOL_NAME_LEN, Tool, is_valid_tool_name};
+
+/// Re-exported so plugins need no direct dependency on them.
+pub use {schemars, serde, serde_json};
+
+/// Exports a plugin's tools: the one macro a plugin crate invokes, once, at its root.
+///
+/// Takes a comma-separated list of [`Tool`] expressions. The plugin's name and version are its
+/// crate's `CARGO_PKG_NAME` and `CARGO_PKG_VERSION`. The tool list is built once, on first use.
+#[macro_export]
+macro_rules! export_plugin {
+    ($($tool:expr),* $(,)?) => {
+        #[doc(hidden)]
+        fn __rho_plugin_tools() -> &'static $crate::glue::PluginTools {
+            static TOOLS: ::std::sync::OnceLock<$crate::glue::PluginTools> =
+                ::std::sync::OnceLock::new();
+            TOOLS.get_or_init(|| $crate::glue::PluginTools::new(::std::vec![$($tool),*]))
+        }
+
+        #[doc(hidden)]
+        extern "C" fn __rho_plugin_describe() -> $crate::glue::abi_stable::std_types::RResult<
+            $crate::ffi::FfiPluginInfo,
+            $crate::glue::abi_stable::std_types::RString,
+        > {
+            $crate::glue::describe(
+                ::std::env!("CARGO_PKG_NAME"),
+                ::std::env!("CARGO_PKG_VERSION"),
+                __rho_plugin_tools,
+            )
+        }
+
+        #[doc(hidden)]
+        extern "C" fn __rho_plugin_call(
+            tool: $crate::glue::abi_stable::std_types::RStr<'_>,
+            args_json: $crate::glue::abi_stable::std_types::RStr<'_>,
+            ctx: $crate::ffi::FfiCtx<'_>,
+        ) -> $crate::ffi::FfiOutcome {
+            $crate::glue::call(__rho_plugin_tools, tool, args_json, ctx)
+        }
+
+        #[doc(hidden)]
+        fn __rho_plugin_module() -> $crate::ffi::PluginModRef {
+            $crate::glue::module(__rho_plugin_describe, __rho_plugin_call)
+        }
+
+        #[doc(hidden)]
+        extern "C" fn __rho_plugin_root() -> $crate::glue::abi_stable::library::RootModuleResult {
+            $crate::glue::abi_stable::library::__call_root_module_loader(__rho_plugin_module)
+        }
+
+        /// The plugin's root module, as abi_stable's loader looks it up.
+        #[doc(hidden)]
+        #[unsafe(export_name = "_1as_0lib_1header_0root_bmodule_bloader")]
+        pub static __RHO_PLUGIN_ROOT: $crate::glue::abi_stable::library::LibHeader = unsafe {
+            $crate::glue::abi_stable::library::LibHeader::from_constructor::<$crate::ffi::PluginModRef>(
+                __rho_plugin_root,
+                $crate::glue::abi_stable::library::CheckTypeLayout::Yes,
+            )
+        };
+    };
+}

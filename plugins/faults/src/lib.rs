@@ -1,0 +1,187 @@
+//! `faults`: a plugin that misbehaves on request, for rho's own tests and benchmarks.
+//!
+//! In process, `abort`, `segfault` and `exit_process` end the host: call them only in an isolated
+//! (out-of-process) source.
+
+use std::time::{Duration, Instant};
+
+use rho_plugin_api::{Answer, Ctx, JsonSchema, Tool, ToolError, export_plugin, json};
+use serde::Deserialize;
+
+/// Arguments of `panic`.
+#[derive(Deserialize, JsonSchema)]
+pub struct PanicArgs {
+    /// The panic message.
+    pub message: String,
+}
+
+/// Arguments of `sleep`.
+#[derive(Deserialize, JsonSchema)]
+pub struct SleepArgs {
+    /// How long to sleep, in milliseconds.
+    pub ms: u64,
+}
+
+/// No arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct NoArgs {}
+
+/// Arguments of `exit_process`.
+#[derive(Deserialize, JsonSchema)]
+pub struct ExitArgs {
+    /// The exit status.
+    pub code: i32,
+}
+
+/// Arguments of `big_output`.
+#[derive(Deserialize, JsonSchema)]
+pub struct BigArgs {
+    /// How many bytes of text to answer with.
+    pub bytes: usize,
+}
+
+/// Arguments of `updates`.
+#[derive(Deserialize, JsonSchema)]
+pub struct UpdatesArgs {
+    /// How many partial updates to send.
+    pub count: u32,
+    /// Pause between two updates, in milliseconds.
+    pub interval_ms: u64,
+}
+
+/// Arguments of `print`.
+#[derive(Deserialize, JsonSchema)]
+pub struct PrintArgs {
+    /// What to print on stdout and stderr.
+    pub text: String,
+}
+
+/// Arguments of `alloc`.
+#[derive(Deserialize, JsonSchema)]
+pub struct AllocArgs {
+    /// How many MiB to allocate and touch.
+    pub mib: usize,
+}
+
+/// Arguments of `fail`.
+#[derive(Deserialize, JsonSchema)]
+pub struct FailArgs {
+    /// The error message.
+    pub message: String,
+}
+
+fn panic_tool(args: PanicArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    panic!("{}", args.message)
+}
+
+fn panic_payload(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    std::panic::panic_any(42_u32)
+}
+
+fn sleep(args: SleepArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    let end = Instant::now() + Duration::from_millis(args.ms);
+    while Instant::now() < end {
+        if ctx.is_cancelled() {
+            return Err(ToolError::new("cancelled while sleeping"));
+        }
+        std::thread::sleep(
+            Duration::from_millis(2).min(end.saturating_duration_since(Instant::now())),
+        );
+    }
+    Ok(Answer::text(format!("slept {} ms", args.ms)))
+}
+
+fn spin(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let mut x: u64 = 0;
+    loop {
+        x = std::hint::black_box(x.wrapping_add(1));
+    }
+}
+
+fn spin_cancellable(_: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    let start = Instant::now();
+    while !ctx.is_cancelled() {
+        std::hint::spin_loop();
+    }
+    Err(ToolError::new(format!(
+        "cancelled after {} ms",
+        start.elapsed().as_millis()
+    )))
+}
+
+fn abort(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    std::process::abort()
+}
+
+fn segfault(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let null = std::hint::black_box(std::ptr::null_mut::<u8>());
+    // SAFETY: none: this tool exists to crash its process with SIGSEGV.
+    unsafe { null.write_volatile(1) };
+    Ok(Answer::text("unreachable"))
+}
+
+fn exit_process(args: ExitArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    std::process::exit(args.code)
+}
+
+fn big_output(args: BigArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    Ok(Answer::text("x".repeat(args.bytes)))
+}
+
+fn updates(args: UpdatesArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    for i in 1..=args.count {
+        if ctx.is_cancelled() {
+            return Err(ToolError::new(format!("cancelled after {} updates", i - 1)));
+        }
+        ctx.update(format!("update {i}/{}", args.count));
+        std::thread::sleep(Duration::from_millis(args.interval_ms));
+    }
+    Ok(Answer::text(format!("sent {} updates", args.count)))
+}
+
+fn print(args: PrintArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    println!("{}", args.text);
+    eprintln!("{}", args.text);
+    Ok(Answer::text(format!("printed {} bytes", args.text.len())))
+}
+
+fn alloc(args: AllocArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let mut block = vec![0u8; args.mib << 20];
+    for page in block.chunks_mut(4096) {
+        page[0] = 1;
+    }
+    let touched = std::hint::black_box(&block)
+        .iter()
+        .step_by(4096)
+        .filter(|b| **b == 1)
+        .count();
+    Ok(Answer::text(format!("touched {touched} pages")))
+}
+
+fn fail(args: FailArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    Err(ToolError::new(args.message).with_details(json!({ "reason": "asked to fail" })))
+}
+
+fn build_tag(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    Ok(Answer::text(
+        option_env!("RHO_FAULTS_TAG").unwrap_or("default"),
+    ))
+}
+
+export_plugin! {
+    Tool::new("panic", "Panics with the given message.", panic_tool),
+    Tool::new("panic_payload", "Panics with a non-string payload.", panic_payload),
+    Tool::new("sleep", "Sleeps for ms milliseconds; stops early when cancelled.", sleep),
+    Tool::new("spin", "Busy-loops forever and ignores cancellation.", spin),
+    Tool::new("spin_cancellable", "Busy-loops until cancelled.", spin_cancellable),
+    Tool::new("abort", "Aborts its process.", abort),
+    Tool::new("segfault", "Writes through a null pointer.", segfault),
+    Tool::new("exit_process", "Exits its process with the given status.", exit_process),
+    Tool::new("big_output", "Answers with that many bytes of text.", big_output),
+    Tool::new("updates", "Sends count partial updates, then answers.", updates),
+    Tool::new("print", "Prints the text on stdout and stderr, then answers.", print),
+    Tool::new("alloc", "Allocates and touches that many MiB.", alloc),
+    Tool::new("fail", "Answers with an error with details.", fail),
+    Tool::new("build_tag", "Answers with the tag this library was built with.", build_tag),
+    Tool::new("slow", "Sleeps for ms milliseconds; its own timeout is 1000 ms.", sleep).timeout_ms(1000),
+}

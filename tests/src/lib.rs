@@ -1,0 +1,87 @@
+//! Helpers for rho's integration tests: the real plugin libraries and binaries, built once per
+//! test process by the same cargo that runs the tests, and private plugin directories to load
+//! them from.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The packages the tests need built: every plugin, the `rho` binary and the isolated worker.
+const PACKAGES: &[&str] = &[
+    "echo",
+    "picture",
+    "files",
+    "faults",
+    "incompatible",
+    "rho-cli",
+];
+
+/// The profile directory the tests run from (`target/debug` or `target/release`).
+pub fn profile_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        // target/<profile>/deps/<test-binary>
+        exe.parent()
+            .and_then(Path::parent)
+            .expect("test executable under target/<profile>/deps")
+            .to_owned()
+    })
+}
+
+/// Builds the plugins and binaries once per test process (a no-op when they are up to date) and
+/// returns the profile directory holding them.
+pub fn built() -> &'static Path {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let profile = profile_dir();
+        let target = profile.parent().expect("target dir");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.arg("build").arg("--quiet");
+        if profile.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        for p in PACKAGES {
+            cmd.args(["-p", p]);
+        }
+        cmd.env("CARGO_TARGET_DIR", target)
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        let status = cmd
+            .status()
+            .expect("run cargo build for the test artifacts");
+        assert!(status.success(), "building the test plugins failed");
+    });
+    profile_dir()
+}
+
+/// The built library of plugin crate `name`.
+pub fn plugin_lib(name: &str) -> PathBuf {
+    built().join(format!(
+        "{}{name}{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    ))
+}
+
+/// The built `rho` binary.
+pub fn rho_bin() -> PathBuf {
+    built().join("rho")
+}
+
+/// A fresh private directory (mode 0700) holding copies of the named plugins.
+pub fn plugin_dir(names: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for name in names {
+        install(dir.path(), name);
+    }
+    dir
+}
+
+/// Copies plugin `name` into `dir` (as `lib<name>.so`).
+pub fn install(dir: &Path, name: &str) -> PathBuf {
+    let from = plugin_lib(name);
+    let to = dir.join(from.file_name().expect("library file name"));
+    std::fs::copy(&from, &to).expect("copy plugin");
+    to
+}

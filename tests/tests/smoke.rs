@@ -1,0 +1,4 @@
+#[test]
+fn builds_artifacts() {
+    assert!(rho_tests::plugin_lib("echo").exists());
+}
