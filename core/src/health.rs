@@ -88,6 +88,22 @@ struct Entry {
     quarantined: Option<(u64, String)>,
 }
 
+/// Which tool, from which load of its plugin.
+#[derive(Clone, Copy)]
+pub(crate) struct ToolKey<'a> {
+    pub tool: &'a str,
+    pub origin: &'a str,
+    pub generation: u64,
+}
+
+/// How a call ended, as accounting needs it.
+#[derive(Clone, Copy)]
+pub(crate) struct CallEnd<'a> {
+    pub outcome: Outcome,
+    pub duration: Duration,
+    pub text: &'a str,
+}
+
 /// What recording a call's end changed.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Change {
@@ -115,13 +131,19 @@ impl Health {
     pub fn record(
         &mut self,
         policy: &QuarantinePolicy,
-        tool: &str,
-        origin: &str,
-        generation: u64,
-        outcome: Outcome,
-        duration: Duration,
-        text: &str,
+        tool: &ToolKey<'_>,
+        end: &CallEnd<'_>,
     ) -> Change {
+        let ToolKey {
+            tool,
+            origin,
+            generation,
+        } = *tool;
+        let CallEnd {
+            outcome,
+            duration,
+            text,
+        } = *end;
         let entry = self.entries.entry(tool.to_owned()).or_default();
         if entry.generation != generation {
             entry.generation = generation;
@@ -238,20 +260,66 @@ mod tests {
         let mut h = Health::default();
         let d = Duration::from_millis(5);
         assert_eq!(
-            h.record(&policy, "t", "p@1", 1, Outcome::Crashed, d, "boom"),
+            h.record(
+                &policy,
+                &ToolKey {
+                    tool: "t",
+                    origin: "p@1",
+                    generation: 1
+                },
+                &CallEnd {
+                    outcome: Outcome::Crashed,
+                    duration: d,
+                    text: "boom"
+                }
+            ),
             Change::None
         );
         assert_eq!(
-            h.record(&policy, "t", "p@1", 1, Outcome::Ok, d, ""),
+            h.record(
+                &policy,
+                &ToolKey {
+                    tool: "t",
+                    origin: "p@1",
+                    generation: 1
+                },
+                &CallEnd {
+                    outcome: Outcome::Ok,
+                    duration: d,
+                    text: ""
+                }
+            ),
             Change::None
         );
         assert_eq!(
-            h.record(&policy, "t", "p@1", 1, Outcome::TimedOut, d, "slow"),
+            h.record(
+                &policy,
+                &ToolKey {
+                    tool: "t",
+                    origin: "p@1",
+                    generation: 1
+                },
+                &CallEnd {
+                    outcome: Outcome::TimedOut,
+                    duration: d,
+                    text: "slow"
+                }
+            ),
             Change::None
         );
-        let Change::Quarantined(reason) =
-            h.record(&policy, "t", "p@1", 1, Outcome::Crashed, d, "bang")
-        else {
+        let Change::Quarantined(reason) = h.record(
+            &policy,
+            &ToolKey {
+                tool: "t",
+                origin: "p@1",
+                generation: 1,
+            },
+            &CallEnd {
+                outcome: Outcome::Crashed,
+                duration: d,
+                text: "bang",
+            },
+        ) else {
             panic!("not quarantined");
         };
         assert_eq!(

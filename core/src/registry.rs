@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::bus::Bus;
 use crate::events::EventKind;
-use crate::health::{Change, Health, QuarantinePolicy, ToolStats};
+use crate::health::{CallEnd, Change, Health, QuarantinePolicy, ToolKey, ToolStats};
 use crate::invoke::{Invoke, NativeInvoke, Tool};
 use crate::outcome::ToolResult;
 use crate::spec::ToolSpec;
@@ -295,15 +295,17 @@ impl ToolRegistry {
             .read()
             .unwrap_or_else(PoisonError::into_inner);
         let origin = tool.spec.origin();
-        let change = self.health().record(
-            &policy,
-            &tool.spec.name,
-            &origin,
-            tool.generation,
-            result.outcome,
-            result.duration,
-            result.text(),
-        );
+        let key = ToolKey {
+            tool: &tool.spec.name,
+            origin: &origin,
+            generation: tool.generation,
+        };
+        let end = CallEnd {
+            outcome: result.outcome,
+            duration: result.duration,
+            text: result.text(),
+        };
+        let change = self.health().record(&policy, &key, &end);
         if let Change::Quarantined(reason) = change {
             tracing::warn!(tool = %tool.spec.name, %reason, "tool quarantined");
             self.inner.bus.publish(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rho_plugin_api::{Answer, Output};
 use serde_json::Value;
 use tokio::sync::oneshot;
-use tokio_util::sync::CancellationToken;
+pub use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bus::Bus;

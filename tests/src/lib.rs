@@ -85,3 +85,36 @@ pub fn install(dir: &Path, name: &str) -> PathBuf {
     std::fs::copy(&from, &to).expect("copy plugin");
     to
 }
+
+/// A registry on a fresh bus with `dir` loaded in process; panics on a directory that cannot be
+/// used at all. Returns the load report's error lines too.
+pub async fn load_dir(
+    dir: &Path,
+) -> (
+    rho_core::Bus,
+    rho_core::ToolRegistry,
+    Vec<String>,
+    rho_core::PluginDir,
+) {
+    let bus = rho_core::Bus::default();
+    let registry = rho_core::ToolRegistry::new(bus.clone());
+    let (plugin_dir, report) = registry
+        .add_plugin_dir(dir, rho_core::DirOptions::default())
+        .await
+        .expect("plugin directory");
+    (bus, registry, report.errors, plugin_dir)
+}
+
+/// A runner over `registry` with `timeout_ms` as the default timeout.
+pub fn runner(registry: &rho_core::ToolRegistry, timeout_ms: u64) -> rho_core::ToolRunner {
+    let config = rho_core::RunnerConfig {
+        default_timeout: std::time::Duration::from_millis(timeout_ms),
+        ..Default::default()
+    };
+    rho_core::ToolRunner::new(registry.clone(), config)
+}
+
+/// A call with id `id` of `tool` with `args`.
+pub fn call(id: &str, tool: &str, args: serde_json::Value) -> rho_core::ToolCall {
+    rho_core::ToolCall::new(id, tool, args)
+}

@@ -142,7 +142,8 @@ impl Invoke for InProcessInvoke {
             let call_id = ctx.call_id().to_owned();
             let module = plugin.module;
             let thread_plugin = plugin.clone();
-            let handle = tokio::task::spawn_blocking(move || {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let spawned = crate::plugin::pool::spawn(move || {
                 let args_json = args.to_string();
                 let on_update = |partial: &str| on_update(partial);
                 let result =
@@ -150,16 +151,19 @@ impl Invoke for InProcessInvoke {
                 if state.swap(FINISHED, Ordering::AcqRel) == ABANDONED {
                     thread_plugin.runaway.fetch_sub(1, Ordering::Relaxed);
                 }
-                result
+                let _ = tx.send(result);
             });
-            let result = handle.await;
-            drop(guard);
-            match result {
-                Ok(result) => result,
-                // The closure catches nothing because nothing in it unwinds (the plugin catches
-                // its own panics); a JoinError here means the runtime is shutting down.
-                Err(_) => Err(Failure::Crash(CrashReason::Aborted)),
+            if let Err(e) = spawned {
+                drop(guard);
+                return Err(Failure::Crash(CrashReason::Formatted(format!(
+                    "no thread could be started for the call: {e}"
+                ))));
             }
+            let result = rx.await;
+            drop(guard);
+            // The job always sends; a closed channel means the thread died, which only a bug in
+            // this crate could cause (the plugin catches its own panics).
+            result.unwrap_or(Err(Failure::Crash(CrashReason::Aborted)))
         })
     }
 

@@ -350,7 +350,7 @@ impl PluginDir {
     }
 
     /// The plugin files of the directory, sorted by name, each checked against the trust policy.
-    async fn list(&self) -> Result<Vec<(PathBuf, Result<PathBuf, LoadError>)>, LoadError> {
+    async fn list(&self) -> Result<Listing, LoadError> {
         let dir = self.inner.dir.clone();
         let trust = self.inner.options.trust;
         let listed = tokio::task::spawn_blocking(move || list_dir(&dir, trust)).await;
@@ -358,10 +358,10 @@ impl PluginDir {
     }
 }
 
-fn list_dir(
-    dir: &Path,
-    trust: Trust,
-) -> Result<Vec<(PathBuf, Result<PathBuf, LoadError>)>, LoadError> {
+/// A directory's plugin files, each with the path to read it from or why it is refused.
+type Listing = Vec<(PathBuf, Result<PathBuf, LoadError>)>;
+
+fn list_dir(dir: &Path, trust: Trust) -> Result<Listing, LoadError> {
     let canonical = trust::check_dir(dir, trust)?;
     let entries = std::fs::read_dir(dir).map_err(|e| LoadError::Refused {
         path: dir.to_owned(),

@@ -5,6 +5,7 @@ pub mod call;
 pub mod dir;
 pub mod elf;
 pub mod load;
+pub(crate) mod pool;
 pub mod trust;
 
 use std::path::Path;

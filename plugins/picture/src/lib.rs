@@ -42,7 +42,7 @@ fn encode(size: u32) -> Result<Vec<u8>, ToolError> {
     let pixels: Vec<u8> = (0..size)
         .flat_map(|y| {
             (0..size).map(move |x| {
-                if (x / SQUARE + y / SQUARE) % 2 == 0 {
+                if (x / SQUARE + y / SQUARE).is_multiple_of(2) {
                     0
                 } else {
                     255

@@ -1,0 +1,173 @@
+//! The `rho` binary's contract: `rho tools`, `rho call`, `rho run`, exit statuses, stderr lines.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly
+
+use std::process::{Command, Output};
+
+use rho_tests::{plugin_dir, rho_bin};
+use serde_json::{Value, json};
+
+fn rho(args: &[&str]) -> Output {
+    Command::new(rho_bin())
+        .args(args)
+        .output()
+        .expect("run rho")
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+#[test]
+fn tools_json_lists_every_tool_with_its_schema() {
+    let dir = plugin_dir(&["echo", "faults"]);
+    let out = rho(&["tools", "--plugins", dir.path().to_str().unwrap(), "--json"]);
+    assert!(out.status.success());
+    let tools = json_of(&out);
+    let echo = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "echo")
+        .unwrap();
+    let keys: Vec<&str> = echo
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "description",
+            "name",
+            "parameters",
+            "plugin",
+            "plugin_version",
+            "timeout_ms"
+        ]
+    );
+    assert_eq!(echo["plugin"], "echo");
+    assert_eq!(echo["timeout_ms"], Value::Null);
+    assert_eq!(echo["parameters"]["type"], "object");
+    let slow = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "slow")
+        .unwrap();
+    assert_eq!(slow["timeout_ms"], 1000);
+}
+
+#[test]
+fn call_json_outcomes_and_exit_statuses() {
+    let dir = plugin_dir(&["echo", "picture", "faults"]);
+    let p = dir.path().to_str().unwrap();
+    let out = rho(&["call", "echo", r#"{"text":"hi"}"#, "--plugins", p, "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_of(&out);
+    assert_eq!(
+        (r["outcome"].as_str(), r["text"].as_str()),
+        (Some("ok"), Some("hi"))
+    );
+    assert!(r["duration_ms"].as_f64().unwrap() >= 0.0);
+    assert_eq!(r["images"], json!([]));
+    assert_eq!(r["details"], Value::Null);
+
+    let out = rho(&[
+        "call",
+        "checkerboard",
+        r#"{"size":16}"#,
+        "--plugins",
+        p,
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let image = &json_of(&out)["images"][0];
+    assert_eq!(image["mime_type"], "image/png");
+    assert!(image["bytes"].as_u64().unwrap() > 8);
+    assert_eq!(image["sha256"].as_str().unwrap().len(), 64);
+
+    let out = rho(&[
+        "call",
+        "spin",
+        "--plugins",
+        p,
+        "--json",
+        "--timeout-ms",
+        "200",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let r = json_of(&out);
+    assert_eq!(r["outcome"], "timed_out");
+    assert_eq!(r["text"], "tool `spin` timed out after 200 ms");
+
+    let out = rho(&[
+        "call",
+        "echo",
+        r#"{"text":"hi"}"#,
+        "--plugins",
+        p,
+        "--json",
+        "--gate",
+        "deny:echo,spin",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(json_of(&out)["outcome"], "blocked");
+
+    let out = rho(&["call", "nothing", "--plugins", p, "--json"]);
+    assert_eq!(json_of(&out)["outcome"], "unknown_tool");
+
+    let out = rho(&["call", "echo", "{not json", "--plugins", p]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = rho(&["call", "echo", "--plugins", p, "--gate", "maybe"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = rho(&["call"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn call_saves_images_and_prints_text() {
+    let dir = plugin_dir(&["picture"]);
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = rho(&[
+        "call",
+        "checkerboard",
+        r#"{"size":24}"#,
+        "--plugins",
+        dir.path().to_str().unwrap(),
+        "--save-images",
+        out_dir.path().to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("24x24"));
+    let saved = std::fs::read(out_dir.path().join("call-1-0.png")).unwrap();
+    assert_eq!(&saved[..4], b"\x89PNG");
+}
+
+#[test]
+fn load_failures_are_one_line_on_stderr_and_do_not_stop_the_command() {
+    let dir = plugin_dir(&["echo"]);
+    std::fs::write(dir.path().join("libbroken.so"), b"garbage").unwrap();
+    let out = rho(&[
+        "call",
+        "echo",
+        r#"{"text":"ok"}"#,
+        "--plugins",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("rho: ") && lines[0].contains("libbroken.so: not a loadable library"),
+        "{stderr}"
+    );
+}

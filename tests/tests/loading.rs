@@ -1,0 +1,270 @@
+//! [1/8]: real plugin libraries loaded from a directory, listed, called; bad files refused with
+//! one line while the good ones serve.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly
+
+use rho_core::{Outcome, RunOptions, allow_all};
+use rho_tests::{call, install, load_dir, plugin_dir, plugin_lib, runner};
+use serde_json::json;
+
+#[tokio::test]
+async fn lists_the_tools_of_every_plugin() {
+    let dir = plugin_dir(&["echo", "picture", "files", "faults"]);
+    let (_bus, registry, errors, plugins) = load_dir(dir.path()).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let names = registry.names();
+    for expected in [
+        "echo",
+        "checkerboard",
+        "read_passage",
+        "panic",
+        "spin",
+        "updates",
+    ] {
+        assert!(
+            names.contains(&expected.to_string()),
+            "{expected} missing from {names:?}"
+        );
+    }
+    let tools = registry.tools();
+    let echo = tools.iter().find(|t| t.name == "echo").unwrap();
+    assert_eq!(echo.plugin.as_deref(), Some("echo"));
+    assert_eq!(echo.plugin_version.as_deref(), Some("0.1.0"));
+    assert_eq!(echo.parameters["properties"]["text"]["type"], "string");
+    assert_eq!(echo.parameters["required"], json!(["text"]));
+    let slow = tools.iter().find(|t| t.name == "slow").unwrap();
+    assert_eq!(slow.timeout_ms, Some(1000));
+    let infos = plugins.plugins().await;
+    assert_eq!(infos.len(), 4);
+    assert!(
+        infos
+            .iter()
+            .all(|p| p.interface_version == rho_plugin_api::ffi::INTERFACE_VERSION)
+    );
+    assert!(infos.iter().all(|p| p.sha256.len() == 64));
+}
+
+#[tokio::test]
+async fn calls_each_example_tool() {
+    let dir = plugin_dir(&["echo", "picture", "files"]);
+    let (_bus, registry, _, _d) = load_dir(dir.path()).await;
+    let runner = runner(&registry, 5_000);
+    let gate = allow_all();
+    let opts = RunOptions::default();
+
+    let echo = runner
+        .run(&call("1", "echo", json!({"text": "héllo"})), &gate, &opts)
+        .await;
+    assert_eq!((echo.outcome, echo.text()), (Outcome::Ok, "héllo"));
+
+    let picture = runner
+        .run(
+            &call("2", "checkerboard", json!({"size": 40})),
+            &gate,
+            &opts,
+        )
+        .await;
+    assert_eq!(picture.outcome, Outcome::Ok);
+    let image = &picture.output.images()[0];
+    assert_eq!(image.mime_type, "image/png");
+    let decoder = png::Decoder::new(std::io::Cursor::new(image.bytes.clone()));
+    let mut reader = decoder.read_info().expect("a PNG");
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    let frame = reader.next_frame(&mut pixels).expect("PNG pixels");
+    assert_eq!((frame.width, frame.height), (40, 40));
+    assert_eq!(pixels[0], 0, "top-left square is black");
+    assert_eq!(pixels[8], 255, "the next square is white");
+    assert!(picture.text().contains("40x40"));
+
+    let text_file = dir.path().join("notes.txt");
+    std::fs::write(&text_file, "alpha\nbeta\ngamma\ndelta\n").unwrap();
+    let args = json!({"path": text_file, "start_line": 2, "end_line": 3});
+    let passage = runner
+        .run(&call("3", "read_passage", args), &gate, &opts)
+        .await;
+    assert_eq!(passage.outcome, Outcome::Ok);
+    assert_eq!(passage.text(), "2 | beta\n3 | gamma\n");
+    assert_eq!(
+        passage.details,
+        Some(json!({"path": text_file, "start_line": 2, "end_line": 3, "total_lines": 4}))
+    );
+
+    let args = json!({"path": dir.path().join("missing.txt"), "start_line": 1, "end_line": 2});
+    let missing = runner
+        .run(&call("4", "read_passage", args), &gate, &opts)
+        .await;
+    assert_eq!(missing.outcome, Outcome::Error);
+    assert!(
+        missing.text().starts_with("cannot read `"),
+        "{}",
+        missing.text()
+    );
+    assert!(
+        missing.text().contains("No such file"),
+        "{}",
+        missing.text()
+    );
+}
+
+#[tokio::test]
+async fn two_plugins_sharing_the_interface_stay_distinct() {
+    // abi_stable's RootModule::load_from caches one module per type: were it used, the second
+    // plugin would answer with the first one's tools.
+    let dir = plugin_dir(&["echo", "files"]);
+    let (_bus, registry, _, _d) = load_dir(dir.path()).await;
+    let runner = runner(&registry, 5_000);
+    let tools = registry.tools();
+    let origin = |n: &str| {
+        tools
+            .iter()
+            .find(|t| t.name == n)
+            .unwrap()
+            .plugin
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(origin("echo"), "echo");
+    assert_eq!(origin("read_passage"), "files");
+    let r = runner
+        .run(
+            &call("1", "echo", json!({"text": "a"})),
+            &allow_all(),
+            &RunOptions::default(),
+        )
+        .await;
+    assert_eq!(r.text(), "a");
+    // The same library loaded twice (two registries) gives two working, distinct loads.
+    let other = plugin_dir(&["echo"]);
+    let (_bus2, registry2, _, _d2) = load_dir(other.path()).await;
+    let r2 = rho_tests::runner(&registry2, 5_000)
+        .run(
+            &call("1", "echo", json!({"text": "b"})),
+            &allow_all(),
+            &RunOptions::default(),
+        )
+        .await;
+    assert_eq!(r2.text(), "b");
+    assert!(!registry2.names().contains(&"read_passage".to_string()));
+}
+
+/// The toolchain's own `libstd-*.so`: a real shared library that is not a rho plugin.
+fn rust_std_library() -> std::path::PathBuf {
+    let out = std::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .unwrap();
+    let rustlib =
+        std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join("lib/rustlib");
+    std::fs::read_dir(&rustlib)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|target| std::fs::read_dir(target.path().join("lib")).ok())
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.starts_with("libstd-") && name.ends_with(".so")
+        })
+        .expect("the toolchain's libstd .so")
+}
+
+#[tokio::test]
+async fn each_bad_file_gives_one_line_and_the_good_plugins_serve() {
+    let dir = plugin_dir(&["echo", "incompatible"]);
+    let d = dir.path();
+    std::fs::write(d.join("libempty.so"), b"").unwrap();
+    std::fs::write(
+        d.join("libgarbage.so"),
+        (0..4096u32)
+            .map(|i| (i * 7919 % 251) as u8)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let echo = std::fs::read(plugin_lib("echo")).unwrap();
+    std::fs::write(d.join("libtruncated.so"), &echo[..echo.len() / 3]).unwrap();
+    std::fs::copy(rust_std_library(), d.join("libnotaplugin.so")).unwrap();
+    std::fs::write(d.join("README.md"), "not a plugin, ignored").unwrap();
+    std::fs::write(d.join(".libhidden.so"), "hidden, ignored").unwrap();
+
+    let (_bus, registry, errors, _d) = load_dir(d).await;
+    let find = |file: &str| {
+        errors
+            .iter()
+            .find(|e| e.starts_with(&format!("{}: ", d.join(file).display())))
+            .unwrap_or_else(|| panic!("no error for {file} in {errors:#?}"))
+            .clone()
+    };
+    assert!(find("libempty.so").ends_with("empty file, not a plugin library"));
+    assert!(
+        find("libgarbage.so")
+            .ends_with("not a loadable library: not an ELF file (bad magic number)")
+    );
+    assert!(find("libtruncated.so").contains("not a loadable library: truncated"));
+    assert!(
+        find("libnotaplugin.so")
+            .ends_with("a library but not a rho plugin (it exports no root module)")
+    );
+    assert!(
+        find("libincompatible.so")
+            .contains("incompatible plugin: the layout of its root module differs")
+    );
+    assert_eq!(errors.len(), 5, "{errors:#?}");
+    assert!(
+        errors.iter().all(|e| !e.contains('\n')),
+        "one line each: {errors:#?}"
+    );
+
+    let r = runner(&registry, 5_000)
+        .run(
+            &call("1", "echo", json!({"text": "still here"})),
+            &allow_all(),
+            &RunOptions::default(),
+        )
+        .await;
+    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "still here"));
+}
+
+#[tokio::test]
+async fn a_panicking_plugin_tool_crashes_the_call_not_the_host() {
+    let dir = plugin_dir(&["faults"]);
+    let (_bus, registry, _, _d) = load_dir(dir.path()).await;
+    let runner = runner(&registry, 5_000);
+    let opts = RunOptions::default();
+    let r = runner
+        .run(
+            &call("1", "panic", json!({"message": "boom"})),
+            &allow_all(),
+            &opts,
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Crashed);
+    assert!(
+        r.text()
+            .starts_with("tool `panic` panicked at plugins/faults/src/lib.rs:"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().ends_with(": boom"), "{}", r.text());
+    let r = runner
+        .run(&call("2", "panic_payload", json!({})), &allow_all(), &opts)
+        .await;
+    assert_eq!(r.outcome, Outcome::Crashed);
+    assert!(
+        r.text().ends_with(": a non-string panic payload"),
+        "{}",
+        r.text()
+    );
+    // The process lives and the plugin still answers.
+    let r = runner
+        .run(&call("3", "build_tag", json!({})), &allow_all(), &opts)
+        .await;
+    assert_eq!(r.outcome, Outcome::Ok);
+}
+
+#[test]
+fn the_incompatible_fixture_is_built() {
+    assert!(plugin_lib("incompatible").exists());
+    let dir = tempfile::tempdir().unwrap();
+    assert!(install(dir.path(), "echo").exists());
+}

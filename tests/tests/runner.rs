@@ -1,0 +1,518 @@
+//! [2/8]: the runner and the loop: gate, timeout clock, crash texts, details, typed outcomes,
+//! ordering, and exactly one end per call.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rho_core::{
+    Answer, EventKind, Gate, GateCtx, KeepDetails, KeptDetails, Loop, LoopConfig, Message, Outcome,
+    RunOptions, Tool, ToolCall, ToolCtx, ToolError, ToolSpec, Verdict, allow_all,
+};
+use rho_tests::{call, load_dir, plugin_dir, runner};
+use serde_json::{Value, json};
+use tokio_stream::StreamExt;
+
+/// Waits `delay` before answering; blocks tools named in `block`.
+struct SlowGate {
+    delay: Duration,
+    only: Option<&'static str>,
+}
+
+#[async_trait::async_trait]
+impl Gate for SlowGate {
+    async fn check(&self, call: &ToolCall, _ctx: &GateCtx) -> Verdict {
+        if self.only.is_none_or(|t| t == call.name) {
+            tokio::time::sleep(self.delay).await;
+        }
+        Verdict::Allow
+    }
+}
+
+struct PanicGate;
+
+#[async_trait::async_trait]
+impl Gate for PanicGate {
+    async fn check(&self, _call: &ToolCall, _ctx: &GateCtx) -> Verdict {
+        panic!("gate exploded")
+    }
+}
+
+/// A host-native tool that panics with a non-string payload, or answers details of a given size.
+struct Native;
+
+#[async_trait::async_trait]
+impl Tool for Native {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::native(
+            "native",
+            "host tool",
+            json!({"type": "object", "properties": {"mode": {"type": "string"}, "n": {"type": "integer"}}, "required": ["mode"]}),
+        )
+    }
+    async fn call(&self, args: Value, _ctx: ToolCtx) -> Result<Answer, ToolError> {
+        match args["mode"].as_str() {
+            Some("panic_any") => std::panic::panic_any(42_i64),
+            Some("panic") => panic!("native boom"),
+            Some("details") => {
+                let n = args["n"].as_u64().unwrap_or(0) as usize;
+                Ok(Answer::text("with details").with_details(json!({"blob": "x".repeat(n)})))
+            }
+            _ => Ok(Answer::text("native ok")),
+        }
+    }
+}
+
+async fn faults_host() -> (
+    rho_core::Bus,
+    rho_core::ToolRegistry,
+    tempfile::TempDir,
+    rho_core::PluginDir,
+) {
+    let dir = plugin_dir(&["echo", "faults", "files"]);
+    let (bus, registry, errors, plugins) = load_dir(dir.path()).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    registry.add_tool(Arc::new(Native)).unwrap();
+    (bus, registry, dir, plugins)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_outcome_through_the_public_api() {
+    let (_bus, registry, _dir, _p) = faults_host().await;
+    registry.set_quarantine_policy(rho_core::QuarantinePolicy {
+        max_failures: 2,
+        window: Duration::from_secs(60),
+    });
+    let runner = runner(&registry, 400);
+    let opts = RunOptions::default();
+    let deny: Arc<dyn Gate> = Arc::new(rho_core::DenyList::new(["echo"]));
+    let all = allow_all();
+    let cases: Vec<(ToolCall, &Arc<dyn Gate>, Outcome, &str)> = vec![
+        (
+            call("ok", "echo", json!({"text": "x"})),
+            &all,
+            Outcome::Ok,
+            "x",
+        ),
+        (
+            call("err", "fail", json!({"message": "nope"})),
+            &all,
+            Outcome::Error,
+            "nope",
+        ),
+        (
+            call("blk", "echo", json!({"text": "x"})),
+            &deny,
+            Outcome::Blocked,
+            "tool `echo` is denied by the host's gate",
+        ),
+        (
+            call("to", "spin_cancellable", json!({})),
+            &all,
+            Outcome::TimedOut,
+            "tool `spin_cancellable` timed out after 400 ms",
+        ),
+        (
+            call("unk", "nope", json!({})),
+            &all,
+            Outcome::UnknownTool,
+            "",
+        ),
+        (
+            call("inv", "echo", json!({"text": 5})),
+            &all,
+            Outcome::InvalidArguments,
+            "invalid arguments for tool `echo`: argument `text`: 5 is not of type \"string\"",
+        ),
+        (
+            call("cr1", "panic", json!({"message": "a"})),
+            &all,
+            Outcome::Crashed,
+            "",
+        ),
+        (
+            call("cr2", "panic", json!({"message": "b"})),
+            &all,
+            Outcome::Crashed,
+            "",
+        ),
+        (
+            call("q", "panic", json!({"message": "c"})),
+            &all,
+            Outcome::Quarantined,
+            "",
+        ),
+    ];
+    for (c, gate, outcome, text) in cases {
+        let r = runner.run(&c, gate, &opts).await;
+        assert_eq!(r.outcome, outcome, "{}: {}", c.id, r.text());
+        assert_eq!(r.is_error(), outcome != Outcome::Ok);
+        if !text.is_empty() {
+            assert_eq!(r.text(), text, "{}", c.id);
+        }
+        if outcome == Outcome::UnknownTool {
+            assert!(
+                r.text().starts_with("unknown tool `nope`; the tools are: "),
+                "{}",
+                r.text()
+            );
+            assert!(r.text().contains("echo, exit_process"), "{}", r.text());
+        }
+        if outcome == Outcome::Quarantined {
+            assert!(
+                r.text()
+                    .contains("quarantined after 2 crash(es) and 0 timeout(s)"),
+                "{}",
+                r.text()
+            );
+            assert!(
+                r.text()
+                    .contains("last failure: crashed: tool `panic` panicked at"),
+                "{}",
+                r.text()
+            );
+        }
+    }
+    let err = runner
+        .run(&call("e2", "fail", json!({"message": "m"})), &all, &opts)
+        .await;
+    assert_eq!(err.details, Some(json!({"reason": "asked to fail"})));
+    assert!(registry.lift_quarantine("panic"));
+    let r = runner
+        .run(
+            &call("again", "panic", json!({"message": "d"})),
+            &all,
+            &opts,
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Crashed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_gate_delays_neither_a_sibling_nor_the_loop() {
+    let (bus, registry, _dir, _p) = faults_host().await;
+    let runner = runner(&registry, 10_000);
+    let gate: Arc<dyn Gate> = Arc::new(SlowGate {
+        delay: Duration::from_secs(2),
+        only: Some("slow"),
+    });
+    let mut events = bus.subscribe();
+    let mut session = Loop::new("s", runner, gate, LoopConfig::default());
+    let started = Instant::now();
+    let batch = tokio::spawn(async move {
+        let calls = [
+            call("gated", "slow", json!({"ms": 1})),
+            call("free", "echo", json!({"text": "fast"})),
+        ];
+        let results = session.run_batch(&calls).await;
+        (results, session)
+    });
+    // The sibling's end arrives long before the gate answers.
+    let mut sibling_done = None;
+    let mut gate_waiting = None;
+    while let Some(rho_core::BusItem::Event(e)) = events.next().await {
+        match &e.kind {
+            EventKind::ToolGateWaiting { call_id, .. } if call_id == "gated" => {
+                gate_waiting = Some(started.elapsed())
+            }
+            EventKind::ToolExecutionEnd { call_id, .. } if call_id == "free" => {
+                sibling_done = Some(started.elapsed())
+            }
+            EventKind::ToolExecutionEnd { call_id, .. } if call_id == "gated" => break,
+            _ => {}
+        }
+    }
+    let (results, session) = batch.await.unwrap();
+    let sibling_done = sibling_done.expect("sibling ended");
+    assert!(
+        sibling_done < Duration::from_millis(1000),
+        "sibling took {sibling_done:?}"
+    );
+    assert!(gate_waiting.expect("gate waiting event") < Duration::from_millis(1000));
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    // Results in the model's order; the session recorded them in completion order.
+    assert_eq!(
+        results
+            .iter()
+            .map(|r| r.call_id.as_str())
+            .collect::<Vec<_>>(),
+        ["gated", "free"]
+    );
+    let recorded: Vec<&str> = session
+        .messages()
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { call_id, .. } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(recorded, ["free", "gated"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gate_time_never_counts_against_the_timeout() {
+    let (_bus, registry, _dir, _p) = faults_host().await;
+    let runner = runner(&registry, 250);
+    let gate: Arc<dyn Gate> = Arc::new(SlowGate {
+        delay: Duration::from_millis(300),
+        only: None,
+    });
+    let r = runner
+        .run(
+            &call("1", "sleep", json!({"ms": 200})),
+            &gate,
+            &RunOptions::default(),
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert!(r.duration >= Duration::from_millis(500), "{:?}", r.duration);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_tool_and_gate_panics_are_crashes_with_texts() {
+    let (_bus, registry, _dir, _p) = faults_host().await;
+    let runner = runner(&registry, 5_000);
+    let opts = RunOptions::default();
+    let r = runner
+        .run(
+            &call("1", "native", json!({"mode": "panic_any"})),
+            &allow_all(),
+            &opts,
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Crashed);
+    assert!(
+        r.text()
+            .starts_with("tool `native` panicked at tests/tests/runner.rs:"),
+        "{}",
+        r.text()
+    );
+    assert!(
+        r.text().ends_with(" with a non-string payload"),
+        "{}",
+        r.text()
+    );
+    let r = runner
+        .run(
+            &call("2", "native", json!({"mode": "panic"})),
+            &allow_all(),
+            &opts,
+        )
+        .await;
+    assert!(r.text().ends_with(": native boom"), "{}", r.text());
+    let gate: Arc<dyn Gate> = Arc::new(PanicGate);
+    let r = runner
+        .run(&call("3", "echo", json!({"text": "x"})), &gate, &opts)
+        .await;
+    assert_eq!(r.outcome, Outcome::Crashed);
+    assert!(
+        r.text()
+            .starts_with("the gate panicked at tests/tests/runner.rs:"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().ends_with(": gate exploded"), "{}", r.text());
+    let r = runner
+        .run(
+            &call("4", "native", json!({"mode": "fine"})),
+            &allow_all(),
+            &opts,
+        )
+        .await;
+    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "native ok"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_details_modes() {
+    let (_bus, registry, _dir, _p) = faults_host().await;
+    for (mode, n, expected) in [
+        (KeepDetails::None, 10, "none"),
+        (KeepDetails::All, 10_000, "kept"),
+        (KeepDetails::UpTo(100), 10, "kept"),
+        (KeepDetails::UpTo(100), 1000, "dropped"),
+    ] {
+        let config = LoopConfig {
+            keep_details: mode,
+            ..LoopConfig::default()
+        };
+        let mut session = Loop::new("s", runner(&registry, 5_000), allow_all(), config);
+        let results = session
+            .run_batch(&[call("1", "native", json!({"mode": "details", "n": n}))])
+            .await;
+        assert_eq!(
+            results[0].details.as_ref().unwrap()["blob"]
+                .as_str()
+                .unwrap()
+                .len(),
+            n,
+            "the result always has them"
+        );
+        let Some(Message::Tool { details, .. }) = session.messages().last() else {
+            panic!("no tool message")
+        };
+        match (expected, details) {
+            ("none", KeptDetails::None) => {}
+            ("kept", KeptDetails::Kept(v)) => assert_eq!(v["blob"].as_str().unwrap().len(), n),
+            ("dropped", KeptDetails::Dropped { bytes }) => assert_eq!(*bytes, n + 11),
+            other => panic!("{mode:?} with {n}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_ends_exactly_once() {
+    let (bus, registry, _dir, _p) = faults_host().await;
+    let mut events = bus.subscribe();
+    let gate: Arc<dyn Gate> = Arc::new(rho_core::DenyList::new(["echo"]));
+    let mut session = Loop::new(
+        "s",
+        runner(&registry, 300),
+        gate,
+        LoopConfig {
+            max_parallel: 3,
+            ..Default::default()
+        },
+    );
+    let calls = vec![
+        call("a", "echo", json!({"text": "blocked"})),
+        call("b", "nope", json!({})),
+        call("c", "panic", json!({"message": "x"})),
+        call("d", "spin_cancellable", json!({})),
+        call("e", "sleep", json!({"ms": 20})),
+        call("f", "sleep", json!({"ms": "bad"})),
+        call("g", "native", json!({"mode": "panic"})),
+    ];
+    let results = session.run_batch(&calls).await;
+    assert_eq!(results.len(), calls.len());
+    let outcomes: Vec<Outcome> = results.iter().map(|r| r.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [
+            Outcome::Blocked,
+            Outcome::UnknownTool,
+            Outcome::Crashed,
+            Outcome::TimedOut,
+            Outcome::Ok,
+            Outcome::InvalidArguments,
+            Outcome::Crashed,
+        ]
+    );
+    let mut ends = std::collections::HashMap::new();
+    let mut starts = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while let Ok(Some(rho_core::BusItem::Event(e))) =
+        tokio::time::timeout_at(deadline, events.next()).await
+    {
+        match &e.kind {
+            EventKind::ToolExecutionEnd { call_id, .. } => {
+                *ends.entry(call_id.clone()).or_insert(0) += 1
+            }
+            EventKind::ToolExecutionStart { .. } => starts += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(starts, calls.len());
+    assert_eq!(ends.len(), calls.len());
+    assert!(ends.values().all(|&n| n == 1), "{ends:?}");
+    // The gate panicking: one end too.
+    let mut events = bus.subscribe();
+    let gate: Arc<dyn Gate> = Arc::new(PanicGate);
+    let r = runner(&registry, 300)
+        .run(
+            &call("z", "echo", json!({"text": "x"})),
+            &gate,
+            &RunOptions::default(),
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Crashed);
+    let mut n = 0;
+    while let Ok(Some(rho_core::BusItem::Event(e))) =
+        tokio::time::timeout(Duration::from_millis(100), events.next()).await
+    {
+        if matches!(e.kind, EventKind::ToolExecutionEnd { .. }) {
+            n += 1;
+        }
+    }
+    assert_eq!(n, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_ends_at_once() {
+    let (_bus, registry, _dir, _p) = faults_host().await;
+    let token = tokio_util_cancel();
+    let opts = RunOptions {
+        session_id: None,
+        cancel: Some(token.clone()),
+    };
+    let runner = runner(&registry, 10_000);
+    let started = Instant::now();
+    let cancel_later = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        token.cancel();
+    });
+    let r = runner
+        .run(
+            &call("1", "spin_cancellable", json!({})),
+            &allow_all(),
+            &opts,
+        )
+        .await;
+    cancel_later.await.unwrap();
+    assert_eq!(r.outcome, Outcome::Error);
+    assert_eq!(
+        r.text(),
+        "call of tool `spin_cancellable` cancelled by the client"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+fn tokio_util_cancel() -> rho_core::runner::CancellationToken {
+    rho_core::runner::CancellationToken::new()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripted_session_runs_turns_until_no_calls() {
+    let (bus, registry, _dir, _p) = faults_host().await;
+    let script = json!([
+        {"text": "first", "tool_calls": [{"id": "1", "name": "echo", "arguments": {"text": "one"}}]},
+        {"text": "second", "tool_calls": [{"id": "2", "name": "echo", "arguments": {"text": "two"}}]},
+        {"text": "done"},
+        {"text": "never reached", "tool_calls": [{"id": "3", "name": "echo", "arguments": {"text": "x"}}]}
+    ]);
+    let model = rho_core::ScriptedModel::from_json(&script.to_string()).unwrap();
+    let mut events = bus.subscribe();
+    let mut session = Loop::new(
+        "s1",
+        runner(&registry, 5_000),
+        allow_all(),
+        LoopConfig::default(),
+    );
+    let summary = session.run(&model).await.unwrap();
+    assert_eq!(summary.turns, 3);
+    assert_eq!(summary.reason, "done");
+    let mut types = Vec::new();
+    while let Ok(Some(rho_core::BusItem::Event(e))) =
+        tokio::time::timeout(Duration::from_millis(100), events.next()).await
+    {
+        assert_eq!(e.session_id.as_deref(), Some("s1"));
+        types.push(e.kind.type_name());
+    }
+    assert_eq!(types.first(), Some(&"agent_start"));
+    assert_eq!(types.last(), Some(&"agent_end"));
+    assert_eq!(types.iter().filter(|t| **t == "turn_start").count(), 3);
+    assert_eq!(
+        types.iter().filter(|t| **t == "tool_execution_end").count(),
+        2
+    );
+    let max = LoopConfig {
+        max_turns: 1,
+        ..Default::default()
+    };
+    let model = rho_core::ScriptedModel::from_json(&script.to_string()).unwrap();
+    let summary = Loop::new("s2", runner(&registry, 5_000), allow_all(), max)
+        .run(&model)
+        .await
+        .unwrap();
+    assert_eq!((summary.turns, summary.reason.as_str()), (1, "max_turns"));
+}

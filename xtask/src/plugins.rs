@@ -1,0 +1,157 @@
+//! Finding, building and installing the workspace's plugin crates.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use serde_json::Value;
+
+/// The workspace root (the parent of this crate's directory).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_owned)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// The cargo that runs this task.
+pub fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(workspace_root());
+    cmd
+}
+
+/// The target directory cargo builds into.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// The default plugin directory: `target/plugins`.
+pub fn default_out() -> PathBuf {
+    target_dir().join("plugins")
+}
+
+/// A plugin crate of the workspace.
+#[derive(Debug, Clone)]
+pub struct PluginCrate {
+    /// The package name.
+    pub name: String,
+    /// The library target's name (what the file is called after).
+    pub lib_name: String,
+}
+
+impl PluginCrate {
+    /// The file name of its library: `lib<name>.so` on Linux.
+    pub fn file_name(&self) -> String {
+        format!(
+            "{}{}{}",
+            std::env::consts::DLL_PREFIX,
+            self.lib_name,
+            std::env::consts::DLL_SUFFIX
+        )
+    }
+}
+
+/// The workspace's plugin crates: `cdylib` crates that depend on `rho-plugin-api`.
+pub fn discover() -> Result<Vec<PluginCrate>, String> {
+    let out = cargo()
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let meta: Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata: {e}"))?;
+    let mut plugins = Vec::new();
+    for package in meta["packages"].as_array().into_iter().flatten() {
+        let uses_api = package["dependencies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|d| d["name"] == "rho-plugin-api");
+        let cdylib = package["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|t| {
+                t["crate_types"]
+                    .as_array()
+                    .is_some_and(|k| k.iter().any(|k| k == "cdylib"))
+            });
+        if let (true, Some(target), Some(name)) = (uses_api, cdylib, package["name"].as_str()) {
+            plugins.push(PluginCrate {
+                name: name.to_owned(),
+                lib_name: target["name"].as_str().unwrap_or(name).replace('-', "_"),
+            });
+        }
+    }
+    plugins.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(plugins)
+}
+
+/// Builds one plugin crate and returns the path of its library.
+pub fn build(plugin: &PluginCrate, release: bool) -> Result<PathBuf, String> {
+    let mut cmd = cargo();
+    cmd.args(["build", "--quiet", "-p", &plugin.name]);
+    if release {
+        cmd.arg("--release");
+    }
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run cargo build: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "plugin `{}` failed to build; the installed version is untouched",
+            plugin.name
+        ));
+    }
+    let profile = if release { "release" } else { "debug" };
+    Ok(target_dir().join(profile).join(plugin.file_name()))
+}
+
+/// Installs `lib` into `out` atomically: written to a hidden temporary file in `out`, then
+/// renamed into place, so a host watching `out` never sees a partial file.
+pub fn install(lib: &Path, out: &Path) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let name = lib
+        .file_name()
+        .ok_or_else(|| format!("{} has no file name", lib.display()))?;
+    let dest = out.join(name);
+    let tmp = out.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    std::fs::copy(lib, &tmp).map_err(|e| format!("cannot copy {}: {e}", lib.display()))?;
+    std::fs::rename(&tmp, &dest).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot install {}: {e}", dest.display())
+    })?;
+    Ok(dest)
+}
+
+/// Builds every plugin crate and installs it into `out`, printing progress; returns the installed
+/// paths. Stops at the first failure (the ones installed before stay).
+pub fn build_and_install(release: bool, out: &Path) -> Result<Vec<PathBuf>, String> {
+    let plugins = discover()?;
+    let mut installed = Vec::new();
+    for (i, plugin) in plugins.iter().enumerate() {
+        let started = Instant::now();
+        eprint!("[{}/{}] {} ... ", i + 1, plugins.len(), plugin.name);
+        let lib = build(plugin, release).inspect_err(|_| eprintln!("failed"))?;
+        let path = install(&lib, out)?;
+        eprintln!(
+            "{} ({:.1} s)",
+            path.display(),
+            started.elapsed().as_secs_f64()
+        );
+        installed.push(path);
+    }
+    Ok(installed)
+}
