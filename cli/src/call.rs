@@ -53,23 +53,23 @@ pub async fn main(args: Args) -> ExitCode {
         match render::save_images(&result.output, &call.id, dir) {
             Ok(paths) => {
                 for path in paths {
-                    eprintln!("rho: saved {}", path.display());
+                    eoutln!("rho: saved {}", path.display());
                 }
             }
-            Err(e) => eprintln!("rho: cannot save images to {}: {e}", dir.display()),
+            Err(e) => eoutln!("rho: cannot save images to {}: {e}", dir.display()),
         }
     }
     if args.json {
-        println!("{}", render::result_json(&result));
+        outln!("{}", render::result_json(&result));
     } else if result.is_error() {
-        eprintln!("rho: {}: {}", result.outcome, result.text());
+        eoutln!("rho: {}: {}", result.outcome, result.text());
     } else {
-        println!("{}", result.text());
+        outln!("{}", result.text());
         for image in result.output.images() {
-            println!("[image {} {} bytes]", image.mime_type, image.bytes.len());
+            outln!("[image {} {} bytes]", image.mime_type, image.bytes.len());
         }
         if let Some(details) = &result.details {
-            println!("details: {details}");
+            outln!("details: {details}");
         }
     }
     if result.is_error() {

@@ -1,11 +1,20 @@
 //! `rho`: run, inspect and serve rho plugins from the command line. A thin layer over `rho-core`.
 
+/// `println!` that ignores a closed stdout instead of panicking (`rho tools | head`).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod ask;
 mod call;
 mod host;
 mod render;
 mod run;
 mod tools;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -27,6 +36,8 @@ enum Command {
     Call(call::Args),
     /// Run a scripted session (a JSON array of assistant turns) and print what happens.
     Run(run::Args),
+    /// Show the live event stream of a session (and, with no script, of the plugin directories).
+    Watch(watch::Args),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +58,7 @@ fn main() -> ExitCode {
             Command::Tools(args) => tools::main(args).await,
             Command::Call(args) => call::main(args).await,
             Command::Run(args) => run::main(args).await,
+            Command::Watch(args) => watch::main(args).await,
         }
     });
     // Runaway plugin threads must not keep the process alive.

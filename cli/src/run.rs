@@ -77,34 +77,32 @@ pub async fn session(
     match result {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("rho: the model failed: {e}");
+            eoutln!("rho: the model failed: {e}");
             ExitCode::from(1)
         }
     }
 }
 
 async fn print_events(mut events: rho_core::Subscription, detail: Option<Detail>) {
+    // Once stdout is gone (a closed pipe) the events are still drained, so nothing is held up.
+    let mut stdout_open = true;
     while let Some(item) = events.next().await {
         match item {
             BusItem::Lagged {
                 missed,
                 resume_from,
             } => {
-                eprintln!(
+                eoutln!(
                     "rho: the view fell behind and missed {missed} event(s) from seq {resume_from}"
                 );
             }
             BusItem::Event(event) => {
-                match detail {
-                    None => match serde_json::to_string(&*event) {
-                        Ok(line) => println!("{line}"),
-                        Err(e) => eprintln!("rho: cannot encode event {}: {e}", event.seq),
-                    },
-                    Some(detail) => {
-                        if let Some(line) = render::event_line(&event, detail) {
-                            println!("{line}");
-                        }
-                    }
+                let line = match detail {
+                    None => serde_json::to_string(&*event).ok(),
+                    Some(detail) => render::event_line(&event, detail),
+                };
+                if let Some(line) = line.filter(|_| stdout_open) {
+                    stdout_open = render::print_line(&line);
                 }
                 if matches!(event.kind, rho_core::EventKind::AgentEnd { .. }) {
                     return;

@@ -25,27 +25,27 @@ pub async fn main(args: Args) -> ExitCode {
     let tools = registry.tools();
     if args.json {
         match serde_json::to_string_pretty(&tools) {
-            Ok(json) => println!("{json}"),
+            Ok(json) => outln!("{json}"),
             Err(e) => {
-                eprintln!("rho: cannot encode the tool list: {e}");
+                eoutln!("rho: cannot encode the tool list: {e}");
                 return ExitCode::from(1);
             }
         }
         return ExitCode::SUCCESS;
     }
     if tools.is_empty() {
-        println!("no tools");
+        outln!("no tools");
     }
     for tool in &tools {
         let timeout = tool
             .timeout_ms
             .map(|ms| format!(", timeout {ms} ms"))
             .unwrap_or_default();
-        println!("{}  ({}{timeout})", tool.name, tool.origin());
-        println!("    {}", tool.description);
+        outln!("{}  ({}{timeout})", tool.name, tool.origin());
+        outln!("    {}", tool.description);
         let params = crate::render::parameters_summary(&tool.parameters);
         if !params.is_empty() {
-            println!("    args: {params}");
+            outln!("    args: {params}");
         }
     }
     ExitCode::SUCCESS

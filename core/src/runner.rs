@@ -238,13 +238,25 @@ impl ToolRunner {
         };
         let invoke = tool.invoke.clone();
         let name = call.name.clone();
+        let bus = self.bus().clone();
+        let session = options.session_id.clone();
+        let timeout = self.timeout_for(tool);
         self.tracker.spawn(async move {
             match catch(async { gate.check(&gate_call, &gate_ctx).await }).await {
                 Err(caught) => return TaskEnd::GateCrashed(caught.describe("the gate")),
                 Ok(Verdict::Block(reason)) => return TaskEnd::Blocked(reason),
                 Ok(Verdict::Allow) => {}
             }
-            // The loop starts the timeout clock from this instant.
+            // Published here, before the tool can send its first update; the loop starts the
+            // timeout clock from the instant sent.
+            bus.publish(
+                session.as_deref(),
+                EventKind::ToolRunning {
+                    call_id: gate_call.id.clone(),
+                    tool: name.clone(),
+                    timeout_ms: timeout.as_millis() as u64,
+                },
+            );
             let _ = running_tx.send(Instant::now());
             match catch(invoke.invoke(args, ctx)).await {
                 Ok(answer) => TaskEnd::Answered(answer),
@@ -284,11 +296,6 @@ impl ToolRunner {
                     // An error means the task ended without allowing: its end comes next.
                     if let Ok(at) = allowed {
                         deadline = Some(tokio::time::Instant::from_std(at) + timeout);
-                        self.bus().emit(session, EventKind::ToolRunning {
-                            call_id: call.id.clone(),
-                            tool: call.name.clone(),
-                            timeout_ms: timeout.as_millis() as u64,
-                        }).await;
                     }
                 }
                 joined = &mut task => break self.joined(joined),
