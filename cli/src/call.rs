@@ -53,16 +53,16 @@ pub async fn main(args: Args) -> ExitCode {
         match render::save_images(&result.output, &call.id, dir) {
             Ok(paths) => {
                 for path in paths {
-                    eoutln!("rho: saved {}", path.display());
+                    eprintln!("rho: saved {}", path.display());
                 }
             }
-            Err(e) => eoutln!("rho: cannot save images to {}: {e}", dir.display()),
+            Err(e) => eprintln!("rho: cannot save images to {}: {e}", dir.display()),
         }
     }
     if args.json {
         outln!("{}", render::result_json(&result));
     } else if result.is_error() {
-        eoutln!("rho: {}: {}", result.outcome, result.text());
+        eprintln!("rho: {}: {}", result.outcome, result.text());
     } else {
         outln!("{}", result.text());
         for image in result.output.images() {

@@ -67,12 +67,12 @@ pub async fn registry(
         match registry.add_plugin_dir(dir, options.clone()).await {
             Ok((plugin_dir, report)) => {
                 for line in &report.errors {
-                    eoutln!("rho: {line}");
+                    eprintln!("rho: {line}");
                 }
                 dirs.push(plugin_dir);
             }
             Err(error) => {
-                eoutln!("rho: {error}");
+                eprintln!("rho: {error}");
                 return Err(ExitCode::from(1));
             }
         }
@@ -107,6 +107,6 @@ pub fn gate(spec: &str) -> Result<Arc<dyn Gate>, String> {
 
 /// Prints a usage error and returns its exit status.
 pub fn usage(message: &str) -> ExitCode {
-    eoutln!("rho: {message}");
+    eprintln!("rho: {message}");
     ExitCode::from(USAGE)
 }

@@ -77,7 +77,7 @@ pub async fn session(
     match result {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
-            eoutln!("rho: the model failed: {e}");
+            eprintln!("rho: the model failed: {e}");
             ExitCode::from(1)
         }
     }
@@ -92,7 +92,7 @@ async fn print_events(mut events: rho_core::Subscription, detail: Option<Detail>
                 missed,
                 resume_from,
             } => {
-                eoutln!(
+                eprintln!(
                     "rho: the view fell behind and missed {missed} event(s) from seq {resume_from}"
                 );
             }

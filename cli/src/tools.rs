@@ -27,7 +27,7 @@ pub async fn main(args: Args) -> ExitCode {
         match serde_json::to_string_pretty(&tools) {
             Ok(json) => outln!("{json}"),
             Err(e) => {
-                eoutln!("rho: cannot encode the tool list: {e}");
+                eprintln!("rho: cannot encode the tool list: {e}");
                 return ExitCode::from(1);
             }
         }
