@@ -55,6 +55,8 @@ pub use plugin::dir::{DirOptions, PluginDir, ScanReport};
 pub use plugin::load::PluginInfo;
 pub use plugin::trust::Trust;
 pub use registry::{RegistryError, ResolvedTool, ToolRegistry};
+/// The plugin API this host speaks, for hosts and tools that need its ABI types.
+pub use rho_plugin_api as plugin_api;
 pub use rho_plugin_api::{Answer, Image, Output, ToolError};
 pub use runner::{RunOptions, RunnerConfig, ToolRunner};
 pub use session::{KeepDetails, KeptDetails, Loop, LoopConfig, Message, RunSummary};

@@ -1,5 +1,6 @@
 //! `cargo xtask`: rho's developer tasks.
 
+mod bench;
 mod demo;
 mod plugins;
 
@@ -28,6 +29,23 @@ enum Command {
     },
     /// Build the example plugins and run a short scripted session that shows every outcome.
     Demo,
+    /// Measure every performance figure beside its raw baseline (release builds).
+    Bench {
+        /// A reduced run (under two minutes).
+        #[arg(long)]
+        quick: bool,
+        /// Only the figures whose names start with these.
+        only: Vec<String>,
+    },
+    /// Runs the benchmarks in this (release) build; `bench` calls it.
+    #[command(hide = true)]
+    BenchExec {
+        #[arg(long)]
+        plugins: PathBuf,
+        #[arg(long)]
+        quick: bool,
+        only: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -38,6 +56,12 @@ fn main() -> ExitCode {
             plugins::build_and_install(release, &out).map(|_| ())
         }
         Command::Demo => demo::run(),
+        Command::Bench { quick, only } => bench::run(quick, &only),
+        Command::BenchExec {
+            plugins,
+            quick,
+            only,
+        } => bench::exec(&plugins, quick, &only),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,199 @@
+//! In-process figures: loading a plugin, and the runner's overhead per call.
+
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use rho_core::plugin::call::call_module;
+use rho_core::plugin::load::{CopyDir, PluginFile, load_in_process};
+use rho_core::plugin_api::ffi::{PluginModRef, ROOT_SYMBOL};
+use rho_core::{Bus, RunOptions, RunnerConfig, ToolCall, ToolRegistry, ToolRunner, allow_all};
+use serde_json::json;
+use tokio_stream::StreamExt;
+
+use super::{Ctx, Figure, median_of, per_iter_us};
+
+/// `plugin_load`: read + hash + private copy + dlopen + checks + describe of `echo`, against a raw
+/// copy + dlopen + symbol lookup.
+pub fn load(ctx: &Ctx) -> Result<Vec<Figure>, String> {
+    let path = ctx.plugin("echo");
+    let copies = CopyDir::new().map_err(|e| e.to_string())?;
+    let runs = ctx.runs() * 2;
+    let rho = median_of(runs, || {
+        let started = Instant::now();
+        let file = PluginFile::read(&path).map_err(|e| e.to_string());
+        let loaded = file.and_then(|f| load_in_process(&f, &copies).map_err(|e| e.to_string()));
+        assert!(loaded.is_ok(), "{:?}", loaded.err());
+        started.elapsed().as_secs_f64() * 1e3
+    });
+    let raw_dir = tempfile_dir()?;
+    let mut n = 0;
+    let raw = median_of(runs, || {
+        n += 1;
+        let copy = raw_dir.join(format!("raw-{n}.so"));
+        let started = Instant::now();
+        let _ = std::fs::copy(&path, &copy);
+        // SAFETY: the bench loads rho's own echo plugin, whose initializers are benign.
+        let lib = unsafe { libloading::Library::new(&copy) };
+        if let Ok(lib) = &lib {
+            // SAFETY: only the symbol's address is taken.
+            let symbol = format!("{ROOT_SYMBOL}\0");
+            let _ = unsafe { lib.get::<*const u8>(symbol.as_bytes()) };
+        }
+        let elapsed = started.elapsed().as_secs_f64() * 1e3;
+        std::mem::forget(lib);
+        elapsed
+    });
+    let _ = std::fs::remove_dir_all(&raw_dir);
+    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    Ok(vec![Figure {
+        name: "plugin_load".into(),
+        value: rho,
+        unit: "ms".into(),
+        baseline: format!("copy + dlopen + dlsym ({} KiB .so)", size / 1024),
+        baseline_value: raw,
+        runs,
+    }])
+}
+
+fn tempfile_dir() -> Result<std::path::PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!("rho-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// `inproc_call`: the runner's cost per `echo` call (allow_all gate, events on, one subscriber)
+/// against spawn_blocking + a direct call of the plugin's entry point; and calls/s at 1 and 64
+/// concurrent calls, both ways.
+pub async fn calls(ctx: &Ctx) -> Result<Vec<Figure>, String> {
+    let dir = tempfile_dir()?.join("plugins");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    std::fs::copy(ctx.plugin("echo"), dir.join("libecho.so")).map_err(|e| e.to_string())?;
+    let bus = Bus::default();
+    let mut sub = bus.subscribe();
+    let drain = tokio::spawn(async move { while sub.next().await.is_some() {} });
+    let registry = ToolRegistry::new(bus.clone());
+    registry
+        .add_plugin_dir(&dir, Default::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let runner = ToolRunner::new(registry, RunnerConfig::default());
+    let copies = CopyDir::new().map_err(|e| e.to_string())?;
+    let file = PluginFile::read(&dir.join("libecho.so")).map_err(|e| e.to_string())?;
+    let module = load_in_process(&file, &copies)
+        .map_err(|e| e.to_string())?
+        .module;
+    let n = if ctx.quick { 2_000 } else { 10_000 };
+    let runs = ctx.runs();
+    let gate = allow_all();
+    let call = ToolCall::new("c", "echo", json!({"text": "hello"}));
+
+    let mut rho_samples = Vec::new();
+    let mut raw_samples = Vec::new();
+    // Each loop runs in a spawned task, as a host's loop does (not in `block_on`, whose wake-ups
+    // go through a thread park).
+    for _ in 0..=runs {
+        let (r, c) = (runner.clone(), call.clone());
+        let gate = gate.clone();
+        let rho = tokio::spawn(async move {
+            let started = Instant::now();
+            for _ in 0..n {
+                r.run(&c, &gate, &RunOptions::default()).await;
+            }
+            per_iter_us(n, started)
+        });
+        rho_samples.push(rho.await.map_err(|e| e.to_string())?);
+        let raw = tokio::spawn(async move {
+            let started = Instant::now();
+            for _ in 0..n {
+                direct(module).await;
+            }
+            per_iter_us(n, started)
+        });
+        raw_samples.push(raw.await.map_err(|e| e.to_string())?);
+    }
+    // Drop the warm-up run.
+    let rho = super::median(&mut rho_samples[1..]);
+    let raw = super::median(&mut raw_samples[1..]);
+    let mut figures = vec![Figure {
+        name: "inproc_call".into(),
+        value: rho,
+        unit: "us/call".into(),
+        baseline: "spawn_blocking + direct entry-point call".into(),
+        baseline_value: raw,
+        runs,
+    }];
+    for concurrency in [1usize, 64] {
+        let total = n * 2;
+        let runs = runs.min(7);
+        let mut rho = Vec::new();
+        let mut raw = Vec::new();
+        for _ in 0..=runs {
+            rho.push(throughput(&runner, concurrency, total).await);
+            raw.push(raw_throughput(module, concurrency, total).await);
+        }
+        figures.push(Figure {
+            name: format!("inproc_calls_per_s_{concurrency}"),
+            value: super::median(&mut rho[1..]),
+            unit: "calls/s".into(),
+            baseline: format!("spawn_blocking + direct call, {concurrency} at once"),
+            baseline_value: super::median(&mut raw[1..]),
+            runs,
+        });
+    }
+    drain.abort();
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap_or(&dir));
+    Ok(figures)
+}
+
+async fn direct(module: PluginModRef) {
+    let _ = tokio::task::spawn_blocking(move || {
+        let cancelled = AtomicBool::new(false);
+        let noop = |_: &str| {};
+        call_module(
+            module,
+            "echo",
+            r#"{"text":"hello"}"#,
+            "c",
+            &cancelled,
+            &noop,
+        )
+    })
+    .await;
+}
+
+async fn throughput(runner: &ToolRunner, concurrency: usize, total: usize) -> f64 {
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|w| {
+            let runner = runner.clone();
+            tokio::spawn(async move {
+                let gate = allow_all();
+                let call = ToolCall::new(format!("c{w}"), "echo", json!({"text": "hello"}));
+                for _ in 0..total / concurrency {
+                    runner.run(&call, &gate, &RunOptions::default()).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn raw_throughput(module: PluginModRef, concurrency: usize, total: usize) -> f64 {
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            tokio::spawn(async move {
+                for _ in 0..total / concurrency {
+                    direct(module).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+    total as f64 / started.elapsed().as_secs_f64()
+}

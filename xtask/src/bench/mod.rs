@@ -1,0 +1,207 @@
+//! `cargo xtask bench`: every performance figure of rho beside its raw baseline, measured in the
+//! same run, in release builds. Figures are printed and written to `target/bench/report.json`;
+//! they never fail the build.
+
+mod bus;
+mod inproc;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::plugins::{self, cargo, target_dir};
+
+/// One figure of the report.
+#[derive(Debug, Clone)]
+pub struct Figure {
+    /// e.g. `inproc_call`.
+    pub name: String,
+    /// rho's figure.
+    pub value: f64,
+    /// Its unit (`us/call`, `events/s`...).
+    pub unit: String,
+    /// What the baseline is.
+    pub baseline: String,
+    /// The baseline's figure, in the same unit.
+    pub baseline_value: f64,
+    /// How many measured runs the medians are of.
+    pub runs: usize,
+}
+
+impl Figure {
+    /// value / baseline_value.
+    pub fn ratio(&self) -> f64 {
+        if self.baseline_value == 0.0 {
+            0.0
+        } else {
+            self.value / self.baseline_value
+        }
+    }
+}
+
+/// What a benchmark gets.
+pub struct Ctx {
+    /// The release plugin directory.
+    pub plugins: PathBuf,
+    /// Fewer runs, for a quick look.
+    pub quick: bool,
+}
+
+impl Ctx {
+    /// Measured runs per figure.
+    pub fn runs(&self) -> usize {
+        if self.quick { 5 } else { 15 }
+    }
+
+    /// A library of the release plugin directory.
+    pub fn plugin(&self, name: &str) -> PathBuf {
+        self.plugins.join(format!(
+            "{}{name}{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        ))
+    }
+}
+
+/// The median of `values` (0 for none).
+pub fn median(values: &mut [f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 0 {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
+    }
+}
+
+/// Runs `f` once to warm up, then `runs` times, and returns the median of what it returns.
+pub fn median_of(runs: usize, mut f: impl FnMut() -> f64) -> f64 {
+    f();
+    let mut values: Vec<f64> = (0..runs).map(|_| f()).collect();
+    median(&mut values)
+}
+
+/// Microseconds per iteration of `f` over `n` iterations.
+pub fn per_iter_us(n: usize, started: Instant) -> f64 {
+    started.elapsed().as_secs_f64() * 1e6 / n as f64
+}
+
+/// `cargo xtask bench`: builds everything in release and runs the benchmarks in a release build
+/// of this task.
+pub fn run(quick: bool, only: &[String]) -> Result<(), String> {
+    let plugins_dir = target_dir().join("bench").join("plugins");
+    eprintln!("building release plugins into {}", plugins_dir.display());
+    plugins::build_and_install(true, &plugins_dir)?;
+    let status = cargo()
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "-p",
+            "rho-cli",
+            "-p",
+            "xtask",
+        ])
+        .status()
+        .map_err(|e| format!("cannot run cargo build: {e}"))?;
+    if !status.success() {
+        return Err("building rho and xtask in release failed".into());
+    }
+    let exe = target_dir().join("release").join("xtask");
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("bench-exec").arg("--plugins").arg(&plugins_dir);
+    if quick {
+        cmd.arg("--quick");
+    }
+    cmd.args(only);
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run the release bench: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("the benchmarks ended with {status}"))
+    }
+}
+
+/// The benchmarks themselves (in the release build).
+pub fn exec(plugins: &Path, quick: bool, only: &[String]) -> Result<(), String> {
+    let ctx = Ctx {
+        plugins: plugins.to_owned(),
+        quick,
+    };
+    if cfg!(debug_assertions) {
+        eprintln!("warning: benchmarks built without optimizations; use `cargo xtask bench`");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let wanted = |name: &str| only.is_empty() || only.iter().any(|o| name.starts_with(o.as_str()));
+    let started = Instant::now();
+    let mut figures = Vec::new();
+    if wanted("plugin_load") {
+        figures.extend(inproc::load(&ctx)?);
+    }
+    if wanted("inproc_call") {
+        figures.extend(runtime.block_on(inproc::calls(&ctx))?);
+    }
+    if wanted("bus") {
+        figures.extend(runtime.block_on(bus::fanout(&ctx))?);
+    }
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    print_table(&figures);
+    let path = write_report(&figures)?;
+    eprintln!(
+        "\nreport: {} ({:.0} s)",
+        path.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn print_table(figures: &[Figure]) {
+    println!(
+        "\n{:<28} {:>14} {:<10} {:>14}  {:<40} {:>8}",
+        "figure", "rho", "unit", "baseline", "baseline is", "ratio"
+    );
+    for f in figures {
+        println!(
+            "{:<28} {:>14.3} {:<10} {:>14.3}  {:<40} {:>8.2}",
+            f.name,
+            f.value,
+            f.unit,
+            f.baseline_value,
+            f.baseline,
+            f.ratio()
+        );
+    }
+}
+
+fn write_report(figures: &[Figure]) -> Result<PathBuf, String> {
+    let dir = target_dir().join("bench");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let report: Vec<_> = figures
+        .iter()
+        .map(|f| {
+            json!({
+                "name": f.name,
+                "value": f.value,
+                "unit": f.unit,
+                "baseline": f.baseline,
+                "baseline_value": f.baseline_value,
+                "ratio": f.ratio(),
+                "runs": f.runs,
+            })
+        })
+        .collect();
+    let path = dir.join("report.json");
+    let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
