@@ -80,6 +80,20 @@ pub async fn registry(
     Ok((registry, dirs))
 }
 
+/// Watches every directory for changes (hot reload); a directory that cannot be watched is
+/// reported and the others are watched.
+pub fn watch(dirs: &[PluginDir]) -> Vec<rho_core::DirWatcher> {
+    dirs.iter()
+        .filter_map(|dir| match dir.watch(rho_core::DEFAULT_DEBOUNCE) {
+            Ok(watcher) => Some(watcher),
+            Err(e) => {
+                eprintln!("rho: {e}");
+                None
+            }
+        })
+        .collect()
+}
+
 /// A runner over `registry` with the flags' timeout.
 pub fn runner(registry: ToolRegistry, flags: &RunFlags) -> ToolRunner {
     let mut config = RunnerConfig::default();

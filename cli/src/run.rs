@@ -60,10 +60,12 @@ pub async fn session(
     let bus = Bus::default();
     let subscription = bus.subscribe();
     let printer = tokio::spawn(print_events(subscription, detail));
-    let (registry, _dirs) = match host::registry(&bus, &plugins).await {
+    let (registry, dirs) = match host::registry(&bus, &plugins).await {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
+    // Reloads during the session are shown (and served) as they happen.
+    let _watchers = host::watch(&dirs);
     let runner = host::runner(registry, &run);
     let config = LoopConfig {
         max_parallel,
@@ -83,7 +85,8 @@ pub async fn session(
     }
 }
 
-async fn print_events(mut events: rho_core::Subscription, detail: Option<Detail>) {
+/// Prints events until `agent_end` (or the stream ends): JSON lines when `detail` is `None`.
+pub async fn print_events(mut events: rho_core::Subscription, detail: Option<Detail>) {
     // Once stdout is gone (a closed pipe) the events are still drained, so nothing is held up.
     let mut stdout_open = true;
     while let Some(item) = events.next().await {

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use rho_core::Bus;
+use tokio_stream::StreamExt;
 
 use crate::host::{self, PluginFlags};
 
@@ -14,6 +15,9 @@ pub struct Args {
     /// Print a JSON array of {name, description, parameters, timeout_ms, plugin, plugin_version}.
     #[arg(long)]
     json: bool,
+    /// Keep watching the directories and print the list again after every reload (Ctrl-C ends).
+    #[arg(long)]
+    watch: bool,
 }
 
 pub async fn main(args: Args) -> ExitCode {
@@ -22,21 +26,62 @@ pub async fn main(args: Args) -> ExitCode {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
-    let tools = registry.tools();
-    if args.json {
-        match serde_json::to_string_pretty(&tools) {
-            Ok(json) => outln!("{json}"),
+    if !print(&registry.tools(), args.json) {
+        return ExitCode::from(1);
+    }
+    if !args.watch {
+        return ExitCode::SUCCESS;
+    }
+    let mut events = bus.subscribe_filtered(rho_core::Filter::default().types([
+        "plugin_loaded",
+        "plugin_reloaded",
+        "plugin_removed",
+        "plugin_load_failed",
+        "tool_name_conflict",
+        "warning",
+    ]));
+    let _watchers = host::watch(&_dirs);
+    loop {
+        tokio::select! {
+            item = events.next() => match item {
+                Some(rho_core::BusItem::Event(event)) => {
+                    if let Some(line) = crate::render::event_line(&event, crate::render::Detail::All) {
+                        eprintln!("{line}");
+                    }
+                    if matches!(event.kind, rho_core::EventKind::PluginLoaded { .. }
+                        | rho_core::EventKind::PluginReloaded { .. }
+                        | rho_core::EventKind::PluginRemoved { .. })
+                        && !print(&registry.tools(), args.json)
+                    {
+                        return ExitCode::from(1);
+                    }
+                }
+                Some(rho_core::BusItem::Lagged { .. }) => {}
+                None => return ExitCode::SUCCESS,
+            },
+            _ = tokio::signal::ctrl_c() => return ExitCode::SUCCESS,
+        }
+    }
+}
+
+/// Prints the tool list; `false` if it could not be encoded.
+fn print(tools: &[rho_core::ToolSpec], json: bool) -> bool {
+    if json {
+        return match serde_json::to_string_pretty(tools) {
+            Ok(json) => {
+                outln!("{json}");
+                true
+            }
             Err(e) => {
                 eprintln!("rho: cannot encode the tool list: {e}");
-                return ExitCode::from(1);
+                false
             }
-        }
-        return ExitCode::SUCCESS;
+        };
     }
     if tools.is_empty() {
         outln!("no tools");
     }
-    for tool in &tools {
+    for tool in tools {
         let timeout = tool
             .timeout_ms
             .map(|ms| format!(", timeout {ms} ms"))
@@ -48,5 +93,5 @@ pub async fn main(args: Args) -> ExitCode {
             outln!("    args: {params}");
         }
     }
-    ExitCode::SUCCESS
+    true
 }

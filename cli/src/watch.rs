@@ -11,7 +11,8 @@ use crate::render::Detail;
 /// `rho watch` flags.
 #[derive(clap::Args)]
 pub struct Args {
-    /// A script to run as a session while watching (a JSON array of assistant turns).
+    /// A script to run as a session while watching (a JSON array of assistant turns). Without
+    /// one, rho watch follows the plugin directories (loads, reloads, failures) until Ctrl-C.
     script: Option<PathBuf>,
     #[command(flatten)]
     plugins: PluginFlags,
@@ -26,8 +27,9 @@ pub struct Args {
 }
 
 pub async fn main(args: Args) -> ExitCode {
+    let detail = if args.json { None } else { Some(Detail::All) };
     let Some(script) = &args.script else {
-        return host::usage("rho watch needs a SCRIPT.json to run while watching");
+        return follow_dirs(&args.plugins, detail).await;
     };
     let model = match ScriptedModel::from_file(script) {
         Ok(model) => model,
@@ -37,7 +39,6 @@ pub async fn main(args: Args) -> ExitCode {
         Ok(gate) => gate,
         Err(message) => return host::usage(&message),
     };
-    let detail = if args.json { None } else { Some(Detail::All) };
     crate::run::session(
         args.plugins,
         args.run,
@@ -47,4 +48,19 @@ pub async fn main(args: Args) -> ExitCode {
         args.max_parallel,
     )
     .await
+}
+
+/// Loads and watches the directories and prints their events until Ctrl-C.
+async fn follow_dirs(plugins: &PluginFlags, detail: Option<Detail>) -> ExitCode {
+    let bus = rho_core::Bus::default();
+    let events = bus.subscribe();
+    let printer = tokio::spawn(crate::run::print_events(events, detail));
+    let (_registry, dirs) = match host::registry(&bus, plugins).await {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let _watchers = host::watch(&dirs);
+    let _ = tokio::signal::ctrl_c().await;
+    printer.abort();
+    ExitCode::SUCCESS
 }

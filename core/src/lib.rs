@@ -41,6 +41,7 @@ pub mod runner;
 pub mod session;
 pub mod spec;
 mod validate;
+pub mod watch;
 
 pub use bus::{Bus, BusItem, Filter, Subscription};
 pub use error::LoadError;
@@ -61,3 +62,4 @@ pub use rho_plugin_api::{Answer, Image, Output, ToolError};
 pub use runner::{RunOptions, RunnerConfig, ToolRunner};
 pub use session::{KeepDetails, KeptDetails, Loop, LoopConfig, Message, RunSummary};
 pub use spec::ToolSpec;
+pub use watch::{DEFAULT_DEBOUNCE, DirWatcher, WatchError};

@@ -30,6 +30,8 @@ pub struct ResolvedTool {
     pub spec: Arc<ToolSpec>,
     /// Which load of its plugin serves it (0 for host-native tools); a reload makes a new one.
     pub generation: u64,
+    /// Where it comes from, for people: `host`, or `plugin@version (file)`.
+    pub origin: Arc<str>,
     pub(crate) invoke: Arc<dyn Invoke>,
     pub(crate) validator: Arc<ArgsValidator>,
 }
@@ -39,6 +41,7 @@ impl ResolvedTool {
     pub(crate) fn new(
         spec: ToolSpec,
         generation: u64,
+        origin: &str,
         invoke: Arc<dyn Invoke>,
     ) -> Result<Self, String> {
         let validator = ArgsValidator::new(&spec.parameters)
@@ -46,6 +49,7 @@ impl ResolvedTool {
         Ok(ResolvedTool {
             spec: Arc::new(spec),
             generation,
+            origin: origin.into(),
             invoke,
             validator: Arc::new(validator),
         })
@@ -129,7 +133,7 @@ impl ToolRegistry {
             return Err(RegistryError::BadName(spec.name));
         }
         let name = spec.name.clone();
-        let resolved = ResolvedTool::new(spec, 0, Arc::new(NativeInvoke(tool)))
+        let resolved = ResolvedTool::new(spec, 0, "host", Arc::new(NativeInvoke(tool)))
             .map_err(RegistryError::BadSchema)?;
         {
             let mut sources = self.sources();
@@ -215,8 +219,8 @@ impl ToolRegistry {
                 match map.get(&tool.spec.name) {
                     Some(kept) => conflicts.push((
                         tool.spec.name.clone(),
-                        kept.spec.origin(),
-                        tool.spec.origin(),
+                        kept.origin.to_string(),
+                        tool.origin.to_string(),
                     )),
                     None => {
                         map.insert(tool.spec.name.clone(), tool.clone());
@@ -267,7 +271,7 @@ impl ToolRegistry {
         if lifted {
             let origin = self
                 .lookup(tool)
-                .map(|t| t.spec.origin())
+                .map(|t| t.origin.to_string())
                 .unwrap_or_default();
             self.inner.bus.publish(
                 None,
@@ -294,7 +298,7 @@ impl ToolRegistry {
             .policy
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        let origin = tool.spec.origin();
+        let origin = tool.origin.to_string();
         let key = ToolKey {
             tool: &tool.spec.name,
             origin: &origin,
@@ -328,7 +332,7 @@ impl ToolRegistry {
             .map(|tool| {
                 let mut stats = health.stats(&tool.spec.name).unwrap_or_default();
                 stats.tool = tool.spec.name.clone();
-                stats.origin = tool.spec.origin();
+                stats.origin = tool.origin.to_string();
                 stats.runaway_threads = tool.invoke.runaway_threads();
                 stats
             })

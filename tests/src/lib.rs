@@ -118,3 +118,66 @@ pub fn runner(registry: &rho_core::ToolRegistry, timeout_ms: u64) -> rho_core::T
 pub fn call(id: &str, tool: &str, args: serde_json::Value) -> rho_core::ToolCall {
     rho_core::ToolCall::new(id, tool, args)
 }
+
+/// Two builds of the `faults` plugin that answer `build_tag` differently: `"default"` and `"v2"`
+/// (built with `RHO_FAULTS_TAG=v2`). Built once per test process, then the default build is
+/// restored, so `plugin_lib("faults")` stays the default.
+pub fn faults_variants() -> &'static (PathBuf, PathBuf) {
+    static VARIANTS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    VARIANTS.get_or_init(|| {
+        let profile = built();
+        let keep = profile.join("rho-test-variants");
+        std::fs::create_dir_all(&keep).expect("variants dir");
+        let build = |tag: Option<&str>, name: &str| {
+            let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+            cmd.args(["build", "--quiet", "-p", "faults"])
+                .env("CARGO_TARGET_DIR", profile.parent().expect("target dir"))
+                .current_dir(env!("CARGO_MANIFEST_DIR"));
+            if profile.file_name().is_some_and(|n| n == "release") {
+                cmd.arg("--release");
+            }
+            match tag {
+                Some(tag) => cmd.env("RHO_FAULTS_TAG", tag),
+                None => cmd.env_remove("RHO_FAULTS_TAG"),
+            };
+            assert!(
+                cmd.status().expect("cargo build").success(),
+                "building faults {tag:?}"
+            );
+            let to = keep.join(name);
+            std::fs::copy(plugin_lib("faults"), &to).expect("keep variant");
+            to
+        };
+        let v2 = build(Some("v2"), "libfaults-v2.so");
+        let default = build(None, "libfaults-default.so");
+        (default, v2)
+    })
+}
+
+/// Waits up to `within` for an event that `pred` accepts.
+pub async fn wait_for(
+    sub: &mut rho_core::Subscription,
+    within: std::time::Duration,
+    mut pred: impl FnMut(&rho_core::Event) -> bool,
+) -> Option<std::sync::Arc<rho_core::Event>> {
+    use tokio_stream::StreamExt;
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, sub.next()).await {
+            Ok(Some(rho_core::BusItem::Event(e))) if pred(&e) => return Some(e),
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => return None,
+        }
+    }
+}
+
+/// Writes `bytes` to `dest` atomically (a hidden temporary file renamed into place), as an
+/// installer does.
+pub fn install_bytes(dest: &Path, bytes: &[u8]) {
+    let tmp = dest.with_file_name(format!(
+        ".{}.tmp",
+        dest.file_name().expect("file name").to_string_lossy()
+    ));
+    std::fs::write(&tmp, bytes).expect("write temporary plugin file");
+    std::fs::rename(&tmp, dest).expect("rename plugin into place");
+}

@@ -268,3 +268,94 @@ fn the_incompatible_fixture_is_built() {
     let dir = tempfile::tempdir().unwrap();
     assert!(install(dir.path(), "echo").exists());
 }
+
+struct HostEcho;
+
+#[async_trait::async_trait]
+impl rho_core::Tool for HostEcho {
+    fn spec(&self) -> rho_core::ToolSpec {
+        rho_core::ToolSpec::native("echo", "the host's own echo", json!({"type": "object"}))
+    }
+    async fn call(
+        &self,
+        _args: serde_json::Value,
+        _ctx: rho_core::ToolCtx,
+    ) -> Result<rho_core::Answer, rho_core::ToolError> {
+        Ok(rho_core::Answer::text("from the host"))
+    }
+}
+
+#[tokio::test]
+async fn a_name_offered_twice_follows_the_rule_and_is_reported() {
+    use tokio_stream::StreamExt;
+    let dir = plugin_dir(&["echo"]);
+    std::fs::copy(plugin_lib("echo"), dir.path().join("libecho2.so")).unwrap();
+    let bus = rho_core::Bus::default();
+    let mut sub = bus.subscribe();
+    let registry = rho_core::ToolRegistry::new(bus.clone());
+    registry
+        .add_plugin_dir(dir.path(), Default::default())
+        .await
+        .unwrap();
+    let mut conflicts = Vec::new();
+    while let Ok(Some(rho_core::BusItem::Event(e))) =
+        tokio::time::timeout(std::time::Duration::from_millis(100), sub.next()).await
+    {
+        if let rho_core::EventKind::ToolNameConflict {
+            tool,
+            kept,
+            ignored,
+        } = &e.kind
+        {
+            conflicts.push((tool.clone(), kept.clone(), ignored.clone()));
+        }
+    }
+    assert_eq!(
+        conflicts,
+        [(
+            "echo".to_string(),
+            "echo@0.1.0 (libecho.so)".to_string(),
+            "echo@0.1.0 (libecho2.so)".to_string()
+        )]
+    );
+    // Host-native tools rank before every plugin, even when added later.
+    registry.add_tool(std::sync::Arc::new(HostEcho)).unwrap();
+    let r = runner(&registry, 5_000)
+        .run(
+            &call("1", "echo", json!({})),
+            &allow_all(),
+            &RunOptions::default(),
+        )
+        .await;
+    assert_eq!(r.text(), "from the host");
+    assert!(matches!(
+        registry.add_tool(std::sync::Arc::new(HostEcho)),
+        Err(rho_core::RegistryError::Duplicate(name)) if name == "echo"
+    ));
+}
+
+struct BadName;
+
+#[async_trait::async_trait]
+impl rho_core::Tool for BadName {
+    fn spec(&self) -> rho_core::ToolSpec {
+        rho_core::ToolSpec::native("bad name!", "", json!({"type": "object"}))
+    }
+    async fn call(
+        &self,
+        _args: serde_json::Value,
+        _ctx: rho_core::ToolCtx,
+    ) -> Result<rho_core::Answer, rho_core::ToolError> {
+        Ok(rho_core::Answer::text(""))
+    }
+}
+
+#[test]
+fn a_tool_name_models_do_not_accept_is_refused_with_a_clear_error() {
+    let registry = rho_core::ToolRegistry::new(rho_core::Bus::default());
+    let err = registry.add_tool(std::sync::Arc::new(BadName)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "tool \"bad name!\" refused: a tool name must match ^[a-zA-Z0-9_-]{1,64}$"
+    );
+}

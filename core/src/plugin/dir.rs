@@ -40,7 +40,7 @@ impl Default for DirOptions {
 }
 
 /// What one scan changed, for a caller that wants to print it.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct ScanReport {
     /// Plugins loaded for the first time (`name@version`).
     pub loaded: Vec<String>,
@@ -50,11 +50,67 @@ pub struct ScanReport {
     pub removed: Vec<String>,
     /// One line per file (or directory) that failed or was refused.
     pub errors: Vec<String>,
+    /// Events to publish once the registry shows the scan's result.
+    events: Vec<EventKind>,
+    /// Versions to retire once the registry no longer hands them out.
+    retired: Vec<PluginInfo>,
+}
+
+impl ScanReport {
+    fn event(&mut self, kind: EventKind) {
+        self.events.push(kind);
+    }
+
+    fn fail(&mut self, error: &LoadError) {
+        let line = error.to_string();
+        tracing::warn!("{line}");
+        self.event(EventKind::PluginLoadFailed {
+            path: error.path().display().to_string(),
+            error: line.clone(),
+        });
+        self.errors.push(line);
+    }
+}
+
+/// Marks a refused path in `State::failed` (instead of a content hash).
+const REFUSED: &str = "refused";
+
+/// What reading one listed file gave.
+enum Read {
+    /// The same file as the one loaded (same inode, size and mtime).
+    Unchanged,
+    /// Refused by the trust policy, or unreadable.
+    Refused(LoadError),
+    /// Its content, and its identity.
+    File(PluginFile, Option<Stamp>),
+}
+
+/// A file's identity as the file system gives it: a rename, a hard link or a write changes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+impl Stamp {
+    fn of(path: &Path) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        })
+    }
 }
 
 struct Slot {
     info: PluginInfo,
     tools: Vec<ResolvedTool>,
+    stamp: Option<Stamp>,
     /// The hash of the last version that failed to load from this path, so it is reported once.
     failed_sha256: Option<String>,
 }
@@ -114,6 +170,11 @@ impl PluginDir {
         &self.inner.dir
     }
 
+    /// The bus of the registry this directory feeds.
+    pub(crate) fn registry_bus(&self) -> crate::bus::Bus {
+        self.inner.registry.bus().clone()
+    }
+
     /// The plugins loaded now.
     pub async fn plugins(&self) -> Vec<PluginInfo> {
         let state = self.inner.state.lock().await;
@@ -122,107 +183,134 @@ impl PluginDir {
 
     /// Brings the registry in line with the directory: loads new files, reloads changed ones
     /// (content hash differs), drops the tools of deleted ones. A file that fails keeps its old
-    /// version serving. Publishes one event per change and per failure.
+    /// version serving. Publishes one event per change and per failure, once the registry shows
+    /// the result.
     pub async fn scan(&self) -> ScanReport {
         let inner = &self.inner;
-        let bus = inner.registry.bus().clone();
         let mut state = inner.state.lock().await;
         let mut report = ScanReport::default();
-        let fail = |report: &mut ScanReport, error: &LoadError| {
-            let line = error.to_string();
-            tracing::warn!("{line}");
-            bus.publish(
-                None,
-                EventKind::PluginLoadFailed {
-                    path: error.path().display().to_string(),
-                    error: line.clone(),
-                },
-            );
-            report.errors.push(line);
-        };
-        let files = match self.list().await {
-            Ok(files) => files,
-            Err(error) => {
-                fail(&mut report, &error);
-                return report;
+        match self.read_files(&state).await {
+            Err(error) => report.fail(&error),
+            Ok(files) => {
+                self.drop_deleted(&mut state, &mut report, &files);
+                for (path, file) in files {
+                    self.consider(&mut state, &mut report, path, file).await;
+                }
+                let tools = state.slots.values().flat_map(|s| s.tools.clone()).collect();
+                inner.registry.set_source_tools(inner.source, tools);
             }
-        };
-        // Deleted files.
+        }
+        for info in std::mem::take(&mut report.retired) {
+            inner.backend.retire(&info);
+        }
+        // Published only now: a subscriber that reacts to `plugin_loaded` finds the tools there.
+        for event in std::mem::take(&mut report.events) {
+            inner.registry.bus().publish(None, event);
+        }
+        report
+    }
+
+    /// Lists, checks and reads the plugin files. A file whose identity (inode, size, mtime) is
+    /// unchanged since it was loaded is not read again; one that vanished since the listing is
+    /// left out (it counts as deleted).
+    async fn read_files(&self, state: &State) -> Result<Vec<(PathBuf, Read)>, LoadError> {
+        let mut files = Vec::new();
+        for (path, checked) in self.list().await? {
+            let target = match checked {
+                Ok(target) => target,
+                Err(error) => {
+                    files.push((path, Read::Refused(error)));
+                    continue;
+                }
+            };
+            let stamp = Stamp::of(&target);
+            if stamp.is_some() && state.slots.get(&path).is_some_and(|s| s.stamp == stamp) {
+                files.push((path, Read::Unchanged));
+                continue;
+            }
+            let read = tokio::task::spawn_blocking(move || PluginFile::read(&target)).await;
+            match read {
+                Ok(Ok(file)) => {
+                    files.push((path.clone(), Read::File(PluginFile { path, ..file }, stamp)))
+                }
+                Ok(Err(_)) | Err(_) if !path.exists() => {}
+                Ok(Err(error)) => files.push((path, Read::Refused(error))),
+                Err(_) => {}
+            }
+        }
+        Ok(files)
+    }
+
+    fn drop_deleted(&self, state: &mut State, report: &mut ScanReport, files: &[(PathBuf, Read)]) {
+        let present = |p: &PathBuf| files.iter().any(|(f, _)| f == p);
         let gone: Vec<PathBuf> = state
             .slots
             .keys()
-            .filter(|p| !files.iter().any(|(f, _)| f == *p))
+            .filter(|p| !present(p))
             .cloned()
             .collect();
         for path in gone {
             if let Some(slot) = state.slots.remove(&path) {
-                inner.backend.retire(&slot.info);
+                report.retired.push(slot.info.clone());
                 report
                     .removed
                     .push(format!("{}@{}", slot.info.name, slot.info.version));
-                bus.publish(
-                    None,
-                    EventKind::PluginRemoved {
-                        plugin: slot.info.name.clone(),
-                        path: path.display().to_string(),
-                        tools: slot.tools.iter().map(|t| t.spec.name.clone()).collect(),
-                    },
-                );
+                report.event(EventKind::PluginRemoved {
+                    plugin: slot.info.name.clone(),
+                    path: path.display().to_string(),
+                    tools: slot.tools.iter().map(|t| t.spec.name.clone()).collect(),
+                });
             }
         }
-        state
-            .failed
-            .retain(|p, _| files.iter().any(|(f, _)| f == p));
-        for (path, checked) in files {
-            let checked = match checked {
-                Ok(target) => target,
-                Err(error) => {
-                    if state.failed.get(&path).map(String::as_str) != Some("refused") {
-                        fail(&mut report, &error);
-                        state.failed.insert(path.clone(), "refused".into());
-                    }
-                    continue;
+        state.failed.retain(|p, _| present(p));
+    }
+
+    /// Loads one file if it is new or changed; reports a failure once per content.
+    async fn consider(
+        &self,
+        state: &mut State,
+        report: &mut ScanReport,
+        path: PathBuf,
+        read: Read,
+    ) {
+        let (file, stamp) = match read {
+            Read::Unchanged => return,
+            Read::Refused(error) => {
+                if state.failed.get(&path).map(String::as_str) != Some(REFUSED) {
+                    report.fail(&error);
+                    state.failed.insert(path, REFUSED.into());
                 }
-            };
-            let read_path = checked.clone();
-            let file = match tokio::task::spawn_blocking(move || PluginFile::read(&read_path)).await
-            {
-                Ok(Ok(file)) => PluginFile {
-                    path: path.clone(),
-                    ..file
-                },
-                Ok(Err(error)) => {
-                    fail(&mut report, &error);
-                    continue;
-                }
-                Err(_) => continue,
-            };
-            let current = state.slots.get(&path);
-            if current.is_some_and(|s| s.info.sha256 == file.sha256)
-                || state.failed.get(&path) == Some(&file.sha256)
-                || current.is_some_and(|s| s.failed_sha256.as_ref() == Some(&file.sha256))
-            {
-                continue;
+                return;
             }
-            match self.load_version(&mut state, &file).await {
-                Ok(loaded) => {
-                    state.failed.remove(&path);
-                    self.install(&mut state, &mut report, &path, loaded);
-                }
-                Err(error) => {
-                    fail(&mut report, &error);
-                    match state.slots.get_mut(&path) {
-                        Some(slot) => slot.failed_sha256 = Some(file.sha256.clone()),
-                        None => {
-                            state.failed.insert(path.clone(), file.sha256.clone());
-                        }
+            Read::File(file, stamp) => (file, stamp),
+        };
+        let current = state.slots.get(&path);
+        if current.is_some_and(|s| s.info.sha256 == file.sha256) {
+            if let Some(slot) = state.slots.get_mut(&path) {
+                slot.stamp = stamp;
+            }
+            return;
+        }
+        if state.failed.get(&path) == Some(&file.sha256)
+            || current.is_some_and(|s| s.failed_sha256.as_ref() == Some(&file.sha256))
+        {
+            return;
+        }
+        match self.load_version(state, &file).await {
+            Ok(loaded) => {
+                state.failed.remove(&path);
+                self.install(state, report, &path, loaded, stamp);
+            }
+            Err(error) => {
+                report.fail(&error);
+                match state.slots.get_mut(&path) {
+                    Some(slot) => slot.failed_sha256 = Some(file.sha256.clone()),
+                    None => {
+                        state.failed.insert(path, file.sha256.clone());
                     }
                 }
             }
         }
-        let tools: Vec<ResolvedTool> = state.slots.values().flat_map(|s| s.tools.clone()).collect();
-        inner.registry.set_source_tools(inner.source, tools);
-        report
     }
 
     async fn load_version(
@@ -263,35 +351,37 @@ impl PluginDir {
         report: &mut ScanReport,
         path: &Path,
         loaded: LoadedVersion,
+        stamp: Option<Stamp>,
     ) {
         let inner = &self.inner;
-        let bus = inner.registry.bus();
         let file = path.display().to_string();
         for line in &loaded.rejected {
             tracing::warn!("{line}");
-            bus.publish(
-                None,
-                EventKind::PluginLoadFailed {
-                    path: file.clone(),
-                    error: line.clone(),
-                },
-            );
+            report.event(EventKind::PluginLoadFailed {
+                path: file.clone(),
+                error: line.clone(),
+            });
             report.errors.push(line.clone());
         }
         let generation = inner.registry.new_generation();
+        let origin = format!(
+            "{}@{} ({})",
+            loaded.info.name,
+            loaded.info.version,
+            path.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default()
+        );
         let mut tools = Vec::new();
         for (spec, invoke) in loaded.tools {
-            match ResolvedTool::new(spec, generation, invoke) {
+            match ResolvedTool::new(spec, generation, &origin, invoke) {
                 Ok(tool) => tools.push(tool),
                 Err(line) => {
                     let line = format!("{file}: {line}");
-                    bus.publish(
-                        None,
-                        EventKind::PluginLoadFailed {
-                            path: file.clone(),
-                            error: line.clone(),
-                        },
-                    );
+                    report.event(EventKind::PluginLoadFailed {
+                        path: file.clone(),
+                        error: line.clone(),
+                    });
                     report.errors.push(line);
                 }
             }
@@ -304,47 +394,42 @@ impl PluginDir {
             Slot {
                 info: info.clone(),
                 tools,
+                stamp,
                 failed_sha256: None,
             },
         );
         match old {
             None => {
                 report.loaded.push(label);
-                bus.publish(
-                    None,
-                    EventKind::PluginLoaded {
-                        plugin: info.name.clone(),
-                        version: info.version.clone(),
-                        path: file,
-                        tools: names,
-                        isolated: inner.backend.is_isolated(),
-                    },
-                );
+                report.event(EventKind::PluginLoaded {
+                    plugin: info.name.clone(),
+                    version: info.version.clone(),
+                    path: file,
+                    tools: names,
+                    isolated: inner.backend.is_isolated(),
+                });
             }
             Some(old) => {
-                inner.backend.retire(&old.info);
+                report.retired.push(old.info.clone());
                 let old_names: Vec<String> =
                     old.tools.iter().map(|t| t.spec.name.clone()).collect();
                 report.reloaded.push(label);
-                bus.publish(
-                    None,
-                    EventKind::PluginReloaded {
-                        plugin: info.name.clone(),
-                        path: file,
-                        old_version: old.info.version.clone(),
-                        new_version: info.version.clone(),
-                        tools_added: names
-                            .iter()
-                            .filter(|n| !old_names.contains(n))
-                            .cloned()
-                            .collect(),
-                        tools_removed: old_names
-                            .iter()
-                            .filter(|n| !names.contains(n))
-                            .cloned()
-                            .collect(),
-                    },
-                );
+                report.event(EventKind::PluginReloaded {
+                    plugin: info.name.clone(),
+                    path: file,
+                    old_version: old.info.version.clone(),
+                    new_version: info.version.clone(),
+                    tools_added: names
+                        .iter()
+                        .filter(|n| !old_names.contains(n))
+                        .cloned()
+                        .collect(),
+                    tools_removed: old_names
+                        .iter()
+                        .filter(|n| !names.contains(n))
+                        .cloned()
+                        .collect(),
+                });
             }
         }
     }

@@ -308,3 +308,45 @@ fn first_line(s: &str) -> String {
     }
     line
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use abi_stable::std_types::{ROption, RVec};
+    use rho_plugin_api::ffi::FfiToolDesc;
+
+    fn desc(name: &str, schema: &str) -> FfiToolDesc {
+        FfiToolDesc {
+            name: name.into(),
+            description: "d".into(),
+            parameters_json: schema.into(),
+            timeout_ms: ROption::RSome(5),
+        }
+    }
+
+    #[test]
+    fn refuses_bad_names_duplicates_and_bad_schemas_one_line_each() {
+        let info = FfiPluginInfo {
+            name: "p".into(),
+            version: "1.0.0".into(),
+            tools: RVec::from(vec![
+                desc("good", r#"{"type":"object"}"#),
+                desc("no spaces", r#"{"type":"object"}"#),
+                desc("good", r#"{"type":"object"}"#),
+                desc("list", "[1]"),
+            ]),
+        };
+        let (tools, rejected) = tool_specs(Path::new("/p/libp.so"), &info).unwrap();
+        assert_eq!(tools.len(), 1);
+        assert_eq!(tools[0].timeout_ms, Some(5));
+        assert_eq!(tools[0].plugin.as_deref(), Some("p"));
+        assert_eq!(
+            rejected,
+            [
+                "/p/libp.so: tool \"no spaces\" refused: a tool name must match ^[a-zA-Z0-9_-]{1,64}$",
+                "/p/libp.so: tool `good` refused: the plugin lists it twice",
+                "/p/libp.so: tool `list` refused: its parameters are not a JSON Schema object",
+            ]
+        );
+    }
+}
