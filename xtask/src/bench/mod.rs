@@ -4,6 +4,7 @@
 
 mod bus;
 mod inproc;
+mod reload;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -54,6 +55,13 @@ impl Ctx {
         if self.quick { 5 } else { 15 }
     }
 
+    /// A kept build of the `faults` plugin: `default` or `v2` (built with `RHO_FAULTS_TAG=v2`).
+    pub fn variant(&self, tag: &str) -> PathBuf {
+        self.plugins
+            .with_file_name("variants")
+            .join(format!("libfaults-{tag}.so"))
+    }
+
     /// A library of the release plugin directory.
     pub fn plugin(&self, name: &str) -> PathBuf {
         self.plugins.join(format!(
@@ -96,6 +104,7 @@ pub fn run(quick: bool, only: &[String]) -> Result<(), String> {
     let plugins_dir = target_dir().join("bench").join("plugins");
     eprintln!("building release plugins into {}", plugins_dir.display());
     plugins::build_and_install(true, &plugins_dir)?;
+    build_variants(&plugins_dir)?;
     let status = cargo()
         .args([
             "build",
@@ -128,6 +137,32 @@ pub fn run(quick: bool, only: &[String]) -> Result<(), String> {
     }
 }
 
+/// Two release builds of `faults` that answer `build_tag` differently, kept beside the plugin
+/// directory for the reload figures; the default build is restored last.
+fn build_variants(plugins_dir: &Path) -> Result<(), String> {
+    let keep = plugins_dir.with_file_name("variants");
+    std::fs::create_dir_all(&keep).map_err(|e| format!("{}: {e}", keep.display()))?;
+    for tag in ["v2", "default"] {
+        let mut cmd = cargo();
+        cmd.args(["build", "--quiet", "--release", "-p", "faults"]);
+        if tag == "default" {
+            cmd.env_remove("RHO_FAULTS_TAG");
+        } else {
+            cmd.env("RHO_FAULTS_TAG", tag);
+        }
+        let status = cmd
+            .status()
+            .map_err(|e| format!("cannot run cargo build: {e}"))?;
+        if !status.success() {
+            return Err(format!("building the `{tag}` variant of faults failed"));
+        }
+        let built = target_dir().join("release").join("libfaults.so");
+        std::fs::copy(&built, keep.join(format!("libfaults-{tag}.so")))
+            .map_err(|e| format!("{}: {e}", built.display()))?;
+    }
+    Ok(())
+}
+
 /// The benchmarks themselves (in the release build).
 pub fn exec(plugins: &Path, quick: bool, only: &[String]) -> Result<(), String> {
     let ctx = Ctx {
@@ -150,6 +185,9 @@ pub fn exec(plugins: &Path, quick: bool, only: &[String]) -> Result<(), String> 
     }
     if wanted("inproc_call") {
         figures.extend(runtime.block_on(inproc::calls(&ctx))?);
+    }
+    if wanted("reload") {
+        figures.extend(runtime.block_on(reload::reload(&ctx))?);
     }
     if wanted("bus") {
         figures.extend(runtime.block_on(bus::fanout(&ctx))?);

@@ -1,0 +1,160 @@
+//! `reload`: a new plugin file landed -> the first call served by the new version; and the memory
+//! each in-process reload leaves mapped.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rho_core::plugin::load::{CopyDir, PluginFile, load_in_process};
+use rho_core::{
+    Bus, DirOptions, RunOptions, RunnerConfig, ToolCall, ToolRegistry, ToolRunner, allow_all,
+};
+use serde_json::json;
+
+use super::{Ctx, Figure, median};
+
+/// Resident memory of this process, in KiB.
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn install(bytes: &[u8], dest: &Path) {
+    let tmp = dest.with_file_name(".landing.tmp");
+    let _ = std::fs::write(&tmp, bytes);
+    let _ = std::fs::rename(&tmp, dest);
+}
+
+async fn tag(runner: &ToolRunner) -> String {
+    let call = ToolCall::new("t", "build_tag", json!({}));
+    runner
+        .run(&call, &allow_all(), &RunOptions::default())
+        .await
+        .text()
+        .to_owned()
+}
+
+/// Figures `reload` (explicit scan: no debounce), `reload_watched` (with the watcher, debounce
+/// included) and `reload_mem`.
+pub async fn reload(ctx: &Ctx) -> Result<Vec<Figure>, String> {
+    let variants = [
+        std::fs::read(ctx.variant("default")).map_err(|e| e.to_string())?,
+        std::fs::read(ctx.variant("v2")).map_err(|e| e.to_string())?,
+    ];
+    let tags = ["default", "v2"];
+    let dir = std::env::temp_dir().join(format!("rho-bench-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let target = dir.join("libfaults.so");
+    std::fs::write(&target, &variants[0]).map_err(|e| e.to_string())?;
+    let registry = ToolRegistry::new(Bus::default());
+    let options = DirOptions {
+        max_versions: 10_000,
+        ..DirOptions::default()
+    };
+    let (plugins, _) = registry
+        .add_plugin_dir(&dir, options)
+        .await
+        .map_err(|e| e.to_string())?;
+    let runner = ToolRunner::new(registry, RunnerConfig::default());
+    let runs = ctx.runs();
+
+    // Explicit scans: the reload path itself.
+    let mut samples = Vec::new();
+    let rss_before = rss_kib();
+    for i in 1..=runs * 2 {
+        let landed = Instant::now();
+        install(&variants[i % 2], &target);
+        plugins.scan().await;
+        let served = tag(&runner).await;
+        samples.push(landed.elapsed().as_secs_f64() * 1e3);
+        if served != tags[i % 2] {
+            return Err(format!("reload {i} served {served:?}"));
+        }
+    }
+    let reloads = (runs * 2) as f64;
+    let mem_per_reload = (rss_kib().saturating_sub(rss_before)) as f64 / reloads;
+    let rho = median(&mut samples);
+
+    // With the watcher: landing -> served, debounce included.
+    let watcher = plugins
+        .watch(rho_core::DEFAULT_DEBOUNCE)
+        .map_err(|e| e.to_string())?;
+    let mut watched = Vec::new();
+    for i in 1..=runs {
+        let want = tags[i % 2];
+        let landed = Instant::now();
+        install(&variants[i % 2], &target);
+        loop {
+            if tag(&runner).await == want {
+                break;
+            }
+            if landed.elapsed() > Duration::from_secs(10) {
+                return Err("the watcher did not reload within 10 s".into());
+            }
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        watched.push(landed.elapsed().as_secs_f64() * 1e3);
+    }
+    drop(watcher);
+
+    // Raw: copy + dlopen + abi_stable init + describe + one call.
+    let copies = CopyDir::new().map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    for i in 1..=runs * 2 {
+        let started = Instant::now();
+        let file = PluginFile {
+            path: target.clone(),
+            sha256: String::new(),
+            bytes: variants[i % 2].clone(),
+        };
+        let loaded = load_in_process(&file, &copies).map_err(|e| e.to_string())?;
+        let cancelled = std::sync::atomic::AtomicBool::new(false);
+        let noop = |_: &str| {};
+        let _ = rho_core::plugin::call::call_module(
+            loaded.module,
+            "build_tag",
+            "{}",
+            "c",
+            &cancelled,
+            &noop,
+        );
+        raw.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let size_kib = variants[0].len() / 1024;
+    Ok(vec![
+        Figure {
+            name: "reload".into(),
+            value: rho,
+            unit: "ms".into(),
+            baseline: format!("copy + dlopen + init + call ({size_kib} KiB)"),
+            baseline_value: median(&mut raw),
+            runs: runs * 2,
+        },
+        Figure {
+            name: "reload_watched".into(),
+            value: median(&mut watched),
+            unit: "ms".into(),
+            baseline: format!(
+                "the debounce ({} ms)",
+                rho_core::DEFAULT_DEBOUNCE.as_millis()
+            ),
+            baseline_value: rho_core::DEFAULT_DEBOUNCE.as_secs_f64() * 1e3,
+            runs,
+        },
+        Figure {
+            name: "reload_mem".into(),
+            value: mem_per_reload,
+            unit: "KiB/reload".into(),
+            baseline: format!("file size ({size_kib} KiB)"),
+            baseline_value: size_kib as f64,
+            runs: runs * 2,
+        },
+    ])
+}
