@@ -171,3 +171,105 @@ fn load_failures_are_one_line_on_stderr_and_do_not_stop_the_command() {
         "{stderr}"
     );
 }
+
+fn rho_with_stdin(args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(rho_bin())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn rho");
+    let mut pipe = child.stdin.take().unwrap();
+    if let Some(input) = stdin {
+        pipe.write_all(input.as_bytes()).unwrap();
+    }
+    drop(pipe);
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn the_ask_gate_asks_on_the_terminal() {
+    let dir = plugin_dir(&["echo"]);
+    let p = dir.path().to_str().unwrap();
+    let args = [
+        "call",
+        "echo",
+        r#"{"text":"hi"}"#,
+        "--plugins",
+        p,
+        "--gate",
+        "ask",
+        "--json",
+    ];
+    let yes = rho_with_stdin(&args, Some("y\n"));
+    assert_eq!(json_of(&yes)["outcome"], "ok");
+    assert!(String::from_utf8_lossy(&yes.stderr).contains("allow `echo` {\"text\":\"hi\"}"));
+    let no = rho_with_stdin(&args, Some("n\n"));
+    assert_eq!(json_of(&no)["outcome"], "blocked");
+    assert_eq!(json_of(&no)["text"], "the user declined the call of `echo`");
+    let closed = rho_with_stdin(&args, None);
+    assert_eq!(json_of(&closed)["outcome"], "blocked");
+    assert!(
+        json_of(&closed)["text"]
+            .as_str()
+            .unwrap()
+            .contains("nobody answered")
+    );
+}
+
+#[test]
+fn run_json_prints_the_bus_events_one_per_line() {
+    let dir = plugin_dir(&["echo", "faults"]);
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!([
+            {"text": "go", "tool_calls": [
+                {"id": "a", "name": "echo", "arguments": {"text": "x"}},
+                {"id": "b", "name": "panic", "arguments": {"message": "y"}},
+                {"id": "c", "name": "exit_process", "arguments": {"code": 0}}
+            ]},
+            {"text": "bye"}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let out = rho(&[
+        "run",
+        script.to_str().unwrap(),
+        "--plugins",
+        dir.path().to_str().unwrap(),
+        "--json",
+        "--gate",
+        "deny:exit_process",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types.first(), Some(&"plugin_loaded"));
+    assert_eq!(types.last(), Some(&"agent_end"));
+    let ends: Vec<(&str, &str)> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_execution_end")
+        .map(|e| {
+            (
+                e["call_id"].as_str().unwrap(),
+                e["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let mut sorted = ends.clone();
+    sorted.sort();
+    assert_eq!(sorted, [("a", "ok"), ("b", "crashed"), ("c", "blocked")]);
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1));
+}
