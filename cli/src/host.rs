@@ -24,6 +24,9 @@ pub struct PluginFlags {
     /// Load plugins from directories and files other users can write.
     #[arg(long)]
     pub trust_any_writer: bool,
+    /// Run the plugins out of process, in worker processes (for plugins you do not trust).
+    #[arg(long)]
+    pub isolate: bool,
 }
 
 /// Flags of commands that run calls.
@@ -59,6 +62,11 @@ pub async fn registry(
             Trust::AnyWriter
         } else {
             Trust::OwnerOnly
+        },
+        isolation: if flags.isolate {
+            rho_core::Isolation::Process(rho_core::WorkerOptions::default())
+        } else {
+            rho_core::Isolation::InProcess
         },
         ..DirOptions::default()
     };

@@ -1,12 +1,16 @@
 //! Where a plugin version runs: in the host's process, or in worker processes.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::LoadError;
 use crate::invoke::Invoke;
 use crate::plugin::call::{InProcessInvoke, InProcessPlugin};
-use crate::plugin::load::{CopyDir, PluginFile, PluginInfo, load_in_process};
+use crate::isolate::WorkerOptions;
+use crate::isolate::invoke::IsolatedInvoke;
+use crate::isolate::pool::Pool;
+use crate::plugin::load::{CopyDir, PluginFile, PluginInfo, check_elf, load_in_process};
 use crate::spec::ToolSpec;
 
 /// A plugin version loaded by a backend, ready to register.
@@ -20,6 +24,31 @@ pub(crate) struct LoadedVersion {
 pub(crate) enum Backend {
     /// In the host's process: fastest; a crash of the plugin's process is the host's.
     InProcess,
+    /// In worker processes, one pool per plugin version.
+    Isolated(Isolated),
+}
+
+/// The isolated backend's state: the options and the pool of each live version.
+pub(crate) struct Isolated {
+    pub options: Arc<WorkerOptions>,
+    pools: Mutex<HashMap<String, Pool>>,
+}
+
+impl Isolated {
+    pub fn new(options: WorkerOptions) -> Self {
+        Isolated {
+            options: Arc::new(options),
+            pools: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn pools(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pool>> {
+        self.pools.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn version_key(info: &PluginInfo) -> String {
+    format!("{}\0{}", info.path.display(), info.sha256)
 }
 
 impl Backend {
@@ -53,6 +82,47 @@ impl Backend {
                     rejected: loaded.rejected,
                 })
             }
+            Backend::Isolated(isolated) => {
+                check_elf(file)?;
+                let copy = copies.copy(file)?;
+                let probe = PluginInfo {
+                    name: String::new(),
+                    version: String::new(),
+                    interface_version: 0,
+                    path: file.path.clone(),
+                    sha256: file.sha256.clone(),
+                };
+                let (pool, ready) = match Pool::open(isolated.options.clone(), copy.clone(), &probe).await {
+                    Ok(opened) => opened,
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&copy);
+                        return Err(e);
+                    }
+                };
+                let info = PluginInfo {
+                    name: ready.name,
+                    version: ready.version,
+                    interface_version: ready.interface_version,
+                    ..probe
+                };
+                let tools = ready
+                    .tools
+                    .into_iter()
+                    .map(|spec| {
+                        let invoke: Arc<dyn Invoke> = Arc::new(IsolatedInvoke {
+                            pool: pool.clone(),
+                            tool: spec.name.as_str().into(),
+                        });
+                        (spec, invoke)
+                    })
+                    .collect();
+                isolated.pools().insert(version_key(&info), pool);
+                Ok(LoadedVersion {
+                    info,
+                    tools,
+                    rejected: ready.rejected,
+                })
+            }
         }
     }
 
@@ -63,9 +133,16 @@ impl Backend {
 
     /// Whether plugins run out of process.
     pub fn is_isolated(&self) -> bool {
-        false
+        matches!(self, Backend::Isolated(_))
     }
 
-    /// A version no longer serves new calls; calls already running finish on it.
-    pub fn retire(&self, _info: &PluginInfo) {}
+    /// A version no longer serves new calls; calls already running finish on it. Isolated: its
+    /// idle workers stop now, busy ones after their call.
+    pub fn retire(&self, info: &PluginInfo) {
+        if let Backend::Isolated(isolated) = self
+            && let Some(pool) = isolated.pools().remove(&version_key(info))
+        {
+            pool.retire();
+        }
+    }
 }

@@ -13,9 +13,23 @@ use crate::plugin::load::{CopyDir, PluginFile, PluginInfo};
 use crate::plugin::trust::{self, Trust};
 use crate::registry::{ResolvedTool, SourceId, ToolRegistry};
 
+/// Where a directory's plugins run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// In the host's process (trusted plugins; fastest; a plugin crash is the host's).
+    #[default]
+    InProcess,
+    /// In worker processes (untrusted plugins): crashes, exits and hangs end the call only.
+    Process(crate::isolate::WorkerOptions),
+}
+
 /// How a plugin directory is loaded.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct DirOptions {
+    /// In process or out of process.
+    #[serde(default)]
+    pub isolation: Isolation,
     /// Whether files other users can write are loaded.
     #[serde(default)]
     pub trust: Trust,
@@ -33,6 +47,7 @@ fn default_max_versions() -> usize {
 impl Default for DirOptions {
     fn default() -> Self {
         DirOptions {
+            isolation: Isolation::default(),
             trust: Trust::default(),
             max_versions: default_max_versions(),
         }

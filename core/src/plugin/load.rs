@@ -145,24 +145,38 @@ pub struct Loaded {
 /// Every failure is one line naming the file and the cause; abi_stable's full report of a layout
 /// mismatch goes to `tracing` at debug level.
 pub fn load_in_process(file: &PluginFile, copies: &CopyDir) -> Result<Loaded, LoadError> {
-    crate::plugin::elf::check(&file.bytes).map_err(|reason| LoadError::Open {
-        path: file.path.clone(),
-        reason,
-    })?;
+    check_elf(file)?;
     let copy = copies.copy(file)?;
     let result = open_module(&file.path, &copy);
     // The image stays mapped after its file is gone; nothing is left on disk.
     let _ = std::fs::remove_file(&copy);
-    let module = result?;
-    let (interface_version, raw) = describe(&file.path, module)?;
-    let (tools, rejected) = tool_specs(&file.path, &raw)?;
+    finish_load(&file.path, &file.sha256, result?)
+}
+
+/// Checks a file's ELF structure before anything maps it (a truncated file would SIGBUS).
+pub fn check_elf(file: &PluginFile) -> Result<(), LoadError> {
+    crate::plugin::elf::check(&file.bytes).map_err(|reason| LoadError::Open {
+        path: file.path.clone(),
+        reason,
+    })
+}
+
+/// Loads a private copy the host already checked (the isolated worker's way: a fresh process, a
+/// unique path). Errors name `shown_path`.
+pub fn load_checked_copy(copy: &Path, shown_path: &Path) -> Result<Loaded, LoadError> {
+    finish_load(shown_path, "", open_module(shown_path, copy)?)
+}
+
+fn finish_load(path: &Path, sha256: &str, module: PluginModRef) -> Result<Loaded, LoadError> {
+    let (interface_version, raw) = describe(path, module)?;
+    let (tools, rejected) = tool_specs(path, &raw)?;
     Ok(Loaded {
         info: PluginInfo {
             name: raw.name.to_string(),
             version: raw.version.to_string(),
             interface_version,
-            path: file.path.clone(),
-            sha256: file.sha256.clone(),
+            path: path.to_owned(),
+            sha256: sha256.to_owned(),
         },
         module,
         tools,

@@ -13,7 +13,7 @@ use std::path::Path;
 use crate::error::LoadError;
 use crate::registry::ToolRegistry;
 use backend::Backend;
-use dir::{DirOptions, PluginDir, ScanReport};
+use dir::{DirOptions, Isolation, PluginDir, ScanReport};
 
 impl ToolRegistry {
     /// Adds the plugin directory `dir`, loaded in process, as a source of this registry and loads
@@ -24,6 +24,10 @@ impl ToolRegistry {
         dir: &Path,
         options: DirOptions,
     ) -> Result<(PluginDir, ScanReport), LoadError> {
-        PluginDir::open(self, dir, options, Backend::InProcess).await
+        let backend = match &options.isolation {
+            Isolation::InProcess => Backend::InProcess,
+            Isolation::Process(workers) => Backend::Isolated(backend::Isolated::new(workers.clone())),
+        };
+        PluginDir::open(self, dir, options, backend).await
     }
 }

@@ -1,0 +1,203 @@
+//! One call in a worker: acquire a worker, send the call, relay partial updates, and turn whatever
+//! comes back (an answer, a failure, the worker's death, a broken frame) into the call's end. If
+//! the runner gives up (timeout, cancellation) the worker gets a cancel message and, unless it
+//! answers within the grace period, SIGKILL; the host never waits for it.
+
+use std::sync::Arc;
+
+use rho_plugin_api::{Answer, Image, Output, ToolError};
+use serde_json::Value;
+
+use crate::invoke::{CallFuture, Failure, Invoke, ToolCtx};
+use crate::isolate::pool::{Pool, Worker};
+use crate::isolate::protocol::{Frame, FrameError, FromWorker, ImageHead, ToWorker};
+use crate::outcome::CrashReason;
+
+/// One tool of an isolated plugin version.
+pub(crate) struct IsolatedInvoke {
+    pub pool: Pool,
+    pub tool: Arc<str>,
+}
+
+/// Owns the worker while a call runs. Dropped unfinished (the runner gave up), it cancels the call
+/// and kills the worker after the grace period unless the worker answers first.
+struct CallGuard {
+    worker: Option<Worker>,
+    pool: Pool,
+    id: u64,
+}
+
+impl CallGuard {
+    fn worker(&mut self) -> Option<&mut Worker> {
+        self.worker.as_mut()
+    }
+
+    /// The call ended cleanly: the worker serves the next one.
+    fn release(mut self) {
+        if let Some(worker) = self.worker.take() {
+            self.pool.release(worker);
+        }
+    }
+
+    /// The worker is dead or broken: stop it.
+    fn kill(mut self) {
+        drop(self.worker.take());
+    }
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        let Some(mut worker) = self.worker.take() else { return };
+        let pool = self.pool.clone();
+        let id = self.id;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        runtime.spawn(async move {
+            let grace = pool.options().cancel_grace;
+            let limit = pool.options().max_frame;
+            if worker.send(&ToWorker::Cancel { id }).await.is_err() {
+                return;
+            }
+            let settled = tokio::time::timeout(grace, async {
+                loop {
+                    match worker.read(limit).await {
+                        Ok(Frame { message: FromWorker::Answer { id: a, .. } | FromWorker::Failure { id: a, .. }, .. })
+                            if a == id =>
+                        {
+                            return true;
+                        }
+                        Ok(_) => {}
+                        Err(_) => return false,
+                    }
+                }
+            })
+            .await;
+            if settled == Ok(true) {
+                pool.release(worker);
+            }
+            // Otherwise `worker` drops here: SIGKILL to its process group.
+        });
+    }
+}
+
+impl Invoke for IsolatedInvoke {
+    fn invoke(&self, args: Arc<Value>, ctx: ToolCtx) -> CallFuture {
+        let pool = self.pool.clone();
+        let tool = self.tool.clone();
+        Box::pin(async move {
+            let crash = |reason| Err(Failure::Crash(reason));
+            let mut worker = match pool.acquire().await {
+                Ok(worker) => worker,
+                Err(e) => return crash(CrashReason::ProcessDied(format!("no worker could be started: {e}"))),
+            };
+            let id = worker.next_id();
+            let call = ToWorker::Call {
+                id,
+                tool: tool.to_string(),
+                args: args.to_string(),
+                call_id: ctx.call_id().to_owned(),
+            };
+            let limit = pool.options().max_frame;
+            let mut guard = CallGuard { worker: Some(worker), pool, id };
+            let Some(worker) = guard.worker() else { return crash(CrashReason::Aborted) };
+            if worker.send(&call).await.is_err() {
+                let how = worker.exit_text(std::time::Duration::from_secs(1), " before the call").await;
+                guard.kill();
+                return crash(CrashReason::ProcessDied(how));
+            }
+            loop {
+                let Some(worker) = guard.worker() else { return crash(CrashReason::Aborted) };
+                match worker.read(limit).await {
+                    Ok(Frame { message: FromWorker::Update { id: u, partial }, .. }) if u == id => ctx.update(&partial),
+                    Ok(Frame { message: FromWorker::Answer { id: a, kind, text, images, details }, blobs }) if a == id => {
+                        let answer = to_answer(&tool, &kind, text, &images, blobs, details);
+                        match &answer {
+                            Err(Failure::Crash(CrashReason::Protocol(_))) => guard.kill(),
+                            _ => guard.release(),
+                        }
+                        return answer;
+                    }
+                    Ok(Frame { message: FromWorker::Failure { id: f, kind, message, details }, .. }) if f == id => {
+                        let failure = to_failure(&tool, &kind, message, details);
+                        match &failure {
+                            Failure::Crash(CrashReason::Protocol(_)) => guard.kill(),
+                            _ => guard.release(),
+                        }
+                        return Err(failure);
+                    }
+                    Ok(Frame { message, .. }) => {
+                        guard.kill();
+                        return crash(CrashReason::Protocol(format!("an unexpected message: {message:?}")));
+                    }
+                    Err(FrameError::Closed) => {
+                        let how = worker.exit_text(std::time::Duration::from_secs(2), " during the call").await;
+                        guard.kill();
+                        return crash(CrashReason::ProcessDied(how));
+                    }
+                    Err(error) => {
+                        guard.kill();
+                        return crash(CrashReason::Protocol(error.to_string()));
+                    }
+                }
+            }
+        })
+    }
+}
+
+fn details_of(tool: &str, details: Option<String>) -> Result<Option<Value>, Failure> {
+    match details {
+        None => Ok(None),
+        Some(json) => serde_json::from_str(&json).map(Some).map_err(|e| {
+            Failure::Crash(CrashReason::Protocol(format!("details of `{tool}` that are not JSON: {e}")))
+        }),
+    }
+}
+
+fn to_answer(
+    tool: &str,
+    kind: &str,
+    text: String,
+    heads: &[ImageHead],
+    blobs: Vec<u8>,
+    details: Option<String>,
+) -> Result<Answer, Failure> {
+    let total: usize = heads.iter().map(|h| h.len).sum();
+    if total != blobs.len() {
+        return Err(Failure::Crash(CrashReason::Protocol(format!(
+            "an answer announcing {total} image bytes carried {}",
+            blobs.len()
+        ))));
+    }
+    let mut images = Vec::with_capacity(heads.len());
+    let mut at = 0;
+    for head in heads {
+        images.push(Image::new(head.mime_type.clone(), &blobs[at..at + head.len]));
+        at += head.len;
+    }
+    let output = match (kind, images.len()) {
+        ("text", 0) => Output::Text(text),
+        ("image", 1) => match images.pop() {
+            Some(image) => Output::Image { image, text },
+            None => Output::Text(text),
+        },
+        ("images", _) => Output::Images { images, text },
+        (other, n) => {
+            return Err(Failure::Crash(CrashReason::Protocol(format!(
+                "an answer of kind `{other}` with {n} image(s)"
+            ))));
+        }
+    };
+    Ok(Answer { output, details: details_of(tool, details)? })
+}
+
+fn to_failure(tool: &str, kind: &str, message: String, details: Option<String>) -> Failure {
+    match kind {
+        "error" => match details_of(tool, details) {
+            Ok(details) => Failure::Tool(ToolError { message, details }),
+            Err(failure) => failure,
+        },
+        "panic" => Failure::Crash(CrashReason::Formatted(message)),
+        "invalid_arguments" => Failure::InvalidArguments(message),
+        "unknown_tool" => Failure::UnknownTool(message),
+        other => Failure::Crash(CrashReason::Protocol(format!("a failure of unknown kind `{other}`"))),
+    }
+}

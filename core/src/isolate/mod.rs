@@ -1,0 +1,132 @@
+//! Process isolation: plugins the host does not trust run in worker processes (`rho-worker`), one
+//! call at a time per worker, killed on timeout, their crashes survived.
+//!
+//! The host talks to each worker over a private socket (the worker's fd 3, see [`protocol`]); the
+//! plugin's own stdout and stderr go to the host's logs (`tracing`, target `rho::plugin`). Each
+//! plugin version has a [`pool`] of workers with warm spares; a reload starts a new pool and
+//! retires the old one, whose busy workers finish their call and exit.
+
+pub mod pool;
+pub mod protocol;
+pub(crate) mod invoke;
+pub(crate) mod spawn;
+pub mod worker;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Resource limits of one worker process (`setrlimit`); `None` leaves the host's own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerLimits {
+    /// Address space, bytes (`RLIMIT_AS`): an allocation past it fails and the worker aborts.
+    pub memory_bytes: Option<u64>,
+    /// CPU time over the worker's life, seconds (`RLIMIT_CPU`): past it the kernel kills it and the
+    /// pool starts another.
+    pub cpu_seconds: Option<u64>,
+    /// Open files (`RLIMIT_NOFILE`).
+    pub open_files: Option<u64>,
+}
+
+impl Default for WorkerLimits {
+    /// 2 GiB of address space, no CPU limit, 256 open files.
+    fn default() -> Self {
+        WorkerLimits {
+            memory_bytes: Some(2 << 30),
+            cpu_seconds: None,
+            open_files: Some(256),
+        }
+    }
+}
+
+/// How isolated plugins run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WorkerOptions {
+    /// The worker executable; default: `$RHO_WORKER`, else `rho-worker` beside the host's
+    /// executable (or one directory up, for test binaries in `target/*/deps`).
+    pub executable: Option<PathBuf>,
+    /// Idle workers kept started ahead of calls, per plugin version.
+    pub spares: usize,
+    /// An idle worker beyond the spares is stopped after this long.
+    #[serde(with = "crate::health::millis", rename = "idle_timeout_ms")]
+    pub idle_timeout: Duration,
+    /// After a timeout, how long a worker gets to stop on the cancel message before SIGKILL.
+    #[serde(with = "crate::health::millis", rename = "cancel_grace_ms")]
+    pub cancel_grace: Duration,
+    /// How long a new worker may take to load its plugin.
+    #[serde(with = "crate::health::millis", rename = "start_timeout_ms")]
+    pub start_timeout: Duration,
+    /// The largest frame accepted from a worker, bytes.
+    pub max_frame: usize,
+    /// Resource limits per worker.
+    pub limits: WorkerLimits,
+    /// Environment variables passed through to workers; all others are cleared.
+    pub env_allow: Vec<String>,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        WorkerOptions {
+            executable: None,
+            spares: 1,
+            idle_timeout: Duration::from_secs(60),
+            cancel_grace: Duration::from_millis(100),
+            start_timeout: Duration::from_secs(10),
+            max_frame: protocol::DEFAULT_MAX_FRAME,
+            limits: WorkerLimits::default(),
+            env_allow: ["PATH", "LANG", "LC_ALL", "TZ", "RUST_LOG"]
+                .map(String::from)
+                .to_vec(),
+        }
+    }
+}
+
+impl WorkerOptions {
+    /// The worker executable these options name, or the default one.
+    pub fn worker_executable(&self) -> PathBuf {
+        if let Some(exe) = &self.executable {
+            return exe.clone();
+        }
+        if let Some(exe) = std::env::var_os("RHO_WORKER") {
+            return PathBuf::from(exe);
+        }
+        let name = format!("rho-worker{}", std::env::consts::EXE_SUFFIX);
+        let here = std::env::current_exe().ok();
+        let dirs = here
+            .iter()
+            .flat_map(|exe| exe.ancestors().skip(1).take(2))
+            .map(|d| d.join(&name));
+        dirs.clone()
+            .find(|p| p.is_file())
+            .or_else(|| dirs.into_iter().next())
+            .unwrap_or_else(|| PathBuf::from(name))
+    }
+}
+
+/// Words for how a worker process ended: `killed by signal 11 (SIGSEGV)`, `exited with status 0`.
+pub fn exit_text(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(signal) = status.signal() {
+        let name = match signal {
+            libc::SIGSEGV => "SIGSEGV",
+            libc::SIGABRT => "SIGABRT",
+            libc::SIGKILL => "SIGKILL",
+            libc::SIGBUS => "SIGBUS",
+            libc::SIGILL => "SIGILL",
+            libc::SIGFPE => "SIGFPE",
+            libc::SIGTERM => "SIGTERM",
+            libc::SIGXCPU => "SIGXCPU: CPU time limit",
+            libc::SIGPIPE => "SIGPIPE",
+            _ => "",
+        };
+        if name.is_empty() {
+            format!("killed by signal {signal}")
+        } else {
+            format!("killed by signal {signal} ({name})")
+        }
+    } else {
+        format!("exited with status {}", status.code().unwrap_or(-1))
+    }
+}

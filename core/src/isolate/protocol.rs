@@ -1,0 +1,267 @@
+//! The host <-> worker protocol: length-prefixed frames on a private socket (the worker's fd 3),
+//! JSON for the small parts and raw bytes for image payloads (no base64).
+//!
+//! A frame is `u32 LE body length`, then the body: `u32 LE JSON length`, the JSON message, and the
+//! raw blobs the message announces, back to back.
+
+use std::io::{Read, Write};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::spec::ToolSpec;
+
+/// The fd the worker finds its channel on.
+pub const CHANNEL_FD: i32 = 3;
+
+/// The default largest frame a host accepts from a worker: 64 MiB.
+pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
+
+/// What the host sends a worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum ToWorker {
+    /// Run one call.
+    Call {
+        /// The host's number for the call.
+        id: u64,
+        /// The tool.
+        tool: String,
+        /// The arguments, JSON text.
+        args: String,
+        /// The model's call id.
+        call_id: String,
+    },
+    /// Give up on a call: the worker sets the tool's cancellation flag.
+    Cancel {
+        /// The host's number for the call.
+        id: u64,
+    },
+}
+
+/// An image's head in an answer; its bytes follow the JSON as a blob.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageHead {
+    /// e.g. `image/png`.
+    pub mime_type: String,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+/// What a worker sends the host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum FromWorker {
+    /// The plugin loaded: its identity and tools.
+    Ready {
+        /// Plugin name.
+        name: String,
+        /// Plugin version.
+        version: String,
+        /// Interface version it was built against.
+        interface_version: u32,
+        /// Its tools.
+        tools: Vec<ToolSpec>,
+        /// One line per tool refused.
+        rejected: Vec<String>,
+    },
+    /// The plugin did not load: the one-line error.
+    LoadFailed {
+        /// What went wrong.
+        error: String,
+    },
+    /// A partial update of a running call.
+    Update {
+        /// The host's number for the call.
+        id: u64,
+        /// The update.
+        partial: String,
+    },
+    /// A call's answer; image bytes follow as blobs, in order.
+    Answer {
+        /// The host's number for the call.
+        id: u64,
+        /// `text`, `image` or `images`.
+        kind: String,
+        /// The text.
+        text: String,
+        /// The images' heads.
+        images: Vec<ImageHead>,
+        /// Details, JSON text.
+        details: Option<String>,
+    },
+    /// A call's failure.
+    Failure {
+        /// The host's number for the call.
+        id: u64,
+        /// `error`, `panic`, `unknown_tool` or `invalid_arguments`.
+        kind: String,
+        /// The message.
+        message: String,
+        /// Details, JSON text.
+        details: Option<String>,
+    },
+}
+
+/// Why a frame could not be read. Displayed as one line saying what was wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The channel was closed (the peer is gone).
+    #[error("the channel closed")]
+    Closed,
+    /// The channel failed.
+    #[error("reading the channel failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// A frame announced more than the limit.
+    #[error("a frame of {size} bytes exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// The announced size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The frame's parts do not add up.
+    #[error("a malformed frame: {0}")]
+    Malformed(String),
+    /// The JSON part is not UTF-8.
+    #[error("invalid UTF-8 in a frame's text: {0}")]
+    Utf8(std::str::Utf8Error),
+    /// The JSON part does not parse as a message.
+    #[error("malformed JSON in a frame: {0}")]
+    Json(serde_json::Error),
+}
+
+/// One frame: a message and its blobs' bytes (back to back).
+#[derive(Debug)]
+pub struct Frame<M> {
+    /// The message.
+    pub message: M,
+    /// The bytes after the JSON.
+    pub blobs: Vec<u8>,
+}
+
+/// Encodes `message` and `blobs` into one frame.
+pub fn encode<M: Serialize>(message: &M, blobs: &[&[u8]]) -> Vec<u8> {
+    // Serializing these enums of strings and numbers cannot fail.
+    let json = serde_json::to_vec(message).unwrap_or_default();
+    let blob_len: usize = blobs.iter().map(|b| b.len()).sum();
+    let body = 4 + json.len() + blob_len;
+    let mut out = Vec::with_capacity(4 + body);
+    out.extend_from_slice(&(body as u32).to_le_bytes());
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&json);
+    for blob in blobs {
+        out.extend_from_slice(blob);
+    }
+    out
+}
+
+fn decode<M: for<'de> Deserialize<'de>>(mut body: Vec<u8>) -> Result<Frame<M>, FrameError> {
+    if body.len() < 4 {
+        return Err(FrameError::Malformed(format!("a body of {} bytes", body.len())));
+    }
+    let json_len = u32::from_le_bytes([body[0], body[1], body[2], body[3]]) as usize;
+    if json_len > body.len() - 4 {
+        return Err(FrameError::Malformed(format!(
+            "a JSON part of {json_len} bytes in a body of {}",
+            body.len()
+        )));
+    }
+    let blobs = body.split_off(4 + json_len);
+    let text = std::str::from_utf8(&body[4..]).map_err(FrameError::Utf8)?;
+    let message = serde_json::from_str(text).map_err(FrameError::Json)?;
+    Ok(Frame { message, blobs })
+}
+
+fn check_len(header: [u8; 4], limit: usize) -> Result<usize, FrameError> {
+    let size = u32::from_le_bytes(header) as usize;
+    if size > limit {
+        return Err(FrameError::TooLarge { size, limit });
+    }
+    Ok(size)
+}
+
+/// Reads one frame (blocking).
+pub fn read_frame<M: for<'de> Deserialize<'de>>(
+    reader: &mut impl Read,
+    limit: usize,
+) -> Result<Frame<M>, FrameError> {
+    let mut header = [0u8; 4];
+    match reader.read_exact(&mut header) {
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        other => other?,
+    }
+    let size = check_len(header, limit)?;
+    let mut body = vec![0u8; size];
+    reader.read_exact(&mut body).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => FrameError::Closed,
+        _ => FrameError::Io(e),
+    })?;
+    decode(body)
+}
+
+/// Reads one frame (async).
+pub async fn read_frame_async<M: for<'de> Deserialize<'de>>(
+    reader: &mut (impl AsyncRead + Unpin),
+    limit: usize,
+) -> Result<Frame<M>, FrameError> {
+    let mut header = [0u8; 4];
+    match reader.read_exact(&mut header).await {
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        other => other?,
+    };
+    let size = check_len(header, limit)?;
+    let mut body = vec![0u8; size];
+    reader.read_exact(&mut body).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => FrameError::Closed,
+        _ => FrameError::Io(e),
+    })?;
+    decode(body)
+}
+
+/// Writes one frame (blocking).
+pub fn write_frame<M: Serialize>(writer: &mut impl Write, message: &M, blobs: &[&[u8]]) -> std::io::Result<()> {
+    writer.write_all(&encode(message, blobs))?;
+    writer.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_with_blobs_and_limits() {
+        let msg = FromWorker::Answer {
+            id: 7,
+            kind: "images".into(),
+            text: "two".into(),
+            images: vec![
+                ImageHead { mime_type: "image/png".into(), len: 3 },
+                ImageHead { mime_type: "image/png".into(), len: 2 },
+            ],
+            details: None,
+        };
+        let bytes = encode(&msg, &[b"abc", b"de"]);
+        let frame: Frame<FromWorker> = read_frame(&mut &bytes[..], 1024).unwrap();
+        assert_eq!(frame.message, msg);
+        assert_eq!(frame.blobs, b"abcde");
+        assert!(matches!(
+            read_frame::<FromWorker>(&mut &bytes[..], 10),
+            Err(FrameError::TooLarge { limit: 10, .. })
+        ));
+        assert!(matches!(read_frame::<FromWorker>(&mut &bytes[..3], 1024), Err(FrameError::Closed)));
+    }
+
+    #[test]
+    fn bad_text_and_json_are_named() {
+        let mut bytes = Vec::new();
+        let body = [&2u32.to_le_bytes()[..], &[0xff, 0xfe]].concat();
+        bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&body);
+        let err = read_frame::<FromWorker>(&mut &bytes[..], 1024).unwrap_err();
+        assert!(err.to_string().starts_with("invalid UTF-8 in a frame's text"), "{err}");
+        let bytes = encode(&serde_json::json!({"t": "nonsense"}), &[]);
+        let err = read_frame::<FromWorker>(&mut &bytes[..], 1024).unwrap_err();
+        assert!(err.to_string().starts_with("malformed JSON in a frame"), "{err}");
+    }
+}

@@ -1,0 +1,194 @@
+//! Starting a worker process: a new session and process group, a parent-death signal, resource
+//! limits, a cleared environment, the channel on fd 3 and no other inherited descriptors; stdout
+//! and stderr piped to the host's logs.
+//!
+//! Processes are forked from one long-lived thread: `PR_SET_PDEATHSIG` fires when the thread that
+//! forked the child ends, and tokio's blocking threads come and go.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::process::{Child, Command};
+
+use crate::isolate::WorkerOptions;
+use crate::isolate::protocol::CHANNEL_FD;
+
+/// A started worker process and the host's end of its channel.
+pub(crate) struct Process {
+    pub child: Child,
+    /// Its pid, which is also its process group id.
+    pub pid: i32,
+    pub stream: UnixStream,
+    /// The last line the worker wrote on stderr, and the task that reads it (done at EOF).
+    pub last_stderr: Arc<Mutex<Option<String>>>,
+    pub stderr_reader: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Process {
+    /// The worker's last stderr line once its stderr is closed (waiting up to `wait`): after a
+    /// crash it often says why (`memory allocation of N bytes failed`).
+    pub async fn last_words(&mut self, wait: std::time::Duration) -> Option<String> {
+        if let Some(reader) = self.stderr_reader.take() {
+            let _ = tokio::time::timeout(wait, reader).await;
+        }
+        self.last_stderr.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+fn spawner() -> &'static Mutex<mpsc::Sender<Job>> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let started = std::thread::Builder::new()
+            .name("rho-spawner".into())
+            .spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    job();
+                }
+            });
+        if let Err(e) = started {
+            tracing::error!(error = %e, "cannot start the worker spawner thread");
+        }
+        Mutex::new(tx)
+    })
+}
+
+/// Starts a worker for the plugin copy at `copy`; `label` names it in logs.
+pub(crate) async fn start(options: &WorkerOptions, copy: &Path, shown: &Path, label: &str) -> io::Result<Process> {
+    let (host_end, worker_end) = StdUnixStream::pair()?;
+    let mut cmd = Command::new(options.worker_executable());
+    cmd.arg(copy)
+        .arg(shown)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for key in &options.env_allow {
+        if let Some(value) = std::env::var_os(key) {
+            cmd.env(key, value);
+        }
+    }
+    let limits = options.limits.clone();
+    let worker_fd = OwnedFd::from(worker_end);
+    let raw = worker_fd.as_raw_fd();
+    // SAFETY: `getpid` has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
+    // calls (setsid, prctl, getppid, setrlimit, dup2, fcntl, close_range).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                // The host died before the signal was armed.
+                libc::_exit(1);
+            }
+            let limit = |resource, value: Option<u64>| {
+                if let Some(v) = value {
+                    let rl = libc::rlimit { rlim_cur: v, rlim_max: v };
+                    if libc::setrlimit(resource, &rl) < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            };
+            limit(libc::RLIMIT_AS, limits.memory_bytes)?;
+            limit(libc::RLIMIT_CPU, limits.cpu_seconds)?;
+            limit(libc::RLIMIT_NOFILE, limits.open_files)?;
+            if raw == CHANNEL_FD {
+                if libc::fcntl(CHANNEL_FD, libc::F_SETFD, 0) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            } else if libc::dup2(raw, CHANNEL_FD) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // Everything above the channel goes (std marks its own descriptors close-on-exec,
+            // other libraries may not). Old kernels without close_range keep the CLOEXEC ones.
+            libc::syscall(libc::SYS_close_range, CHANNEL_FD as u32 + 1, u32::MAX, 0u32);
+            Ok(())
+        });
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let handle = tokio::runtime::Handle::current();
+    let job: Job = Box::new(move || {
+        let _runtime = handle.enter();
+        let spawned = cmd.spawn();
+        drop(worker_fd);
+        let _ = tx.send(spawned);
+    });
+    spawner()
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .send(job)
+        .map_err(|_| io::Error::other("the worker spawner thread is gone"))?;
+    let mut child = rx
+        .await
+        .map_err(|_| io::Error::other("the worker spawner thread dropped the request"))??;
+    let pid = child.id().map(|p| p as i32).unwrap_or(0);
+    let last_stderr = Arc::new(Mutex::new(None));
+    let stderr_reader = forward_output(&mut child, label, pid, &last_stderr);
+    host_end.set_nonblocking(true)?;
+    let stream = UnixStream::from_std(host_end)?;
+    Ok(Process {
+        child,
+        pid,
+        stream,
+        last_stderr,
+        stderr_reader,
+    })
+}
+
+/// Sends the worker's stdout and stderr (the plugin's prints) to the host's logs, line by line,
+/// keeping the last stderr line; returns the stderr reader.
+fn forward_output(
+    child: &mut Child,
+    label: &str,
+    pid: i32,
+    last_stderr: &Arc<Mutex<Option<String>>>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if let Some(out) = child.stdout.take() {
+        let label = label.to_owned();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(out).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(target: "rho::plugin", plugin = %label, pid, stream = "stdout", "{line}");
+            }
+        });
+    }
+    let err = child.stderr.take()?;
+    let label = label.to_owned();
+    let last = last_stderr.clone();
+    Some(tokio::spawn(async move {
+        let mut lines = BufReader::new(err).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::info!(target: "rho::plugin", plugin = %label, pid, stream = "stderr", "{line}");
+            if !line.trim().is_empty() {
+                *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(line);
+            }
+        }
+    }))
+}
+
+/// Kills a worker's whole process group (the plugin may have started children).
+pub(crate) fn kill_group(pid: i32) {
+    if pid > 0 {
+        // SAFETY: kill has no memory effects; a stale group id fails with ESRCH.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+}
