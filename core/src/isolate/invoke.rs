@@ -47,10 +47,14 @@ impl CallGuard {
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        let Some(mut worker) = self.worker.take() else { return };
+        let Some(mut worker) = self.worker.take() else {
+            return;
+        };
         let pool = self.pool.clone();
         let id = self.id;
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         runtime.spawn(async move {
             let grace = pool.options().cancel_grace;
             let limit = pool.options().max_frame;
@@ -87,7 +91,11 @@ impl Invoke for IsolatedInvoke {
             let crash = |reason| Err(Failure::Crash(reason));
             let mut worker = match pool.acquire().await {
                 Ok(worker) => worker,
-                Err(e) => return crash(CrashReason::ProcessDied(format!("no worker could be started: {e}"))),
+                Err(e) => {
+                    return crash(CrashReason::ProcessDied(format!(
+                        "no worker could be started: {e}"
+                    )));
+                }
             };
             let id = worker.next_id();
             let call = ToWorker::Call {
@@ -97,18 +105,41 @@ impl Invoke for IsolatedInvoke {
                 call_id: ctx.call_id().to_owned(),
             };
             let limit = pool.options().max_frame;
-            let mut guard = CallGuard { worker: Some(worker), pool, id };
-            let Some(worker) = guard.worker() else { return crash(CrashReason::Aborted) };
+            let mut guard = CallGuard {
+                worker: Some(worker),
+                pool,
+                id,
+            };
+            let Some(worker) = guard.worker() else {
+                return crash(CrashReason::Aborted);
+            };
             if worker.send(&call).await.is_err() {
-                let how = worker.exit_text(std::time::Duration::from_secs(1), " before the call").await;
+                let how = worker
+                    .exit_text(std::time::Duration::from_secs(1), " before the call")
+                    .await;
                 guard.kill();
                 return crash(CrashReason::ProcessDied(how));
             }
             loop {
-                let Some(worker) = guard.worker() else { return crash(CrashReason::Aborted) };
+                let Some(worker) = guard.worker() else {
+                    return crash(CrashReason::Aborted);
+                };
                 match worker.read(limit).await {
-                    Ok(Frame { message: FromWorker::Update { id: u, partial }, .. }) if u == id => ctx.update(&partial),
-                    Ok(Frame { message: FromWorker::Answer { id: a, kind, text, images, details }, blobs }) if a == id => {
+                    Ok(Frame {
+                        message: FromWorker::Update { id: u, partial },
+                        ..
+                    }) if u == id => ctx.update(&partial),
+                    Ok(Frame {
+                        message:
+                            FromWorker::Answer {
+                                id: a,
+                                kind,
+                                text,
+                                images,
+                                details,
+                            },
+                        blobs,
+                    }) if a == id => {
                         let answer = to_answer(&tool, &kind, text, &images, blobs, details);
                         match &answer {
                             Err(Failure::Crash(CrashReason::Protocol(_))) => guard.kill(),
@@ -116,7 +147,16 @@ impl Invoke for IsolatedInvoke {
                         }
                         return answer;
                     }
-                    Ok(Frame { message: FromWorker::Failure { id: f, kind, message, details }, .. }) if f == id => {
+                    Ok(Frame {
+                        message:
+                            FromWorker::Failure {
+                                id: f,
+                                kind,
+                                message,
+                                details,
+                            },
+                        ..
+                    }) if f == id => {
                         let failure = to_failure(&tool, &kind, message, details);
                         match &failure {
                             Failure::Crash(CrashReason::Protocol(_)) => guard.kill(),
@@ -126,10 +166,14 @@ impl Invoke for IsolatedInvoke {
                     }
                     Ok(Frame { message, .. }) => {
                         guard.kill();
-                        return crash(CrashReason::Protocol(format!("an unexpected message: {message:?}")));
+                        return crash(CrashReason::Protocol(format!(
+                            "an unexpected message: {message:?}"
+                        )));
                     }
                     Err(FrameError::Closed) => {
-                        let how = worker.exit_text(std::time::Duration::from_secs(2), " during the call").await;
+                        let how = worker
+                            .exit_text(std::time::Duration::from_secs(2), " during the call")
+                            .await;
                         guard.kill();
                         return crash(CrashReason::ProcessDied(how));
                     }
@@ -147,7 +191,9 @@ fn details_of(tool: &str, details: Option<String>) -> Result<Option<Value>, Fail
     match details {
         None => Ok(None),
         Some(json) => serde_json::from_str(&json).map(Some).map_err(|e| {
-            Failure::Crash(CrashReason::Protocol(format!("details of `{tool}` that are not JSON: {e}")))
+            Failure::Crash(CrashReason::Protocol(format!(
+                "details of `{tool}` that are not JSON: {e}"
+            )))
         }),
     }
 }
@@ -170,7 +216,10 @@ fn to_answer(
     let mut images = Vec::with_capacity(heads.len());
     let mut at = 0;
     for head in heads {
-        images.push(Image::new(head.mime_type.clone(), &blobs[at..at + head.len]));
+        images.push(Image::new(
+            head.mime_type.clone(),
+            &blobs[at..at + head.len],
+        ));
         at += head.len;
     }
     let output = match (kind, images.len()) {
@@ -186,7 +235,10 @@ fn to_answer(
             ))));
         }
     };
-    Ok(Answer { output, details: details_of(tool, details)? })
+    Ok(Answer {
+        output,
+        details: details_of(tool, details)?,
+    })
 }
 
 fn to_failure(tool: &str, kind: &str, message: String, details: Option<String>) -> Failure {
@@ -198,6 +250,8 @@ fn to_failure(tool: &str, kind: &str, message: String, details: Option<String>) 
         "panic" => Failure::Crash(CrashReason::Formatted(message)),
         "invalid_arguments" => Failure::InvalidArguments(message),
         "unknown_tool" => Failure::UnknownTool(message),
-        other => Failure::Crash(CrashReason::Protocol(format!("a failure of unknown kind `{other}`"))),
+        other => Failure::Crash(CrashReason::Protocol(format!(
+            "a failure of unknown kind `{other}`"
+        ))),
     }
 }

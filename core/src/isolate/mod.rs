@@ -6,9 +6,9 @@
 //! plugin version has a [`pool`] of workers with warm spares; a reload starts a new pool and
 //! retires the old one, whose busy workers finish their call and exit.
 
+pub(crate) mod invoke;
 pub mod pool;
 pub mod protocol;
-pub(crate) mod invoke;
 pub(crate) mod spawn;
 pub mod worker;
 

@@ -121,28 +121,45 @@ impl Pool {
         copy: PathBuf,
         info: &PluginInfo,
     ) -> Result<(Pool, Ready), LoadError> {
-        let label = info.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let label = info
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let pool = Pool {
             inner: Arc::new(Inner {
                 options,
                 copy,
                 shown: info.path.clone(),
                 label,
-                state: Mutex::new(State { idle: Vec::new(), starting: 0, retired: false }),
+                state: Mutex::new(State {
+                    idle: Vec::new(),
+                    starting: 0,
+                    retired: false,
+                }),
             }),
         };
-        let (worker, ready) = pool.start_worker().await.map_err(|reason| LoadError::Worker {
-            path: info.path.clone(),
-            reason,
-        })?;
-        pool.state().idle.push(Idle { worker, since: Instant::now() });
+        let (worker, ready) = pool
+            .start_worker()
+            .await
+            .map_err(|reason| LoadError::Worker {
+                path: info.path.clone(),
+                reason,
+            })?;
+        pool.state().idle.push(Idle {
+            worker,
+            since: Instant::now(),
+        });
         pool.top_up();
         pool.spawn_reaper();
         Ok((pool, ready))
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.inner.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The pool's options.
@@ -170,13 +187,40 @@ impl Pool {
                     inner.options.worker_executable().display()
                 )
             })?;
-        let mut worker = Worker { process, next_id: 0 };
-        let first = tokio::time::timeout(inner.options.start_timeout, worker.read(inner.options.max_frame)).await;
+        let mut worker = Worker {
+            process,
+            next_id: 0,
+        };
+        let first = tokio::time::timeout(
+            inner.options.start_timeout,
+            worker.read(inner.options.max_frame),
+        )
+        .await;
         match first {
-            Ok(Ok(Frame { message: FromWorker::Ready { name, version, interface_version, tools, rejected }, .. })) => {
-                Ok((worker, Ready { name, version, interface_version, tools, rejected }))
-            }
-            Ok(Ok(Frame { message: FromWorker::LoadFailed { error }, .. })) => Err(strip_path(&error, &inner.shown)),
+            Ok(Ok(Frame {
+                message:
+                    FromWorker::Ready {
+                        name,
+                        version,
+                        interface_version,
+                        tools,
+                        rejected,
+                    },
+                ..
+            })) => Ok((
+                worker,
+                Ready {
+                    name,
+                    version,
+                    interface_version,
+                    tools,
+                    rejected,
+                },
+            )),
+            Ok(Ok(Frame {
+                message: FromWorker::LoadFailed { error },
+                ..
+            })) => Err(strip_path(&error, &inner.shown)),
             Ok(Ok(_)) => Err("the worker sent something else than Ready".into()),
             Ok(Err(FrameError::Closed)) => {
                 let how = worker.exit_text(Duration::from_secs(2), "").await;
@@ -214,7 +258,10 @@ impl Pool {
     pub(crate) fn release(&self, worker: Worker) {
         let mut state = self.state();
         if !state.retired {
-            state.idle.push(Idle { worker, since: Instant::now() });
+            state.idle.push(Idle {
+                worker,
+                since: Instant::now(),
+            });
         }
     }
 
@@ -247,9 +294,14 @@ impl Pool {
                 let mut state = pool.state();
                 state.starting -= 1;
                 match started {
-                    Ok((worker, _)) if !state.retired => state.idle.push(Idle { worker, since: Instant::now() }),
+                    Ok((worker, _)) if !state.retired => state.idle.push(Idle {
+                        worker,
+                        since: Instant::now(),
+                    }),
                     Ok(_) => {}
-                    Err(e) => tracing::warn!(plugin = %pool.inner.label, error = %e, "starting a spare worker"),
+                    Err(e) => {
+                        tracing::warn!(plugin = %pool.inner.label, error = %e, "starting a spare worker")
+                    }
                 }
             });
         }

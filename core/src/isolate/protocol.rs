@@ -158,7 +158,10 @@ pub fn encode<M: Serialize>(message: &M, blobs: &[&[u8]]) -> Vec<u8> {
 
 fn decode<M: for<'de> Deserialize<'de>>(mut body: Vec<u8>) -> Result<Frame<M>, FrameError> {
     if body.len() < 4 {
-        return Err(FrameError::Malformed(format!("a body of {} bytes", body.len())));
+        return Err(FrameError::Malformed(format!(
+            "a body of {} bytes",
+            body.len()
+        )));
     }
     let json_len = u32::from_le_bytes([body[0], body[1], body[2], body[3]]) as usize;
     if json_len > body.len() - 4 {
@@ -212,15 +215,22 @@ pub async fn read_frame_async<M: for<'de> Deserialize<'de>>(
     };
     let size = check_len(header, limit)?;
     let mut body = vec![0u8; size];
-    reader.read_exact(&mut body).await.map_err(|e| match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => FrameError::Closed,
-        _ => FrameError::Io(e),
-    })?;
+    reader
+        .read_exact(&mut body)
+        .await
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => FrameError::Closed,
+            _ => FrameError::Io(e),
+        })?;
     decode(body)
 }
 
 /// Writes one frame (blocking).
-pub fn write_frame<M: Serialize>(writer: &mut impl Write, message: &M, blobs: &[&[u8]]) -> std::io::Result<()> {
+pub fn write_frame<M: Serialize>(
+    writer: &mut impl Write,
+    message: &M,
+    blobs: &[&[u8]],
+) -> std::io::Result<()> {
     writer.write_all(&encode(message, blobs))?;
     writer.flush()
 }
@@ -236,8 +246,14 @@ mod tests {
             kind: "images".into(),
             text: "two".into(),
             images: vec![
-                ImageHead { mime_type: "image/png".into(), len: 3 },
-                ImageHead { mime_type: "image/png".into(), len: 2 },
+                ImageHead {
+                    mime_type: "image/png".into(),
+                    len: 3,
+                },
+                ImageHead {
+                    mime_type: "image/png".into(),
+                    len: 2,
+                },
             ],
             details: None,
         };
@@ -249,7 +265,10 @@ mod tests {
             read_frame::<FromWorker>(&mut &bytes[..], 10),
             Err(FrameError::TooLarge { limit: 10, .. })
         ));
-        assert!(matches!(read_frame::<FromWorker>(&mut &bytes[..3], 1024), Err(FrameError::Closed)));
+        assert!(matches!(
+            read_frame::<FromWorker>(&mut &bytes[..3], 1024),
+            Err(FrameError::Closed)
+        ));
     }
 
     #[test]
@@ -259,9 +278,16 @@ mod tests {
         bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
         bytes.extend_from_slice(&body);
         let err = read_frame::<FromWorker>(&mut &bytes[..], 1024).unwrap_err();
-        assert!(err.to_string().starts_with("invalid UTF-8 in a frame's text"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("invalid UTF-8 in a frame's text"),
+            "{err}"
+        );
         let bytes = encode(&serde_json::json!({"t": "nonsense"}), &[]);
         let err = read_frame::<FromWorker>(&mut &bytes[..], 1024).unwrap_err();
-        assert!(err.to_string().starts_with("malformed JSON in a frame"), "{err}");
+        assert!(
+            err.to_string().starts_with("malformed JSON in a frame"),
+            "{err}"
+        );
     }
 }

@@ -38,7 +38,10 @@ impl Process {
         if let Some(reader) = self.stderr_reader.take() {
             let _ = tokio::time::timeout(wait, reader).await;
         }
-        self.last_stderr.lock().unwrap_or_else(PoisonError::into_inner).take()
+        self.last_stderr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 }
 
@@ -63,7 +66,12 @@ fn spawner() -> &'static Mutex<mpsc::Sender<Job>> {
 }
 
 /// Starts a worker for the plugin copy at `copy`; `label` names it in logs.
-pub(crate) async fn start(options: &WorkerOptions, copy: &Path, shown: &Path, label: &str) -> io::Result<Process> {
+pub(crate) async fn start(
+    options: &WorkerOptions,
+    copy: &Path,
+    shown: &Path,
+    label: &str,
+) -> io::Result<Process> {
     let (host_end, worker_end) = StdUnixStream::pair()?;
     let mut cmd = Command::new(options.worker_executable());
     cmd.arg(copy)
@@ -99,7 +107,10 @@ pub(crate) async fn start(options: &WorkerOptions, copy: &Path, shown: &Path, la
             }
             let limit = |resource, value: Option<u64>| {
                 if let Some(v) = value {
-                    let rl = libc::rlimit { rlim_cur: v, rlim_max: v };
+                    let rl = libc::rlimit {
+                        rlim_cur: v,
+                        rlim_max: v,
+                    };
                     if libc::setrlimit(resource, &rl) < 0 {
                         return Err(io::Error::last_os_error());
                     }
@@ -176,11 +187,20 @@ fn forward_output(
         let mut lines = BufReader::new(err).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             tracing::info!(target: "rho::plugin", plugin = %label, pid, stream = "stderr", "{line}");
-            if !line.trim().is_empty() {
+            if says_why(&line) {
                 *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(line);
             }
         }
     }))
+}
+
+/// Whether a stderr line may say why a worker died: not blank, not a backtrace frame, not std's
+/// `note:` hints about backtraces.
+fn says_why(line: &str) -> bool {
+    !line.trim().is_empty()
+        && !line.starts_with(char::is_whitespace)
+        && !line.starts_with("note:")
+        && !line.starts_with("stack backtrace:")
 }
 
 /// Kills a worker's whole process group (the plugin may have started children).

@@ -37,14 +37,21 @@ fn send(channel: &Channel, message: &FromWorker, blobs: &[&[u8]]) -> bool {
 pub fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1);
     let Some(copy) = args.next().map(PathBuf::from) else {
-        eprintln!("rho-worker: usage: rho-worker PLUGIN_COPY [SHOWN_PATH] (started by a rho host, channel on fd 3)");
+        eprintln!(
+            "rho-worker: usage: rho-worker PLUGIN_COPY [SHOWN_PATH] (started by a rho host, channel on fd 3)"
+        );
         return ExitCode::from(2);
     };
-    let shown = args.next().map(PathBuf::from).unwrap_or_else(|| copy.clone());
+    let shown = args
+        .next()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| copy.clone());
     // SAFETY: fcntl on a descriptor number has no memory effects; a bad fd just fails.
     let valid = unsafe { libc::fcntl(CHANNEL_FD, libc::F_SETFD, libc::FD_CLOEXEC) } == 0;
     if !valid {
-        eprintln!("rho-worker: no channel on fd {CHANNEL_FD}: this program is started by a rho host");
+        eprintln!(
+            "rho-worker: no channel on fd {CHANNEL_FD}: this program is started by a rho host"
+        );
         return ExitCode::from(2);
     }
     // SAFETY: fd 3 is the channel the host opened for us and nothing else owns it.
@@ -56,7 +63,13 @@ pub fn main() -> ExitCode {
     let loaded = match load_checked_copy(&copy, &shown) {
         Ok(loaded) => loaded,
         Err(error) => {
-            send(&channel, &FromWorker::LoadFailed { error: error.to_string() }, &[]);
+            send(
+                &channel,
+                &FromWorker::LoadFailed {
+                    error: error.to_string(),
+                },
+                &[],
+            );
             return ExitCode::SUCCESS;
         }
     };
@@ -96,7 +109,12 @@ fn serve(
                     flag.store(true, Ordering::Relaxed);
                 }
             }
-            ToWorker::Call { id, tool, args, call_id } => {
+            ToWorker::Call {
+                id,
+                tool,
+                args,
+                call_id,
+            } => {
                 let cancelled = Arc::new(AtomicBool::new(false));
                 running = Some((id, cancelled.clone()));
                 let call_channel = channel.clone();
@@ -105,10 +123,14 @@ fn serve(
                     .spawn(move || {
                         let updates = call_channel.clone();
                         let on_update = move |partial: &str| {
-                            let update = FromWorker::Update { id, partial: partial.to_owned() };
+                            let update = FromWorker::Update {
+                                id,
+                                partial: partial.to_owned(),
+                            };
                             send(&updates, &update, &[]);
                         };
-                        let result = call_module(module, &tool, &args, &call_id, &cancelled, &on_update);
+                        let result =
+                            call_module(module, &tool, &args, &call_id, &cancelled, &on_update);
                         answer(&call_channel, id, result);
                     });
                 if spawned.is_err() {
@@ -136,7 +158,10 @@ fn answer(channel: &Channel, id: u64, result: Result<Answer, Failure>) {
             let images = answer.output.images();
             let heads = images
                 .iter()
-                .map(|i| ImageHead { mime_type: i.mime_type.clone(), len: i.bytes.len() })
+                .map(|i| ImageHead {
+                    mime_type: i.mime_type.clone(),
+                    len: i.bytes.len(),
+                })
                 .collect();
             let message = FromWorker::Answer {
                 id,
@@ -149,12 +174,24 @@ fn answer(channel: &Channel, id: u64, result: Result<Answer, Failure>) {
         }
         Err(failure) => {
             let (kind, message, details) = match failure {
-                Failure::Tool(e) => ("error", e.message.clone(), e.details.as_ref().map(|d| d.to_string())),
+                Failure::Tool(e) => (
+                    "error",
+                    e.message.clone(),
+                    e.details.as_ref().map(|d| d.to_string()),
+                ),
                 Failure::Crash(reason) => ("panic", crash_text(reason), None),
                 Failure::InvalidArguments(m) => ("invalid_arguments", m.clone(), None),
                 Failure::UnknownTool(m) => ("unknown_tool", m.clone(), None),
             };
-            (FromWorker::Failure { id, kind: kind.into(), message, details }, Vec::new())
+            (
+                FromWorker::Failure {
+                    id,
+                    kind: kind.into(),
+                    message,
+                    details,
+                },
+                Vec::new(),
+            )
         }
     };
     send(channel, &message, &blobs);

@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::LoadError;
 use crate::invoke::Invoke;
-use crate::plugin::call::{InProcessInvoke, InProcessPlugin};
 use crate::isolate::WorkerOptions;
 use crate::isolate::invoke::IsolatedInvoke;
 use crate::isolate::pool::Pool;
+use crate::plugin::call::{InProcessInvoke, InProcessPlugin};
 use crate::plugin::load::{CopyDir, PluginFile, PluginInfo, check_elf, load_in_process};
 use crate::spec::ToolSpec;
 
@@ -92,13 +92,14 @@ impl Backend {
                     path: file.path.clone(),
                     sha256: file.sha256.clone(),
                 };
-                let (pool, ready) = match Pool::open(isolated.options.clone(), copy.clone(), &probe).await {
-                    Ok(opened) => opened,
-                    Err(e) => {
-                        let _ = std::fs::remove_file(&copy);
-                        return Err(e);
-                    }
-                };
+                let (pool, ready) =
+                    match Pool::open(isolated.options.clone(), copy.clone(), &probe).await {
+                        Ok(opened) => opened,
+                        Err(e) => {
+                            let _ = std::fs::remove_file(&copy);
+                            return Err(e);
+                        }
+                    };
                 let info = PluginInfo {
                     name: ready.name,
                     version: ready.version,

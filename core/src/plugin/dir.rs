@@ -190,6 +190,18 @@ impl PluginDir {
         self.inner.registry.bus().clone()
     }
 
+    /// Stops serving the directory: its tools leave the registry and every version is retired
+    /// (isolated workers stop; in process, images stay mapped). A later `scan` loads it again.
+    pub async fn close(&self) {
+        let inner = &self.inner;
+        let mut state = inner.state.lock().await;
+        inner.registry.set_source_tools(inner.source, Vec::new());
+        for (_, slot) in std::mem::take(&mut state.slots) {
+            inner.backend.retire(&slot.info);
+        }
+        state.failed.clear();
+    }
+
     /// The plugins loaded now.
     pub async fn plugins(&self) -> Vec<PluginInfo> {
         let state = self.inner.state.lock().await;

@@ -26,7 +26,9 @@ impl ToolRegistry {
     ) -> Result<(PluginDir, ScanReport), LoadError> {
         let backend = match &options.isolation {
             Isolation::InProcess => Backend::InProcess,
-            Isolation::Process(workers) => Backend::Isolated(backend::Isolated::new(workers.clone())),
+            Isolation::Process(workers) => {
+                Backend::Isolated(backend::Isolated::new(workers.clone()))
+            }
         };
         PluginDir::open(self, dir, options, backend).await
     }

@@ -63,6 +63,13 @@ pub struct AllocArgs {
     pub mib: usize,
 }
 
+/// Arguments of `getenv`.
+#[derive(Deserialize, JsonSchema)]
+pub struct EnvArgs {
+    /// The variable's name.
+    pub name: String,
+}
+
 /// Arguments of `fail`.
 #[derive(Deserialize, JsonSchema)]
 pub struct FailArgs {
@@ -162,6 +169,21 @@ fn fail(args: FailArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     Err(ToolError::new(args.message).with_details(json!({ "reason": "asked to fail" })))
 }
 
+fn getenv(args: EnvArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    Ok(Answer::text(
+        std::env::var(&args.name).unwrap_or_else(|_| "(unset)".into()),
+    ))
+}
+
+fn fds(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let mut fds: Vec<u32> = std::fs::read_dir("/proc/self/fd")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    fds.sort_unstable();
+    let list: Vec<String> = fds.iter().map(u32::to_string).collect();
+    Ok(Answer::text(list.join(",")))
+}
+
 fn build_tag(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     Ok(Answer::text(
         option_env!("RHO_FAULTS_TAG").unwrap_or("default"),
@@ -182,6 +204,8 @@ export_plugin! {
     Tool::new("print", "Prints the text on stdout and stderr, then answers.", print),
     Tool::new("alloc", "Allocates and touches that many MiB.", alloc),
     Tool::new("fail", "Answers with an error with details.", fail),
+    Tool::new("getenv", "Answers with an environment variable's value, or (unset).", getenv),
+    Tool::new("fds", "Lists the process's open file descriptors.", fds),
     Tool::new("build_tag", "Answers with the tag this library was built with.", build_tag),
     Tool::new("slow", "Sleeps for ms milliseconds; its own timeout is 1000 ms.", sleep).timeout_ms(1000),
 }

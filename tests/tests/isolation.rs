@@ -1,0 +1,489 @@
+//! [5/8]: untrusted plugins out of process: every fault ends its call with the right outcome and
+//! text, the host lives, the counters move, the next call answers; no worker outlives its use.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rho_core::{
+    Bus, BusItem, DirOptions, EventKind, Gate, GateCtx, Isolation, Outcome, RunOptions, ToolCall,
+    ToolRegistry, ToolRunner, Verdict, WorkerOptions, allow_all,
+};
+use rho_tests::{call, plugin_dir, runner};
+use serde_json::{Value, json};
+use tokio_stream::StreamExt;
+
+/// The tests of this file look at the process table and this process's memory: one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn isolated(options: WorkerOptions) -> DirOptions {
+    DirOptions {
+        isolation: Isolation::Process(options),
+        ..DirOptions::default()
+    }
+}
+
+fn small_frames() -> WorkerOptions {
+    WorkerOptions {
+        max_frame: 1 << 20,
+        ..WorkerOptions::default()
+    }
+}
+
+async fn host(
+    options: WorkerOptions,
+    timeout_ms: u64,
+) -> (
+    Bus,
+    ToolRegistry,
+    ToolRunner,
+    rho_core::PluginDir,
+    tempfile::TempDir,
+) {
+    let dir = plugin_dir(&["echo", "faults", "picture"]);
+    let bus = Bus::default();
+    let registry = ToolRegistry::new(bus.clone());
+    let (plugins, report) = registry
+        .add_plugin_dir(dir.path(), isolated(options))
+        .await
+        .unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let runner = runner(&registry, timeout_ms);
+    (bus, registry, runner, plugins, dir)
+}
+
+async fn run(runner: &ToolRunner, id: &str, tool: &str, args: Value) -> rho_core::ToolResult {
+    runner
+        .run(&call(id, tool, args), &allow_all(), &RunOptions::default())
+        .await
+}
+
+/// The live (not zombie) `rho-worker` children of this process.
+fn live_workers() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        let comm = &stat[stat.find('(').unwrap() + 1..close];
+        let rest: Vec<&str> = stat[close + 2..].split(' ').collect();
+        let (state, ppid) = (rest[0], rest[1].parse::<i32>().unwrap_or(0));
+        if ppid == me && comm.starts_with("rho-worker") && state != "Z" {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+async fn no_workers_within(limit: Duration) -> Vec<i32> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = live_workers();
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fault_ends_its_call_and_the_next_call_answers() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (bus, registry, runner, plugins, _dir) = host(small_frames(), 500).await;
+    let mut events = bus.subscribe();
+    let cases: Vec<(&str, Value, Outcome, &str)> = vec![
+        (
+            "panic",
+            json!({"message": "boom"}),
+            Outcome::Crashed,
+            "tool `panic` panicked at plugins/faults/src/lib.rs:",
+        ),
+        (
+            "abort",
+            json!({}),
+            Outcome::Crashed,
+            "the plugin's worker process died: killed by signal 6 (SIGABRT) during the call",
+        ),
+        (
+            "segfault",
+            json!({}),
+            Outcome::Crashed,
+            "the plugin's worker process died: killed by signal 11 (SIGSEGV) during the call",
+        ),
+        (
+            "exit_process",
+            json!({"code": 0}),
+            Outcome::Crashed,
+            "the plugin's worker process died: exited with status 0 during the call",
+        ),
+        (
+            "exit_process",
+            json!({"code": 7}),
+            Outcome::Crashed,
+            "the plugin's worker process died: exited with status 7 during the call",
+        ),
+        (
+            "spin",
+            json!({}),
+            Outcome::TimedOut,
+            "tool `spin` timed out after 500 ms",
+        ),
+        (
+            "big_output",
+            json!({"bytes": 2 << 20}),
+            Outcome::Crashed,
+            "the plugin's worker broke the protocol: a frame of ",
+        ),
+        (
+            "alloc",
+            json!({"mib": 4096}),
+            Outcome::Crashed,
+            "the plugin's worker process died: killed by signal 6 (SIGABRT) during the call (its last words on stderr: memory allocation of",
+        ),
+        (
+            "print",
+            json!({"text": "{\"t\":\"answer\"} noise on stdout"}),
+            Outcome::Ok,
+            "printed 30 bytes",
+        ),
+        (
+            "updates",
+            json!({"count": 3, "interval_ms": 5}),
+            Outcome::Ok,
+            "sent 3 updates",
+        ),
+        ("fail", json!({"message": "no"}), Outcome::Error, "no"),
+        (
+            "nope",
+            json!({}),
+            Outcome::UnknownTool,
+            "unknown tool `nope`",
+        ),
+    ];
+    for (i, (tool, args, outcome, text)) in cases.iter().enumerate() {
+        let id = format!("{tool}-{i}");
+        let r = run(&runner, &id, tool, args.clone()).await;
+        assert_eq!(r.outcome, *outcome, "{tool}: {}", r.text());
+        assert!(r.text().starts_with(text), "{tool}: {}", r.text());
+        // The host lives and the plugin answers the next call.
+        let next = run(&runner, &format!("next-{i}"), "build_tag", json!({})).await;
+        assert_eq!(
+            (next.outcome, next.text()),
+            (Outcome::Ok, "default"),
+            "after {tool}"
+        );
+    }
+    let r = run(&runner, "frame", "big_output", json!({"bytes": 2 << 20})).await;
+    assert!(
+        r.text().ends_with("exceeds the limit of 1048576 bytes"),
+        "{}",
+        r.text()
+    );
+    // Partial updates crossed the channel as events.
+    let mut updates = Vec::new();
+    while let Ok(Some(BusItem::Event(e))) =
+        tokio::time::timeout(Duration::from_millis(50), events.next()).await
+    {
+        if let EventKind::ToolExecutionUpdate { partial, .. } = &e.kind {
+            updates.push(partial.clone());
+        }
+    }
+    assert_eq!(updates, ["update 1/3", "update 2/3", "update 3/3"]);
+    // The counters moved, against the plugin's tools.
+    let stats: HashMap<String, rho_core::ToolStats> = registry
+        .stats()
+        .into_iter()
+        .map(|s| (s.tool.clone(), s))
+        .collect();
+    assert_eq!(stats["exit_process"].crashed, 2);
+    assert_eq!(stats["spin"].timed_out, 1);
+    assert_eq!(stats["segfault"].crashed, 1);
+    assert_eq!(stats["big_output"].crashed, 2);
+    assert!(stats["spin"].origin.starts_with("faults@0.1.0"));
+    plugins.close().await;
+    let left = no_workers_within(Duration::from_secs(3)).await;
+    assert!(left.is_empty(), "workers left behind: {left:?}");
+}
+
+/// Waits `delay` in the gate.
+struct SlowGate(Duration);
+
+#[async_trait::async_trait]
+impl Gate for SlowGate {
+    async fn check(&self, _call: &ToolCall, _ctx: &GateCtx) -> Verdict {
+        tokio::time::sleep(self.0).await;
+        Verdict::Allow
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gate_and_timeout_clock_behave_as_in_process() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (_bus, _registry, runner, plugins, _dir) = host(WorkerOptions::default(), 250).await;
+    let gate: Arc<dyn Gate> = Arc::new(SlowGate(Duration::from_millis(300)));
+    let r = runner
+        .run(
+            &call("1", "sleep", json!({"ms": 200})),
+            &gate,
+            &RunOptions::default(),
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    // Cancellation crosses the channel: the tool sees its flag and the call still ends at the timeout.
+    let started = Instant::now();
+    let r = run(&runner, "2", "spin_cancellable", json!({})).await;
+    assert_eq!(r.outcome, Outcome::TimedOut);
+    assert!(
+        started.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        started.elapsed()
+    );
+    let r = run(&runner, "3", "echo", json!({"text": "after"})).await;
+    assert_eq!(r.text(), "after");
+    // An image crosses as raw bytes.
+    let r = run(&runner, "4", "checkerboard", json!({"size": 32})).await;
+    assert_eq!(r.output.images()[0].mime_type, "image/png");
+    assert_eq!(&r.output.images()[0].bytes[..4], b"\x89PNG");
+    plugins.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_get_a_clean_environment_and_only_their_channel() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    // SAFETY: set before any worker starts; read by the workers only.
+    unsafe { std::env::set_var("RHO_TEST_SECRET", "do-not-leak") };
+    // A descriptor the host leaks to children (no close-on-exec): workers must not get it.
+    // SAFETY: duplicating stdin to a number >= 20 has no memory effects.
+    let leaked = unsafe { libc::fcntl(0, libc::F_DUPFD, 20) };
+    assert!(leaked >= 20);
+    let (_bus, _registry, runner, plugins, _dir) = host(WorkerOptions::default(), 5_000).await;
+    let r = run(&runner, "1", "getenv", json!({"name": "RHO_TEST_SECRET"})).await;
+    assert_eq!(r.text(), "(unset)");
+    let path = run(&runner, "2", "getenv", json!({"name": "PATH"})).await;
+    assert_ne!(path.text(), "(unset)", "PATH is on the allow-list");
+    let fds = run(&runner, "3", "fds", json!({})).await;
+    // 0-2, the channel (3) and the worker's clone of it (4), the handle reading /proc/self/fd (5).
+    let fds: Vec<i32> = fds.text().split(',').map(|f| f.parse().unwrap()).collect();
+    assert_eq!(fds, [0, 1, 2, 3, 4, 5], "the host leaked fd {leaked}");
+    // SAFETY: closes the descriptor dup'ed above.
+    unsafe { libc::close(leaked) };
+    plugins.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_mixed_faults_eight_at_a_time() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let options = WorkerOptions {
+        spares: 2,
+        cancel_grace: Duration::from_millis(50),
+        ..small_frames()
+    };
+    let (bus, registry, runner, plugins, _dir) = host(options, 300).await;
+    let mut events = bus.subscribe();
+    let menu: [(&str, Value, Outcome); 8] = [
+        ("echo", json!({"text": "x"}), Outcome::Ok),
+        ("echo", json!({"text": "y"}), Outcome::Ok),
+        ("panic", json!({"message": "p"}), Outcome::Crashed),
+        ("segfault", json!({}), Outcome::Crashed),
+        ("abort", json!({}), Outcome::Crashed),
+        ("exit_process", json!({"code": 0}), Outcome::Crashed),
+        ("sleep", json!({"ms": 5}), Outcome::Ok),
+        ("big_output", json!({"bytes": 2 << 20}), Outcome::Crashed),
+    ];
+    // Quarantine would turn repeated crashes into `quarantined`: keep it out of this test.
+    registry.set_quarantine_policy(rho_core::QuarantinePolicy {
+        max_failures: 0,
+        ..Default::default()
+    });
+    let mut rss_at_200 = 0;
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut expected = HashMap::new();
+    for batch in 0..125 {
+        let calls: Vec<(ToolCall, Outcome)> = (0..8)
+            .map(|i| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let (tool, args, outcome) = &menu[(seed % 8) as usize];
+                (call(&format!("{batch}-{i}"), tool, args.clone()), *outcome)
+            })
+            .collect();
+        let (gate, opts) = (allow_all(), RunOptions::default());
+        let runs = calls.iter().map(|(c, _)| runner.run(c, &gate, &opts));
+        let results = futures_util::future::join_all(runs).await;
+        for ((c, outcome), r) in calls.iter().zip(results) {
+            assert_eq!(r.outcome, *outcome, "{} {}: {}", c.id, c.name, r.text());
+            expected.insert(c.id.clone(), 0u32);
+        }
+        if batch == 25 {
+            rss_at_200 = rss_kib();
+        }
+    }
+    let rss_at_1000 = rss_kib();
+    // Every call ended exactly once.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while let Ok(Some(item)) = tokio::time::timeout(
+        deadline.saturating_duration_since(Instant::now()),
+        events.next(),
+    )
+    .await
+    {
+        match item {
+            BusItem::Event(e) => {
+                if let EventKind::ToolExecutionEnd { call_id, .. } = &e.kind {
+                    *expected.get_mut(call_id).unwrap() += 1;
+                }
+            }
+            BusItem::Lagged { missed, .. } => panic!("lagged by {missed}"),
+        }
+        if expected.values().all(|n| *n == 1) {
+            break;
+        }
+    }
+    assert_eq!(expected.len(), 1000);
+    assert!(
+        expected.values().all(|n| *n == 1),
+        "calls without exactly one end"
+    );
+    // The host's memory stays flat.
+    let growth = rss_at_1000.saturating_sub(rss_at_200);
+    eprintln!("host RSS at call 200: {rss_at_200} KiB, at call 1000: {rss_at_1000} KiB");
+    assert!(
+        growth < 16 * 1024,
+        "RSS grew {growth} KiB from call 200 to call 1000"
+    );
+    drop((runner, registry));
+    plugins.close().await;
+    drop(plugins);
+    let left = no_workers_within(Duration::from_secs(3)).await;
+    assert!(left.is_empty(), "workers left behind: {left:?}");
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_moves_new_calls_to_new_workers_and_the_old_ones_exit() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (default, v2) = rho_tests::faults_variants();
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("libfaults.so");
+    std::fs::copy(default, &target).unwrap();
+    let bus = Bus::default();
+    let registry = ToolRegistry::new(bus.clone());
+    let options = WorkerOptions {
+        spares: 1,
+        ..WorkerOptions::default()
+    };
+    let (plugins, _) = registry
+        .add_plugin_dir(dir.path(), isolated(options))
+        .await
+        .unwrap();
+    let runner = runner(&registry, 5_000);
+    let slow_runner = runner.clone();
+    let slow = tokio::spawn(async move {
+        slow_runner
+            .run(
+                &call("slow", "sleep", json!({"ms": 500})),
+                &allow_all(),
+                &RunOptions::default(),
+            )
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = live_workers();
+    rho_tests::install_bytes(&target, &std::fs::read(v2).unwrap());
+    let report = plugins.scan().await;
+    assert_eq!(report.reloaded, ["faults@0.1.0"]);
+    let r = run(&runner, "t", "build_tag", json!({})).await;
+    assert_eq!(r.text(), "v2");
+    let slow = slow.await.unwrap();
+    assert_eq!(
+        (slow.outcome, slow.text()),
+        (Outcome::Ok, "slept 500 ms"),
+        "the running call finished on the old worker"
+    );
+    // The old version's workers are gone; only the new pool's remain.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = live_workers();
+    assert!(
+        before.iter().all(|p| !after.contains(p)),
+        "old workers {before:?} still alive in {after:?}"
+    );
+    plugins.close().await;
+    assert!(no_workers_within(Duration::from_secs(3)).await.is_empty());
+}
+
+#[test]
+fn workers_die_with_their_host() {
+    let dir = plugin_dir(&["faults"]);
+    let mut host = std::process::Command::new(rho_tests::rho_bin())
+        .args([
+            "call",
+            "sleep",
+            r#"{"ms": 30000}"#,
+            "--isolate",
+            "--plugins",
+        ])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let host_pid = host.id() as i32;
+    let workers_of = |parent: i32| -> Vec<i32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                    let close = s.rfind(')').unwrap_or(0);
+                    s.contains("(rho-worker")
+                        && s[close + 2..]
+                            .split(' ')
+                            .nth(1)
+                            .and_then(|p| p.parse::<i32>().ok())
+                            == Some(parent)
+                })
+            })
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut workers = Vec::new();
+    while workers.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        workers = workers_of(host_pid);
+    }
+    assert!(!workers.is_empty(), "the host started no worker");
+    host.kill().unwrap();
+    host.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let alive = |pid: &i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rfind(')').is_some_and(|c| !s[c + 2..].starts_with('Z')))
+    };
+    while workers.iter().any(alive) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !workers.iter().any(alive),
+        "workers {workers:?} outlived their host"
+    );
+}
