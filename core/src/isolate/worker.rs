@@ -86,11 +86,52 @@ pub fn main() -> ExitCode {
     serve(BufReader::new(stream), &channel, loaded.module)
 }
 
+/// One call for the call thread.
+struct Job {
+    id: u64,
+    tool: String,
+    args: String,
+    call_id: String,
+    cancelled: Arc<AtomicBool>,
+}
+
 fn serve(
     mut reader: BufReader<UnixStream>,
     channel: &Channel,
     module: rho_plugin_api::ffi::PluginModRef,
 ) -> ExitCode {
+    // Calls run on one long-lived thread, so the main thread can take a `Cancel` meanwhile; the
+    // host sends one call at a time.
+    let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+    let call_channel = channel.clone();
+    let spawned = std::thread::Builder::new()
+        .name("rho-worker-call".into())
+        .spawn(move || {
+            while let Ok(job) = queue.recv() {
+                let updates = call_channel.clone();
+                let id = job.id;
+                let on_update = move |partial: &str| {
+                    let update = FromWorker::Update {
+                        id,
+                        partial: partial.to_owned(),
+                    };
+                    send(&updates, &update, &[]);
+                };
+                let result = call_module(
+                    module,
+                    &job.tool,
+                    &job.args,
+                    &job.call_id,
+                    &job.cancelled,
+                    &on_update,
+                );
+                answer(&call_channel, id, result);
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!("rho-worker: cannot start the call thread: {e}");
+        return ExitCode::from(1);
+    }
     let mut running: Option<(u64, Arc<AtomicBool>)> = None;
     loop {
         let frame = match read_frame::<ToWorker>(&mut reader, MAX_FROM_HOST) {
@@ -117,30 +158,17 @@ fn serve(
             } => {
                 let cancelled = Arc::new(AtomicBool::new(false));
                 running = Some((id, cancelled.clone()));
-                let call_channel = channel.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("rho-worker-call".into())
-                    .spawn(move || {
-                        let updates = call_channel.clone();
-                        let on_update = move |partial: &str| {
-                            let update = FromWorker::Update {
-                                id,
-                                partial: partial.to_owned(),
-                            };
-                            send(&updates, &update, &[]);
-                        };
-                        let result =
-                            call_module(module, &tool, &args, &call_id, &cancelled, &on_update);
-                        answer(&call_channel, id, result);
-                    });
-                if spawned.is_err() {
-                    let failure = FromWorker::Failure {
+                if jobs
+                    .send(Job {
                         id,
-                        kind: "panic".into(),
-                        message: "the worker could not start a thread for the call".into(),
-                        details: None,
-                    };
-                    send(channel, &failure, &[]);
+                        tool,
+                        args,
+                        call_id,
+                        cancelled,
+                    })
+                    .is_err()
+                {
+                    return ExitCode::from(1);
                 }
             }
         }

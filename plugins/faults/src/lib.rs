@@ -135,6 +135,15 @@ fn big_output(args: BigArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     Ok(Answer::text("x".repeat(args.bytes)))
 }
 
+fn raw_image(args: BigArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let bytes: Vec<u8> = (0..args.bytes).map(|i| (i % 251) as u8).collect();
+    Ok(Answer::image(
+        "image/x-rho-test",
+        bytes,
+        format!("{} bytes", args.bytes),
+    ))
+}
+
 fn updates(args: UpdatesArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
     for i in 1..=args.count {
         if ctx.is_cancelled() {
@@ -200,6 +209,7 @@ export_plugin! {
     Tool::new("segfault", "Writes through a null pointer.", segfault),
     Tool::new("exit_process", "Exits its process with the given status.", exit_process),
     Tool::new("big_output", "Answers with that many bytes of text.", big_output),
+    Tool::new("raw_image", "Answers with an image of that many (meaningless) bytes.", raw_image),
     Tool::new("updates", "Sends count partial updates, then answers.", updates),
     Tool::new("print", "Prints the text on stdout and stderr, then answers.", print),
     Tool::new("alloc", "Allocates and touches that many MiB.", alloc),

@@ -4,6 +4,7 @@
 
 mod bus;
 mod inproc;
+mod isolated;
 mod reload;
 
 use std::path::{Path, PathBuf};
@@ -72,6 +73,11 @@ impl Ctx {
     }
 }
 
+/// The target directory (where the release `rho-worker` is).
+pub fn plugins_target() -> PathBuf {
+    target_dir()
+}
+
 /// The median of `values` (0 for none).
 pub fn median(values: &mut [f64]) -> f64 {
     if values.is_empty() {
@@ -112,6 +118,8 @@ pub fn run(quick: bool, only: &[String]) -> Result<(), String> {
             "--release",
             "-p",
             "rho-cli",
+            "-p",
+            "rho-core",
             "-p",
             "xtask",
         ])
@@ -188,6 +196,13 @@ pub fn exec(plugins: &Path, quick: bool, only: &[String]) -> Result<(), String> 
     }
     if wanted("reload") {
         figures.extend(runtime.block_on(reload::reload(&ctx))?);
+    }
+    if wanted("isolated")
+        || wanted("crash_detect")
+        || wanted("timeout_kill")
+        || wanted("mem_worker")
+    {
+        figures.extend(runtime.block_on(isolated::figures(&ctx))?);
     }
     if wanted("bus") {
         figures.extend(runtime.block_on(bus::fanout(&ctx))?);

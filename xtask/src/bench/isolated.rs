@@ -1,0 +1,318 @@
+//! Out-of-process figures: call round trips against a raw request/response to a child over pipes,
+//! crash detection against a raw child death, the timeout's overshoot, and a worker's memory.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rho_core::{
+    Bus, DirOptions, Isolation, QuarantinePolicy, RunOptions, RunnerConfig, ToolCall, ToolRegistry,
+    ToolRunner, WorkerOptions, allow_all,
+};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use super::{Ctx, Figure, median};
+use crate::bench::reload::rss_kib;
+
+async fn host(
+    ctx: &Ctx,
+    timeout: Duration,
+) -> Result<
+    (
+        ToolRegistry,
+        ToolRunner,
+        rho_core::PluginDir,
+        std::path::PathBuf,
+    ),
+    String,
+> {
+    let dir = std::env::temp_dir().join(format!("rho-bench-iso-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    for name in ["echo", "faults"] {
+        std::fs::copy(ctx.plugin(name), dir.join(format!("lib{name}.so")))
+            .map_err(|e| e.to_string())?;
+    }
+    let registry = ToolRegistry::new(Bus::default());
+    registry.set_quarantine_policy(QuarantinePolicy {
+        max_failures: 0,
+        ..Default::default()
+    });
+    let workers = WorkerOptions {
+        executable: Some(super::plugins_target().join("release").join("rho-worker")),
+        spares: 2,
+        ..WorkerOptions::default()
+    };
+    let options = DirOptions {
+        isolation: Isolation::Process(workers),
+        ..DirOptions::default()
+    };
+    let (plugins, report) = registry
+        .add_plugin_dir(&dir, options)
+        .await
+        .map_err(|e| e.to_string())?;
+    if !report.errors.is_empty() {
+        return Err(report.errors.join("; "));
+    }
+    let config = RunnerConfig {
+        default_timeout: timeout,
+        ..RunnerConfig::default()
+    };
+    Ok((
+        registry.clone(),
+        ToolRunner::new(registry, config),
+        plugins,
+        dir,
+    ))
+}
+
+async fn timed(runner: &ToolRunner, tool: &str, args: &Value) -> (f64, rho_core::ToolResult) {
+    let call = ToolCall::new("c", tool, args.clone());
+    let started = Instant::now();
+    let result = runner
+        .run(&call, &allow_all(), &RunOptions::default())
+        .await;
+    (started.elapsed().as_secs_f64() * 1e6, result)
+}
+
+/// A raw request/response child: `cat`, one line out and back, over pipes.
+struct Cat {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    stdout: BufReader<tokio::process::ChildStdout>,
+}
+
+impl Cat {
+    fn start() -> Result<Cat, String> {
+        let mut child = tokio::process::Command::new("cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start cat: {e}"))?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+        Ok(Cat {
+            child,
+            stdin,
+            stdout,
+        })
+    }
+
+    async fn round_trip(&mut self, line: &[u8]) -> f64 {
+        let mut back = Vec::with_capacity(line.len());
+        let started = Instant::now();
+        // Written and read at once: a line larger than the pipes' buffers would deadlock otherwise.
+        let _ = tokio::join!(
+            self.stdin.write_all(line),
+            self.stdout.read_until(b'\n', &mut back)
+        );
+        started.elapsed().as_secs_f64() * 1e6
+    }
+}
+
+fn line_of(bytes: usize) -> Vec<u8> {
+    let mut line =
+        format!("{{\"text\":\"{}\"}}", "x".repeat(bytes.saturating_sub(12))).into_bytes();
+    line.push(b'\n');
+    line
+}
+
+/// `isolated_call*`, `isolated_calls_per_s_8`, `crash_detect`, `timeout_kill`, `mem_worker`.
+pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
+    let (_registry, runner, plugins, dir) = host(ctx, Duration::from_millis(200)).await?;
+    let n = if ctx.quick { 300 } else { 2000 };
+    let runs = ctx.runs();
+    let mut cat = Cat::start()?;
+    let mut figures = Vec::new();
+    let cases: [(&str, &str, Value, usize); 3] = [
+        ("isolated_call", "echo", json!({"text": "hello"}), 17),
+        (
+            "isolated_call_64k",
+            "echo",
+            json!({"text": "x".repeat(64 << 10)}),
+            64 << 10,
+        ),
+        (
+            "isolated_image_1m",
+            "raw_image",
+            json!({"bytes": 1 << 20}),
+            1 << 20,
+        ),
+    ];
+    for (name, tool, args, bytes) in cases {
+        let per_run = if bytes > 100_000 { n / 10 } else { n };
+        let line = line_of(bytes);
+        let mut rho = Vec::new();
+        let mut raw = Vec::new();
+        for _ in 0..=runs {
+            let mut samples = Vec::new();
+            for _ in 0..per_run {
+                let (us, r) = timed(&runner, tool, &args).await;
+                if r.is_error() {
+                    return Err(format!("{name}: {}", r.text()));
+                }
+                samples.push(us);
+            }
+            rho.push(median(&mut samples));
+            let mut samples = Vec::new();
+            for _ in 0..per_run {
+                samples.push(cat.round_trip(&line).await);
+            }
+            raw.push(median(&mut samples));
+        }
+        figures.push(Figure {
+            name: name.into(),
+            value: median(&mut rho[1..]),
+            unit: "us/call".into(),
+            baseline: format!("raw round trip to `cat` over pipes ({bytes} B)"),
+            baseline_value: median(&mut raw[1..]),
+            runs,
+        });
+    }
+
+    // Throughput, 8 calls at once (8 workers) against 8 cats.
+    let total = n * 4;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let runner = runner.clone();
+            tokio::spawn(async move {
+                for _ in 0..total / 8 {
+                    timed(&runner, "echo", &json!({"text": "hello"})).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let rho_rate = total as f64 / started.elapsed().as_secs_f64();
+    let mut cats: Vec<Cat> = (0..8).map(|_| Cat::start()).collect::<Result<_, _>>()?;
+    let started = Instant::now();
+    let tasks: Vec<_> = cats
+        .drain(..)
+        .map(|mut cat| {
+            tokio::spawn(async move {
+                let line = line_of(17);
+                for _ in 0..total / 8 {
+                    cat.round_trip(&line).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let raw_rate = total as f64 / started.elapsed().as_secs_f64();
+    figures.push(Figure {
+        name: "isolated_calls_per_s_8".into(),
+        value: rho_rate,
+        unit: "calls/s".into(),
+        baseline: "8 `cat` children, round trips over pipes".into(),
+        baseline_value: raw_rate,
+        runs: 1,
+    });
+
+    // Crash detection: a segfault's call against a raw child's death -> wait.
+    let mut rho = Vec::new();
+    let mut raw = Vec::new();
+    for _ in 0..=runs {
+        let (us, r) = timed(&runner, "segfault", &json!({})).await;
+        if r.outcome != rho_core::Outcome::Crashed {
+            return Err(format!("segfault ended {}", r.outcome));
+        }
+        rho.push(us);
+        let mut child = tokio::process::Command::new("sh")
+            .args(["-c", "kill -SEGV $$"])
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        let _ = child.wait().await;
+        raw.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    figures.push(Figure {
+        name: "crash_detect".into(),
+        value: median(&mut rho[1..]),
+        unit: "us".into(),
+        baseline: "spawn sh that SIGSEGVs itself -> wait".into(),
+        baseline_value: median(&mut raw[1..]),
+        runs,
+    });
+
+    // The timeout's overshoot: a spinning isolated tool under 200 ms, against a plain 200 ms sleep.
+    let mut rho = Vec::new();
+    let mut raw = Vec::new();
+    for _ in 0..=runs.min(7) {
+        let (us, _) = timed(&runner, "spin", &json!({})).await;
+        rho.push(us - 200_000.0);
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        raw.push(started.elapsed().as_secs_f64() * 1e6 - 200_000.0);
+    }
+    figures.push(Figure {
+        name: "timeout_kill".into(),
+        value: median(&mut rho[1..]),
+        unit: "us over".into(),
+        baseline: "tokio sleep(200 ms) overshoot".into(),
+        baseline_value: median(&mut raw[1..]),
+        runs: runs.min(7),
+    });
+
+    // Memory of an idle worker against a bare child (`cat`).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let workers = children_named("rho-worker");
+    let worker_kib: Vec<f64> = workers
+        .iter()
+        .filter_map(|p| process_rss_kib(*p))
+        .map(|k| k as f64)
+        .collect();
+    let cat_kib = cat
+        .child
+        .id()
+        .and_then(|p| process_rss_kib(p as i32))
+        .unwrap_or(0) as f64;
+    let mut worker_kib = worker_kib;
+    figures.push(Figure {
+        name: "mem_worker".into(),
+        value: median(&mut worker_kib),
+        unit: "KiB RSS".into(),
+        baseline: "a bare `cat` child".into(),
+        baseline_value: cat_kib,
+        runs: workers.len(),
+    });
+    plugins.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = rss_kib();
+    Ok(figures)
+}
+
+fn children_named(prefix: &str) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                let close = s.rfind(')').unwrap_or(0);
+                s.contains(&format!("({prefix}"))
+                    && s.get(close + 2..)
+                        .and_then(|r| r.split(' ').nth(1))
+                        .and_then(|p| p.parse::<i32>().ok())
+                        == Some(me)
+            })
+        })
+        .collect()
+}
+
+fn process_rss_kib(pid: i32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
