@@ -69,6 +69,18 @@ pub fn rho_bin() -> PathBuf {
     built().join("rho")
 }
 
+/// The built `xtask` binary.
+pub fn xtask_bin() -> PathBuf {
+    built().join("xtask")
+}
+
+/// The workspace this test crate belongs to.
+pub fn workspace_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate sits in the workspace")
+}
+
 /// A fresh private directory (mode 0700) holding copies of the named plugins.
 pub fn plugin_dir(names: &[&str]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");

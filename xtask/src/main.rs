@@ -1,8 +1,11 @@
 //! `cargo xtask`: rho's developer tasks.
 
 mod bench;
+mod check;
 mod demo;
+mod dev;
 mod plugins;
+mod scaffold;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,12 +15,39 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "rho's developer tasks")]
 struct Cli {
+    /// The workspace to work in (default: this repository).
+    #[arg(long, global = true, value_name = "DIR")]
+    workspace: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Create a plugin crate that compiles at once and add it to the workspace.
+    NewPlugin {
+        /// The plugin's crate name, also its tool's name.
+        name: String,
+        /// The directory the crate goes in, relative to the workspace.
+        #[arg(long, default_value = "plugins")]
+        dir: PathBuf,
+    },
+    /// Load one plugin library and show its name, version, interface version and tools.
+    CheckPlugin {
+        /// The library file.
+        path: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rebuild a plugin on every save and install it into the plugin directory.
+    Dev {
+        /// The plugin crate.
+        name: String,
+        /// The plugin directory (default: target/plugins).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Build the plugin crates and install their libraries into a plugin directory.
     BuildPlugins {
         /// Build in release mode.
@@ -50,7 +80,20 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(dir) = cli.workspace {
+        plugins::set_workspace_root(dir);
+    }
     let result = match cli.command {
+        Command::NewPlugin { name, dir } => scaffold::new_plugin(&name, &dir).map(|path| {
+            eprintln!("created {} and added it to the workspace", path.display());
+            eprintln!("next: cargo test -p {name} && cargo xtask dev {name}");
+        }),
+        Command::CheckPlugin { path, json } => match check::check(&path, json) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(e),
+        },
+        Command::Dev { name, out } => dev::run(&name, &out.unwrap_or_else(plugins::default_out)),
         Command::BuildPlugins { release, out } => {
             let out = out.unwrap_or_else(plugins::default_out);
             plugins::build_and_install(release, &out).map(|_| ())

@@ -6,12 +6,21 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-/// The workspace root (the parent of this crate's directory).
+static WORKSPACE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Points the tasks at another workspace (`--workspace DIR`); call once, before any task.
+pub fn set_workspace_root(dir: PathBuf) {
+    let _ = WORKSPACE.set(dir);
+}
+
+/// The workspace root: `--workspace DIR`, else this repository (the parent of this crate).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_owned)
-        .unwrap_or_else(|| PathBuf::from("."))
+    WORKSPACE.get().cloned().unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .map(Path::to_owned)
+            .unwrap_or_else(|| PathBuf::from("."))
+    })
 }
 
 /// The cargo that runs this task.
@@ -40,6 +49,8 @@ pub struct PluginCrate {
     pub name: String,
     /// The library target's name (what the file is called after).
     pub lib_name: String,
+    /// The crate's directory.
+    pub dir: PathBuf,
 }
 
 impl PluginCrate {
@@ -85,9 +96,11 @@ pub fn discover() -> Result<Vec<PluginCrate>, String> {
                     .is_some_and(|k| k.iter().any(|k| k == "cdylib"))
             });
         if let (true, Some(target), Some(name)) = (uses_api, cdylib, package["name"].as_str()) {
+            let manifest = PathBuf::from(package["manifest_path"].as_str().unwrap_or_default());
             plugins.push(PluginCrate {
                 name: name.to_owned(),
                 lib_name: target["name"].as_str().unwrap_or(name).replace('-', "_"),
+                dir: manifest.parent().map(Path::to_owned).unwrap_or_default(),
             });
         }
     }

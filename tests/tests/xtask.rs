@@ -1,0 +1,221 @@
+//! [6/8]: the plugin developer's tools: `new-plugin`, `check-plugin`, `build-plugins`.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use rho_core::{Outcome, RunOptions, allow_all};
+use rho_tests::{built, call, load_dir, plugin_lib, runner, workspace_dir, xtask_bin};
+use serde_json::json;
+
+fn xtask(args: &[&str]) -> Output {
+    Command::new(xtask_bin()).args(args).output().unwrap()
+}
+
+fn cargo(workspace: &Path, args: &[&str]) -> Output {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(args)
+        .current_dir(workspace)
+        .env("CARGO_TARGET_DIR", built().parent().unwrap())
+        .output()
+        .unwrap()
+}
+
+/// A temporary workspace whose plugins use this repository's plugin-api by path.
+fn temp_workspace() -> tempfile::TempDir {
+    let ws = tempfile::tempdir().unwrap();
+    let api = workspace_dir().join("plugin-api");
+    std::fs::write(
+        ws.path().join("Cargo.toml"),
+        format!(
+            "[workspace]\nresolver = \"3\"\nmembers = []\n\n[workspace.dependencies]\n\
+             rho-plugin-api = {{ path = {api:?} }}\nserde = {{ version = \"1\", features = [\"derive\"] }}\n\
+             schemars = \"1.2\"\n"
+        ),
+    )
+    .unwrap();
+    // The same versions as this workspace: the shared target directory's builds are reused.
+    std::fs::copy(
+        workspace_dir().join("Cargo.lock"),
+        ws.path().join("Cargo.lock"),
+    )
+    .unwrap();
+    ws
+}
+
+#[tokio::test]
+async fn new_plugin_makes_a_crate_that_builds_loads_and_answers() {
+    let ws = temp_workspace();
+    let root = ws.path().to_str().unwrap();
+    let out = xtask(&["--workspace", root, "new-plugin", "hello-world"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest = std::fs::read_to_string(ws.path().join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("members = [\"plugins/hello-world\"]"),
+        "{manifest}"
+    );
+    for file in ["Cargo.toml", "src/lib.rs", "README.md"] {
+        assert!(
+            ws.path().join("plugins/hello-world").join(file).is_file(),
+            "{file}"
+        );
+    }
+    // Its unit test passes, and it builds.
+    let test = cargo(ws.path(), &["test", "-q", "-p", "hello-world"]);
+    assert!(
+        test.status.success(),
+        "{}",
+        String::from_utf8_lossy(&test.stderr)
+    );
+    assert!(String::from_utf8_lossy(&test.stdout).contains("1 passed"));
+    let build = cargo(ws.path(), &["build", "-q", "-p", "hello-world"]);
+    assert!(
+        build.status.success(),
+        "{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    // It loads and answers through the runner.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        built().join("libhello_world.so"),
+        dir.path().join("libhello_world.so"),
+    )
+    .unwrap();
+    let (_bus, registry, errors, _p) = load_dir(dir.path()).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let tool = registry
+        .tools()
+        .into_iter()
+        .find(|t| t.name == "hello-world")
+        .unwrap();
+    assert_eq!(tool.parameters["properties"]["name"]["type"], "string");
+    let r = runner(&registry, 5_000)
+        .run(
+            &call("1", "hello-world", json!({"name": "Ada"})),
+            &allow_all(),
+            &RunOptions::default(),
+        )
+        .await;
+    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "Hello, Ada!"));
+    assert_eq!(r.details, Some(json!({"length": 3})));
+
+    // It never overwrites, and refuses bad names.
+    let again = xtask(&["--workspace", root, "new-plugin", "hello-world"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists; nothing was changed"));
+    for bad in ["9lives", "has space", "fn", "x".repeat(65).as_str()] {
+        let out = xtask(&["--workspace", root, "new-plugin", bad]);
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+        assert!(!ws.path().join("plugins").join(bad).exists(), "{bad}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("Cargo.toml")).unwrap(),
+        manifest
+    );
+}
+
+#[test]
+fn check_plugin_on_a_good_and_a_bad_file() {
+    let good = xtask(&["check-plugin", plugin_lib("faults").to_str().unwrap()]);
+    assert_eq!(good.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&good.stdout);
+    assert!(text.contains("plugin:            faults 0.1.0"), "{text}");
+    assert!(text.contains("interface version: 1"), "{text}");
+    assert!(
+        text.contains("  slow: Sleeps for ms milliseconds; its own timeout is 1000 ms."),
+        "{text}"
+    );
+    assert!(text.contains("    timeout: 1000 ms"), "{text}");
+    let as_json = xtask(&[
+        "check-plugin",
+        "--json",
+        plugin_lib("echo").to_str().unwrap(),
+    ]);
+    let value: serde_json::Value = serde_json::from_slice(&as_json.stdout).unwrap();
+    assert_eq!(value["tools"][0]["name"], "echo");
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("libbad.so");
+    std::fs::write(&bad, b"not a library").unwrap();
+    let out = xtask(&["check-plugin", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("libbad.so: not a loadable library"),
+        "{stderr}"
+    );
+    let incompatible = xtask(&["check-plugin", plugin_lib("incompatible").to_str().unwrap()]);
+    assert_eq!(incompatible.status.code(), Some(1));
+}
+
+#[test]
+fn build_plugins_installs_atomically() {
+    use notify_debouncer_full::notify::{self, EventKind, Watcher, event::ModifyKind};
+    let out = tempfile::tempdir().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut watcher = notify::recommended_watcher(move |e: notify::Result<notify::Event>| {
+        if let Ok(e) = e {
+            let _ = tx.send(e);
+        }
+    })
+    .unwrap();
+    watcher
+        .watch(out.path(), notify::RecursiveMode::NonRecursive)
+        .unwrap();
+    // Twice: a fresh install, then a replacement over existing files.
+    for _ in 0..2 {
+        let run = xtask(&["build-plugins", "--out", out.path().to_str().unwrap()]);
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let progress = String::from_utf8_lossy(&run.stderr);
+        assert!(
+            progress.contains("[1/4] echo ...") && progress.contains("[4/4] picture ..."),
+            "{progress}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    drop(watcher);
+    let mut visible_writes = Vec::new();
+    let mut renamed_in = 0;
+    for event in rx.try_iter() {
+        for path in &event.paths {
+            let name = path.file_name().unwrap().to_string_lossy();
+            if name.starts_with('.') {
+                continue;
+            }
+            match event.kind {
+                EventKind::Modify(ModifyKind::Data(_)) | EventKind::Access(_) => {
+                    visible_writes.push(format!("{:?} {name}", event.kind))
+                }
+                EventKind::Modify(ModifyKind::Name(_)) => renamed_in += 1,
+                _ => {}
+            }
+        }
+    }
+    assert!(
+        visible_writes.is_empty(),
+        "a visible plugin file was written in place: {visible_writes:?}"
+    );
+    assert!(
+        renamed_in >= 8,
+        "each plugin renamed into place twice, saw {renamed_in}"
+    );
+    let mut names: Vec<String> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["libecho.so", "libfaults.so", "libfiles.so", "libpicture.so"]
+    );
+}
