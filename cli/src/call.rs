@@ -28,7 +28,7 @@ pub struct Args {
     save_images: Option<PathBuf>,
 }
 
-pub async fn main(args: Args) -> ExitCode {
+pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
     let arguments: Value = match args.args.as_deref() {
         None => Value::Object(Default::default()),
         Some(text) => match serde_json::from_str(text) {
@@ -37,16 +37,17 @@ pub async fn main(args: Args) -> ExitCode {
             Err(e) => return host::usage(&format!("ARGS_JSON is not JSON: {e}")),
         },
     };
-    let gate = match host::gate(&args.run.gate) {
+    let asker = std::sync::Arc::new(crate::gates::TerminalAsker::default());
+    let gate = match host::gate(&config, &args.run, asker) {
         Ok(gate) => gate,
         Err(message) => return host::usage(&message),
     };
     let bus = Bus::default();
-    let (registry, _dirs) = match host::registry(&bus, &args.plugins).await {
+    let (registry, _dirs) = match host::registry(&bus, &config, &args.plugins).await {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
-    let runner = host::runner(registry, &args.run);
+    let runner = host::runner(registry, &config, &args.run);
     let call = ToolCall::new("call-1", args.tool, arguments);
     let result = runner.run(&call, &gate, &RunOptions::default()).await;
     if let Some(dir) = &args.save_images {

@@ -1,25 +1,26 @@
-//! Building a host from command-line flags: the bus, the registry with its plugin directories, the
-//! runner and the gate.
+//! Building a host from `rho.toml` and command-line flags (flags win): the bus, the registry with
+//! its plugin directories, the runner and the gate.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rho_core::{
-    Bus, DenyList, DirOptions, Gate, PluginDir, RunnerConfig, ToolRegistry, ToolRunner, Trust,
+    Bus, DirOptions, Gate, Isolation, PluginDir, RunnerConfig, ToolRegistry, ToolRunner, Trust,
 };
 
-use crate::ask::AskGate;
+use crate::config::{Config, PluginSource};
+use crate::gates::{Asker, RuleGate, parse_flag};
 
 /// Exit status of a usage error.
 pub const USAGE: u8 = 2;
 
 /// Flags every command that loads plugins takes.
-#[derive(clap::Args, Clone, Debug)]
+#[derive(clap::Args, Clone, Debug, Default)]
 pub struct PluginFlags {
-    /// A plugin directory (repeat for several).
-    #[arg(long = "plugins", value_name = "DIR", required = true)]
+    /// A plugin directory (repeat for several); replaces the config file's `[[plugins]]`.
+    #[arg(long = "plugins", value_name = "DIR")]
     pub plugins: Vec<PathBuf>,
     /// Load plugins from directories and files other users can write.
     #[arg(long)]
@@ -30,14 +31,14 @@ pub struct PluginFlags {
 }
 
 /// Flags of commands that run calls.
-#[derive(clap::Args, Clone, Debug)]
+#[derive(clap::Args, Clone, Debug, Default)]
 pub struct RunFlags {
     /// The timeout of tools that have none of their own, in milliseconds.
     #[arg(long, value_name = "N")]
     pub timeout_ms: Option<u64>,
-    /// The gate: `allow` (default), `deny:TOOL,TOOL...`, or `ask` (y/n on the terminal).
-    #[arg(long, value_name = "GATE", default_value = "allow")]
-    pub gate: String,
+    /// The gate: `allow`, `deny:TOOL,TOOL...`, or `ask`; replaces the config file's `[[gate]]`.
+    #[arg(long, value_name = "GATE")]
+    pub gate: Option<String>,
 }
 
 /// Logs go to stderr, filtered by `RUST_LOG` (errors only by default).
@@ -50,29 +51,73 @@ pub fn init_logging() {
         .try_init();
 }
 
-/// A registry on `bus` with the flags' plugin directories loaded; load failures are printed on
-/// stderr, one line each, and do not stop the command.
+/// The configuration at `path`, or the defaults without one; a bad file is a usage error.
+pub fn load_config(path: Option<&Path>) -> Result<Config, ExitCode> {
+    match path {
+        None => Ok(Config::default()),
+        Some(path) => Config::load(path).map_err(|e| usage(&e)),
+    }
+}
+
+/// The plugin sources the flags and the config name.
+fn sources(config: &Config, flags: &PluginFlags) -> Vec<PluginSource> {
+    if flags.plugins.is_empty() {
+        config
+            .plugins
+            .iter()
+            .cloned()
+            .map(|mut s| {
+                s.isolate |= flags.isolate;
+                s.trust_any_writer |= flags.trust_any_writer;
+                s
+            })
+            .collect()
+    } else {
+        flags
+            .plugins
+            .iter()
+            .map(|dir| PluginSource {
+                dir: dir.clone(),
+                isolate: flags.isolate,
+                trust_any_writer: flags.trust_any_writer,
+                max_versions: None,
+            })
+            .collect()
+    }
+}
+
+/// A registry on `bus` with the plugin directories loaded; load failures are printed on stderr,
+/// one line each, and do not stop the command.
 pub async fn registry(
     bus: &Bus,
+    config: &Config,
     flags: &PluginFlags,
 ) -> Result<(ToolRegistry, Vec<PluginDir>), ExitCode> {
+    let sources = sources(config, flags);
+    if sources.is_empty() {
+        return Err(usage(
+            "no plugin directory: pass --plugins DIR or list [[plugins]] in rho.toml",
+        ));
+    }
     let registry = ToolRegistry::new(bus.clone());
-    let options = DirOptions {
-        trust: if flags.trust_any_writer {
-            Trust::AnyWriter
-        } else {
-            Trust::OwnerOnly
-        },
-        isolation: if flags.isolate {
-            rho_core::Isolation::Process(rho_core::WorkerOptions::default())
-        } else {
-            rho_core::Isolation::InProcess
-        },
-        ..DirOptions::default()
-    };
+    registry.set_quarantine_policy(config.quarantine);
     let mut dirs = Vec::new();
-    for dir in &flags.plugins {
-        match registry.add_plugin_dir(dir, options.clone()).await {
+    for source in sources {
+        let defaults = DirOptions::default();
+        let options = DirOptions {
+            trust: if source.trust_any_writer {
+                Trust::AnyWriter
+            } else {
+                Trust::OwnerOnly
+            },
+            isolation: if source.isolate {
+                Isolation::Process(config.workers.clone())
+            } else {
+                Isolation::InProcess
+            },
+            max_versions: source.max_versions.unwrap_or(defaults.max_versions),
+        };
+        match registry.add_plugin_dir(&source.dir, options).await {
             Ok((plugin_dir, report)) => {
                 for line in &report.errors {
                     eprintln!("rho: {line}");
@@ -102,29 +147,33 @@ pub fn watch(dirs: &[PluginDir]) -> Vec<rho_core::DirWatcher> {
         .collect()
 }
 
-/// A runner over `registry` with the flags' timeout.
-pub fn runner(registry: ToolRegistry, flags: &RunFlags) -> ToolRunner {
-    let mut config = RunnerConfig::default();
-    if let Some(ms) = flags.timeout_ms {
-        config.default_timeout = Duration::from_millis(ms);
-    }
-    ToolRunner::new(registry, config)
+/// A runner over `registry`: the flag's timeout, else the config's; the config's per-tool ones.
+pub fn runner(registry: ToolRegistry, config: &Config, flags: &RunFlags) -> ToolRunner {
+    let runner_config = RunnerConfig {
+        default_timeout: Duration::from_millis(
+            flags.timeout_ms.unwrap_or(config.runner.default_timeout_ms),
+        ),
+        timeout_overrides: config
+            .timeouts
+            .iter()
+            .map(|(tool, ms)| (tool.clone(), Duration::from_millis(*ms)))
+            .collect(),
+        ..RunnerConfig::default()
+    };
+    ToolRunner::new(registry, runner_config)
 }
 
-/// The gate the flags ask for, or a usage error.
-pub fn gate(spec: &str) -> Result<Arc<dyn Gate>, String> {
-    match spec {
-        "allow" | "allow_all" => Ok(rho_core::allow_all()),
-        "ask" => Ok(Arc::new(AskGate::default())),
-        other => match other.strip_prefix("deny:") {
-            Some(list) if !list.trim().is_empty() => Ok(Arc::new(DenyList::new(
-                list.split(',').map(str::trim).filter(|s| !s.is_empty()),
-            ))),
-            _ => Err(format!(
-                "unknown gate `{other}`: use `allow`, `ask` or `deny:TOOL,TOOL...`"
-            )),
-        },
-    }
+/// The gate: the flag's rules, else the config's; "ask" goes to `asker`.
+pub fn gate(
+    config: &Config,
+    flags: &RunFlags,
+    asker: Arc<dyn Asker>,
+) -> Result<Arc<dyn Gate>, String> {
+    let rules = match &flags.gate {
+        Some(spec) => parse_flag(spec)?,
+        None => config.gate.clone(),
+    };
+    Ok(Arc::new(RuleGate::new(rules, asker)))
 }
 
 /// Prints a usage error and returns its exit status.

@@ -8,12 +8,15 @@ macro_rules! outln {
     }};
 }
 
-mod ask;
 mod call;
+mod config;
+mod gates;
 mod host;
 mod render;
 mod run;
+mod serve;
 mod tools;
+mod view;
 mod watch;
 
 use std::process::ExitCode;
@@ -24,6 +27,9 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "rho", version, about)]
 struct Cli {
+    /// The configuration file (rho.toml); flags override it. Without one, defaults apply.
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -36,6 +42,8 @@ enum Command {
     Call(call::Args),
     /// Run a scripted session (a JSON array of assistant turns) and print what happens.
     Run(run::Args),
+    /// Serve every plugin's tools to any MCP client over stdio.
+    Serve(serve::Args),
     /// Show the live event stream of a session (and, with no script, of the plugin directories).
     Watch(watch::Args),
 }
@@ -43,6 +51,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     host::init_logging();
+    let config = match host::load_config(cli.config.as_deref()) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -55,10 +67,11 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(async {
         match cli.command {
-            Command::Tools(args) => tools::main(args).await,
-            Command::Call(args) => call::main(args).await,
-            Command::Run(args) => run::main(args).await,
-            Command::Watch(args) => watch::main(args).await,
+            Command::Tools(args) => tools::main(args, config).await,
+            Command::Call(args) => call::main(args, config).await,
+            Command::Run(args) => run::main(args, config).await,
+            Command::Watch(args) => watch::main(args, config).await,
+            Command::Serve(args) => serve::main(args, config).await,
         }
     });
     // Runaway plugin threads must not keep the process alive.

@@ -2,10 +2,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use rho_core::{Bus, BusItem, KeepDetails, Loop, LoopConfig, ScriptedModel};
+use rho_core::{Bus, BusItem, Gate, Loop, LoopConfig, ScriptedModel};
 use tokio_stream::StreamExt;
 
+use crate::config::Config;
+use crate::gates::TerminalAsker;
 use crate::host::{self, PluginFlags, RunFlags};
 use crate::render::{self, Detail};
 
@@ -21,66 +24,67 @@ pub struct Args {
     /// Print every bus event as one JSON object per line.
     #[arg(long)]
     json: bool,
-    /// Calls of one turn that run at once.
-    #[arg(long, default_value_t = 8)]
-    max_parallel: usize,
+    /// Calls of one turn that run at once (default: the config's, else 8).
+    #[arg(long)]
+    max_parallel: Option<usize>,
 }
 
-pub async fn main(args: Args) -> ExitCode {
-    let model = match ScriptedModel::from_file(&args.script) {
-        Ok(model) => model,
-        Err(e) => return host::usage(&e.to_string()),
-    };
-    let gate = match host::gate(&args.run.gate) {
-        Ok(gate) => gate,
-        Err(message) => return host::usage(&message),
-    };
+pub async fn main(args: Args, config: Config) -> ExitCode {
     let detail = if args.json { None } else { Some(Detail::Calls) };
-    session(
-        args.plugins,
-        args.run,
-        model,
-        gate,
-        detail,
-        args.max_parallel,
-    )
-    .await
+    let session = Session {
+        config,
+        plugins: args.plugins,
+        run: args.run,
+        max_parallel: args.max_parallel,
+    };
+    session.run(&args.script, detail).await
 }
 
-/// Runs `model` as a session over the plugins and prints its events: human lines at `detail`, or
-/// JSON lines when `detail` is `None`. Shared with `rho watch`.
-pub async fn session(
-    plugins: PluginFlags,
-    run: RunFlags,
-    model: ScriptedModel,
-    gate: std::sync::Arc<dyn rho_core::Gate>,
-    detail: Option<Detail>,
-    max_parallel: usize,
-) -> ExitCode {
-    let bus = Bus::default();
-    let subscription = bus.subscribe();
-    let printer = tokio::spawn(print_events(subscription, detail));
-    let (registry, dirs) = match host::registry(&bus, &plugins).await {
-        Ok(loaded) => loaded,
-        Err(code) => return code,
-    };
-    // Reloads during the session are shown (and served) as they happen.
-    let _watchers = host::watch(&dirs);
-    let runner = host::runner(registry, &run);
-    let config = LoopConfig {
-        max_parallel,
-        keep_details: KeepDetails::All,
-        ..LoopConfig::default()
-    };
-    let mut session = Loop::new("session-1", runner, gate, config);
-    let result = session.run(&model).await;
-    // The printer stops at agent_end.
-    let _ = printer.await;
-    match result {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rho: the model failed: {e}");
-            ExitCode::from(1)
+/// A scripted session over the plugins, printed as it happens. Shared with `rho watch`.
+pub struct Session {
+    pub config: Config,
+    pub plugins: PluginFlags,
+    pub run: RunFlags,
+    pub max_parallel: Option<usize>,
+}
+
+impl Session {
+    /// Runs `script` and prints its events: human lines at `detail`, or JSON lines for `None`.
+    pub async fn run(self, script: &std::path::Path, detail: Option<Detail>) -> ExitCode {
+        let model = match ScriptedModel::from_file(script) {
+            Ok(model) => model,
+            Err(e) => return host::usage(&e.to_string()),
+        };
+        let gate: Arc<dyn Gate> =
+            match host::gate(&self.config, &self.run, Arc::new(TerminalAsker::default())) {
+                Ok(gate) => gate,
+                Err(message) => return host::usage(&message),
+            };
+        let bus = Bus::default();
+        let subscription = bus.subscribe();
+        let printer = tokio::spawn(print_events(subscription, detail));
+        let (registry, dirs) = match host::registry(&bus, &self.config, &self.plugins).await {
+            Ok(loaded) => loaded,
+            Err(code) => return code,
+        };
+        // Reloads during the session are shown (and served) as they happen.
+        let _watchers = host::watch(&dirs);
+        let runner = host::runner(registry, &self.config, &self.run);
+        let loop_config = LoopConfig {
+            max_parallel: self.max_parallel.unwrap_or(self.config.runner.max_parallel),
+            keep_details: self.config.runner.keep_details,
+            ..LoopConfig::default()
+        };
+        let mut session = Loop::new("session-1", runner, gate, loop_config);
+        let result = session.run(&model).await;
+        // The printer stops at agent_end.
+        let _ = printer.await;
+        match result {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("rho: the model failed: {e}");
+                ExitCode::from(1)
+            }
         }
     }
 }

@@ -20,9 +20,9 @@ pub struct Args {
     watch: bool,
 }
 
-pub async fn main(args: Args) -> ExitCode {
+pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
     let bus = Bus::default();
-    let (registry, _dirs) = match host::registry(&bus, &args.plugins).await {
+    let (registry, _dirs) = match host::registry(&bus, &config, &args.plugins).await {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
@@ -41,6 +41,9 @@ pub async fn main(args: Args) -> ExitCode {
         "warning",
     ]));
     let _watchers = host::watch(&_dirs);
+    // One future for the whole loop: a signal between two iterations is not lost.
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
     loop {
         tokio::select! {
             item = events.next() => match item {
@@ -59,7 +62,7 @@ pub async fn main(args: Args) -> ExitCode {
                 Some(rho_core::BusItem::Lagged { .. }) => {}
                 None => return ExitCode::SUCCESS,
             },
-            _ = tokio::signal::ctrl_c() => return ExitCode::SUCCESS,
+            _ = &mut ctrl_c => return ExitCode::SUCCESS,
         }
     }
 }

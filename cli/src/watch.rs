@@ -1,66 +1,175 @@
-//! `rho watch`: the live event stream for a person, one line per event (`--json`: raw events).
+//! `rho watch`: the screen a person keeps open beside an agent. One line per event (`--json`: the
+//! raw events), and a per-tool health table (calls, errors, crashes, timeouts, p50/p99,
+//! quarantines) every few seconds when something changed, and at the end.
+//!
+//! It runs a scripted session, follows plugin directories, or attaches to a running `rho serve`
+//! through its journal (`rho serve --journal PATH`, then `rho watch --attach PATH`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
-use rho_core::ScriptedModel;
+use rho_core::{BusItem, Event};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio_stream::StreamExt;
 
+use crate::config::Config;
 use crate::host::{self, PluginFlags, RunFlags};
-use crate::render::Detail;
+use crate::render::{self, Detail};
+use crate::view::Health;
 
 /// `rho watch` flags.
 #[derive(clap::Args)]
 pub struct Args {
     /// A script to run as a session while watching (a JSON array of assistant turns). Without
-    /// one, rho watch follows the plugin directories (loads, reloads, failures) until Ctrl-C.
+    /// one, rho watch follows the plugin directories, or the journal given to --attach.
     script: Option<PathBuf>,
     #[command(flatten)]
     plugins: PluginFlags,
     #[command(flatten)]
     run: RunFlags,
+    /// Follow the journal of a running `rho serve` (its --journal file) instead.
+    #[arg(long, value_name = "JOURNAL", conflicts_with = "script")]
+    attach: Option<PathBuf>,
     /// Print every event as one JSON object per line.
     #[arg(long)]
     json: bool,
+    /// Seconds between health tables (0: only at the end).
+    #[arg(long, default_value_t = 10)]
+    summary_secs: u64,
     /// Calls of one turn that run at once.
-    #[arg(long, default_value_t = 8)]
-    max_parallel: usize,
+    #[arg(long)]
+    max_parallel: Option<usize>,
 }
 
-pub async fn main(args: Args) -> ExitCode {
+pub async fn main(args: Args, config: Config) -> ExitCode {
     let detail = if args.json { None } else { Some(Detail::All) };
+    if let Some(journal) = &args.attach {
+        return follow_journal(journal, detail, args.summary_secs).await;
+    }
     let Some(script) = &args.script else {
-        return follow_dirs(&args.plugins, detail).await;
+        return follow_dirs(&config, &args.plugins, detail, args.summary_secs).await;
     };
-    let model = match ScriptedModel::from_file(script) {
-        Ok(model) => model,
-        Err(e) => return host::usage(&e.to_string()),
+    let session = crate::run::Session {
+        config,
+        plugins: args.plugins,
+        run: args.run,
+        max_parallel: args.max_parallel,
     };
-    let gate = match host::gate(&args.run.gate) {
-        Ok(gate) => gate,
-        Err(message) => return host::usage(&message),
+    session.run(script, detail).await
+}
+
+/// Prints one event for the view and feeds the health table.
+fn show(event: &Event, detail: Option<Detail>, health: &mut Health) -> bool {
+    health.observe(event);
+    let line = match detail {
+        None => serde_json::to_string(event).ok(),
+        Some(detail) => render::event_line(event, detail),
     };
-    crate::run::session(
-        args.plugins,
-        args.run,
-        model,
-        gate,
-        detail,
-        args.max_parallel,
-    )
-    .await
+    line.is_none_or(|l| render::print_line(&l))
+}
+
+fn summary(health: &mut Health, json: bool) {
+    if health.changed() && !json {
+        render::print_line(&format!("\n{}", health.table()));
+    }
 }
 
 /// Loads and watches the directories and prints their events until Ctrl-C.
-async fn follow_dirs(plugins: &PluginFlags, detail: Option<Detail>) -> ExitCode {
+async fn follow_dirs(
+    config: &Config,
+    plugins: &PluginFlags,
+    detail: Option<Detail>,
+    every: u64,
+) -> ExitCode {
     let bus = rho_core::Bus::default();
-    let events = bus.subscribe();
-    let printer = tokio::spawn(crate::run::print_events(events, detail));
-    let (_registry, dirs) = match host::registry(&bus, plugins).await {
+    let mut events = bus.subscribe();
+    let (_registry, dirs) = match host::registry(&bus, config, plugins).await {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
     let _watchers = host::watch(&dirs);
-    let _ = tokio::signal::ctrl_c().await;
-    printer.abort();
-    ExitCode::SUCCESS
+    let mut health = Health::default();
+    let mut tick = ticker(every);
+    // One future for the whole loop: a signal between two iterations is not lost.
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            item = events.next() => match item {
+                Some(BusItem::Event(e)) => {
+                    if !show(&e, detail, &mut health) {
+                        return ExitCode::SUCCESS;
+                    }
+                }
+                Some(BusItem::Lagged { missed, .. }) => eprintln!("rho: the view missed {missed} event(s)"),
+                None => return ExitCode::SUCCESS,
+            },
+            _ = tick.tick() => summary(&mut health, detail.is_none()),
+            _ = &mut ctrl_c => {
+                summary(&mut health, detail.is_none());
+                return ExitCode::SUCCESS;
+            }
+        }
+    }
+}
+
+fn ticker(every: u64) -> tokio::time::Interval {
+    let period = if every == 0 {
+        Duration::from_secs(86_400 * 365)
+    } else {
+        Duration::from_secs(every)
+    };
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick
+}
+
+/// Follows a journal file as it grows (like `tail -f`), printing each event, until Ctrl-C.
+async fn follow_journal(path: &Path, detail: Option<Detail>, every: u64) -> ExitCode {
+    let file = match tokio::fs::File::open(path).await {
+        Ok(file) => file,
+        Err(e) => {
+            eprintln!("rho: cannot open the journal {}: {e}", path.display());
+            return ExitCode::from(1);
+        }
+    };
+    let mut reader = BufReader::new(file);
+    let mut health = Health::default();
+    let mut tick = ticker(every);
+    let mut line = String::new();
+    let mut last_seq = 0;
+    // One future for the whole loop: a signal between two iterations is not lost.
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            read = reader.read_line(&mut line) => match read {
+                Ok(0) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Ok(_) if line.ends_with('\n') => {
+                    if let Ok(event) = serde_json::from_str::<Event>(&line) {
+                        if event.seq != last_seq + 1 && last_seq != 0 {
+                            eprintln!("rho: the journal skips from seq {last_seq} to {}", event.seq);
+                        }
+                        last_seq = event.seq;
+                        if !show(&event, detail, &mut health) {
+                            return ExitCode::SUCCESS;
+                        }
+                    }
+                    line.clear();
+                }
+                // A line still being written: keep it and read the rest later.
+                Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(e) => {
+                    eprintln!("rho: reading the journal {}: {e}", path.display());
+                    return ExitCode::from(1);
+                }
+            },
+            _ = tick.tick() => summary(&mut health, detail.is_none()),
+            _ = &mut ctrl_c => {
+                summary(&mut health, detail.is_none());
+                return ExitCode::SUCCESS;
+            }
+        }
+    }
 }

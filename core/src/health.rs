@@ -10,6 +10,7 @@ use crate::outcome::Outcome;
 
 /// When a tool is quarantined: `max_failures` crashes or timeouts within `window`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct QuarantinePolicy {
     /// Crashes plus timeouts that quarantine a tool (0 disables quarantine).
     pub max_failures: u32,

@@ -273,3 +273,81 @@ fn run_json_prints_the_bus_events_one_per_line() {
     let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_attaches_to_a_journal_and_shows_health() {
+    let dir = plugin_dir(&["echo", "faults"]);
+    let journal = dir.path().join("serve.jsonl");
+    // As `rho serve --journal` does: the journal first, so it holds the plugin loads too.
+    let bus = rho_core::Bus::default();
+    let _journal = rho_core::Journal::attach(&bus, &journal).unwrap();
+    let registry = rho_core::ToolRegistry::new(bus.clone());
+    let _p = registry
+        .add_plugin_dir(dir.path(), Default::default())
+        .await
+        .unwrap();
+    let mut watcher = Command::new(rho_bin())
+        .args([
+            "watch",
+            "--attach",
+            journal.to_str().unwrap(),
+            "--summary-secs",
+            "1",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let runner = rho_tests::runner(&registry, 300);
+    let gate = rho_core::allow_all();
+    for (i, (tool, args)) in [
+        ("echo", json!({"text": "a"})),
+        ("echo", json!({"text": "b"})),
+        ("panic", json!({"message": "p"})),
+        ("spin_cancellable", json!({})),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        runner
+            .run(
+                &rho_tests::call(&i.to_string(), tool, args),
+                &gate,
+                &rho_core::RunOptions::default(),
+            )
+            .await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(watcher.id() as i32, libc::SIGINT) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while watcher.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            watcher.kill().unwrap();
+            panic!("rho watch did not stop on SIGINT");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = watcher.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("ok echo #0 ok"), "{stdout}");
+    assert!(stdout.contains("!! panic #2 crashed"), "{stdout}");
+    assert!(
+        stdout.contains("!! spin_cancellable #3 timed_out"),
+        "{stdout}"
+    );
+    let table = stdout
+        .lines()
+        .find(|l| l.starts_with("echo "))
+        .expect("a health table");
+    assert!(
+        table.contains("echo@0.1.0") && table.contains("     2      2"),
+        "{table}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("panic ") && l.contains("     1      0      0      1")),
+        "{stdout}"
+    );
+}

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 /// Resource limits of one worker process (`setrlimit`); `None` leaves the host's own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct WorkerLimits {
     /// Address space, bytes (`RLIMIT_AS`): an allocation past it fails and the worker aborts.
     pub memory_bytes: Option<u64>,
@@ -42,7 +43,7 @@ impl Default for WorkerLimits {
 
 /// How isolated plugins run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct WorkerOptions {
     /// The worker executable; default: `$RHO_WORKER`, else `rho-worker` beside the host's
     /// executable (or one directory up, for test binaries in `target/*/deps`).

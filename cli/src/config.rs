@@ -1,0 +1,313 @@
+//! `rho.toml`: the host's configuration. Every command takes `--config PATH`; flags override the
+//! file; without a file the documented defaults apply. A bad file is one line naming the key and
+//! what was expected.
+//!
+//! ```toml
+//! [[plugins]]
+//! dir = "target/plugins"
+//! isolate = false            # true: run in worker processes
+//! trust_any_writer = false   # true: load files other users can write
+//!
+//! [runner]
+//! default_timeout_ms = 60000
+//! max_parallel = 8
+//! keep_details = "all"       # "none", "all", or { up_to = 4096 }
+//!
+//! [timeouts]                 # per tool, win over the tool's own
+//! spin = 500
+//!
+//! [quarantine]
+//! max_failures = 3
+//! window_ms = 300000
+//!
+//! [workers]                  # isolated plugins
+//! spares = 1
+//! idle_timeout_ms = 60000
+//! limits = { memory_bytes = 2147483648, open_files = 256 }
+//!
+//! [[gate]]                   # first matching rule wins; no match: allow
+//! tool = "exit_*"
+//! action = "deny"            # "allow", "deny" or "ask"
+//!
+//! [serve]
+//! ask_fallback = "deny"      # when "ask" cannot reach a person: "deny" or "allow"
+//! journal = "/tmp/rho-serve.jsonl"
+//! ```
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use rho_core::{KeepDetails, QuarantinePolicy, WorkerOptions};
+use serde::Deserialize;
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Plugin directories.
+    #[serde(default)]
+    pub plugins: Vec<PluginSource>,
+    /// The runner and loop.
+    #[serde(default)]
+    pub runner: RunnerSection,
+    /// Per-tool timeouts, milliseconds.
+    #[serde(default)]
+    pub timeouts: HashMap<String, u64>,
+    /// The quarantine policy.
+    #[serde(default)]
+    pub quarantine: QuarantinePolicy,
+    /// Worker processes of isolated plugins.
+    #[serde(default)]
+    pub workers: WorkerOptions,
+    /// Gate rules, in order.
+    #[serde(default)]
+    pub gate: Vec<GateRule>,
+    /// `rho serve`.
+    #[serde(default)]
+    pub serve: ServeSection,
+}
+
+/// One plugin directory.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginSource {
+    /// The directory (relative paths are relative to the config file).
+    pub dir: PathBuf,
+    /// Run its plugins out of process.
+    #[serde(default)]
+    pub isolate: bool,
+    /// Load files other users can write.
+    #[serde(default)]
+    pub trust_any_writer: bool,
+    /// How many versions of one plugin may stay mapped in process.
+    pub max_versions: Option<usize>,
+}
+
+/// `[runner]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunnerSection {
+    /// The timeout of tools that have none of their own.
+    #[serde(default = "default_timeout_ms")]
+    pub default_timeout_ms: u64,
+    /// Calls of one turn that run at once.
+    #[serde(default = "default_parallel")]
+    pub max_parallel: usize,
+    /// What the session keeps of details.
+    #[serde(default)]
+    pub keep_details: KeepDetails,
+}
+
+fn default_timeout_ms() -> u64 {
+    60_000
+}
+
+fn default_parallel() -> usize {
+    8
+}
+
+impl Default for RunnerSection {
+    fn default() -> Self {
+        RunnerSection {
+            default_timeout_ms: default_timeout_ms(),
+            max_parallel: default_parallel(),
+            keep_details: KeepDetails::All,
+        }
+    }
+}
+
+/// What a gate rule does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Run the call.
+    Allow,
+    /// Block it.
+    Deny,
+    /// Ask a person (the terminal, or the MCP client's user).
+    Ask,
+}
+
+/// One gate rule: a tool name pattern (`*` matches any run of characters) and an action.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateRule {
+    /// The pattern.
+    pub tool: String,
+    /// The action.
+    pub action: Action,
+}
+
+/// `[serve]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeSection {
+    /// What "ask" does when the client cannot ask its user.
+    #[serde(default = "deny")]
+    pub ask_fallback: Action,
+    /// Write every event to this JSON-lines journal (for `rho watch --attach`).
+    pub journal: Option<PathBuf>,
+}
+
+fn deny() -> Action {
+    Action::Deny
+}
+
+impl Default for ServeSection {
+    fn default() -> Self {
+        ServeSection {
+            ask_fallback: Action::Deny,
+            journal: None,
+        }
+    }
+}
+
+/// Whether `name` matches `pattern`, where `*` matches any run of characters.
+pub fn matches(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == name;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !name.starts_with(first) || name.len() < first.len() + last.len() || !name.ends_with(last) {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+impl Config {
+    /// Reads `path`; an error is one line: the file, the key, what was expected.
+    pub fn load(path: &Path) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        let mut config = Config::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for source in &mut config.plugins {
+            if source.dir.is_relative() {
+                source.dir = base.join(&source.dir);
+            }
+        }
+        if config.serve.ask_fallback == Action::Ask {
+            return Err(format!(
+                "{}: `serve.ask_fallback`: expected \"deny\" or \"allow\", not \"ask\"",
+                path.display()
+            ));
+        }
+        Ok(config)
+    }
+
+    /// Parses a configuration text.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let deserializer = toml::Deserializer::parse(text).map_err(|e| one_line(text, &e, ""))?;
+        serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let key = e.path().to_string();
+            one_line(text, e.inner(), &key)
+        })
+    }
+}
+
+fn one_line(text: &str, error: &toml::de::Error, key: &str) -> String {
+    let line = error
+        .span()
+        .map(|span| text[..span.start.min(text.len())].lines().count().max(1))
+        .map(|n| format!("line {n}: "))
+        .unwrap_or_default();
+    let key = if key.is_empty() || key == "." {
+        String::new()
+    } else {
+        format!("`{key}`: ")
+    };
+    let message = error.message().lines().next().unwrap_or("").trim();
+    format!("{line}{key}{message}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_example_and_defaults() {
+        let text = r#"
+            [[plugins]]
+            dir = "target/plugins"
+            isolate = true
+            [runner]
+            default_timeout_ms = 5000
+            keep_details = { up_to = 4096 }
+            [timeouts]
+            spin = 500
+            [quarantine]
+            max_failures = 2
+            window_ms = 1000
+            [workers]
+            spares = 0
+            [[gate]]
+            tool = "exit_*"
+            action = "deny"
+            [[gate]]
+            tool = "*"
+            action = "ask"
+            [serve]
+            ask_fallback = "allow"
+        "#;
+        let config = Config::parse(text).unwrap();
+        assert!(config.plugins[0].isolate);
+        assert_eq!(config.runner.keep_details, KeepDetails::UpTo(4096));
+        assert_eq!(config.timeouts["spin"], 500);
+        assert_eq!(config.quarantine.max_failures, 2);
+        assert_eq!(config.workers.spares, 0);
+        assert_eq!(
+            config.workers.max_frame,
+            64 << 20,
+            "unset worker keys keep their defaults"
+        );
+        let action = |tool: &str| {
+            config
+                .gate
+                .iter()
+                .find(|r| matches(&r.tool, tool))
+                .map(|r| r.action)
+        };
+        assert_eq!(action("exit_process"), Some(Action::Deny));
+        assert_eq!(action("echo"), Some(Action::Ask));
+        assert_eq!(config.serve.ask_fallback, Action::Allow);
+        let empty = Config::parse("").unwrap();
+        assert_eq!(empty.runner.default_timeout_ms, 60_000);
+        assert!(empty.gate.is_empty());
+    }
+
+    #[test]
+    fn a_bad_file_is_one_line_naming_the_key() {
+        let err = Config::parse("[runner]\ndefault_timeout_ms = \"soon\"\n").unwrap_err();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("runner.default_timeout_ms"), "{err}");
+        assert!(err.contains("expected u64"), "{err}");
+        let err = Config::parse("[runner]\ntimeout = 5\n").unwrap_err();
+        assert!(err.contains("unknown field `timeout`"), "{err}");
+        let err = Config::parse("[[gate]]\ntool = \"x\"\naction = \"maybe\"\n").unwrap_err();
+        assert!(
+            err.contains("gate[0].action") && err.contains("unknown variant `maybe`"),
+            "{err}"
+        );
+        let err = Config::parse("[runner\n").unwrap_err();
+        assert!(err.starts_with("line 1: "), "{err}");
+    }
+
+    #[test]
+    fn patterns() {
+        assert!(matches("exit_*", "exit_process"));
+        assert!(matches("*", "anything"));
+        assert!(matches("*_image", "raw_image"));
+        assert!(matches("a*b*c", "aXXbYYc"));
+        assert!(!matches("a*b*c", "aXXcYYb"));
+        assert!(matches("echo", "echo"));
+        assert!(!matches("echo", "echo2"));
+    }
+}
