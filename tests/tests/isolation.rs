@@ -272,9 +272,10 @@ async fn workers_get_a_clean_environment_and_only_their_channel() {
     let path = run(&runner, "2", "getenv", json!({"name": "PATH"})).await;
     assert_ne!(path.text(), "(unset)", "PATH is on the allow-list");
     let fds = run(&runner, "3", "fds", json!({})).await;
-    // 0-2, the channel (3) and the worker's clone of it (4), the handle reading /proc/self/fd (5).
+    // 0-2, the channel (3), the cancel channel (4), the worker's clone of the channel for writing
+    // (5), and the handle reading /proc/self/fd (6).
     let fds: Vec<i32> = fds.text().split(',').map(|f| f.parse().unwrap()).collect();
-    assert_eq!(fds, [0, 1, 2, 3, 4, 5], "the host leaked fd {leaked}");
+    assert_eq!(fds, [0, 1, 2, 3, 4, 5, 6], "the host leaked fd {leaked}");
     // SAFETY: closes the descriptor dup'ed above.
     unsafe { libc::close(leaked) };
     plugins.close().await;

@@ -67,6 +67,9 @@ enum Command {
         /// Only the figures whose names start with these.
         only: Vec<String>,
     },
+    /// The baseline MCP server of the benchmarks (an in-binary echo tool on stdio).
+    #[command(hide = true)]
+    McpEchoServer,
     /// Runs the benchmarks in this (release) build; `bench` calls it.
     #[command(hide = true)]
     BenchExec {
@@ -100,6 +103,7 @@ fn main() -> ExitCode {
         }
         Command::Demo => demo::run(),
         Command::Bench { quick, only } => bench::run(quick, &only),
+        Command::McpEchoServer => bench::mcp::echo_server(),
         Command::BenchExec {
             plugins,
             quick,

@@ -58,7 +58,7 @@ impl Drop for CallGuard {
         runtime.spawn(async move {
             let grace = pool.options().cancel_grace;
             let limit = pool.options().max_frame;
-            if worker.send(&ToWorker::Cancel { id }).await.is_err() {
+            if worker.send(&ToWorker::Cancel { id }, &[]).await.is_err() {
                 return;
             }
             let settled = tokio::time::timeout(grace, async {
@@ -101,9 +101,9 @@ impl Invoke for IsolatedInvoke {
             let call = ToWorker::Call {
                 id,
                 tool: tool.to_string(),
-                args: args.to_string(),
                 call_id: ctx.call_id().to_owned(),
             };
+            let args = args.to_string();
             let limit = pool.options().max_frame;
             let mut guard = CallGuard {
                 worker: Some(worker),
@@ -113,7 +113,7 @@ impl Invoke for IsolatedInvoke {
             let Some(worker) = guard.worker() else {
                 return crash(CrashReason::Aborted);
             };
-            if worker.send(&call).await.is_err() {
+            if worker.send(&call, args.as_bytes()).await.is_err() {
                 let how = worker
                     .exit_text(std::time::Duration::from_secs(1), " before the call")
                     .await;
@@ -134,13 +134,13 @@ impl Invoke for IsolatedInvoke {
                             FromWorker::Answer {
                                 id: a,
                                 kind,
-                                text,
+                                text_len,
                                 images,
                                 details,
                             },
                         blobs,
                     }) if a == id => {
-                        let answer = to_answer(&tool, &kind, text, &images, blobs, details);
+                        let answer = to_answer(&tool, &kind, text_len, &images, blobs, details);
                         match &answer {
                             Err(Failure::Crash(CrashReason::Protocol(_))) => guard.kill(),
                             _ => guard.release(),
@@ -201,18 +201,31 @@ fn details_of(tool: &str, details: Option<String>) -> Result<Option<Value>, Fail
 fn to_answer(
     tool: &str,
     kind: &str,
-    text: String,
+    text_len: usize,
     heads: &[ImageHead],
-    blobs: Vec<u8>,
+    mut blobs: Vec<u8>,
     details: Option<String>,
 ) -> Result<Answer, Failure> {
-    let total: usize = heads.iter().map(|h| h.len).sum();
-    if total != blobs.len() {
+    let total = heads
+        .iter()
+        .map(|h| h.len)
+        .sum::<usize>()
+        .checked_add(text_len);
+    if total != Some(blobs.len()) {
         return Err(Failure::Crash(CrashReason::Protocol(format!(
-            "an answer announcing {total} image bytes carried {}",
+            "an answer announcing {text_len} text bytes and {} image bytes carried {}",
+            heads.iter().map(|h| h.len).sum::<usize>(),
             blobs.len()
         ))));
     }
+    let image_bytes = blobs.split_off(text_len);
+    let text = String::from_utf8(blobs).map_err(|e| {
+        Failure::Crash(CrashReason::Protocol(format!(
+            "invalid UTF-8 in the answer's text: {}",
+            e.utf8_error()
+        )))
+    })?;
+    let blobs = image_bytes;
     let mut images = Vec::with_capacity(heads.len());
     let mut at = 0;
     for head in heads {

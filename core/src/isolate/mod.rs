@@ -1,7 +1,7 @@
 //! Process isolation: plugins the host does not trust run in worker processes (`rho-worker`), one
 //! call at a time per worker, killed on timeout, their crashes survived.
 //!
-//! The host talks to each worker over a private socket (the worker's fd 3, see [`protocol`]); the
+//! The host talks to each worker over private sockets (the worker's fds 3 and 4, see [`protocol`]); the
 //! plugin's own stdout and stderr go to the host's logs (`tracing`, target `rho::plugin`). Each
 //! plugin version has a [`pool`] of workers with warm spares; a reload starts a new pool and
 //! retires the old one, whose busy workers finish their call and exit.

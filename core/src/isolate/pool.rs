@@ -33,9 +33,14 @@ impl Worker {
         self.next_id
     }
 
-    /// Sends one message.
-    pub async fn send(&mut self, message: &ToWorker) -> std::io::Result<()> {
-        self.process.stream.write_all(&encode(message, &[])).await
+    /// Sends one message with its blob (a call's arguments): calls on the channel, cancellations
+    /// on the cancel channel.
+    pub async fn send(&mut self, message: &ToWorker, blob: &[u8]) -> std::io::Result<()> {
+        let frame = encode(message, &[blob]);
+        match message {
+            ToWorker::Cancel { .. } => self.process.cancel.write_all(&frame).await,
+            ToWorker::Call { .. } => self.process.stream.write_all(&frame).await,
+        }
     }
 
     /// Reads one frame, refusing frames over `limit` bytes.

@@ -1,6 +1,9 @@
 //! The host <-> worker protocol: length-prefixed frames on a private socket (the worker's fd 3),
 //! JSON for the small parts and raw bytes for image payloads (no base64).
 //!
+//! The worker has two sockets: [`CHANNEL_FD`] for calls, updates and answers, [`CANCEL_FD`] for
+//! cancellations.
+//!
 //! A frame is `u32 LE body length`, then the body: `u32 LE JSON length`, the JSON message, and the
 //! raw blobs the message announces, back to back.
 
@@ -11,8 +14,12 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::spec::ToolSpec;
 
-/// The fd the worker finds its channel on.
+/// The fd the worker finds its channel on: calls go in, updates and answers come out.
 pub const CHANNEL_FD: i32 = 3;
+
+/// The fd the worker finds its cancel channel on: `Cancel` messages only, read by a thread of
+/// their own, so the worker's main thread can run each call itself (no hand-off per call).
+pub const CANCEL_FD: i32 = 4;
 
 /// The default largest frame a host accepts from a worker: 64 MiB.
 pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
@@ -21,14 +28,13 @@ pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum ToWorker {
-    /// Run one call.
+    /// Run one call. The arguments (JSON text) follow as the frame's blob, raw: a large argument
+    /// is not escaped into a JSON string and parsed twice.
     Call {
         /// The host's number for the call.
         id: u64,
         /// The tool.
         tool: String,
-        /// The arguments, JSON text.
-        args: String,
         /// The model's call id.
         call_id: String,
     },
@@ -77,14 +83,15 @@ pub enum FromWorker {
         /// The update.
         partial: String,
     },
-    /// A call's answer; image bytes follow as blobs, in order.
+    /// A call's answer; the text (UTF-8, `text_len` bytes) then the image bytes follow as blobs,
+    /// in order.
     Answer {
         /// The host's number for the call.
         id: u64,
         /// `text`, `image` or `images`.
         kind: String,
-        /// The text.
-        text: String,
+        /// The length of the text blob.
+        text_len: usize,
         /// The images' heads.
         images: Vec<ImageHead>,
         /// Details, JSON text.
@@ -244,7 +251,7 @@ mod tests {
         let msg = FromWorker::Answer {
             id: 7,
             kind: "images".into(),
-            text: "two".into(),
+            text_len: 0,
             images: vec![
                 ImageHead {
                     mime_type: "image/png".into(),

@@ -1,5 +1,5 @@
 //! Starting a worker process: a new session and process group, a parent-death signal, resource
-//! limits, a cleared environment, the channel on fd 3 and no other inherited descriptors; stdout
+//! limits, a cleared environment, the channels on fds 3 and 4 and no other inherited descriptors; stdout
 //! and stderr piped to the host's logs.
 //!
 //! Processes are forked from one long-lived thread: `PR_SET_PDEATHSIG` fires when the thread that
@@ -18,14 +18,16 @@ use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 
 use crate::isolate::WorkerOptions;
-use crate::isolate::protocol::CHANNEL_FD;
+use crate::isolate::protocol::{CANCEL_FD, CHANNEL_FD};
 
-/// A started worker process and the host's end of its channel.
+/// A started worker process and the host's ends of its channels.
 pub(crate) struct Process {
     pub child: Child,
     /// Its pid, which is also its process group id.
     pub pid: i32,
     pub stream: UnixStream,
+    /// The cancel channel.
+    pub cancel: UnixStream,
     /// The last line the worker wrote on stderr, and the task that reads it (done at EOF).
     pub last_stderr: Arc<Mutex<Option<String>>>,
     pub stderr_reader: Option<tokio::task::JoinHandle<()>>,
@@ -73,6 +75,7 @@ pub(crate) async fn start(
     label: &str,
 ) -> io::Result<Process> {
     let (host_end, worker_end) = StdUnixStream::pair()?;
+    let (host_cancel, worker_cancel) = StdUnixStream::pair()?;
     let mut cmd = Command::new(options.worker_executable());
     cmd.arg(copy)
         .arg(shown)
@@ -88,11 +91,12 @@ pub(crate) async fn start(
     }
     let limits = options.limits.clone();
     let worker_fd = OwnedFd::from(worker_end);
-    let raw = worker_fd.as_raw_fd();
+    let cancel_fd = OwnedFd::from(worker_cancel);
+    let (raw, raw_cancel) = (worker_fd.as_raw_fd(), cancel_fd.as_raw_fd());
     // SAFETY: `getpid` has no preconditions.
     let parent = unsafe { libc::getpid() };
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
-    // calls (setsid, prctl, getppid, setrlimit, dup2, fcntl, close_range).
+    // calls (setsid, prctl, getppid, setrlimit, fcntl, dup2, close_range).
     unsafe {
         cmd.pre_exec(move || {
             if libc::setsid() < 0 {
@@ -120,16 +124,20 @@ pub(crate) async fn start(
             limit(libc::RLIMIT_AS, limits.memory_bytes)?;
             limit(libc::RLIMIT_CPU, limits.cpu_seconds)?;
             limit(libc::RLIMIT_NOFILE, limits.open_files)?;
-            if raw == CHANNEL_FD {
-                if libc::fcntl(CHANNEL_FD, libc::F_SETFD, 0) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            } else if libc::dup2(raw, CHANNEL_FD) < 0 {
+            // Moved out of the way first, so neither lands on the other's target number; dup2
+            // leaves the targets without close-on-exec.
+            let high_channel = libc::fcntl(raw, libc::F_DUPFD, 10);
+            let high_cancel = libc::fcntl(raw_cancel, libc::F_DUPFD, 10);
+            if high_channel < 0
+                || high_cancel < 0
+                || libc::dup2(high_channel, CHANNEL_FD) < 0
+                || libc::dup2(high_cancel, CANCEL_FD) < 0
+            {
                 return Err(io::Error::last_os_error());
             }
-            // Everything above the channel goes (std marks its own descriptors close-on-exec,
+            // Everything above the channels goes (std marks its own descriptors close-on-exec,
             // other libraries may not). Old kernels without close_range keep the CLOEXEC ones.
-            libc::syscall(libc::SYS_close_range, CHANNEL_FD as u32 + 1, u32::MAX, 0u32);
+            libc::syscall(libc::SYS_close_range, CANCEL_FD as u32 + 1, u32::MAX, 0u32);
             Ok(())
         });
     }
@@ -139,6 +147,7 @@ pub(crate) async fn start(
         let _runtime = handle.enter();
         let spawned = cmd.spawn();
         drop(worker_fd);
+        drop(cancel_fd);
         let _ = tx.send(spawned);
     });
     spawner()
@@ -153,11 +162,14 @@ pub(crate) async fn start(
     let last_stderr = Arc::new(Mutex::new(None));
     let stderr_reader = forward_output(&mut child, label, pid, &last_stderr);
     host_end.set_nonblocking(true)?;
+    host_cancel.set_nonblocking(true)?;
     let stream = UnixStream::from_std(host_end)?;
+    let cancel = UnixStream::from_std(host_cancel)?;
     Ok(Process {
         child,
         pid,
         stream,
+        cancel,
         last_stderr,
         stderr_reader,
     })

@@ -1,6 +1,7 @@
 //! The worker side: what `rho-worker <plugin copy>` runs. It loads one plugin, says `Ready` on its
-//! channel (fd 3), then serves calls one at a time on a thread of their own, so a `Cancel` can set
-//! the running call's flag while it runs. It exits when the host closes the channel.
+//! channel (fd 3), then runs calls one at a time on its main thread; a second thread reads the
+//! cancel channel (fd 4) and sets the running call's flag. It exits when the host closes the
+//! channel.
 //!
 //! Only this process is at risk: a plugin that segfaults, aborts or exits takes the worker down,
 //! and the host reads that as the call's crash.
@@ -17,7 +18,7 @@ use rho_plugin_api::{Answer, Output};
 
 use crate::invoke::Failure;
 use crate::isolate::protocol::{
-    CHANNEL_FD, FrameError, FromWorker, ImageHead, ToWorker, read_frame, write_frame,
+    CANCEL_FD, CHANNEL_FD, FrameError, FromWorker, ImageHead, ToWorker, read_frame, write_frame,
 };
 use crate::outcome::crash_text;
 use crate::plugin::call::call_module;
@@ -33,12 +34,27 @@ fn send(channel: &Channel, message: &FromWorker, blobs: &[&[u8]]) -> bool {
     write_frame(&mut *stream, message, blobs).is_ok()
 }
 
+/// The call running now, for the cancel thread.
+type Running = Arc<Mutex<Option<(u64, Arc<AtomicBool>)>>>;
+
+/// Takes a descriptor the host passed, marking it close-on-exec (the plugin's own children must
+/// not inherit it).
+fn take_fd(fd: i32, what: &str) -> Option<UnixStream> {
+    // SAFETY: fcntl on a descriptor number has no memory effects; a bad fd just fails.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+        eprintln!("rho-worker: no {what} on fd {fd}: this program is started by a rho host");
+        return None;
+    }
+    // SAFETY: the host opened this descriptor for us and nothing else owns it.
+    Some(unsafe { UnixStream::from_raw_fd(fd) })
+}
+
 /// The worker's main: `rho-worker PLUGIN_COPY [SHOWN_PATH]`.
 pub fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1);
     let Some(copy) = args.next().map(PathBuf::from) else {
         eprintln!(
-            "rho-worker: usage: rho-worker PLUGIN_COPY [SHOWN_PATH] (started by a rho host, channel on fd 3)"
+            "rho-worker: usage: rho-worker PLUGIN_COPY [SHOWN_PATH] (started by a rho host, channels on fds 3 and 4)"
         );
         return ExitCode::from(2);
     };
@@ -46,16 +62,12 @@ pub fn main() -> ExitCode {
         .next()
         .map(PathBuf::from)
         .unwrap_or_else(|| copy.clone());
-    // SAFETY: fcntl on a descriptor number has no memory effects; a bad fd just fails.
-    let valid = unsafe { libc::fcntl(CHANNEL_FD, libc::F_SETFD, libc::FD_CLOEXEC) } == 0;
-    if !valid {
-        eprintln!(
-            "rho-worker: no channel on fd {CHANNEL_FD}: this program is started by a rho host"
-        );
+    let (Some(stream), Some(cancel)) = (
+        take_fd(CHANNEL_FD, "channel"),
+        take_fd(CANCEL_FD, "cancel channel"),
+    ) else {
         return ExitCode::from(2);
-    }
-    // SAFETY: fd 3 is the channel the host opened for us and nothing else owns it.
-    let stream = unsafe { UnixStream::from_raw_fd(CHANNEL_FD) };
+    };
     let Ok(writer) = stream.try_clone() else {
         return ExitCode::from(1);
     };
@@ -83,56 +95,37 @@ pub fn main() -> ExitCode {
     if !send(&channel, &ready, &[]) {
         return ExitCode::from(1);
     }
-    serve(BufReader::new(stream), &channel, loaded.module)
+    let running: Running = Arc::new(Mutex::new(None));
+    let cancel_running = running.clone();
+    let cancels = std::thread::Builder::new()
+        .name("rho-worker-cancel".into())
+        .spawn(move || read_cancels(BufReader::new(cancel), &cancel_running));
+    if let Err(e) = cancels {
+        eprintln!("rho-worker: cannot start the cancel thread: {e}");
+        return ExitCode::from(1);
+    }
+    serve(BufReader::new(stream), &channel, loaded.module, &running)
 }
 
-/// One call for the call thread.
-struct Job {
-    id: u64,
-    tool: String,
-    args: String,
-    call_id: String,
-    cancelled: Arc<AtomicBool>,
+/// Sets the flag of the running call when its `Cancel` arrives.
+fn read_cancels(mut reader: BufReader<UnixStream>, running: &Running) {
+    while let Ok(frame) = read_frame::<ToWorker>(&mut reader, MAX_FROM_HOST) {
+        if let ToWorker::Cancel { id } = frame.message
+            && let Some((current, flag)) = &*running.lock().unwrap_or_else(PoisonError::into_inner)
+            && *current == id
+        {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
+/// Runs each call on this thread as it arrives.
 fn serve(
     mut reader: BufReader<UnixStream>,
     channel: &Channel,
     module: rho_plugin_api::ffi::PluginModRef,
+    running: &Running,
 ) -> ExitCode {
-    // Calls run on one long-lived thread, so the main thread can take a `Cancel` meanwhile; the
-    // host sends one call at a time.
-    let (jobs, queue) = std::sync::mpsc::channel::<Job>();
-    let call_channel = channel.clone();
-    let spawned = std::thread::Builder::new()
-        .name("rho-worker-call".into())
-        .spawn(move || {
-            while let Ok(job) = queue.recv() {
-                let updates = call_channel.clone();
-                let id = job.id;
-                let on_update = move |partial: &str| {
-                    let update = FromWorker::Update {
-                        id,
-                        partial: partial.to_owned(),
-                    };
-                    send(&updates, &update, &[]);
-                };
-                let result = call_module(
-                    module,
-                    &job.tool,
-                    &job.args,
-                    &job.call_id,
-                    &job.cancelled,
-                    &on_update,
-                );
-                answer(&call_channel, id, result);
-            }
-        });
-    if let Err(e) = spawned {
-        eprintln!("rho-worker: cannot start the call thread: {e}");
-        return ExitCode::from(1);
-    }
-    let mut running: Option<(u64, Arc<AtomicBool>)> = None;
     loop {
         let frame = match read_frame::<ToWorker>(&mut reader, MAX_FROM_HOST) {
             Ok(frame) => frame,
@@ -142,36 +135,32 @@ fn serve(
                 return ExitCode::from(1);
             }
         };
-        match frame.message {
-            ToWorker::Cancel { id } => {
-                if let Some((current, flag)) = &running
-                    && *current == id
-                {
-                    flag.store(true, Ordering::Relaxed);
-                }
-            }
-            ToWorker::Call {
+        let ToWorker::Call { id, tool, call_id } = frame.message else {
+            continue;
+        };
+        let Ok(args) = String::from_utf8(frame.blobs) else {
+            let failure = FromWorker::Failure {
                 id,
-                tool,
-                args,
-                call_id,
-            } => {
-                let cancelled = Arc::new(AtomicBool::new(false));
-                running = Some((id, cancelled.clone()));
-                if jobs
-                    .send(Job {
-                        id,
-                        tool,
-                        args,
-                        call_id,
-                        cancelled,
-                    })
-                    .is_err()
-                {
-                    return ExitCode::from(1);
-                }
-            }
-        }
+                kind: "invalid_arguments".into(),
+                message: "the arguments are not UTF-8 text".into(),
+                details: None,
+            };
+            send(channel, &failure, &[]);
+            continue;
+        };
+        let cancelled = Arc::new(AtomicBool::new(false));
+        *running.lock().unwrap_or_else(PoisonError::into_inner) = Some((id, cancelled.clone()));
+        let updates = channel.clone();
+        let on_update = move |partial: &str| {
+            let update = FromWorker::Update {
+                id,
+                partial: partial.to_owned(),
+            };
+            send(&updates, &update, &[]);
+        };
+        let result = call_module(module, &tool, &args, &call_id, &cancelled, &on_update);
+        *running.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        answer(channel, id, result);
     }
 }
 
@@ -194,11 +183,14 @@ fn answer(channel: &Channel, id: u64, result: Result<Answer, Failure>) {
             let message = FromWorker::Answer {
                 id,
                 kind: kind.into(),
-                text: text.clone(),
+                text_len: text.len(),
                 images: heads,
                 details: answer.details.as_ref().map(|d| d.to_string()),
             };
-            (message, images.iter().map(|i| i.bytes.as_slice()).collect())
+            let blobs = std::iter::once(text.as_bytes())
+                .chain(images.iter().map(|i| i.bytes.as_slice()))
+                .collect();
+            (message, blobs)
         }
         Err(failure) => {
             let (kind, message, details) = match failure {

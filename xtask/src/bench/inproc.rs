@@ -197,3 +197,36 @@ async fn raw_throughput(module: PluginModRef, concurrency: usize, total: usize) 
     }
     total as f64 / started.elapsed().as_secs_f64()
 }
+
+/// `mem_plugin`: resident memory each in-process load of `echo` adds (read, check, copy, dlopen,
+/// abi_stable's layout check, describe), against a raw copy + dlopen of the same file.
+pub fn memory(ctx: &Ctx) -> Result<Vec<Figure>, String> {
+    const LOADS: usize = 10;
+    let path = ctx.plugin("echo");
+    let copies = CopyDir::new().map_err(|e| e.to_string())?;
+    let before = crate::bench::reload::rss_kib();
+    for _ in 0..LOADS {
+        let file = PluginFile::read(&path).map_err(|e| e.to_string())?;
+        load_in_process(&file, &copies).map_err(|e| e.to_string())?;
+    }
+    let rho = crate::bench::reload::rss_kib().saturating_sub(before) as f64 / LOADS as f64;
+    let dir = tempfile_dir()?;
+    let before = crate::bench::reload::rss_kib();
+    for n in 0..LOADS {
+        let copy = dir.join(format!("mem-{n}.so"));
+        std::fs::copy(&path, &copy).map_err(|e| e.to_string())?;
+        // SAFETY: rho's own echo plugin; its initializers are benign.
+        let lib = unsafe { libloading::Library::new(&copy) }.map_err(|e| e.to_string())?;
+        std::mem::forget(lib);
+    }
+    let raw = crate::bench::reload::rss_kib().saturating_sub(before) as f64 / LOADS as f64;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(vec![Figure {
+        name: "mem_plugin".into(),
+        value: rho,
+        unit: "KiB RSS".into(),
+        baseline: "copy + dlopen of the same file".into(),
+        baseline_value: raw,
+        runs: LOADS,
+    }])
+}

@@ -118,7 +118,7 @@ fn line_of(bytes: usize) -> Vec<u8> {
 }
 
 /// `isolated_call*`, `isolated_calls_per_s_8`, `crash_detect`, `timeout_kill`, `mem_worker`.
-pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
+pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Figure>, String> {
     let (_registry, runner, plugins, dir) = host(ctx, Duration::from_millis(200)).await?;
     let n = if ctx.quick { 300 } else { 2000 };
     let runs = ctx.runs();
@@ -140,6 +140,9 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         ),
     ];
     for (name, tool, args, bytes) in cases {
+        if !wanted(name) {
+            continue;
+        }
         let per_run = if bytes > 100_000 { n / 10 } else { n };
         let line = line_of(bytes);
         let mut rho = Vec::new();
@@ -170,116 +173,123 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         });
     }
 
-    // Throughput, 8 calls at once (8 workers) against 8 cats.
-    let total = n * 4;
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..8)
-        .map(|_| {
-            let runner = runner.clone();
-            tokio::spawn(async move {
-                for _ in 0..total / 8 {
-                    timed(&runner, "echo", &json!({"text": "hello"})).await;
-                }
+    if wanted("isolated_calls_per_s_8") {
+        // Throughput, 8 calls at once (8 workers) against 8 cats.
+        let total = n * 4;
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let runner = runner.clone();
+                tokio::spawn(async move {
+                    for _ in 0..total / 8 {
+                        timed(&runner, "echo", &json!({"text": "hello"})).await;
+                    }
+                })
             })
-        })
-        .collect();
-    for t in tasks {
-        let _ = t.await;
-    }
-    let rho_rate = total as f64 / started.elapsed().as_secs_f64();
-    let mut cats: Vec<Cat> = (0..8).map(|_| Cat::start()).collect::<Result<_, _>>()?;
-    let started = Instant::now();
-    let tasks: Vec<_> = cats
-        .drain(..)
-        .map(|mut cat| {
-            tokio::spawn(async move {
-                let line = line_of(17);
-                for _ in 0..total / 8 {
-                    cat.round_trip(&line).await;
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        let _ = t.await;
-    }
-    let raw_rate = total as f64 / started.elapsed().as_secs_f64();
-    figures.push(Figure {
-        name: "isolated_calls_per_s_8".into(),
-        value: rho_rate,
-        unit: "calls/s".into(),
-        baseline: "8 `cat` children, round trips over pipes".into(),
-        baseline_value: raw_rate,
-        runs: 1,
-    });
-
-    // Crash detection: a segfault's call against a raw child's death -> wait.
-    let mut rho = Vec::new();
-    let mut raw = Vec::new();
-    for _ in 0..=runs {
-        let (us, r) = timed(&runner, "segfault", &json!({})).await;
-        if r.outcome != rho_core::Outcome::Crashed {
-            return Err(format!("segfault ended {}", r.outcome));
+            .collect();
+        for t in tasks {
+            let _ = t.await;
         }
-        rho.push(us);
-        let mut child = tokio::process::Command::new("sh")
-            .args(["-c", "kill -SEGV $$"])
-            .spawn()
-            .map_err(|e| e.to_string())?;
+        let rho_rate = total as f64 / started.elapsed().as_secs_f64();
+        let mut cats: Vec<Cat> = (0..8).map(|_| Cat::start()).collect::<Result<_, _>>()?;
         let started = Instant::now();
-        let _ = child.wait().await;
-        raw.push(started.elapsed().as_secs_f64() * 1e6);
+        let tasks: Vec<_> = cats
+            .drain(..)
+            .map(|mut cat| {
+                tokio::spawn(async move {
+                    let line = line_of(17);
+                    for _ in 0..total / 8 {
+                        cat.round_trip(&line).await;
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            let _ = t.await;
+        }
+        let raw_rate = total as f64 / started.elapsed().as_secs_f64();
+        figures.push(Figure {
+            name: "isolated_calls_per_s_8".into(),
+            value: rho_rate,
+            unit: "calls/s".into(),
+            baseline: "8 `cat` children, round trips over pipes".into(),
+            baseline_value: raw_rate,
+            runs: 1,
+        });
     }
-    figures.push(Figure {
-        name: "crash_detect".into(),
-        value: median(&mut rho[1..]),
-        unit: "us".into(),
-        baseline: "spawn sh that SIGSEGVs itself -> wait".into(),
-        baseline_value: median(&mut raw[1..]),
-        runs,
-    });
-
-    // The timeout's overshoot: a spinning isolated tool under 200 ms, against a plain 200 ms sleep.
-    let mut rho = Vec::new();
-    let mut raw = Vec::new();
-    for _ in 0..=runs.min(7) {
-        let (us, _) = timed(&runner, "spin", &json!({})).await;
-        rho.push(us - 200_000.0);
-        let started = Instant::now();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        raw.push(started.elapsed().as_secs_f64() * 1e6 - 200_000.0);
+    if wanted("crash_detect") {
+        // Crash detection: a segfault's call against a raw child's death -> wait.
+        let mut rho = Vec::new();
+        let mut raw = Vec::new();
+        for _ in 0..=runs {
+            // Let the pool's spares come back, so the figure is the crash, not a worker start.
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let (us, r) = timed(&runner, "segfault", &json!({})).await;
+            if r.outcome != rho_core::Outcome::Crashed {
+                return Err(format!("segfault ended {}", r.outcome));
+            }
+            rho.push(us);
+            let mut child = tokio::process::Command::new("sh")
+                .args(["-c", "kill -SEGV $$"])
+                .spawn()
+                .map_err(|e| e.to_string())?;
+            let started = Instant::now();
+            let _ = child.wait().await;
+            raw.push(started.elapsed().as_secs_f64() * 1e6);
+        }
+        figures.push(Figure {
+            name: "crash_detect".into(),
+            value: median(&mut rho[1..]),
+            unit: "us".into(),
+            baseline: "spawn sh that SIGSEGVs itself -> wait".into(),
+            baseline_value: median(&mut raw[1..]),
+            runs,
+        });
     }
-    figures.push(Figure {
-        name: "timeout_kill".into(),
-        value: median(&mut rho[1..]),
-        unit: "us over".into(),
-        baseline: "tokio sleep(200 ms) overshoot".into(),
-        baseline_value: median(&mut raw[1..]),
-        runs: runs.min(7),
-    });
-
-    // Memory of an idle worker against a bare child (`cat`).
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let workers = children_named("rho-worker");
-    let worker_kib: Vec<f64> = workers
-        .iter()
-        .filter_map(|p| process_rss_kib(*p))
-        .map(|k| k as f64)
-        .collect();
-    let cat_kib = cat
-        .child
-        .id()
-        .and_then(|p| process_rss_kib(p as i32))
-        .unwrap_or(0) as f64;
-    let mut worker_kib = worker_kib;
-    figures.push(Figure {
-        name: "mem_worker".into(),
-        value: median(&mut worker_kib),
-        unit: "KiB RSS".into(),
-        baseline: "a bare `cat` child".into(),
-        baseline_value: cat_kib,
-        runs: workers.len(),
-    });
+    if wanted("timeout_kill") {
+        // The timeout's overshoot: a spinning isolated tool under 200 ms, against a plain 200 ms sleep.
+        let mut rho = Vec::new();
+        let mut raw = Vec::new();
+        for _ in 0..=runs.min(7) {
+            let (us, _) = timed(&runner, "spin", &json!({})).await;
+            rho.push(us - 200_000.0);
+            let started = Instant::now();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            raw.push(started.elapsed().as_secs_f64() * 1e6 - 200_000.0);
+        }
+        figures.push(Figure {
+            name: "timeout_kill".into(),
+            value: median(&mut rho[1..]),
+            unit: "us over".into(),
+            baseline: "tokio sleep(200 ms) overshoot".into(),
+            baseline_value: median(&mut raw[1..]),
+            runs: runs.min(7),
+        });
+    }
+    if wanted("mem_worker") {
+        // Memory of an idle worker against a bare child (`cat`).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let workers = children_named("rho-worker");
+        let worker_kib: Vec<f64> = workers
+            .iter()
+            .filter_map(|p| process_rss_kib(*p))
+            .map(|k| k as f64)
+            .collect();
+        let cat_kib = cat
+            .child
+            .id()
+            .and_then(|p| process_rss_kib(p as i32))
+            .unwrap_or(0) as f64;
+        let mut worker_kib = worker_kib;
+        figures.push(Figure {
+            name: "mem_worker".into(),
+            value: median(&mut worker_kib),
+            unit: "KiB RSS".into(),
+            baseline: "a bare `cat` child".into(),
+            baseline_value: cat_kib,
+            runs: workers.len(),
+        });
+    }
     plugins.close().await;
     let _ = std::fs::remove_dir_all(&dir);
     let _ = rss_kib();

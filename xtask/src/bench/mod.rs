@@ -5,6 +5,7 @@
 mod bus;
 mod inproc;
 mod isolated;
+pub mod mcp;
 mod reload;
 
 use std::path::{Path, PathBuf};
@@ -185,7 +186,12 @@ pub fn exec(plugins: &Path, quick: bool, only: &[String]) -> Result<(), String> 
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
-    let wanted = |name: &str| only.is_empty() || only.iter().any(|o| name.starts_with(o.as_str()));
+    let wanted = |name: &str| {
+        only.is_empty()
+            || only
+                .iter()
+                .any(|o| name.starts_with(o.as_str()) || o.starts_with(name))
+    };
     let started = Instant::now();
     let mut figures = Vec::new();
     if wanted("plugin_load") {
@@ -197,12 +203,17 @@ pub fn exec(plugins: &Path, quick: bool, only: &[String]) -> Result<(), String> 
     if wanted("reload") {
         figures.extend(runtime.block_on(reload::reload(&ctx))?);
     }
-    if wanted("isolated")
-        || wanted("crash_detect")
-        || wanted("timeout_kill")
-        || wanted("mem_worker")
+    if ["isolated", "crash_detect", "timeout_kill", "mem_worker"]
+        .iter()
+        .any(|n| wanted(n))
     {
-        figures.extend(runtime.block_on(isolated::figures(&ctx))?);
+        figures.extend(runtime.block_on(isolated::figures(&ctx, &wanted))?);
+    }
+    if wanted("mcp") {
+        figures.extend(runtime.block_on(mcp::figures(&ctx))?);
+    }
+    if wanted("mem_plugin") {
+        figures.extend(inproc::memory(&ctx)?);
     }
     if wanted("bus") {
         figures.extend(runtime.block_on(bus::fanout(&ctx))?);
