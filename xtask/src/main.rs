@@ -75,6 +75,9 @@ enum Command {
     BenchExec {
         #[arg(long)]
         plugins: PathBuf,
+        /// Write the figures here (JSON) instead of printing the report.
+        #[arg(long)]
+        out: Option<PathBuf>,
         #[arg(long)]
         quick: bool,
         only: Vec<String>,
@@ -108,7 +111,8 @@ fn main() -> ExitCode {
             plugins,
             quick,
             only,
-        } => bench::exec(&plugins, quick, &only),
+            out,
+        } => bench::exec(&plugins, quick, &only, out.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

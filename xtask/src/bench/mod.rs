@@ -130,20 +130,86 @@ pub fn run(quick: bool, only: &[String]) -> Result<(), String> {
         return Err("building rho and xtask in release failed".into());
     }
     let exe = target_dir().join("release").join("xtask");
-    let mut cmd = std::process::Command::new(exe);
-    cmd.arg("bench-exec").arg("--plugins").arg(&plugins_dir);
-    if quick {
-        cmd.arg("--quick");
+    let started = Instant::now();
+    let mut figures = Vec::new();
+    // One process per group: a group's leftovers (mapped plugin versions, idle threads, workers)
+    // must not weigh on the next group's figures.
+    for group in GROUPS {
+        let selected: Vec<&String> = only
+            .iter()
+            .filter(|o| {
+                group
+                    .iter()
+                    .any(|g| g.starts_with(o.as_str()) || o.starts_with(g))
+            })
+            .collect();
+        if !only.is_empty() && selected.is_empty() {
+            continue;
+        }
+        let out = target_dir()
+            .join("bench")
+            .join(format!("{}.json", group[0]));
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.arg("bench-exec")
+            .arg("--plugins")
+            .arg(&plugins_dir)
+            .arg("--out")
+            .arg(&out);
+        if quick {
+            cmd.arg("--quick");
+        }
+        if only.is_empty() {
+            cmd.args(group.iter());
+        } else {
+            cmd.args(selected);
+        }
+        eprintln!("measuring {} ...", group.join(", "));
+        let status = cmd
+            .status()
+            .map_err(|e| format!("cannot run the release bench: {e}"))?;
+        if !status.success() {
+            return Err(format!(
+                "the benchmarks of {} ended with {status}",
+                group[0]
+            ));
+        }
+        let text = std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+        figures.extend(figures_from_json(&text)?);
     }
-    cmd.args(only);
-    let status = cmd
-        .status()
-        .map_err(|e| format!("cannot run the release bench: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("the benchmarks ended with {status}"))
-    }
+    print_table(&figures);
+    let path = write_report(&figures)?;
+    eprintln!(
+        "\nreport: {} ({:.0} s of measuring)",
+        path.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The groups of figures, each measured in a process of its own.
+const GROUPS: &[&[&str]] = &[
+    &["plugin_load"],
+    &["inproc_call"],
+    &["reload"],
+    &["isolated", "crash_detect", "timeout_kill", "mem_worker"],
+    &["mcp_call"],
+    &["mem_plugin"],
+    &["bus"],
+];
+
+fn figures_from_json(text: &str) -> Result<Vec<Figure>, String> {
+    let values: Vec<serde_json::Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    Ok(values
+        .iter()
+        .map(|v| Figure {
+            name: v["name"].as_str().unwrap_or_default().to_owned(),
+            value: v["value"].as_f64().unwrap_or_default(),
+            unit: v["unit"].as_str().unwrap_or_default().to_owned(),
+            baseline: v["baseline"].as_str().unwrap_or_default().to_owned(),
+            baseline_value: v["baseline_value"].as_f64().unwrap_or_default(),
+            runs: v["runs"].as_u64().unwrap_or_default() as usize,
+        })
+        .collect())
 }
 
 /// Two release builds of `faults` that answer `build_tag` differently, kept beside the plugin
@@ -173,7 +239,12 @@ fn build_variants(plugins_dir: &Path) -> Result<(), String> {
 }
 
 /// The benchmarks themselves (in the release build).
-pub fn exec(plugins: &Path, quick: bool, only: &[String]) -> Result<(), String> {
+pub fn exec(
+    plugins: &Path,
+    quick: bool,
+    only: &[String],
+    out: Option<&Path>,
+) -> Result<(), String> {
     let ctx = Ctx {
         plugins: plugins.to_owned(),
         quick,
@@ -219,6 +290,10 @@ pub fn exec(plugins: &Path, quick: bool, only: &[String]) -> Result<(), String> 
         figures.extend(runtime.block_on(bus::fanout(&ctx))?);
     }
     runtime.shutdown_timeout(Duration::from_secs(1));
+    if let Some(out) = out {
+        let text = serde_json::to_string(&report_values(&figures)).map_err(|e| e.to_string())?;
+        return std::fs::write(out, text).map_err(|e| format!("{}: {e}", out.display()));
+    }
     print_table(&figures);
     let path = write_report(&figures)?;
     eprintln!(
@@ -250,7 +325,16 @@ fn print_table(figures: &[Figure]) {
 fn write_report(figures: &[Figure]) -> Result<PathBuf, String> {
     let dir = target_dir().join("bench");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let report: Vec<_> = figures
+    let report = report_values(figures);
+    let path = dir.join("report.json");
+    let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// The figures as report.json holds them.
+fn report_values(figures: &[Figure]) -> Vec<serde_json::Value> {
+    figures
         .iter()
         .map(|f| {
             json!({
@@ -263,9 +347,5 @@ fn write_report(figures: &[Figure]) -> Result<PathBuf, String> {
                 "runs": f.runs,
             })
         })
-        .collect();
-    let path = dir.join("report.json");
-    let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(path)
+        .collect()
 }
