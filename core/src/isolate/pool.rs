@@ -51,15 +51,31 @@ impl Worker {
     /// How the process ended, if it has (waits up to `wait`; kills it if it has not), with its
     /// last line on stderr when it left one.
     pub async fn exit_text(&mut self, wait: Duration, when: &str) -> String {
-        let how = match tokio::time::timeout(wait, self.process.child.wait()).await {
+        // The exit status and the end of stderr are awaited together, not one after the other.
+        let Process {
+            child,
+            pid,
+            last_stderr,
+            stderr_reader,
+            ..
+        } = &mut self.process;
+        let (status, words) = tokio::join!(
+            tokio::time::timeout(wait, child.wait()),
+            crate::isolate::spawn::last_words(
+                last_stderr,
+                stderr_reader,
+                Duration::from_millis(200)
+            )
+        );
+        let how = match status {
             Ok(Ok(status)) => format!("{}{when}", crate::isolate::exit_text(status)),
             Ok(Err(e)) => format!("its status could not be read: {e}"),
             Err(_) => {
-                kill_group(self.process.pid);
+                kill_group(*pid);
                 "it closed its channel and was killed".into()
             }
         };
-        match self.process.last_words(Duration::from_millis(200)).await {
+        match words {
             Some(line) => format!("{how} (its last words on stderr: {})", truncate(&line, 200)),
             None => how,
         }

@@ -33,18 +33,20 @@ pub(crate) struct Process {
     pub stderr_reader: Option<tokio::task::JoinHandle<()>>,
 }
 
-impl Process {
-    /// The worker's last stderr line once its stderr is closed (waiting up to `wait`): after a
-    /// crash it often says why (`memory allocation of N bytes failed`).
-    pub async fn last_words(&mut self, wait: std::time::Duration) -> Option<String> {
-        if let Some(reader) = self.stderr_reader.take() {
-            let _ = tokio::time::timeout(wait, reader).await;
-        }
-        self.last_stderr
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+/// A worker's last stderr line once its stderr is closed (waiting up to `wait` for the reader):
+/// after a crash it often says why (`memory allocation of N bytes failed`).
+pub(crate) async fn last_words(
+    last_stderr: &Mutex<Option<String>>,
+    reader: &mut Option<tokio::task::JoinHandle<()>>,
+    wait: std::time::Duration,
+) -> Option<String> {
+    if let Some(reader) = reader.take() {
+        let _ = tokio::time::timeout(wait, reader).await;
     }
+    last_stderr
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
 }
 
 type Job = Box<dyn FnOnce() + Send>;

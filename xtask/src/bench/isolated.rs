@@ -231,6 +231,7 @@ pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Fig
                 return Err(format!("segfault ended {}", r.outcome));
             }
             crash.push(us);
+            tokio::time::sleep(Duration::from_millis(150)).await;
             normal.push(timed(&runner, "echo", &json!({"text": "x"})).await.0);
             let mut child = tokio::process::Command::new("sleep")
                 .arg("10")
