@@ -103,13 +103,7 @@ impl Health {
             }
             let mut sorted = t.durations.clone();
             sorted.sort_by(f64::total_cmp);
-            let pct = |q: f64| {
-                if sorted.is_empty() {
-                    0.0
-                } else {
-                    sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1]
-                }
-            };
+            let pct = |q: f64| rho_core::percentile(&sorted, q);
             out.push_str(&format!(
                 "{:<20} {:<18} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9.1} {:>9.1}  {}\n",
                 name,

@@ -242,8 +242,8 @@ impl Health {
     }
 }
 
-/// The `q` quantile of sorted values (nearest rank); 0 for none.
-pub(crate) fn percentile(sorted: &[f64], q: f64) -> f64 {
+/// The `q` quantile (0..=1) of `sorted` values, by nearest rank; 0 for none.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

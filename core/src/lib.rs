@@ -48,7 +48,7 @@ pub use bus::{Bus, BusItem, Filter, Subscription};
 pub use error::LoadError;
 pub use events::{Event, EventKind, OutputView};
 pub use gate::{AllowAll, DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};
-pub use health::{QuarantinePolicy, ToolStats};
+pub use health::{QuarantinePolicy, ToolStats, percentile};
 pub use invoke::{Tool, ToolCtx};
 pub use isolate::{WorkerLimits, WorkerOptions};
 pub use journal::Journal;

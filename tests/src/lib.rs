@@ -14,6 +14,8 @@ const PACKAGES: &[&str] = &[
     "faults",
     "incompatible",
     "rho-cli",
+    "rho-core",
+    "xtask",
 ];
 
 /// The profile directory the tests run from (`target/debug` or `target/release`).

@@ -137,9 +137,17 @@ pub(crate) async fn start(
             {
                 return Err(io::Error::last_os_error());
             }
-            // Everything above the channels goes (std marks its own descriptors close-on-exec,
-            // other libraries may not). Old kernels without close_range keep the CLOEXEC ones.
-            libc::syscall(libc::SYS_close_range, CANCEL_FD as u32 + 1, u32::MAX, 0u32);
+            // Everything above the channels is closed at exec (std marks its own descriptors
+            // close-on-exec, other libraries may not). They are marked, not closed here: std's
+            // own pipe that reports a failed exec to the parent must stay open until exec.
+            const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
+            let first = CANCEL_FD as u32 + 1;
+            if libc::syscall(libc::SYS_close_range, first, u32::MAX, CLOSE_RANGE_CLOEXEC) != 0 {
+                // Kernels before 5.11: one descriptor at a time.
+                for fd in first as i32..4096 {
+                    libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                }
+            }
             Ok(())
         });
     }
