@@ -46,6 +46,7 @@ pub struct RhoServer {
     rules: Arc<Vec<GateRule>>,
     fallback: Action,
     peer: Arc<Mutex<Option<Peer<RoleServer>>>>,
+    calls: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Asks the MCP client's user through elicitation when the client supports it; otherwise applies
@@ -157,7 +158,12 @@ impl RhoServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let call_id = format!("mcp-{}", request_id(&context));
+        // The server's own counter: request ids `1` and `"1"` are different requests.
+        let n = self
+            .calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let call_id = format!("mcp-{n}-{}", request_id(&context));
         let call = ToolCall::new(
             call_id.clone(),
             request.name.to_string(),
@@ -342,6 +348,7 @@ pub async fn main(args: Args, config: Config) -> ExitCode {
         rules: Arc::new(rules),
         fallback: config.serve.ask_fallback,
         peer: Arc::new(Mutex::new(None)),
+        calls: Arc::new(std::sync::atomic::AtomicU64::new(0)),
     };
     announce_changes(&bus, server.peer.clone());
     let stdout = match protocol_stdout() {

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rho_plugin_api::{Answer, Output};
@@ -112,6 +113,10 @@ impl ToolRunner {
     /// the gate and then the tool in a task of its own, and publishes exactly one
     /// `tool_execution_end`. Never panics and never hangs past the tool's timeout once the gate
     /// has allowed.
+    ///
+    /// Drive the returned future to completion (spawn it if the caller may go away): dropping it
+    /// midway leaves the call's task running without its timeout and publishes no end event. To
+    /// stop a call early, cancel `options.cancel` instead; the call then ends at once.
     pub async fn run(
         &self,
         call: &ToolCall,
@@ -192,9 +197,16 @@ impl ToolRunner {
         let bus = self.bus().clone();
         let update_call = call.id.clone();
         let update_tool = call.name.clone();
+        // Set once the call has ended: a runaway plugin thread that goes on sending updates must
+        // not put events after the call's `tool_execution_end`.
+        let ended = Arc::new(AtomicBool::new(false));
+        let ended_for_updates = ended.clone();
         let ctx = ToolCtx::new(
             &call.id,
             Arc::new(move |partial: &str| {
+                if ended_for_updates.load(Ordering::Acquire) {
+                    return;
+                }
                 bus.publish(
                     session.as_deref(),
                     EventKind::ToolExecutionUpdate {
@@ -215,8 +227,11 @@ impl ToolRunner {
             ctx.clone(),
             running_tx,
         );
-        self.supervise(call, tool, options, task, running_rx, &ctx)
-            .await
+        let result = self
+            .supervise(call, tool, options, task, running_rx, &ctx)
+            .await;
+        ended.store(true, Ordering::Release);
+        result
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -488,3 +488,39 @@ fn workers_die_with_their_host() {
         "workers {workers:?} outlived their host"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_workers_bounds_the_processes_and_calls_wait_their_turn() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let options = WorkerOptions {
+        max_workers: 1,
+        spares: 0,
+        ..WorkerOptions::default()
+    };
+    let (_bus, _registry, runner, plugins, _dir) = host(options, 5_000).await;
+    let started = Instant::now();
+    let calls: Vec<_> = (0..3)
+        .map(|i| {
+            let runner = runner.clone();
+            tokio::spawn(
+                async move { run(&runner, &i.to_string(), "sleep", json!({"ms": 200})).await },
+            )
+        })
+        .collect();
+    let mut peak = 0;
+    while calls.iter().any(|c| !c.is_finished()) {
+        peak = peak.max(live_workers().len());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for call in calls {
+        assert_eq!(call.await.unwrap().outcome, Outcome::Ok);
+    }
+    // echo, faults and picture each have a pool; only faults runs calls here.
+    assert!(peak <= 3, "{peak} workers alive at once");
+    assert!(
+        started.elapsed() >= Duration::from_millis(600),
+        "the calls did not wait for the one worker: {:?}",
+        started.elapsed()
+    );
+    plugins.close().await;
+}

@@ -58,15 +58,19 @@ impl Drop for CallGuard {
         runtime.spawn(async move {
             let grace = pool.options().cancel_grace;
             let limit = pool.options().max_frame;
-            if worker.send(&ToWorker::Cancel { id }, &[]).await.is_err() {
-                return;
-            }
+            // The send is inside the grace period too: a worker that never reads its cancel
+            // channel must not hold this task (and the worker) forever.
             let settled = tokio::time::timeout(grace, async {
+                if worker.send(&ToWorker::Cancel { id }, &[]).await.is_err() {
+                    return false;
+                }
                 loop {
                     match worker.read(limit).await {
-                        Ok(Frame { message: FromWorker::Answer { id: a, .. } | FromWorker::Failure { id: a, .. }, .. })
-                            if a == id =>
-                        {
+                        Ok(Frame {
+                            message:
+                                FromWorker::Answer { id: a, .. } | FromWorker::Failure { id: a, .. },
+                            ..
+                        }) if a == id => {
                             return true;
                         }
                         Ok(_) => {}
@@ -128,7 +132,13 @@ impl Invoke for IsolatedInvoke {
                     Ok(Frame {
                         message: FromWorker::Update { id: u, partial },
                         ..
-                    }) if u == id => ctx.update(&partial),
+                    }) => {
+                        // An update of an earlier call (a thread the plugin left running) is
+                        // dropped, not taken for a broken protocol.
+                        if u == id {
+                            ctx.update(&partial);
+                        }
+                    }
                     Ok(Frame {
                         message:
                             FromWorker::Answer {

@@ -50,6 +50,9 @@ pub struct WorkerOptions {
     pub executable: Option<PathBuf>,
     /// Idle workers kept started ahead of calls, per plugin version.
     pub spares: usize,
+    /// Worker processes per plugin version at most (busy, idle and starting); a call that finds
+    /// none free waits for one, within its timeout.
+    pub max_workers: usize,
     /// An idle worker beyond the spares is stopped after this long.
     #[serde(with = "crate::health::millis", rename = "idle_timeout_ms")]
     pub idle_timeout: Duration,
@@ -72,6 +75,7 @@ impl Default for WorkerOptions {
         WorkerOptions {
             executable: None,
             spares: 1,
+            max_workers: 16,
             idle_timeout: Duration::from_secs(60),
             cancel_grace: Duration::from_millis(100),
             start_timeout: Duration::from_secs(10),

@@ -19,6 +19,26 @@ use crate::spec::ToolSpec;
 pub(crate) struct Worker {
     process: Process,
     next_id: u64,
+    _slot: Slot,
+}
+
+/// One of the pool's `max_workers` places, held by a worker (or a worker being started). Dropping
+/// it frees the place and wakes a call waiting for one. Never dropped under the state lock.
+struct Slot {
+    pool: Weak<Inner>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(inner) = self.pool.upgrade() {
+            inner
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .live -= 1;
+            inner.freed.notify_one();
+        }
+    }
 }
 
 impl Worker {
@@ -110,6 +130,8 @@ struct Idle {
 struct State {
     idle: Vec<Idle>,
     starting: usize,
+    /// Workers alive or being started (each holds a `Slot`).
+    live: usize,
     retired: bool,
 }
 
@@ -119,6 +141,8 @@ struct Inner {
     shown: PathBuf,
     label: String,
     state: Mutex<State>,
+    /// Woken when a worker is released or a slot freed.
+    freed: tokio::sync::Notify,
 }
 
 impl Drop for Inner {
@@ -156,17 +180,20 @@ impl Pool {
                 state: Mutex::new(State {
                     idle: Vec::new(),
                     starting: 0,
+                    live: 0,
                     retired: false,
                 }),
+                freed: tokio::sync::Notify::new(),
             }),
         };
-        let (worker, ready) = pool
-            .start_worker()
-            .await
-            .map_err(|reason| LoadError::Worker {
-                path: info.path.clone(),
-                reason,
-            })?;
+        let slot = pool.reserve(usize::MAX).unwrap_or_else(|| pool.slot());
+        let (worker, ready) =
+            pool.start_worker(slot)
+                .await
+                .map_err(|reason| LoadError::Worker {
+                    path: info.path.clone(),
+                    reason,
+                })?;
         pool.state().idle.push(Idle {
             worker,
             since: Instant::now(),
@@ -198,7 +225,25 @@ impl Pool {
         self.state().idle.iter().map(|i| i.worker.pid()).collect()
     }
 
-    async fn start_worker(&self) -> Result<(Worker, Ready), String> {
+    /// A slot counted in `live` (the caller already incremented it).
+    fn slot(&self) -> Slot {
+        Slot {
+            pool: Arc::downgrade(&self.inner),
+        }
+    }
+
+    /// Takes a slot if fewer than `max` workers are alive or starting.
+    fn reserve(&self, max: usize) -> Option<Slot> {
+        let mut state = self.state();
+        if state.live >= max {
+            return None;
+        }
+        state.live += 1;
+        drop(state);
+        Some(self.slot())
+    }
+
+    async fn start_worker(&self, slot: Slot) -> Result<(Worker, Ready), String> {
         let inner = &self.inner;
         let process = start(&inner.options, &inner.copy, &inner.shown, &inner.label)
             .await
@@ -211,6 +256,7 @@ impl Pool {
         let mut worker = Worker {
             process,
             next_id: 0,
+            _slot: slot,
         };
         let first = tokio::time::timeout(
             inner.options.start_timeout,
@@ -255,35 +301,47 @@ impl Pool {
         }
     }
 
-    /// An idle worker, or a new one. Starts a spare to replace it.
+    /// An idle worker, or a new one while fewer than `max_workers` are alive; otherwise waits
+    /// for one to be released (the call's timeout bounds the wait). Starts a spare to replace it.
     pub(crate) async fn acquire(&self) -> Result<Worker, String> {
+        let max = self.inner.options.max_workers.max(1);
         loop {
+            let freed = self.inner.freed.notified();
+            tokio::pin!(freed);
+            // Registered before looking, so a release between the look and the wait is not lost.
+            freed.as_mut().enable();
             let idle = self.state().idle.pop();
-            match idle {
-                Some(mut idle) => {
-                    if idle.worker.alive() {
-                        self.top_up();
-                        return Ok(idle.worker);
-                    }
-                    // Died while idle (the OOM killer, a CPU limit): replace it.
+            if let Some(mut idle) = idle {
+                if idle.worker.alive() {
+                    self.top_up();
+                    return Ok(idle.worker);
                 }
-                None => break,
+                // Died while idle (the OOM killer, a CPU limit): dropped here, replaced below.
+                continue;
             }
+            if let Some(slot) = self.reserve(max) {
+                let started = self.start_worker(slot).await.map(|(worker, _)| worker);
+                self.top_up();
+                return started;
+            }
+            freed.await;
         }
-        let started = self.start_worker().await.map(|(worker, _)| worker);
-        self.top_up();
-        started
     }
 
     /// Gives back a worker that finished its call cleanly. A retired pool stops it instead.
     pub(crate) fn release(&self, worker: Worker) {
         let mut state = self.state();
-        if !state.retired {
-            state.idle.push(Idle {
-                worker,
-                since: Instant::now(),
-            });
+        if state.retired {
+            drop(state);
+            drop(worker);
+            return;
         }
+        state.idle.push(Idle {
+            worker,
+            since: Instant::now(),
+        });
+        drop(state);
+        self.inner.freed.notify_one();
     }
 
     /// No new calls: idle workers stop now, busy ones after their call.
@@ -296,34 +354,51 @@ impl Pool {
         drop(idle);
     }
 
-    /// Starts workers in the background until `spares` are idle or starting.
+    /// Starts workers in the background until `spares` are idle or starting (within
+    /// `max_workers`).
     fn top_up(&self) {
-        let wanted = {
+        let max = self.inner.options.max_workers.max(1);
+        let mut slots = Vec::new();
+        {
             let mut state = self.state();
             if state.retired {
                 return;
             }
             let have = state.idle.len() + state.starting;
-            let wanted = self.inner.options.spares.saturating_sub(have);
+            let wanted = self
+                .inner
+                .options
+                .spares
+                .saturating_sub(have)
+                .min(max.saturating_sub(state.live));
             state.starting += wanted;
-            wanted
-        };
-        for _ in 0..wanted {
+            state.live += wanted;
+            slots.extend((0..wanted).map(|_| self.slot()));
+        }
+        for slot in slots {
             let pool = self.clone();
             tokio::spawn(async move {
-                let started = pool.start_worker().await;
+                let started = pool.start_worker(slot).await;
                 let mut state = pool.state();
                 state.starting -= 1;
-                match started {
-                    Ok((worker, _)) if !state.retired => state.idle.push(Idle {
-                        worker,
-                        since: Instant::now(),
-                    }),
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!(plugin = %pool.inner.label, error = %e, "starting a spare worker")
+                let unused = match started {
+                    Ok((worker, _)) if !state.retired => {
+                        state.idle.push(Idle {
+                            worker,
+                            since: Instant::now(),
+                        });
+                        None
                     }
-                }
+                    Ok((worker, _)) => Some(worker),
+                    Err(e) => {
+                        tracing::warn!(plugin = %pool.inner.label, error = %e, "starting a spare worker");
+                        None
+                    }
+                };
+                drop(state);
+                // Dropped outside the lock: its slot takes the lock to free itself.
+                drop(unused);
+                pool.inner.freed.notify_one();
             });
         }
     }

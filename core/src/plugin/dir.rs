@@ -260,9 +260,17 @@ impl PluginDir {
                 Ok(Ok(file)) => {
                     files.push((path.clone(), Read::File(PluginFile { path, ..file }, stamp)))
                 }
-                Ok(Err(_)) | Err(_) if !path.exists() => {}
+                Ok(Err(_)) if !path.exists() => {}
                 Ok(Err(error)) => files.push((path, Read::Refused(error))),
-                Err(_) => {}
+                // The reading task died: keep what serves now rather than drop it as deleted.
+                Err(_) => {
+                    let reason = "the task reading it failed".to_owned();
+                    let error = LoadError::Read {
+                        path: path.clone(),
+                        reason,
+                    };
+                    files.push((path, Read::Refused(error)));
+                }
             }
         }
         Ok(files)

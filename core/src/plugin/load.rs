@@ -77,22 +77,44 @@ pub struct CopyDir {
 }
 
 impl CopyDir {
-    /// Creates a fresh private directory under the system's temporary directory.
+    /// Creates a fresh private directory under the system's temporary directory. The directory
+    /// must not exist yet (`create_dir`, not `create_dir_all`): another user cannot hand the host
+    /// a directory of theirs to load from; a taken name moves on to the next one.
     pub fn new() -> Result<Self, LoadError> {
+        use std::os::unix::fs::DirBuilderExt;
         static INSTANCE: AtomicU64 = AtomicU64::new(0);
-        let n = INSTANCE.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("rho-plugins-{}-{n}", std::process::id()));
-        let made = std::fs::create_dir_all(&dir).and_then(|()| {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-        });
-        made.map_err(|e| LoadError::Copy {
-            path: dir.clone(),
-            reason: e.to_string(),
-        })?;
-        Ok(CopyDir {
-            dir,
-            counter: AtomicU64::new(0),
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let mut last_error = String::new();
+        for _ in 0..64 {
+            let n = INSTANCE.fetch_add(1, Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!(
+                "rho-plugins-{}-{nanos:08x}-{n}",
+                std::process::id()
+            ));
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => {
+                    return Ok(CopyDir {
+                        dir,
+                        counter: AtomicU64::new(0),
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    last_error = e.to_string()
+                }
+                Err(e) => {
+                    return Err(LoadError::Copy {
+                        path: dir,
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        Err(LoadError::Copy {
+            path: std::env::temp_dir(),
+            reason: format!("no fresh private directory could be made: {last_error}"),
         })
     }
 
