@@ -3,7 +3,6 @@
 use rho_core::events::{Event, EventKind, OutputView};
 use rho_core::{Output, ToolResult};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 /// `rho call --json`: {"outcome", "text", "images": [{"mime_type", "bytes", "sha256"}],
 /// "details", "duration_ms"}.
@@ -16,7 +15,7 @@ pub fn result_json(result: &ToolResult) -> Value {
             json!({
                 "mime_type": i.mime_type,
                 "bytes": i.bytes.len(),
-                "sha256": hex(&Sha256::digest(&i.bytes)),
+                "sha256": rho_core::plugin::load::sha256_hex(&i.bytes),
             })
         })
         .collect();
@@ -27,10 +26,6 @@ pub fn result_json(result: &ToolResult) -> Value {
         "details": result.details,
         "duration_ms": result.duration.as_secs_f64() * 1000.0,
     })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `text: string (required), size: integer` from a JSON Schema object.

@@ -214,16 +214,12 @@ impl RhoServer {
         }
         match joined {
             Ok(result) => mcp_result(&result),
-            Err(_) => {
-                let mut failed = ToolResult::failed(
-                    &call.id,
-                    &call.name,
-                    Outcome::Crashed,
-                    "rho: the call's task failed inside the server",
-                );
-                failed.details = None;
-                mcp_result(&failed)
-            }
+            Err(_) => mcp_result(&ToolResult::failed(
+                &call.id,
+                &call.name,
+                Outcome::Crashed,
+                "rho: the call's task failed inside the server",
+            )),
         }
     }
 }

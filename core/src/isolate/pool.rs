@@ -42,11 +42,6 @@ impl Drop for Slot {
 }
 
 impl Worker {
-    /// The worker's pid (its process group id).
-    pub fn pid(&self) -> i32 {
-        self.process.pid
-    }
-
     /// A new call number.
     pub fn next_id(&mut self) -> u64 {
         self.next_id += 1;
@@ -186,7 +181,8 @@ impl Pool {
                 freed: tokio::sync::Notify::new(),
             }),
         };
-        let slot = pool.reserve(usize::MAX).unwrap_or_else(|| pool.slot());
+        pool.state().live += 1;
+        let slot = pool.slot();
         let (worker, ready) =
             pool.start_worker(slot)
                 .await
@@ -213,16 +209,6 @@ impl Pool {
     /// The pool's options.
     pub fn options(&self) -> &WorkerOptions {
         &self.inner.options
-    }
-
-    /// Workers idle now.
-    pub fn idle(&self) -> usize {
-        self.state().idle.len()
-    }
-
-    /// The pids of the idle workers.
-    pub fn idle_pids(&self) -> Vec<i32> {
-        self.state().idle.iter().map(|i| i.worker.pid()).collect()
     }
 
     /// A slot counted in `live` (the caller already incremented it).

@@ -47,6 +47,20 @@ impl Isolated {
     }
 }
 
+/// Pairs each spec with the way to run it, made from the tool's name.
+fn with_invoke(
+    specs: Vec<ToolSpec>,
+    make: impl Fn(Arc<str>) -> Arc<dyn Invoke>,
+) -> Vec<(ToolSpec, Arc<dyn Invoke>)> {
+    specs
+        .into_iter()
+        .map(|spec| {
+            let invoke = make(spec.name.as_str().into());
+            (spec, invoke)
+        })
+        .collect()
+}
+
 fn version_key(info: &PluginInfo) -> String {
     format!("{}\0{}", info.path.display(), info.sha256)
 }
@@ -65,17 +79,12 @@ impl Backend {
                     module: loaded.module,
                     runaway: AtomicUsize::new(0),
                 });
-                let tools = loaded
-                    .tools
-                    .into_iter()
-                    .map(|spec| {
-                        let invoke: Arc<dyn Invoke> = Arc::new(InProcessInvoke {
-                            plugin: plugin.clone(),
-                            tool: spec.name.as_str().into(),
-                        });
-                        (spec, invoke)
+                let tools = with_invoke(loaded.tools, |tool| {
+                    Arc::new(InProcessInvoke {
+                        plugin: plugin.clone(),
+                        tool,
                     })
-                    .collect();
+                });
                 Ok(LoadedVersion {
                     info: loaded.info,
                     tools,
@@ -106,17 +115,12 @@ impl Backend {
                     interface_version: ready.interface_version,
                     ..probe
                 };
-                let tools = ready
-                    .tools
-                    .into_iter()
-                    .map(|spec| {
-                        let invoke: Arc<dyn Invoke> = Arc::new(IsolatedInvoke {
-                            pool: pool.clone(),
-                            tool: spec.name.as_str().into(),
-                        });
-                        (spec, invoke)
+                let tools = with_invoke(ready.tools, |tool| {
+                    Arc::new(IsolatedInvoke {
+                        pool: pool.clone(),
+                        tool,
                     })
-                    .collect();
+                });
                 isolated.pools().insert(version_key(&info), pool);
                 Ok(LoadedVersion {
                     info,

@@ -50,7 +50,7 @@ impl PluginFile {
                 path: path.to_owned(),
             });
         }
-        let sha256 = hex(&Sha256::digest(&bytes));
+        let sha256 = sha256_hex(&bytes);
         Ok(PluginFile {
             path: path.to_owned(),
             bytes,
@@ -59,13 +59,12 @@ impl PluginFile {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// SHA-256 of `bytes`, lowercase hex.
+/// SHA-256 of `bytes`, lowercase hex (how rho names plugin versions and image contents).
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// A private directory (mode 0700) for the copies the host loads plugins from. glibc hands back an
