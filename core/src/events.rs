@@ -165,6 +165,10 @@ pub enum EventKind {
         tools: Vec<String>,
         /// Whether it runs out of process.
         isolated: bool,
+        /// Isolated plugins: what of the sandbox is in force (see
+        /// [`crate::isolate::sandbox`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sandbox: Option<crate::isolate::SandboxReport>,
     },
     /// A plugin file could not be loaded (or was refused); any older version keeps serving.
     PluginLoadFailed {

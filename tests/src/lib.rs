@@ -13,6 +13,7 @@ const PACKAGES: &[&str] = &[
     "files",
     "faults",
     "incompatible",
+    "attacks",
     "rho-cli",
     "rho-core",
     "xtask",

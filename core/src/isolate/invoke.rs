@@ -147,12 +147,15 @@ impl Invoke for IsolatedInvoke {
                                 text_len,
                                 images,
                                 details,
+                                spent,
                             },
                         blobs,
                     }) if a == id => {
                         let answer = to_answer(&tool, &kind, text_len, &images, blobs, details);
                         match &answer {
                             Err(Failure::Crash(CrashReason::Protocol(_))) => guard.kill(),
+                            // Damaged by the call: a fresh worker serves the next one.
+                            _ if spent => guard.kill(),
                             _ => guard.release(),
                         }
                         return answer;
@@ -164,12 +167,14 @@ impl Invoke for IsolatedInvoke {
                                 kind,
                                 message,
                                 details,
+                                spent,
                             },
                         ..
                     }) if f == id => {
                         let failure = to_failure(&tool, &kind, message, details);
                         match &failure {
                             Failure::Crash(CrashReason::Protocol(_)) => guard.kill(),
+                            _ if spent => guard.kill(),
                             _ => guard.release(),
                         }
                         return Err(failure);

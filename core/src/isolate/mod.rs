@@ -1,5 +1,6 @@
 //! Process isolation: plugins the host does not trust run in worker processes (`rho-worker`), one
-//! call at a time per worker, killed on timeout, their crashes survived.
+//! call at a time per worker, killed on timeout, their crashes survived, each in a [`sandbox`]
+//! set up before the plugin's first instruction runs.
 //!
 //! The host talks to each worker over private sockets (the worker's fds 3 and 4, see [`protocol`]); the
 //! plugin's own stdout and stderr go to the host's logs (`tracing`, target `rho::plugin`). Each
@@ -9,6 +10,7 @@
 pub(crate) mod invoke;
 pub mod pool;
 pub mod protocol;
+pub mod sandbox;
 pub(crate) mod spawn;
 pub mod worker;
 
@@ -16,6 +18,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+pub use sandbox::{Grants, Identity, SandboxReport};
 
 /// Resource limits of one worker process (`setrlimit`); `None` leaves the host's own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,15 +32,19 @@ pub struct WorkerLimits {
     pub cpu_seconds: Option<u64>,
     /// Open files (`RLIMIT_NOFILE`).
     pub open_files: Option<u64>,
+    /// Processes and threads of the sandbox together (`RLIMIT_NPROC`, counted in the worker's own
+    /// user namespace).
+    pub processes: Option<u64>,
 }
 
 impl Default for WorkerLimits {
-    /// 2 GiB of address space, no CPU limit, 256 open files.
+    /// 2 GiB of address space, no CPU limit, 256 open files, 64 processes and threads.
     fn default() -> Self {
         WorkerLimits {
             memory_bytes: Some(2 << 30),
             cpu_seconds: None,
             open_files: Some(256),
+            processes: Some(64),
         }
     }
 }
@@ -64,10 +72,13 @@ pub struct WorkerOptions {
     pub start_timeout: Duration,
     /// The largest frame accepted from a worker, bytes.
     pub max_frame: usize,
-    /// Resource limits per worker.
+    /// Resource limits per worker, applied inside the sandbox after the worker's own setup.
     pub limits: WorkerLimits,
-    /// Environment variables passed through to workers; all others are cleared.
-    pub env_allow: Vec<String>,
+    /// What the plugins may do beyond the sandbox's defaults (files, network, processes,
+    /// environment keys).
+    pub grants: Grants,
+    /// Who the plugins run as.
+    pub identity: Identity,
 }
 
 impl Default for WorkerOptions {
@@ -81,9 +92,8 @@ impl Default for WorkerOptions {
             start_timeout: Duration::from_secs(10),
             max_frame: protocol::DEFAULT_MAX_FRAME,
             limits: WorkerLimits::default(),
-            env_allow: ["PATH", "LANG", "LC_ALL", "TZ", "RUST_LOG"]
-                .map(String::from)
-                .to_vec(),
+            grants: Grants::default(),
+            identity: Identity::default(),
         }
     }
 }

@@ -11,7 +11,8 @@ use tokio::io::AsyncWriteExt;
 use crate::error::LoadError;
 use crate::isolate::WorkerOptions;
 use crate::isolate::protocol::{Frame, FrameError, FromWorker, ToWorker, encode, read_frame_async};
-use crate::isolate::spawn::{Process, kill_group, start};
+use crate::isolate::sandbox::SandboxReport;
+use crate::isolate::spawn::{Payload, Process, kill_group, start};
 use crate::plugin::load::PluginInfo;
 use crate::spec::ToolSpec;
 
@@ -54,7 +55,9 @@ impl Worker {
         let frame = encode(message, &[blob]);
         match message {
             ToWorker::Cancel { .. } => self.process.cancel.write_all(&frame).await,
-            ToWorker::Call { .. } => self.process.stream.write_all(&frame).await,
+            ToWorker::Call { .. } | ToWorker::Start { .. } => {
+                self.process.stream.write_all(&frame).await
+            }
         }
     }
 
@@ -115,6 +118,7 @@ pub(crate) struct Ready {
     pub interface_version: u32,
     pub tools: Vec<ToolSpec>,
     pub rejected: Vec<String>,
+    pub sandbox: SandboxReport,
 }
 
 struct Idle {
@@ -132,19 +136,12 @@ struct State {
 
 struct Inner {
     options: Arc<WorkerOptions>,
-    copy: PathBuf,
+    payload: Payload,
     shown: PathBuf,
     label: String,
     state: Mutex<State>,
     /// Woken when a worker is released or a slot freed.
     freed: tokio::sync::Notify,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        // Idle workers die with their `Worker`; the copy they loaded is no longer needed.
-        let _ = std::fs::remove_file(&self.copy);
-    }
 }
 
 /// The workers of one plugin version. Cheap to clone.
@@ -154,11 +151,12 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Starts the first worker on the private copy `copy` of `info.path` and reads what it
-    /// loaded; keeps it as the first idle worker and starts the spares.
+    /// Starts the first worker on `payload` (the plugin at `info.path` and its sandbox) and reads
+    /// what it loaded; keeps it as the first idle worker and starts the spares. The payload's
+    /// memfd is closed with the pool (workers still running keep their own descriptor).
     pub(crate) async fn open(
         options: Arc<WorkerOptions>,
-        copy: PathBuf,
+        payload: Payload,
         info: &PluginInfo,
     ) -> Result<(Pool, Ready), LoadError> {
         let label = info
@@ -169,7 +167,7 @@ impl Pool {
         let pool = Pool {
             inner: Arc::new(Inner {
                 options,
-                copy,
+                payload,
                 shown: info.path.clone(),
                 label,
                 state: Mutex::new(State {
@@ -231,7 +229,7 @@ impl Pool {
 
     async fn start_worker(&self, slot: Slot) -> Result<(Worker, Ready), String> {
         let inner = &self.inner;
-        let process = start(&inner.options, &inner.copy, &inner.shown, &inner.label)
+        let process = start(&inner.options, &inner.payload, &inner.shown, &inner.label)
             .await
             .map_err(|e| {
                 format!(
@@ -258,6 +256,7 @@ impl Pool {
                         interface_version,
                         tools,
                         rejected,
+                        sandbox,
                     },
                 ..
             })) => Ok((
@@ -268,6 +267,7 @@ impl Pool {
                     interface_version,
                     tools,
                     rejected,
+                    sandbox,
                 },
             )),
             Ok(Ok(Frame {

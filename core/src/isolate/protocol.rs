@@ -12,6 +12,8 @@ use std::io::{Read, Write};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use crate::isolate::WorkerLimits;
+use crate::isolate::sandbox::{Grants, SandboxReport};
 use crate::spec::ToolSpec;
 
 /// The fd the worker finds its channel on: calls go in, updates and answers come out.
@@ -21,6 +23,14 @@ pub const CHANNEL_FD: i32 = 3;
 /// their own, so the worker's main thread can run each call itself (no hand-off per call).
 pub const CANCEL_FD: i32 = 4;
 
+/// The fd the worker finds the plugin on: a sealed memfd holding the library's bytes (no path
+/// that anyone could swap or write; gone with the last process holding it).
+pub const PLUGIN_FD: i32 = 5;
+
+/// The fd the worker finds its scratch directory on (an `O_PATH` descriptor), when it has one;
+/// inside the sandbox it is mounted at `/tmp`.
+pub const SCRATCH_FD: i32 = 6;
+
 /// The default largest frame a host accepts from a worker: 64 MiB.
 pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
 
@@ -28,6 +38,11 @@ pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum ToWorker {
+    /// The first frame a worker reads: how to confine itself before it loads the plugin.
+    Start {
+        /// The sandbox to enter.
+        sandbox: SandboxSpec,
+    },
     /// Run one call. The arguments (JSON text) follow as the frame's blob, raw: a large argument
     /// is not escaped into a JSON string and parsed twice.
     Call {
@@ -70,6 +85,8 @@ pub enum FromWorker {
         tools: Vec<ToolSpec>,
         /// One line per tool refused.
         rejected: Vec<String>,
+        /// What of the sandbox is in force.
+        sandbox: SandboxReport,
     },
     /// The plugin did not load: the one-line error.
     LoadFailed {
@@ -96,6 +113,10 @@ pub enum FromWorker {
         images: Vec<ImageHead>,
         /// Details, JSON text.
         details: Option<String>,
+        /// The call left the worker damaged (its descriptors exhausted): the host stops it
+        /// rather than giving it another call.
+        #[serde(default, skip_serializing_if = "is_false")]
+        spent: bool,
     },
     /// A call's failure.
     Failure {
@@ -107,7 +128,30 @@ pub enum FromWorker {
         message: String,
         /// Details, JSON text.
         details: Option<String>,
+        /// As in `Answer`.
+        #[serde(default, skip_serializing_if = "is_false")]
+        spent: bool,
     },
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// How a worker confines itself (see [`crate::isolate::sandbox`]); the host resolves it from its
+/// [`WorkerOptions`](crate::isolate::WorkerOptions).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// What the plugin may do beyond the defaults.
+    pub grants: Grants,
+    /// Resource limits, applied after the worker's own setup.
+    pub limits: WorkerLimits,
+    /// The user and group ids to run as, when the worker starts as root.
+    pub identity: Option<(u32, u32)>,
+    /// The host's pid: a worker whose parent is no longer the host exits.
+    pub host_pid: i32,
+    /// The scratch directory (also on [`SCRATCH_FD`]), mounted at `/tmp` in the sandbox.
+    pub scratch: Option<std::path::PathBuf>,
 }
 
 /// Why a frame could not be read. Displayed as one line saying what was wrong.
@@ -263,6 +307,7 @@ mod tests {
                 },
             ],
             details: None,
+            spent: false,
         };
         let bytes = encode(&msg, &[b"abc", b"de"]);
         let frame: Frame<FromWorker> = read_frame(&mut &bytes[..], 1024).unwrap();

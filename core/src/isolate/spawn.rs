@@ -1,6 +1,7 @@
-//! Starting a worker process: a new session and process group, a parent-death signal, resource
-//! limits, a cleared environment, the channels on fds 3 and 4 and no other inherited descriptors; stdout
-//! and stderr piped to the host's logs.
+//! Starting a worker process: a new session and process group, a parent-death signal, a cleared
+//! environment, the channels on fds 3 and 4, the plugin on fd 5, its scratch directory on fd 6 and
+//! no other inherited descriptors; stdout and stderr piped to the host's logs. The worker's first
+//! frame tells it the sandbox to enter (see [`crate::isolate::sandbox`]).
 //!
 //! Processes are forked from one long-lived thread: `PR_SET_PDEATHSIG` fires when the thread that
 //! forked the child ends, and tokio's blocking threads come and go.
@@ -13,12 +14,14 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 
 use crate::isolate::WorkerOptions;
-use crate::isolate::protocol::{CANCEL_FD, CHANNEL_FD};
+use crate::isolate::protocol::{
+    CANCEL_FD, CHANNEL_FD, PLUGIN_FD, SCRATCH_FD, SandboxSpec, ToWorker, encode,
+};
 
 /// A started worker process and the host's ends of its channels.
 pub(crate) struct Process {
@@ -69,36 +72,60 @@ fn spawner() -> &'static Mutex<mpsc::Sender<Job>> {
     })
 }
 
-/// Starts a worker for the plugin copy at `copy`; `label` names it in logs.
+/// The plugin a worker loads and the sandbox it enters: shared by every worker of one plugin
+/// version.
+pub(crate) struct Payload {
+    /// The sealed memfd holding the plugin's bytes (the worker's fd 5).
+    pub plugin: OwnedFd,
+    /// The plugin's scratch directory, `O_PATH` (the worker's fd 6), if it has one.
+    pub scratch: Option<OwnedFd>,
+    /// The sandbox, as sent in the worker's first frame.
+    pub sandbox: SandboxSpec,
+}
+
+/// Starts a worker for `payload`; `shown` is the plugin's own path (for messages), `label` names
+/// the worker in logs.
 pub(crate) async fn start(
     options: &WorkerOptions,
-    copy: &Path,
+    payload: &Payload,
     shown: &Path,
     label: &str,
 ) -> io::Result<Process> {
     let (host_end, worker_end) = StdUnixStream::pair()?;
     let (host_cancel, worker_cancel) = StdUnixStream::pair()?;
     let mut cmd = Command::new(options.worker_executable());
-    cmd.arg(copy)
-        .arg(shown)
+    cmd.arg(shown)
         .env_clear()
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    for key in &options.env_allow {
+    for key in &options.grants.env {
         if let Some(value) = std::env::var_os(key) {
             cmd.env(key, value);
         }
     }
-    let limits = options.limits.clone();
+    if payload.scratch.is_some() {
+        cmd.env("TMPDIR", "/tmp").env("HOME", "/tmp");
+    }
     let worker_fd = OwnedFd::from(worker_end);
     let cancel_fd = OwnedFd::from(worker_cancel);
-    let (raw, raw_cancel) = (worker_fd.as_raw_fd(), cancel_fd.as_raw_fd());
+    // Each descriptor the worker gets and the number it gets it on.
+    let mut handed = vec![
+        (worker_fd.as_raw_fd(), CHANNEL_FD),
+        (cancel_fd.as_raw_fd(), CANCEL_FD),
+        (payload.plugin.as_raw_fd(), PLUGIN_FD),
+    ];
+    if let Some(scratch) = &payload.scratch {
+        handed.push((scratch.as_raw_fd(), SCRATCH_FD));
+    }
+    let last = handed.iter().map(|(_, to)| *to).max().unwrap_or(CANCEL_FD);
     // SAFETY: `getpid` has no preconditions.
     let parent = unsafe { libc::getpid() };
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
-    // calls (setsid, prctl, getppid, setrlimit, fcntl, dup2, close_range).
+    // calls (setsid, prctl, getppid, fcntl, dup2, close_range); `handed` is not reallocated.
+    // Resource limits are not set here: the worker sets them inside its sandbox, after its own
+    // setup, so they never cap the descriptors it is handed.
     unsafe {
         cmd.pre_exec(move || {
             if libc::setsid() < 0 {
@@ -111,37 +138,25 @@ pub(crate) async fn start(
                 // The host died before the signal was armed.
                 libc::_exit(1);
             }
-            let limit = |resource, value: Option<u64>| {
-                if let Some(v) = value {
-                    let rl = libc::rlimit {
-                        rlim_cur: v,
-                        rlim_max: v,
-                    };
-                    if libc::setrlimit(resource, &rl) < 0 {
-                        return Err(io::Error::last_os_error());
-                    }
+            // Each moved out of the way first (above every target), so none lands on another's
+            // target number; dup2 leaves the targets without close-on-exec.
+            let mut high = [0; 4];
+            for (slot, (from, _)) in high.iter_mut().zip(&handed) {
+                *slot = libc::fcntl(*from, libc::F_DUPFD, SCRATCH_FD + 1);
+                if *slot < 0 {
+                    return Err(io::Error::last_os_error());
                 }
-                Ok(())
-            };
-            limit(libc::RLIMIT_AS, limits.memory_bytes)?;
-            limit(libc::RLIMIT_CPU, limits.cpu_seconds)?;
-            limit(libc::RLIMIT_NOFILE, limits.open_files)?;
-            // Moved out of the way first, so neither lands on the other's target number; dup2
-            // leaves the targets without close-on-exec.
-            let high_channel = libc::fcntl(raw, libc::F_DUPFD, 10);
-            let high_cancel = libc::fcntl(raw_cancel, libc::F_DUPFD, 10);
-            if high_channel < 0
-                || high_cancel < 0
-                || libc::dup2(high_channel, CHANNEL_FD) < 0
-                || libc::dup2(high_cancel, CANCEL_FD) < 0
-            {
-                return Err(io::Error::last_os_error());
             }
-            // Everything above the channels is closed at exec (std marks its own descriptors
-            // close-on-exec, other libraries may not). They are marked, not closed here: std's
-            // own pipe that reports a failed exec to the parent must stay open until exec.
+            for (moved, (_, to)) in high.iter().zip(&handed) {
+                if libc::dup2(*moved, *to) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            // Everything above the handed descriptors is closed at exec (std marks its own
+            // descriptors close-on-exec, other libraries may not). They are marked, not closed
+            // here: std's own pipe that reports a failed exec to the parent must stay open.
             const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
-            let first = CANCEL_FD as u32 + 1;
+            let first = last as u32 + 1;
             if libc::syscall(libc::SYS_close_range, first, u32::MAX, CLOSE_RANGE_CLOEXEC) != 0 {
                 // Kernels before 5.11: one descriptor at a time.
                 for fd in first as i32..4096 {
@@ -173,7 +188,14 @@ pub(crate) async fn start(
     let stderr_reader = forward_output(&mut child, label, pid, &last_stderr);
     host_end.set_nonblocking(true)?;
     host_cancel.set_nonblocking(true)?;
-    let stream = UnixStream::from_std(host_end)?;
+    let mut stream = UnixStream::from_std(host_end)?;
+    let first = encode(
+        &ToWorker::Start {
+            sandbox: payload.sandbox.clone(),
+        },
+        &[],
+    );
+    stream.write_all(&first).await?;
     let cancel = UnixStream::from_std(host_cancel)?;
     Ok(Process {
         child,

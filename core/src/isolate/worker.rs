@@ -1,7 +1,8 @@
-//! The worker side: what `rho-worker <plugin copy>` runs. It loads one plugin, says `Ready` on its
-//! channel (fd 3), then runs calls one at a time on its main thread; a second thread reads the
-//! cancel channel (fd 4) and sets the running call's flag. It exits when the host closes the
-//! channel.
+//! The worker side: what `rho-worker` runs. It reads the sandbox to enter from its channel (fd 3),
+//! enters it (see [`crate::isolate::sandbox`]), loads the plugin from fd 5, says `Ready` with what
+//! of the sandbox is in force, then runs calls one at a time on its main thread; a second thread
+//! reads the cancel channel (fd 4) and sets the running call's flag. It exits when the host
+//! closes the channel.
 //!
 //! Only this process is at risk: a plugin that segfaults, aborts or exits takes the worker down,
 //! and the host reads that as the call's crash.
@@ -18,8 +19,10 @@ use rho_plugin_api::{Answer, Output};
 
 use crate::invoke::Failure;
 use crate::isolate::protocol::{
-    CANCEL_FD, CHANNEL_FD, FrameError, FromWorker, ImageHead, ToWorker, read_frame, write_frame,
+    CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, ImageHead, PLUGIN_FD, SCRATCH_FD,
+    ToWorker, read_frame, write_frame,
 };
+use crate::isolate::sandbox;
 use crate::outcome::crash_text;
 use crate::plugin::call::call_module;
 use crate::plugin::load::load_checked_copy;
@@ -49,48 +52,65 @@ fn take_fd(fd: i32, what: &str) -> Option<UnixStream> {
     Some(unsafe { UnixStream::from_raw_fd(fd) })
 }
 
-/// The worker's main: `rho-worker PLUGIN_COPY [SHOWN_PATH]`.
+/// The worker's main: `rho-worker SHOWN_PATH`, with its channels on fds 3 and 4, the plugin on
+/// fd 5 and its scratch directory on fd 6. The first frame on the channel is the sandbox to enter.
 pub fn main() -> ExitCode {
-    let mut args = std::env::args_os().skip(1);
-    let Some(copy) = args.next().map(PathBuf::from) else {
+    let Some(shown) = std::env::args_os().nth(1).map(PathBuf::from) else {
         eprintln!(
-            "rho-worker: usage: rho-worker PLUGIN_COPY [SHOWN_PATH] (started by a rho host, channels on fds 3 and 4)"
+            "rho-worker: usage: rho-worker SHOWN_PATH (started by a rho host, channels on fds 3 and 4, the plugin on fd 5)"
         );
         return ExitCode::from(2);
     };
-    let shown = args
-        .next()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| copy.clone());
     let (Some(stream), Some(cancel)) = (
         take_fd(CHANNEL_FD, "channel"),
         take_fd(CANCEL_FD, "cancel channel"),
     ) else {
         return ExitCode::from(2);
     };
+    let load_failed = |error: String| {
+        let _ = write_frame(&mut &stream, &FromWorker::LoadFailed { error }, &[]);
+        ExitCode::SUCCESS
+    };
+    // Read unbuffered: nothing past the first frame may be consumed before the sandbox forks.
+    let spec = match read_frame::<ToWorker>(&mut &stream, MAX_FROM_HOST) {
+        Ok(Frame {
+            message: ToWorker::Start { sandbox },
+            ..
+        }) => sandbox,
+        Ok(_) => return load_failed("the host sent something else than Start".into()),
+        Err(e) => return load_failed(format!("reading the sandbox: {e}")),
+    };
+    // Only the plugin process returns from here; the worker and the sandbox's init wait inside
+    // and end as it does.
+    let mut report = match sandbox::enter(&spec) {
+        Ok(report) => report,
+        Err(e) => return load_failed(format!("setting up the sandbox: {e}")),
+    };
+    sandbox::confine(&spec, &mut report);
+    let plugin = PathBuf::from(format!("/proc/self/fd/{PLUGIN_FD}"));
+    let loaded = match load_checked_copy(&plugin, &shown) {
+        Ok(loaded) => loaded,
+        Err(error) => return load_failed(error.to_string()),
+    };
+    // The image stays mapped and the Landlock rules hold without them: the plugin keeps only
+    // its channels.
+    // SAFETY: closing descriptors this process owns and no longer uses.
+    unsafe {
+        libc::close(PLUGIN_FD);
+        libc::close(SCRATCH_FD);
+    }
+    // The writing end for the call thread and the update callbacks (fd 5 from here on).
     let Ok(writer) = stream.try_clone() else {
         return ExitCode::from(1);
     };
     let channel: Channel = Arc::new(Mutex::new(writer));
-    let loaded = match load_checked_copy(&copy, &shown) {
-        Ok(loaded) => loaded,
-        Err(error) => {
-            send(
-                &channel,
-                &FromWorker::LoadFailed {
-                    error: error.to_string(),
-                },
-                &[],
-            );
-            return ExitCode::SUCCESS;
-        }
-    };
     let ready = FromWorker::Ready {
         name: loaded.info.name.clone(),
         version: loaded.info.version.clone(),
         interface_version: loaded.info.interface_version,
         tools: loaded.tools.clone(),
         rejected: loaded.rejected.clone(),
+        sandbox: report.clone(),
     };
     if !send(&channel, &ready, &[]) {
         return ExitCode::from(1);
@@ -104,7 +124,23 @@ pub fn main() -> ExitCode {
         eprintln!("rho-worker: cannot start the cancel thread: {e}");
         return ExitCode::from(1);
     }
-    serve(BufReader::new(stream), &channel, loaded.module, &running)
+    let sandbox = Confinement {
+        grants: spec.grants,
+        report,
+    };
+    serve(
+        BufReader::new(stream),
+        &channel,
+        loaded.module,
+        &running,
+        &sandbox,
+    )
+}
+
+/// What the plugin process knows of its sandbox while serving.
+struct Confinement {
+    grants: sandbox::Grants,
+    report: sandbox::SandboxReport,
 }
 
 /// Sets the flag of the running call when its `Cancel` arrives.
@@ -125,6 +161,7 @@ fn serve(
     channel: &Channel,
     module: rho_plugin_api::ffi::PluginModRef,
     running: &Running,
+    sandbox: &Confinement,
 ) -> ExitCode {
     loop {
         let frame = match read_frame::<ToWorker>(&mut reader, MAX_FROM_HOST) {
@@ -144,6 +181,7 @@ fn serve(
                 kind: "invalid_arguments".into(),
                 message: "the arguments are not UTF-8 text".into(),
                 details: None,
+                spent: false,
             };
             send(channel, &failure, &[]);
             continue;
@@ -160,11 +198,23 @@ fn serve(
         };
         let result = call_module(module, &tool, &args, &call_id, &cancelled, &on_update);
         *running.lock().unwrap_or_else(PoisonError::into_inner) = None;
-        answer(channel, id, result);
+        // Before answering: what the call started is gone when the host reads the answer.
+        let spent = sandbox::after_call(&sandbox.report);
+        answer(channel, id, result, spent, &sandbox.grants);
     }
 }
 
-fn answer(channel: &Channel, id: u64, result: Result<Answer, Failure>) {
+fn answer(
+    channel: &Channel,
+    id: u64,
+    result: Result<Answer, Failure>,
+    spent: bool,
+    grants: &sandbox::Grants,
+) {
+    let noted = |text: String| match sandbox::denial_note(&text, grants) {
+        Some(note) => format!("{text} {note}"),
+        None => text,
+    };
     let (message, blobs): (FromWorker, Vec<&[u8]>) = match &result {
         Ok(answer) => {
             let (kind, text) = match &answer.output {
@@ -186,6 +236,7 @@ fn answer(channel: &Channel, id: u64, result: Result<Answer, Failure>) {
                 text_len: text.len(),
                 images: heads,
                 details: answer.details.as_ref().map(|d| d.to_string()),
+                spent,
             };
             let blobs = std::iter::once(text.as_bytes())
                 .chain(images.iter().map(|i| i.bytes.as_slice()))
@@ -196,10 +247,10 @@ fn answer(channel: &Channel, id: u64, result: Result<Answer, Failure>) {
             let (kind, message, details) = match failure {
                 Failure::Tool(e) => (
                     "error",
-                    e.message.clone(),
+                    noted(e.message.clone()),
                     e.details.as_ref().map(|d| d.to_string()),
                 ),
-                Failure::Crash(reason) => ("panic", crash_text(reason), None),
+                Failure::Crash(reason) => ("panic", noted(crash_text(reason)), None),
                 Failure::InvalidArguments(m) => ("invalid_arguments", m.clone(), None),
                 Failure::UnknownTool(m) => ("unknown_tool", m.clone(), None),
             };
@@ -209,6 +260,7 @@ fn answer(channel: &Channel, id: u64, result: Result<Answer, Failure>) {
                     kind: kind.into(),
                     message,
                     details,
+                    spent,
                 },
                 Vec::new(),
             )

@@ -9,6 +9,9 @@ use crate::invoke::Invoke;
 use crate::isolate::WorkerOptions;
 use crate::isolate::invoke::IsolatedInvoke;
 use crate::isolate::pool::Pool;
+use crate::isolate::protocol::SandboxSpec;
+use crate::isolate::sandbox::{SandboxReport, ScratchRoot, plugin_memfd};
+use crate::isolate::spawn::Payload;
 use crate::plugin::call::{InProcessInvoke, InProcessPlugin};
 use crate::plugin::load::{CopyDir, PluginFile, PluginInfo, check_elf, load_in_process};
 use crate::spec::ToolSpec;
@@ -18,6 +21,8 @@ pub(crate) struct LoadedVersion {
     pub info: PluginInfo,
     pub tools: Vec<(ToolSpec, Arc<dyn Invoke>)>,
     pub rejected: Vec<String>,
+    /// What of the sandbox is in force (isolated versions).
+    pub sandbox: Option<SandboxReport>,
 }
 
 /// How a directory's plugins run.
@@ -32,6 +37,8 @@ pub(crate) enum Backend {
 pub(crate) struct Isolated {
     pub options: Arc<WorkerOptions>,
     pools: Mutex<HashMap<String, Pool>>,
+    /// The plugins' scratch directories, made on the first load.
+    scratch: Mutex<Option<Arc<ScratchRoot>>>,
 }
 
 impl Isolated {
@@ -39,11 +46,66 @@ impl Isolated {
         Isolated {
             options: Arc::new(options),
             pools: Mutex::new(HashMap::new()),
+            scratch: Mutex::new(None),
         }
+    }
+
+    fn scratch_root(&self) -> std::io::Result<Arc<ScratchRoot>> {
+        let mut slot = self.scratch.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(root) = &*slot {
+            return Ok(root.clone());
+        }
+        let root = Arc::new(ScratchRoot::new()?);
+        *slot = Some(root.clone());
+        Ok(root)
     }
 
     fn pools(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pool>> {
         self.pools.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What a worker of `file` is handed: its bytes in a sealed memfd, the plugin's scratch
+    /// directory (one per plugin file, shared by its versions and workers, removed with the
+    /// host's private directory) and the sandbox spec.
+    fn payload(&self, file: &PluginFile) -> Result<Payload, LoadError> {
+        let stem = file
+            .path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "plugin".into());
+        let name: String = stem
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let copy_error = |e: std::io::Error| LoadError::Copy {
+            path: file.path.clone(),
+            reason: e.to_string(),
+        };
+        let plugin = plugin_memfd(&name, &file.bytes).map_err(copy_error)?;
+        let identity = self.options.identity.resolve();
+        let (scratch_path, scratch) = self
+            .scratch_root()
+            .map_err(copy_error)?
+            .plugin_dir(&name, identity)
+            .map_err(copy_error)?;
+        Ok(Payload {
+            plugin,
+            scratch: Some(scratch),
+            sandbox: SandboxSpec {
+                grants: self.options.grants.clone(),
+                limits: self.options.limits.clone(),
+                identity,
+                // SAFETY: getpid has no preconditions.
+                host_pid: unsafe { libc::getpid() },
+                scratch: Some(scratch_path),
+            },
+        })
     }
 }
 
@@ -89,11 +151,11 @@ impl Backend {
                     info: loaded.info,
                     tools,
                     rejected: loaded.rejected,
+                    sandbox: None,
                 })
             }
             Backend::Isolated(isolated) => {
                 check_elf(file)?;
-                let copy = copies.copy(file)?;
                 let probe = PluginInfo {
                     name: String::new(),
                     version: String::new(),
@@ -101,14 +163,17 @@ impl Backend {
                     path: file.path.clone(),
                     sha256: file.sha256.clone(),
                 };
-                let (pool, ready) =
-                    match Pool::open(isolated.options.clone(), copy.clone(), &probe).await {
-                        Ok(opened) => opened,
-                        Err(e) => {
-                            let _ = std::fs::remove_file(&copy);
-                            return Err(e);
-                        }
-                    };
+                let payload = isolated.payload(file)?;
+                let (pool, ready) = Pool::open(isolated.options.clone(), payload, &probe).await?;
+                if !ready.sandbox.complete() {
+                    tracing::warn!(
+                        file = %file.path.display(),
+                        sandbox = %ready.sandbox,
+                        "the plugin's sandbox is incomplete"
+                    );
+                } else {
+                    tracing::debug!(file = %file.path.display(), sandbox = %ready.sandbox, "sandbox");
+                }
                 let info = PluginInfo {
                     name: ready.name,
                     version: ready.version,
@@ -126,6 +191,7 @@ impl Backend {
                     info,
                     tools,
                     rejected: ready.rejected,
+                    sandbox: Some(ready.sandbox),
                 })
             }
         }

@@ -16,6 +16,7 @@ use crate::registry::{ResolvedTool, SourceId, ToolRegistry};
 /// Where a directory's plugins run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant)] // options, made once per directory
 pub enum Isolation {
     /// In the host's process (trusted plugins; fastest; a plugin crash is the host's).
     #[default]
@@ -422,6 +423,12 @@ impl PluginDir {
             }
         }
         let names: Vec<String> = tools.iter().map(|t| t.spec.name.clone()).collect();
+        if let Some(sandbox) = loaded.sandbox.as_ref().filter(|s| !s.complete()) {
+            report.event(EventKind::Warning {
+                subject: loaded.info.name.clone(),
+                message: format!("{file}: the plugin's sandbox is incomplete: {sandbox}"),
+            });
+        }
         let info = loaded.info;
         let label = format!("{}@{}", info.name, info.version);
         let old = state.slots.insert(
@@ -442,6 +449,7 @@ impl PluginDir {
                     path: file,
                     tools: names,
                     isolated: inner.backend.is_isolated(),
+                    sandbox: loaded.sandbox,
                 });
             }
             Some(old) => {

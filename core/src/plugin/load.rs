@@ -76,8 +76,9 @@ pub struct CopyDir {
 }
 
 impl CopyDir {
-    /// Creates a fresh private directory under the system's temporary directory. The directory
-    /// must not exist yet (`create_dir`, not `create_dir_all`): another user cannot hand the host
+    /// Creates a fresh private directory under a safe temporary directory
+    /// ([`secure_temp_dir`](crate::isolate::sandbox::secure_temp_dir): a `$TMPDIR` others could
+    /// tamper with is avoided). The directory must not exist yet (`create_dir`, not `create_dir_all`): another user cannot hand the host
     /// a directory of theirs to load from; a taken name moves on to the next one.
     pub fn new() -> Result<Self, LoadError> {
         use std::os::unix::fs::DirBuilderExt;
@@ -86,10 +87,14 @@ impl CopyDir {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
+        let base = crate::isolate::sandbox::secure_temp_dir().map_err(|e| LoadError::Copy {
+            path: std::env::temp_dir(),
+            reason: e.to_string(),
+        })?;
         let mut last_error = String::new();
         for _ in 0..64 {
             let n = INSTANCE.fetch_add(1, Ordering::Relaxed);
-            let dir = std::env::temp_dir().join(format!(
+            let dir = base.join(format!(
                 "rho-plugins-{}-{nanos:08x}-{n}",
                 std::process::id()
             ));
@@ -112,7 +117,7 @@ impl CopyDir {
             }
         }
         Err(LoadError::Copy {
-            path: std::env::temp_dir(),
+            path: base,
             reason: format!("no fresh private directory could be made: {last_error}"),
         })
     }

@@ -1,0 +1,1066 @@
+//! The sandbox an isolated plugin runs in, set up by the worker before the plugin's first byte of
+//! code runs (load-time constructors included).
+//!
+//! # What a worker is made of
+//!
+//! The host starts `rho-worker` (a new session, a parent-death signal, a cleared environment, the
+//! channels on fds 3 and 4, the plugin as a sealed memfd on fd 5, its scratch directory on fd 6).
+//! The worker reads its [`SandboxSpec`] from the channel, then:
+//!
+//! 1. **identity**: a worker started as root switches to the spec's user and group (by default
+//!    `nobody`, 65534:65534) and re-arms its parent-death signal (a credential change clears it);
+//! 2. **namespaces**: `unshare` of a user, PID, mount, IPC and UTS namespace, and a network
+//!    namespace unless the network is granted; the user namespace maps the worker's own ids only;
+//! 3. **three processes**: the worker (the host's child) forks the namespace's init (pid 1), which
+//!    mounts a fresh `/proc` (only the sandbox's processes are visible) and the scratch directory
+//!    on `/tmp`, then forks the process that loads the plugin and serves calls. The init reaps
+//!    orphans and hands the plugin process's wait status to the worker, which ends the same way
+//!    (`killed by signal 11 (SIGSEGV)` reads as before). When the init dies the kernel kills every
+//!    process in the namespace, `setsid` or not; each of the three has a parent-death signal, so
+//!    the chain falls with the host;
+//! 4. **confinement** of the plugin process: all capabilities dropped, resource limits (memory,
+//!    CPU, open files, processes, no core dumps) applied only now, so they never cap the worker's
+//!    own setup; Landlock (reads under system paths and the granted ones, writes under the scratch
+//!    directory and the granted ones, no TCP unless the network is granted, no signals or abstract
+//!    sockets out of the sandbox, no ptrace of anything outside it); `no_new_privs`; a seccomp
+//!    filter refusing with `EPERM` what no tool needs (ptrace, mounts, namespaces, kernel modules,
+//!    BPF, io_uring, ...) and, unless child processes are granted, `fork`, `execve` and `clone`
+//!    without `CLONE_THREAD`;
+//! 5. the plugin is loaded from `/proc/self/fd/5`; the worker reports what is in force
+//!    ([`SandboxReport`]) with its tools.
+//!
+//! After each call the plugin process kills every other process in its namespace (what the
+//! plugin started and left running) before it answers, and tells the host when the call left it
+//! damaged (its descriptors exhausted): the host stops such a worker rather than reuse it.
+//!
+//! Each mechanism is best effort: where the kernel lacks one, the others still apply and the
+//! report says what is missing (the host logs it as a warning).
+
+use std::ffi::CString;
+use std::fmt;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::isolate::WorkerLimits;
+use crate::isolate::protocol::{CANCEL_FD, CHANNEL_FD, PLUGIN_FD, SCRATCH_FD, SandboxSpec};
+
+/// What an isolated plugin may do beyond the defaults. Without grants a plugin reads system
+/// files (`/usr`, `/lib*`, `/bin`, `/sbin`, `/etc`, `/opt`, its own `/proc`), writes only its scratch
+/// directory (`/tmp` inside the sandbox), has no network, starts no processes, and sees only the
+/// environment keys in `env`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Grants {
+    /// Paths (and everything beneath them) the plugin may read.
+    pub read: Vec<PathBuf>,
+    /// Paths (and everything beneath them) the plugin may read and write.
+    pub write: Vec<PathBuf>,
+    /// Network access (TCP and UDP, the host's network namespace).
+    pub network: bool,
+    /// Starting child processes (`fork`, `execve`); they die at the end of each call.
+    pub processes: bool,
+    /// Environment variables passed through from the host; all others are cleared.
+    pub env: Vec<String>,
+}
+
+impl Default for Grants {
+    /// Nothing beyond the defaults; the environment keys `PATH`, `LANG`, `LC_ALL`, `TZ`, `RUST_LOG`.
+    fn default() -> Self {
+        Grants {
+            read: Vec::new(),
+            write: Vec::new(),
+            network: false,
+            processes: false,
+            env: ["PATH", "LANG", "LC_ALL", "TZ", "RUST_LOG"]
+                .map(String::from)
+                .to_vec(),
+        }
+    }
+}
+
+/// Who an isolated plugin runs as.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Identity {
+    /// `nobody` (65534:65534) when the host runs as root, the host's own ids otherwise.
+    #[default]
+    Auto,
+    /// The host's own ids.
+    Host,
+    /// These ids (the host must run as root to switch to them).
+    User {
+        /// User id.
+        uid: u32,
+        /// Group id.
+        gid: u32,
+    },
+}
+
+impl Identity {
+    /// The ids a worker switches to, if any.
+    pub(crate) fn resolve(self) -> Option<(u32, u32)> {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        match self {
+            Identity::Auto if root => Some((NOBODY, NOBODY)),
+            Identity::Auto | Identity::Host => None,
+            Identity::User { uid, gid } => Some((uid, gid)),
+        }
+    }
+}
+
+const NOBODY: u32 = 65534;
+
+/// What of the sandbox is in force in a worker, as it reported after loading its plugin.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SandboxReport {
+    /// The user id the plugin runs as (outside its user namespace).
+    pub uid: u32,
+    /// The group id.
+    pub gid: u32,
+    /// A user namespace of its own.
+    pub user_ns: bool,
+    /// A PID namespace of its own (it sees and signals only its own processes; they all die
+    /// with the worker).
+    pub pid_ns: bool,
+    /// A mount namespace with a fresh `/proc`.
+    pub fresh_proc: bool,
+    /// The scratch directory is mounted at `/tmp`.
+    pub scratch: bool,
+    /// A network namespace of its own (no network).
+    pub net_ns: bool,
+    /// The Landlock ABI enforced (0: none).
+    pub landlock_abi: u8,
+    /// Whether every Landlock restriction asked for is enforced.
+    pub landlock_full: bool,
+    /// The seccomp filter is installed.
+    pub seccomp: bool,
+    /// `no_new_privs` is set.
+    pub no_new_privs: bool,
+    /// Capabilities were dropped.
+    pub caps_dropped: bool,
+    /// What could not be set up, one line each.
+    pub missing: Vec<String>,
+}
+
+impl SandboxReport {
+    /// Whether every mechanism is in force.
+    pub fn complete(&self) -> bool {
+        self.missing.is_empty()
+    }
+}
+
+impl fmt::Display for SandboxReport {
+    /// One line: `uid 65534, user+pid+mount+net namespaces, fresh /proc, Landlock ABI 7, seccomp,
+    /// no_new_privs, no capabilities`, then what is missing.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = vec![format!("uid {}", self.uid)];
+        let ns: Vec<&str> = [
+            (self.user_ns, "user"),
+            (self.pid_ns, "pid"),
+            (self.fresh_proc, "mount"),
+            (self.net_ns, "net"),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, name)| *name)
+        .collect();
+        if !ns.is_empty() {
+            parts.push(format!("{} namespaces", ns.join("+")));
+        }
+        if self.fresh_proc {
+            parts.push("fresh /proc".into());
+        }
+        if self.landlock_abi > 0 {
+            parts.push(format!(
+                "Landlock ABI {}{}",
+                self.landlock_abi,
+                if self.landlock_full { "" } else { " (partly)" }
+            ));
+        }
+        for (on, name) in [
+            (self.seccomp, "seccomp"),
+            (self.no_new_privs, "no_new_privs"),
+            (self.caps_dropped, "no capabilities"),
+        ] {
+            if on {
+                parts.push(name.into());
+            }
+        }
+        write!(f, "{}", parts.join(", "))?;
+        if !self.missing.is_empty() {
+            write!(f, "; missing: {}", self.missing.join("; "))?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+
+/// A sealed memfd holding `bytes`: the worker loads the plugin from it (`/proc/self/fd/5`). No
+/// path exists that anyone could swap, no process can write it, and it is gone with the last
+/// process holding it.
+pub(crate) fn plugin_memfd(name: &str, bytes: &[u8]) -> io::Result<OwnedFd> {
+    use std::io::Write;
+    let label = CString::new(format!("rho-plugin:{name}").replace('\0', "?"))
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    const MFD_EXEC: libc::c_uint = 0x10;
+    let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    // SAFETY: a valid C string; the result is checked.
+    let mut fd = unsafe { libc::memfd_create(label.as_ptr(), flags | MFD_EXEC) };
+    if fd < 0 {
+        // Kernels before 6.3 do not know MFD_EXEC (and map memfds executable anyway).
+        // SAFETY: as above.
+        fd = unsafe { libc::memfd_create(label.as_ptr(), flags) };
+    }
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just created and owned by nothing else.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut file = std::fs::File::from(owned);
+    file.write_all(bytes)?;
+    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+    // SAFETY: fcntl on our own descriptor.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(OwnedFd::from(file))
+}
+
+/// The directory holding the scratch directories of one plugin directory's isolated plugins:
+/// `rho-scratch-*` in a safe temporary directory ([`secure_temp_dir`]), mode 0711 (its entries
+/// can be reached by name, not listed), removed with everything in it when dropped.
+#[derive(Debug)]
+pub(crate) struct ScratchRoot {
+    dir: PathBuf,
+}
+
+impl ScratchRoot {
+    /// Creates a fresh one (`mkdir`, never adopting an existing directory).
+    pub fn new() -> io::Result<Self> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let base = secure_temp_dir()?;
+        let mut last = None;
+        for _ in 0..16 {
+            let dir = base.join(format!(
+                "rho-scratch-{}-{}",
+                std::process::id(),
+                random_hex()
+            ));
+            match std::fs::DirBuilder::new().mode(0o711).create(&dir) {
+                Ok(()) => {
+                    // The umask may have taken the search bits away.
+                    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))?;
+                    return Ok(ScratchRoot { dir });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("no fresh scratch directory")))
+    }
+
+    /// Makes (or reuses) the scratch directory of plugin `name`: an unguessable name, owned by
+    /// `identity` when the host is root, mode 0700. Returns its path and an `O_PATH` descriptor
+    /// (the worker's Landlock rule is made from the descriptor, not the path).
+    pub fn plugin_dir(
+        &self,
+        name: &str,
+        identity: Option<(u32, u32)>,
+    ) -> io::Result<(PathBuf, OwnedFd)> {
+        use std::os::unix::fs::DirBuilderExt;
+        let prefix = format!("{name}-");
+        let existing = std::fs::read_dir(&self.dir)?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.strip_prefix(&prefix))
+                    .is_some_and(|rest| rest.len() == 16 && !rest.contains('-'))
+            });
+        let dir = match existing {
+            Some(dir) => dir,
+            None => {
+                let dir = self.dir.join(format!("{prefix}{}", random_hex()));
+                std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+                if let Some((uid, gid)) = identity {
+                    std::os::unix::fs::lchown(&dir, Some(uid), Some(gid))?;
+                }
+                dir
+            }
+        };
+        let c = CString::new(dir.as_os_str().as_encoded_bytes())
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        // SAFETY: a valid C string; the result is checked.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: just opened, owned by nothing else.
+        Ok((dir, unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+}
+
+impl Drop for ScratchRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn random_hex() -> String {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom fills the buffer it is given.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n != bytes.len() as isize {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        bytes = nanos.to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A temporary directory no other user can tamper with: `$TMPDIR` when it and each of its
+/// ancestors is owned by root or this user and, when others may write it, sticky; else the
+/// first such of `/tmp`, `/var/tmp`, `/dev/shm`. A `$TMPDIR` that fails is avoided (and logged).
+pub fn secure_temp_dir() -> io::Result<PathBuf> {
+    let from_env = std::env::var_os("TMPDIR").map(PathBuf::from);
+    let candidates = from_env
+        .iter()
+        .cloned()
+        .chain(["/tmp", "/var/tmp", "/dev/shm"].map(PathBuf::from));
+    let mut refused = Vec::new();
+    for dir in candidates {
+        match safe_dir_chain(&dir) {
+            Ok(canonical) => {
+                if !refused.is_empty() {
+                    tracing::warn!(
+                        avoided = %refused.join("; "),
+                        using = %canonical.display(),
+                        "an unsafe temporary directory was avoided"
+                    );
+                }
+                return Ok(canonical);
+            }
+            Err(why) => refused.push(format!("{}: {why}", dir.display())),
+        }
+    }
+    Err(io::Error::other(format!(
+        "no safe temporary directory: {}",
+        refused.join("; ")
+    )))
+}
+
+/// Checks that `dir` and each ancestor (after resolving symlinks) is a directory owned by root or
+/// this user that others cannot write unless it is sticky. Returns the canonical path.
+pub(crate) fn safe_dir_chain(dir: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::MetadataExt;
+    let canonical = dir.canonicalize().map_err(|e| e.to_string())?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    for ancestor in canonical.ancestors() {
+        let meta = std::fs::metadata(ancestor).map_err(|e| e.to_string())?;
+        if !meta.is_dir() {
+            return Err(format!("{} is not a directory", ancestor.display()));
+        }
+        if meta.uid() != 0 && meta.uid() != me {
+            return Err(format!(
+                "{} belongs to user {}",
+                ancestor.display(),
+                meta.uid()
+            ));
+        }
+        let sticky = meta.mode() & libc::S_ISVTX != 0;
+        if meta.mode() & 0o022 != 0 && !sticky {
+            return Err(format!(
+                "{} is writable by others and not sticky (mode {:o})",
+                ancestor.display(),
+                meta.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(canonical)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker side.
+
+/// System paths every plugin may read (and execute from, where child processes are granted).
+const SYSTEM_READ: &[&str] = &[
+    "/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc",
+];
+
+/// Device files every plugin may read and write.
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/urandom",
+    "/dev/random",
+];
+
+fn os_error(what: &str) -> String {
+    format!("{what}: {}", io::Error::last_os_error())
+}
+
+fn write_file(path: &str, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("writing {path}: {e}"))
+}
+
+/// Enters the sandbox. Returns only in the process that will load the plugin and serve calls;
+/// the worker process and the namespace's init stay in here until the plugin process ends, and
+/// then end the same way. `Err` is a setup step that must not be skipped (the identity switch).
+pub(crate) fn enter(spec: &SandboxSpec) -> Result<SandboxReport, String> {
+    let mut report = SandboxReport::default();
+    // SAFETY (this function): plain system calls on this process's own state; the process is
+    // single-threaded here (the worker starts no thread before this), so `fork` is sound.
+    unsafe {
+        if let Some((uid, gid)) = spec.identity
+            && libc::geteuid() == 0
+        {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setresgid(gid, gid, gid) != 0
+                || libc::setresuid(uid, uid, uid) != 0
+            {
+                return Err(os_error(&format!("switching to uid {uid}, gid {gid}")));
+            }
+            // A credential change clears the parent-death signal.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+                || libc::getppid() != spec.host_pid
+            {
+                libc::_exit(1);
+            }
+        }
+        report.uid = libc::geteuid();
+        report.gid = libc::getegid();
+
+        let mut flags = libc::CLONE_NEWUSER
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWNS
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWUTS;
+        if !spec.grants.network {
+            flags |= libc::CLONE_NEWNET;
+        }
+        if libc::unshare(flags) == 0 {
+            // A credential change left the process undumpable, which makes its /proc files
+            // root's: the maps could not be written.
+            libc::prctl(libc::PR_SET_DUMPABLE, 1);
+            let maps = write_file("/proc/self/setgroups", "deny")
+                .and_then(|()| write_file("/proc/self/uid_map", &format!("{0} {0} 1", report.uid)))
+                .and_then(|()| write_file("/proc/self/gid_map", &format!("{0} {0} 1", report.gid)));
+            if let Err(e) = maps {
+                report.missing.push(e);
+            }
+            report.user_ns = true;
+            report.pid_ns = true;
+            report.net_ns = !spec.grants.network;
+        } else {
+            report
+                .missing
+                .push(os_error("namespaces (user, pid, mount, net)"));
+        }
+
+        let mut status_pipe = [0; 2];
+        if libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(os_error("a pipe"));
+        }
+        let [status_read, status_write] = status_pipe;
+        match libc::fork() {
+            -1 => Err(os_error("starting the sandbox's init")),
+            0 => {
+                libc::close(status_read);
+                be_init(spec, status_write, report)
+            }
+            init => {
+                libc::close(status_write);
+                for fd in [CHANNEL_FD, CANCEL_FD, PLUGIN_FD, SCRATCH_FD] {
+                    libc::close(fd);
+                }
+                mirror(init, status_read)
+            }
+        }
+    }
+}
+
+/// The namespace's init: mounts, then forks the plugin process and reaps until it ends.
+unsafe fn be_init(
+    spec: &SandboxSpec,
+    status_write: i32,
+    mut report: SandboxReport,
+) -> Result<SandboxReport, String> {
+    // SAFETY: as in `enter`: system calls on this single-threaded process's own state.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        // The worker died before the signal was armed: its end of the pipe is gone.
+        let mut poll = libc::pollfd {
+            fd: status_write,
+            events: 0,
+            revents: 0,
+        };
+        if libc::poll(&mut poll, 1, 0) > 0 && poll.revents & libc::POLLERR != 0 {
+            libc::_exit(1);
+        }
+        if report.pid_ns {
+            mount_private(spec, &mut report);
+        }
+        match libc::fork() {
+            -1 => {
+                eprintln!("rho-worker: {}", os_error("starting the plugin process"));
+                libc::_exit(1);
+            }
+            0 => {
+                libc::close(status_write);
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(report)
+            }
+            plugin => {
+                for fd in [CHANNEL_FD, CANCEL_FD, PLUGIN_FD, SCRATCH_FD] {
+                    libc::close(fd);
+                }
+                loop {
+                    let mut status = 0;
+                    let pid = libc::waitpid(-1, &mut status, 0);
+                    if pid == plugin {
+                        let bytes = status.to_ne_bytes();
+                        libc::write(status_write, bytes.as_ptr().cast(), bytes.len());
+                        libc::_exit(0);
+                    }
+                    if pid < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                        libc::_exit(1);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// In the init, in its own mount namespace: nothing propagates back to the host, a fresh `/proc`
+/// shows only the sandbox's processes, and the scratch directory is mounted at `/tmp`.
+unsafe fn mount_private(spec: &SandboxSpec, report: &mut SandboxReport) {
+    let none = std::ptr::null::<libc::c_char>();
+    // SAFETY: mount(2) with valid C strings or nulls.
+    unsafe {
+        if libc::mount(
+            none,
+            c"/".as_ptr(),
+            none,
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
+        {
+            report.missing.push(os_error("a private mount namespace"));
+            return;
+        }
+        if libc::mount(
+            c"proc".as_ptr(),
+            c"/proc".as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            std::ptr::null(),
+        ) == 0
+        {
+            report.fresh_proc = true;
+        } else {
+            report.missing.push(os_error("a fresh /proc"));
+        }
+        // Sockets named in /run (the session bus, container engines) are out of reach unless a
+        // grant names a path there.
+        let granted_run = spec
+            .grants
+            .read
+            .iter()
+            .chain(&spec.grants.write)
+            .any(|p| p.starts_with("/run") || p.starts_with("/var/run"));
+        if !granted_run
+            && Path::new("/run").is_dir()
+            && libc::mount(
+                c"tmpfs".as_ptr(),
+                c"/run".as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                c"size=64k,mode=755".as_ptr().cast(),
+            ) != 0
+        {
+            report.missing.push(os_error("an empty /run"));
+        }
+        if let Some(scratch) = &spec.scratch {
+            // By path: a descriptor from the host's mount namespace cannot be bind-mounted here.
+            let source = CString::new(scratch.as_os_str().as_encoded_bytes()).unwrap_or_default();
+            if libc::mount(
+                source.as_ptr(),
+                c"/tmp".as_ptr(),
+                none,
+                libc::MS_BIND | libc::MS_NOSUID | libc::MS_NODEV,
+                std::ptr::null(),
+            ) == 0
+            {
+                report.scratch = true;
+            } else {
+                report
+                    .missing
+                    .push(os_error("the scratch directory on /tmp"));
+            }
+        }
+    }
+}
+
+/// The worker: waits for the init to hand over the plugin process's status, then ends the same
+/// way (so the host reads `killed by signal 11 (SIGSEGV)` as it would without a sandbox).
+unsafe fn mirror(init: libc::pid_t, status_read: i32) -> ! {
+    // SAFETY: system calls on this process's own state.
+    unsafe {
+        let mut bytes = [0u8; 4];
+        let mut got = 0;
+        while got < 4 {
+            let n = libc::read(status_read, bytes[got..].as_mut_ptr().cast(), 4 - got);
+            if n > 0 {
+                got += n as usize;
+            } else if n == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                break;
+            }
+        }
+        let mut init_status = 0;
+        while libc::waitpid(init, &mut init_status, 0) < 0
+            && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+        {}
+        let status = if got == 4 {
+            i32::from_ne_bytes(bytes)
+        } else {
+            init_status
+        };
+        if libc::WIFSIGNALED(status) {
+            let signal = libc::WTERMSIG(status);
+            let no_core = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+            libc::signal(signal, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, signal);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::raise(signal);
+            libc::_exit(128 + signal);
+        }
+        libc::_exit(libc::WEXITSTATUS(status))
+    }
+}
+
+/// Confines the plugin process: capabilities, limits, Landlock, `no_new_privs`, seccomp, in that
+/// order (each later step may forbid what an earlier one needs).
+pub(crate) fn confine(spec: &SandboxSpec, report: &mut SandboxReport) {
+    if report.user_ns {
+        match drop_capabilities() {
+            Ok(()) => report.caps_dropped = true,
+            Err(e) => report.missing.push(e),
+        }
+    }
+    if let Err(e) = apply_limits(&spec.limits) {
+        report.missing.push(e);
+    }
+    landlock(spec, report);
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0 {
+        report.no_new_privs = true;
+    } else {
+        report.missing.push(os_error("no_new_privs"));
+    }
+    match seccomp(&spec.grants) {
+        Ok(()) => report.seccomp = true,
+        Err(e) => report.missing.push(format!("seccomp: {e}")),
+    }
+}
+
+fn drop_capabilities() -> Result<(), String> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    // SAFETY: prctl with integer arguments; capset with a valid header and two data entries.
+    unsafe {
+        for cap in 0..64 {
+            // Capabilities this kernel does not know fail with EINVAL: nothing to drop.
+            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+        }
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
+        let mut header = Header {
+            version: VERSION_3,
+            pid: 0,
+        };
+        let data = [Data::default(); 2];
+        if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) != 0 {
+            return Err(os_error("dropping capabilities"));
+        }
+    }
+    Ok(())
+}
+
+fn apply_limits(limits: &WorkerLimits) -> Result<(), String> {
+    let set = |resource, name: &str, value: Option<u64>| -> Result<(), String> {
+        let Some(v) = value else { return Ok(()) };
+        let rl = libc::rlimit {
+            rlim_cur: v,
+            rlim_max: v,
+        };
+        // SAFETY: setrlimit with a valid struct.
+        if unsafe { libc::setrlimit(resource, &rl) } != 0 {
+            return Err(os_error(&format!("the {name} limit")));
+        }
+        Ok(())
+    };
+    set(libc::RLIMIT_CORE, "core dump", Some(0))?;
+    set(libc::RLIMIT_AS, "memory", limits.memory_bytes)?;
+    set(libc::RLIMIT_CPU, "CPU time", limits.cpu_seconds)?;
+    set(libc::RLIMIT_NOFILE, "open files", limits.open_files)?;
+    set(libc::RLIMIT_NPROC, "processes", limits.processes)
+}
+
+fn landlock(spec: &SandboxSpec, report: &mut SandboxReport) {
+    let net_ns = report.net_ns;
+    use landlock::{
+        ABI, Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr,
+        RulesetCreatedAttr, RulesetStatus, Scope,
+    };
+    let abi = ABI::V7;
+    let grants = &spec.grants;
+    let read = AccessFs::from_read(abi);
+    let all = AccessFs::from_all(abi);
+    let file_rw = AccessFs::ReadFile | AccessFs::WriteFile;
+    let built = (|| -> Result<_, landlock::RulesetError> {
+        let mut ruleset = Ruleset::default().handle_access(all)?;
+        // Without a network namespace of its own, Landlock keeps TCP from the plugin.
+        if !grants.network && !net_ns {
+            ruleset = ruleset.handle_access(AccessNet::from_all(abi))?;
+        }
+        let mut created = ruleset.scope(Scope::from_all(abi))?.create()?;
+        let readable = SYSTEM_READ
+            .iter()
+            .map(PathBuf::from)
+            .chain(grants.read.iter().cloned());
+        for path in readable {
+            if let Ok(fd) = PathFd::new(&path) {
+                created = created.add_rule(PathBeneath::new(fd, read))?;
+            }
+        }
+        for device in DEVICES {
+            if let Ok(fd) = PathFd::new(device) {
+                created = created.add_rule(PathBeneath::new(fd, file_rw))?;
+            }
+        }
+        for path in &grants.write {
+            if let Ok(fd) = PathFd::new(path) {
+                created = created.add_rule(PathBeneath::new(fd, all))?;
+            }
+        }
+        if spec.scratch.is_some() {
+            // SAFETY: the host passed the scratch directory on this descriptor; borrowed only
+            // while the rule is added.
+            let scratch = unsafe { std::os::fd::BorrowedFd::borrow_raw(SCRATCH_FD) };
+            created = created.add_rule(PathBeneath::new(scratch, all))?;
+        }
+        created.restrict_self()
+    })();
+    match built {
+        Ok(status) => {
+            report.no_new_privs |= status.no_new_privs;
+            match status.ruleset {
+                RulesetStatus::FullyEnforced => {
+                    report.landlock_abi = abi as u8;
+                    report.landlock_full = true;
+                }
+                RulesetStatus::PartiallyEnforced => {
+                    report.landlock_abi = kernel_landlock_abi();
+                    report.missing.push(format!(
+                        "Landlock only partly (kernel ABI {})",
+                        report.landlock_abi
+                    ));
+                }
+                RulesetStatus::NotEnforced => report.missing.push("Landlock".into()),
+            }
+        }
+        Err(e) => report.missing.push(format!("Landlock: {e}")),
+    }
+}
+
+fn kernel_landlock_abi() -> u8 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: the version query takes no ruleset.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u8::try_from(v).unwrap_or(0)
+}
+
+/// System calls no tool needs: each fails with `EPERM`.
+const DENIED: &[libc::c_long] = &[
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_pidfd_getfd,
+    libc::SYS_kcmp,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_move_mount,
+    libc::SYS_open_tree,
+    libc::SYS_mount_setattr,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_reboot,
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_userfaultfd,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_acct,
+    libc::SYS_settimeofday,
+    libc::SYS_clock_settime,
+    libc::SYS_clock_adjtime,
+    libc::SYS_adjtimex,
+    libc::SYS_quotactl,
+    libc::SYS_syslog,
+    libc::SYS_vhangup,
+    libc::SYS_sethostname,
+    libc::SYS_setdomainname,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_iopl,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_ioperm,
+];
+
+/// Starting processes, denied unless granted.
+const PROCESS_CALLS: &[libc::c_long] = &[
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_fork,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_vfork,
+    libc::SYS_execve,
+    libc::SYS_execveat,
+];
+
+fn seccomp(grants: &Grants) -> Result<(), String> {
+    use seccompiler::{
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+    use std::collections::BTreeMap;
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        DENIED.iter().map(|&call| (call, Vec::new())).collect();
+    if !grants.processes {
+        rules.extend(PROCESS_CALLS.iter().map(|&call| (call, Vec::new())));
+        // `clone` without CLONE_THREAD starts a process; threads stay allowed.
+        let no_thread = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64),
+            0,
+        )
+        .map_err(|e| e.to_string())?;
+        rules.insert(
+            libc::SYS_clone,
+            vec![SeccompRule::new(vec![no_thread]).map_err(|e| e.to_string())?],
+        );
+    }
+    let denied = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    // clone3 passes its flags in memory, out of a filter's reach: ENOSYS makes the C library fall
+    // back to `clone`, which the filter above can read.
+    let clone3 = SeccompFilter::new(
+        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    for filter in [denied, clone3] {
+        let program: BpfProgram = filter
+            .try_into()
+            .map_err(|e: seccompiler::BackendError| e.to_string())?;
+        seccompiler::apply_filter(&program).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// After a call, in the plugin process: kills whatever the plugin started and left running (in
+/// its own PID namespace `kill(-1)` reaches only those), reaps them, and says whether the call
+/// left the process damaged (no descriptor can be opened).
+pub(crate) fn after_call(report: &SandboxReport) -> bool {
+    // SAFETY: kill, waitpid, fcntl and close on this process's own namespace and descriptors.
+    unsafe {
+        if report.pid_ns && libc::kill(-1, libc::SIGKILL) == 0 {
+            // Direct children are ours to reap; orphans are the init's.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(200);
+            loop {
+                let mut status = 0;
+                let pid = libc::waitpid(-1, &mut status, libc::WNOHANG);
+                if pid > 0 {
+                    continue;
+                }
+                if pid < 0 || std::time::Instant::now() >= deadline {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        let probe = libc::fcntl(CHANNEL_FD, libc::F_DUPFD_CLOEXEC, 0);
+        if probe < 0 {
+            return true;
+        }
+        libc::close(probe);
+    }
+    false
+}
+
+/// A note naming the capability the sandbox denies, for a failure text that shows the OS
+/// refused something: `[sandbox: no network is granted to this plugin]`.
+pub(crate) fn denial_note(text: &str, grants: &Grants) -> Option<String> {
+    let has = |codes: &[&str]| codes.iter().any(|c| text.contains(c));
+    if !grants.network
+        && has(&[
+            "os error 101)",
+            "os error 97)",
+            "Network is unreachable",
+            "Address family not supported",
+        ])
+    {
+        return Some("[sandbox: no network is granted to this plugin]".into());
+    }
+    if has(&["os error 13)", "os error 30)", "Permission denied"]) {
+        let list = |paths: &[PathBuf]| {
+            paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut writes = String::from("/tmp (its scratch directory)");
+        if !grants.write.is_empty() {
+            writes.push_str(", ");
+            writes.push_str(&list(&grants.write));
+        }
+        let extra_reads = if grants.read.is_empty() {
+            String::new()
+        } else {
+            format!(" and {}", list(&grants.read))
+        };
+        return Some(format!(
+            "[sandbox: this plugin may write only under {writes}, read system paths{extra_reads}]"
+        ));
+    }
+    if has(&["os error 1)", "Operation not permitted"]) {
+        let processes = if grants.processes {
+            ""
+        } else {
+            "start processes (not granted), "
+        };
+        return Some(format!(
+            "[sandbox: plugins may not {processes}signal or trace processes outside the \
+             sandbox, mount or make namespaces]"
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notes_name_the_denied_capability() {
+        let g = Grants::default();
+        assert_eq!(
+            denial_note("denied: Network is unreachable (os error 101)", &g).as_deref(),
+            Some("[sandbox: no network is granted to this plugin]")
+        );
+        assert!(
+            denial_note("Permission denied (os error 13)", &g)
+                .is_some_and(|n| n.contains("/tmp (its scratch directory)"))
+        );
+        assert!(
+            denial_note("Operation not permitted (os error 1)", &g)
+                .is_some_and(|n| n.contains("start processes (not granted)"))
+        );
+        assert_eq!(denial_note("no such tool", &g), None);
+    }
+
+    #[test]
+    fn report_reads_as_one_line() {
+        let r = SandboxReport {
+            uid: 65534,
+            user_ns: true,
+            pid_ns: true,
+            fresh_proc: true,
+            net_ns: true,
+            landlock_abi: 7,
+            landlock_full: true,
+            seccomp: true,
+            no_new_privs: true,
+            caps_dropped: true,
+            ..SandboxReport::default()
+        };
+        assert_eq!(
+            r.to_string(),
+            "uid 65534, user+pid+mount+net namespaces, fresh /proc, Landlock ABI 7, seccomp, \
+             no_new_privs, no capabilities"
+        );
+    }
+}

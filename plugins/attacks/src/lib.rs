@@ -1,0 +1,493 @@
+//! `attacks`: a test fixture that misbehaves on purpose, to test rho's plugin sandbox.
+//!
+//! Each tool *tries* something an isolated plugin must not be able to do (signal its host, read
+//! or write files outside its grant, leave processes behind, open connections, ...) and reports
+//! what happened instead of panicking:
+//!
+//! - the attempt worked: an answer whose text starts with `ok:`;
+//! - the OS refused: an error whose message is `denied: <the OS error>`, e.g.
+//!   `denied: Permission denied (os error 13)`.
+//!
+//! Only `fork_then_crash` crashes its process, on purpose. Never load this plugin in process,
+//! nor outside a sandbox, unless the test means it: it really does what it tries.
+
+use std::io::Read;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use rho_plugin_api::{Answer, Ctx, JsonSchema, Tool, ToolError, export_plugin};
+use serde::Deserialize;
+
+/// How much of a file `read_file` shows.
+const SHOWN_BYTES: usize = 4096;
+
+/// How much of a file `read_file` reads at most (so `/dev/zero` ends).
+const MAX_READ_BYTES: u64 = 64 << 20;
+
+/// The error for an attempt the OS refused.
+fn denied(err: std::io::Error) -> ToolError {
+    ToolError::new(format!("denied: {err}"))
+}
+
+/// The error for the last failed libc call.
+fn last_denied() -> ToolError {
+    denied(std::io::Error::last_os_error())
+}
+
+/// The signal named `name` (`TERM`, `KILL`, `STOP` or `CONT`, with or without `SIG`).
+fn parse_signal(name: &str) -> Result<libc::c_int, ToolError> {
+    let upper = name.trim().to_ascii_uppercase();
+    match upper.strip_prefix("SIG").unwrap_or(&upper) {
+        "TERM" => Ok(libc::SIGTERM),
+        "KILL" => Ok(libc::SIGKILL),
+        "STOP" => Ok(libc::SIGSTOP),
+        "CONT" => Ok(libc::SIGCONT),
+        _ => Err(ToolError::new(format!(
+            "unknown signal {name:?}: expected TERM, KILL, STOP or CONT"
+        ))),
+    }
+}
+
+/// Sends `signal` (by name) to `pid`.
+fn send_signal(pid: libc::pid_t, signal: &str) -> Result<Answer, ToolError> {
+    let sig = parse_signal(signal)?;
+    // SAFETY: kill has no memory-safety preconditions.
+    if unsafe { libc::kill(pid, sig) } == -1 {
+        return Err(last_denied());
+    }
+    Ok(Answer::text(format!(
+        "ok: sent {} to {pid}",
+        signal.trim().to_ascii_uppercase()
+    )))
+}
+
+/// Sleeps `ms` milliseconds with `nanosleep` only, resuming after interruptions.
+///
+/// Async-signal-safe: fit for a forked child of a multi-threaded process.
+fn raw_sleep(ms: u64) {
+    let mut req = libc::timespec {
+        tv_sec: libc::time_t::try_from(ms / 1000).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::try_from((ms % 1000) * 1_000_000).unwrap_or(0),
+    };
+    loop {
+        let mut rem = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: both pointers point to live, initialised timespecs.
+        if unsafe { libc::nanosleep(&req, &mut rem) } == 0 {
+            return;
+        }
+        // Interrupted: the kernel wrote what remains. Any other failure leaves `rem` zero.
+        if rem.tv_sec == 0 && rem.tv_nsec == 0 {
+            return;
+        }
+        req = rem;
+    }
+}
+
+/// Ends a forked child: sleeps `ms` milliseconds, then `_exit(0)`. Async-signal-safe.
+fn child_sleep_exit(ms: u64) -> ! {
+    raw_sleep(ms);
+    // SAFETY: _exit ends the process at once, running no Rust or libc cleanup.
+    unsafe { libc::_exit(0) }
+}
+
+/// `fork()`: `Ok(0)` in the child, `Ok(pid)` in the parent.
+fn fork() -> Result<libc::pid_t, ToolError> {
+    // SAFETY: the callers run only async-signal-safe code in the child and end it with `_exit`.
+    match unsafe { libc::fork() } {
+        -1 => Err(last_denied()),
+        pid => Ok(pid),
+    }
+}
+
+/// A pipe `(read end, write end)`, both close-on-exec.
+fn pipe() -> Result<(libc::c_int, libc::c_int), ToolError> {
+    let mut fds = [-1 as libc::c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe writes.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } == -1 {
+        return Err(last_denied());
+    }
+    for fd in fds {
+        // SAFETY: `fd` is a descriptor this function just opened.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    Ok((fds[0], fds[1]))
+}
+
+/// Closes `fd`, ignoring errors.
+fn close(fd: libc::c_int) {
+    // SAFETY: the callers close only descriptors they own and use no more.
+    unsafe { libc::close(fd) };
+}
+
+/// In a forked child: writes `pid` to pipe end `fd`. Async-signal-safe.
+fn write_pid(fd: libc::c_int, pid: libc::pid_t) {
+    let bytes = pid.to_ne_bytes();
+    // SAFETY: `bytes` is live for the call; fewer than PIPE_BUF bytes go in one write.
+    unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+}
+
+/// In the parent: reads the pid a child wrote on pipe end `fd`, then closes it.
+fn read_pid(fd: libc::c_int) -> Option<libc::pid_t> {
+    let mut bytes = [0u8; 4];
+    let mut got = 0;
+    while got < bytes.len() {
+        // SAFETY: the destination is the unfilled rest of `bytes`.
+        let n = unsafe { libc::read(fd, bytes[got..].as_mut_ptr().cast(), bytes.len() - got) };
+        match n {
+            0 => break,
+            n if n > 0 => got += n.unsigned_abs(),
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => break,
+        }
+    }
+    close(fd);
+    (got == bytes.len()).then(|| libc::pid_t::from_ne_bytes(bytes))
+}
+
+/// Waits for child `pid` to end, ignoring errors (e.g. SIGCHLD ignored).
+fn wait_child(pid: libc::pid_t) {
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a live int for waitpid to write.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r != -1 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+    }
+}
+
+/// Shows a pid a child reported, or `?`.
+fn show_pid(pid: Option<libc::pid_t>) -> String {
+    pid.map_or_else(|| "?".to_owned(), |p| p.to_string())
+}
+
+/// No arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct NoArgs {}
+
+/// Arguments of `signal_parent`.
+#[derive(Deserialize, JsonSchema)]
+pub struct SignalParentArgs {
+    /// The signal: TERM, KILL, STOP or CONT.
+    pub signal: String,
+}
+
+/// Arguments of `signal_pid`.
+#[derive(Deserialize, JsonSchema)]
+pub struct SignalPidArgs {
+    /// The target process (must be positive: no process groups, no broadcast).
+    pub pid: i32,
+    /// The signal: TERM, KILL, STOP or CONT.
+    pub signal: String,
+}
+
+/// Arguments of `read_file` and `list_dir`.
+#[derive(Deserialize, JsonSchema)]
+pub struct PathArgs {
+    /// The path.
+    pub path: String,
+}
+
+/// Arguments of `write_file`.
+#[derive(Deserialize, JsonSchema)]
+pub struct WriteArgs {
+    /// The file to create or truncate.
+    pub path: String,
+    /// What to write in it.
+    #[serde(default)]
+    pub text: String,
+}
+
+fn default_sleep_ms() -> u64 {
+    60_000
+}
+
+/// Arguments of `spawn`.
+#[derive(Deserialize, JsonSchema)]
+pub struct SpawnArgs {
+    /// How: child, setsid, fork, double_fork or exec.
+    pub mode: String,
+    /// How long the processes left behind live, in milliseconds.
+    #[serde(default = "default_sleep_ms")]
+    pub sleep_ms: u64,
+}
+
+fn default_timeout_ms() -> u64 {
+    2000
+}
+
+/// Arguments of `connect`.
+#[derive(Deserialize, JsonSchema)]
+pub struct ConnectArgs {
+    /// Where to connect, e.g. 127.0.0.1:4000.
+    pub addr: String,
+    /// How long to try, in milliseconds.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+/// Arguments of `env_var`.
+#[derive(Deserialize, JsonSchema)]
+pub struct EnvArgs {
+    /// The variable's name.
+    pub name: String,
+}
+
+/// Sends a signal to the parent process (the host, for an isolated plugin).
+fn signal_parent(args: SignalParentArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    // SAFETY: getppid has no preconditions.
+    let ppid = unsafe { libc::getppid() };
+    send_signal(ppid, &args.signal)
+}
+
+/// Sends a signal to any one process.
+fn signal_pid(args: SignalPidArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    // 0 and negative pids mean process groups or every process: too dangerous even for a fixture.
+    if args.pid <= 0 {
+        return Err(ToolError::new(format!(
+            "refused: pid {} would signal a process group or every process",
+            args.pid
+        )));
+    }
+    send_signal(args.pid, &args.signal)
+}
+
+/// Reads a file, answering its size and start.
+fn read_file(args: PathArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let file = std::fs::File::open(&args.path).map_err(denied)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_READ_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(denied)?;
+    let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(SHOWN_BYTES)]);
+    Ok(Answer::text(format!("ok: {} bytes: {shown}", bytes.len())))
+}
+
+/// Lists a directory's entry names, sorted.
+fn list_dir(args: PathArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&args.path).map_err(denied)? {
+        names.push(
+            entry
+                .map_err(denied)?
+                .file_name()
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
+    names.sort_unstable();
+    Ok(Answer::text(format!("ok: {}", names.join(","))))
+}
+
+/// Creates or truncates a file and writes the text in it.
+fn write_file(args: WriteArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    std::fs::write(&args.path, args.text.as_bytes()).map_err(denied)?;
+    Ok(Answer::text(format!("ok: wrote {} bytes", args.text.len())))
+}
+
+/// Leaves processes running after the call returns.
+fn spawn(args: SpawnArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let ms = args.sleep_ms;
+    match args.mode.as_str() {
+        "child" | "setsid" => {
+            let setsid = args.mode == "setsid";
+            let pid = fork()?;
+            if pid == 0 {
+                if setsid {
+                    // SAFETY: setsid is async-signal-safe and has no preconditions.
+                    unsafe { libc::setsid() };
+                }
+                child_sleep_exit(ms);
+            }
+            Ok(Answer::text(format!("ok: pid {pid}")))
+        }
+        "fork" => {
+            let (rd, wr) = pipe()?;
+            let pid = match fork() {
+                Ok(pid) => pid,
+                Err(e) => {
+                    close(rd);
+                    close(wr);
+                    return Err(e);
+                }
+            };
+            if pid == 0 {
+                close(rd);
+                // SAFETY: the grandchild too runs only async-signal-safe code and `_exit`s.
+                let grandchild = unsafe { libc::fork() };
+                if grandchild == 0 {
+                    close(wr);
+                    child_sleep_exit(ms);
+                }
+                write_pid(wr, grandchild);
+                close(wr);
+                child_sleep_exit(ms);
+            }
+            close(wr);
+            let grandchild = read_pid(rd).filter(|&g| g > 0);
+            Ok(Answer::text(format!(
+                "ok: pid {pid} and pid {}",
+                show_pid(grandchild)
+            )))
+        }
+        "double_fork" => {
+            let (rd, wr) = pipe()?;
+            let pid = match fork() {
+                Ok(pid) => pid,
+                Err(e) => {
+                    close(rd);
+                    close(wr);
+                    return Err(e);
+                }
+            };
+            if pid == 0 {
+                close(rd);
+                // SAFETY: the grandchild too runs only async-signal-safe code and `_exit`s.
+                let grandchild = unsafe { libc::fork() };
+                if grandchild == 0 {
+                    close(wr);
+                    // SAFETY: setsid is async-signal-safe and has no preconditions.
+                    unsafe { libc::setsid() };
+                    child_sleep_exit(ms);
+                }
+                write_pid(wr, grandchild);
+                close(wr);
+                // SAFETY: _exit ends the process at once, running no cleanup.
+                unsafe { libc::_exit(0) };
+            }
+            close(wr);
+            let grandchild = read_pid(rd);
+            wait_child(pid);
+            match grandchild {
+                Some(g) if g > 0 => Ok(Answer::text(format!("ok: pid {g} (via pid {pid})"))),
+                // The child's fork failed: it wrote -1; the errno stayed in the child.
+                Some(_) => Err(ToolError::new(
+                    "denied: the intermediate child could not fork",
+                )),
+                None => Err(ToolError::new(
+                    "denied: the intermediate child ended without reporting",
+                )),
+            }
+        }
+        "exec" => {
+            let secs = format!("{}.{:03}", ms / 1000, ms % 1000);
+            let child = std::process::Command::new("sleep")
+                .arg(secs)
+                .spawn()
+                .map_err(denied)?;
+            let pid = child.id();
+            std::mem::forget(child);
+            Ok(Answer::text(format!("ok: pid {pid}")))
+        }
+        other => Err(ToolError::new(format!(
+            "unknown mode {other:?}: expected child, setsid, fork, double_fork or exec"
+        ))),
+    }
+}
+
+/// Forks a child that sleeps 60 s holding every inherited descriptor, then crashes (SIGSEGV).
+fn fork_then_crash(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    if let Ok(0) = fork() {
+        child_sleep_exit(60_000);
+    }
+    let null = std::hint::black_box(std::ptr::null_mut::<u8>());
+    // SAFETY: none: this tool exists to crash its process with SIGSEGV.
+    unsafe { null.write_volatile(1) };
+    Ok(Answer::text("unreachable"))
+}
+
+/// Opens a TCP connection.
+fn connect(args: ConnectArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let addr = args
+        .addr
+        .to_socket_addrs()
+        .map_err(denied)?
+        .next()
+        .ok_or_else(|| ToolError::new(format!("no address for {:?}", args.addr)))?;
+    let timeout = Duration::from_millis(args.timeout_ms.max(1));
+    TcpStream::connect_timeout(&addr, timeout).map_err(denied)?;
+    Ok(Answer::text("ok: connected"))
+}
+
+/// Opens `/dev/null` until that fails, leaking every descriptor.
+fn exhaust_fds(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let mut opened: u64 = 0;
+    let err = loop {
+        match std::fs::File::open("/dev/null") {
+            Ok(file) => {
+                std::mem::forget(file);
+                opened += 1;
+            }
+            Err(e) => break e,
+        }
+    };
+    Ok(Answer::text(format!("ok: opened {opened} before: {err}")))
+}
+
+/// Answers the process's user, group and process ids.
+fn ids(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    // SAFETY: these getters have no preconditions and cannot fail.
+    let (uid, euid, gid, pid, ppid) = unsafe {
+        (
+            libc::getuid(),
+            libc::geteuid(),
+            libc::getgid(),
+            libc::getpid(),
+            libc::getppid(),
+        )
+    };
+    Ok(Answer::text(format!(
+        "ok: uid={uid} euid={euid} gid={gid} pid={pid} ppid={ppid}"
+    )))
+}
+
+/// Counts the processes visible in `/proc`.
+fn count_processes(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let mut count = 0u64;
+    for entry in std::fs::read_dir("/proc").map_err(denied)? {
+        let name = entry.map_err(denied)?.file_name();
+        let name = name.to_string_lossy();
+        if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) {
+            count += 1;
+        }
+    }
+    Ok(Answer::text(format!("ok: {count}")))
+}
+
+/// Answers an environment variable's value, or `(unset)`.
+fn env_var(args: EnvArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let value = std::env::var_os(&args.name).map_or_else(
+        || "(unset)".to_owned(),
+        |v| v.to_string_lossy().into_owned(),
+    );
+    Ok(Answer::text(format!("ok: {value}")))
+}
+
+/// Makes the process a session leader, leaving the host's session and process group.
+fn setsid_self(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    // SAFETY: setsid has no memory-safety preconditions.
+    let sid = unsafe { libc::setsid() };
+    if sid == -1 {
+        return Err(last_denied());
+    }
+    Ok(Answer::text(format!("ok: session {sid}")))
+}
+
+export_plugin! {
+    Tool::new("signal_parent", "Sends TERM, KILL, STOP or CONT to the parent process.", signal_parent),
+    Tool::new("signal_pid", "Sends TERM, KILL, STOP or CONT to a process.", signal_pid),
+    Tool::new("read_file", "Reads a file; answers its size and first 4096 bytes.", read_file),
+    Tool::new("list_dir", "Lists a directory's entries, sorted.", list_dir),
+    Tool::new("write_file", "Creates or truncates a file and writes the text.", write_file),
+    Tool::new("spawn", "Leaves a process running (child, setsid, fork, double_fork or exec).", spawn),
+    Tool::new("fork_then_crash", "Forks a sleeping child, then crashes with SIGSEGV.", fork_then_crash),
+    Tool::new("connect", "Opens a TCP connection to addr.", connect),
+    Tool::new("exhaust_fds", "Opens /dev/null until that fails, leaking every descriptor.", exhaust_fds),
+    Tool::new("ids", "Answers the uid, euid, gid, pid and ppid.", ids),
+    Tool::new("count_processes", "Counts the processes visible in /proc.", count_processes),
+    Tool::new("env_var", "Answers an environment variable's value, or (unset).", env_var),
+    Tool::new("setsid_self", "Calls setsid on the plugin's own process.", setsid_self),
+}
