@@ -23,7 +23,8 @@
 //! [workers]                  # isolated plugins
 //! spares = 1
 //! idle_timeout_ms = 60000
-//! limits = { memory_bytes = 2147483648, open_files = 256 }
+//! limits = { memory_bytes = 2147483648, open_files = 256, processes = 64 }
+//! grants = { read = ["data"], write = [], network = false, processes = false }
 //!
 //! [[gate]]                   # first matching rule wins; no match: allow
 //! tool = "exit_*"
@@ -37,7 +38,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use rho_core::{KeepDetails, QuarantinePolicy, WorkerOptions};
+use rho_core::{Grants, KeepDetails, QuarantinePolicy, WorkerOptions};
 use serde::Deserialize;
 
 /// The whole file.
@@ -81,6 +82,8 @@ pub struct PluginSource {
     pub trust_any_writer: bool,
     /// How many versions of one plugin may stay mapped in process.
     pub max_versions: Option<usize>,
+    /// What its isolated plugins may do; replaces `[workers] grants` for this directory.
+    pub grants: Option<Grants>,
 }
 
 /// `[runner]`.
@@ -189,9 +192,19 @@ impl Config {
             .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
         let mut config = Config::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
+        let absolute = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        fn grant_paths(g: &mut Grants) -> impl Iterator<Item = &mut PathBuf> {
+            g.read.iter_mut().chain(g.write.iter_mut())
+        }
+        grant_paths(&mut config.workers.grants).for_each(absolute);
         for source in &mut config.plugins {
-            if source.dir.is_relative() {
-                source.dir = base.join(&source.dir);
+            absolute(&mut source.dir);
+            if let Some(grants) = &mut source.grants {
+                grant_paths(grants).for_each(absolute);
             }
         }
         if config.serve.ask_fallback == Action::Ask {

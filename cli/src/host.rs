@@ -25,9 +25,33 @@ pub struct PluginFlags {
     /// Load plugins from directories and files other users can write.
     #[arg(long)]
     pub trust_any_writer: bool,
-    /// Run the plugins out of process, in worker processes (for plugins you do not trust).
+    /// Run the plugins out of process, in sandboxed worker processes (for plugins you do not
+    /// trust).
     #[arg(long)]
     pub isolate: bool,
+    /// Isolated plugins may read PATH and what is beneath it (repeat for several).
+    #[arg(long = "grant-read", value_name = "PATH")]
+    pub grant_read: Vec<PathBuf>,
+    /// Isolated plugins may read and write PATH and what is beneath it (repeat for several).
+    #[arg(long = "grant-write", value_name = "PATH")]
+    pub grant_write: Vec<PathBuf>,
+    /// Isolated plugins may use the network.
+    #[arg(long)]
+    pub grant_network: bool,
+    /// Isolated plugins may start child processes (they die at the end of each call).
+    #[arg(long)]
+    pub grant_processes: bool,
+}
+
+impl PluginFlags {
+    /// The grants of `base` widened by the `--grant-*` flags.
+    fn widen(&self, mut base: rho_core::Grants) -> rho_core::Grants {
+        base.read.extend(self.grant_read.iter().cloned());
+        base.write.extend(self.grant_write.iter().cloned());
+        base.network |= self.grant_network;
+        base.processes |= self.grant_processes;
+        base
+    }
 }
 
 /// Flags of commands that run calls.
@@ -81,6 +105,7 @@ fn sources(config: &Config, flags: &PluginFlags) -> Vec<PluginSource> {
                 isolate: flags.isolate,
                 trust_any_writer: flags.trust_any_writer,
                 max_versions: None,
+                grants: None,
             })
             .collect()
     }
@@ -111,7 +136,10 @@ pub async fn registry(
                 Trust::OwnerOnly
             },
             isolation: if source.isolate {
-                Isolation::Process(config.workers.clone())
+                let mut workers = config.workers.clone();
+                let grants = source.grants.clone().unwrap_or(workers.grants);
+                workers.grants = flags.widen(grants);
+                Isolation::Process(workers)
             } else {
                 Isolation::InProcess
             },

@@ -168,7 +168,7 @@ pub enum EventKind {
         /// Isolated plugins: what of the sandbox is in force (see
         /// [`crate::isolate::sandbox`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        sandbox: Option<crate::isolate::SandboxReport>,
+        sandbox: Option<crate::isolate::sandbox::SandboxReport>,
     },
     /// A plugin file could not be loaded (or was refused); any older version keeps serving.
     PluginLoadFailed {

@@ -50,6 +50,7 @@ pub use events::{Event, EventKind, OutputView};
 pub use gate::{AllowAll, DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};
 pub use health::{QuarantinePolicy, ToolStats, percentile};
 pub use invoke::{Tool, ToolCtx};
+pub use isolate::sandbox::{Grants, Identity, SandboxReport};
 pub use isolate::{WorkerLimits, WorkerOptions};
 pub use journal::Journal;
 pub use model::{AssistantTurn, Model, ModelError, ScriptedModel};

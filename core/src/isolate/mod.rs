@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use sandbox::{Grants, Identity, SandboxReport};
+use sandbox::{Grants, Identity};
 
 /// Resource limits of one worker process (`setrlimit`); `None` leaves the host's own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -389,6 +389,19 @@ fn spawn(args: SpawnArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
 }
 
 /// Forks a child that sleeps 60 s holding every inherited descriptor, then crashes (SIGSEGV).
+/// `spawn_then_hang`: leaves processes running as `spawn` does, then never returns and ignores
+/// cancellation (the host must kill the worker at the timeout).
+fn spawn_then_hang(args: SpawnArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    let started = spawn(args, ctx);
+    ctx.update(match &started {
+        Ok(_) => "spawned".to_owned(),
+        Err(e) => format!("spawn failed: {}", e.message),
+    });
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 fn fork_then_crash(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     if let Ok(0) = fork() {
         child_sleep_exit(60_000);
@@ -483,6 +496,7 @@ export_plugin! {
     Tool::new("list_dir", "Lists a directory's entries, sorted.", list_dir),
     Tool::new("write_file", "Creates or truncates a file and writes the text.", write_file),
     Tool::new("spawn", "Leaves a process running (child, setsid, fork, double_fork or exec).", spawn),
+    Tool::new("spawn_then_hang", "Leaves a process running as spawn does, then hangs ignoring cancellation.", spawn_then_hang),
     Tool::new("fork_then_crash", "Forks a sleeping child, then crashes with SIGSEGV.", fork_then_crash),
     Tool::new("connect", "Opens a TCP connection to addr.", connect),
     Tool::new("exhaust_fds", "Opens /dev/null until that fails, leaking every descriptor.", exhaust_fds),
