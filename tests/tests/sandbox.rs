@@ -63,7 +63,7 @@ impl Host {
         let runner = runner(&registry, timeout_ms);
         Host {
             _bus: bus,
-            registry: registry,
+            registry,
             runner,
             plugins,
             dir,
