@@ -232,6 +232,45 @@ async fn an_isolated_crash_is_an_error_result_and_the_server_serves_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_plugin_cannot_end_stop_or_rewrite_the_server() {
+    // Outside /tmp: inside the sandbox /tmp is the plugin's scratch directory.
+    let base = rho_tests::profile_dir().join("rho-mcp-tests");
+    std::fs::create_dir_all(&base).unwrap();
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    for name in ["echo", "attacks"] {
+        rho_tests::install(dir.path(), name);
+    }
+    let service = serve(
+        TestClient::default(),
+        &["--plugins", &dir_arg(dir.path()), "--isolate"],
+    )
+    .await;
+    for signal in ["TERM", "STOP", "KILL"] {
+        let r = call(&service, "signal_parent", json!({ "signal": signal })).await;
+        assert_eq!(outcome(&r), "error", "{signal}: {}", text(&r));
+        assert!(text(&r).starts_with("denied: "), "{}", text(&r));
+        let r = tokio::time::timeout(
+            Duration::from_secs(10),
+            call(&service, "echo", json!({"text": "alive"})),
+        )
+        .await
+        .expect("the server answers after the plugin's signal");
+        assert_eq!(text(&r), "alive");
+    }
+    let echo = dir.path().join("libecho.so");
+    let before = std::fs::read(&echo).unwrap();
+    let r = call(
+        &service,
+        "write_file",
+        json!({"path": echo.to_str().unwrap(), "text": "planted"}),
+    )
+    .await;
+    assert_eq!(outcome(&r), "error", "{}", text(&r));
+    assert_eq!(std::fs::read(&echo).unwrap(), before);
+    service.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancellation_progress_and_list_changed() {
     let (default, v2) = faults_variants();
     let dir = plugin_dir(&["echo"]);

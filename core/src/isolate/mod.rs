@@ -79,6 +79,9 @@ pub struct WorkerOptions {
     pub grants: Grants,
     /// Who the plugins run as.
     pub identity: Identity,
+    /// The sandbox (see [`sandbox`]); `false` leaves plugins the worker's own rights (only the
+    /// resource limits apply): for measuring its cost, never for untrusted plugins.
+    pub sandbox: bool,
 }
 
 impl Default for WorkerOptions {
@@ -94,6 +97,7 @@ impl Default for WorkerOptions {
             limits: WorkerLimits::default(),
             grants: Grants::default(),
             identity: Identity::default(),
+            sandbox: true,
         }
     }
 }

@@ -142,6 +142,8 @@ fn is_false(b: &bool) -> bool {
 /// [`WorkerOptions`](crate::isolate::WorkerOptions).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxSpec {
+    /// `false`: no sandbox, only the limits (for measurements).
+    pub enabled: bool,
     /// What the plugin may do beyond the defaults.
     pub grants: Grants,
     /// Resource limits, applied after the worker's own setup.

@@ -425,6 +425,14 @@ fn write_file(path: &str, text: &str) -> Result<(), String> {
 /// then end the same way. `Err` is a setup step that must not be skipped (the identity switch).
 pub(crate) fn enter(spec: &SandboxSpec) -> Result<SandboxReport, String> {
     let mut report = SandboxReport::default();
+    if !spec.enabled {
+        // SAFETY: geteuid and getegid have no preconditions.
+        (report.uid, report.gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        report
+            .missing
+            .push("the sandbox is turned off (WorkerOptions::sandbox = false)".into());
+        return Ok(report);
+    }
     // SAFETY (this function): plain system calls on this process's own state; the process is
     // single-threaded here (the worker starts no thread before this), so `fork` is sound.
     unsafe {
@@ -664,6 +672,12 @@ unsafe fn mirror(init: libc::pid_t, status_read: i32) -> ! {
 /// Confines the plugin process: capabilities, limits, Landlock, `no_new_privs`, seccomp, in that
 /// order (each later step may forbid what an earlier one needs).
 pub(crate) fn confine(spec: &SandboxSpec, report: &mut SandboxReport) {
+    if !spec.enabled {
+        if let Err(e) = apply_limits(&spec.limits) {
+            report.missing.push(e);
+        }
+        return;
+    }
     if report.user_ns {
         match drop_capabilities() {
             Ok(()) => report.caps_dropped = true,

@@ -98,6 +98,7 @@ impl Isolated {
             plugin,
             scratch: Some(scratch),
             sandbox: SandboxSpec {
+                enabled: self.options.sandbox,
                 grants: self.options.grants.clone(),
                 limits: self.options.limits.clone(),
                 identity,

@@ -26,7 +26,27 @@ async fn host(
     ),
     String,
 > {
-    let dir = std::env::temp_dir().join(format!("rho-bench-iso-{}", std::process::id()));
+    host_with(ctx, timeout, true, 2).await
+}
+
+async fn host_with(
+    ctx: &Ctx,
+    timeout: Duration,
+    sandbox: bool,
+    spares: usize,
+) -> Result<
+    (
+        ToolRegistry,
+        ToolRunner,
+        rho_core::PluginDir,
+        std::path::PathBuf,
+    ),
+    String,
+> {
+    let dir = std::env::temp_dir().join(format!(
+        "rho-bench-iso-{}-{sandbox}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     for name in ["echo", "faults"] {
         std::fs::copy(ctx.plugin(name), dir.join(format!("lib{name}.so")))
@@ -39,7 +59,8 @@ async fn host(
     });
     let workers = WorkerOptions {
         executable: Some(super::plugins_target().join("release").join("rho-worker")),
-        spares: 2,
+        spares,
+        sandbox,
         ..WorkerOptions::default()
     };
     let options = DirOptions {
@@ -278,14 +299,10 @@ pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Fig
         });
     }
     if wanted("mem_worker") {
-        // Memory of an idle worker against a bare child (`cat`).
+        // Memory of an idle worker (its processes together) against a bare child (`cat`).
         tokio::time::sleep(Duration::from_millis(300)).await;
         let workers = children_named("rho-worker");
-        let worker_kib: Vec<f64> = workers
-            .iter()
-            .filter_map(|p| process_rss_kib(*p))
-            .map(|k| k as f64)
-            .collect();
+        let worker_kib: Vec<f64> = workers.iter().map(|p| tree_rss_kib(*p) as f64).collect();
         let cat_kib = cat
             .child
             .id()
@@ -305,6 +322,127 @@ pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Fig
     let _ = std::fs::remove_dir_all(&dir);
     let _ = rss_kib();
     Ok(figures)
+}
+
+/// `worker_start`, `worker_start_unsandboxed`, `mem_worker_sandbox`, `isolated_call_sandbox`:
+/// what the sandbox costs, each against the same worker without it (`WorkerOptions::sandbox =
+/// false`), measured in the same run.
+pub async fn sandbox_cost(ctx: &Ctx) -> Result<Vec<Figure>, String> {
+    let runs = ctx.runs();
+    let n = if ctx.quick { 300 } else { 2000 };
+    let mut start = [Vec::new(), Vec::new()];
+    let mut call = [Vec::new(), Vec::new()];
+    let mut mem = [0.0, 0.0];
+    let mut bare = Vec::new();
+    for (i, sandbox) in [true, false].into_iter().enumerate() {
+        let (_registry, runner, plugins, dir) =
+            host_with(ctx, Duration::from_secs(10), sandbox, 0).await?;
+        for _ in 0..=runs {
+            // A worker start: a call after the only worker crashed, minus a call on a warm one.
+            let (_, r) = timed(&runner, "segfault", &json!({})).await;
+            if r.outcome != rho_core::Outcome::Crashed {
+                return Err(format!("segfault ended {}", r.outcome));
+            }
+            let (cold, r) = timed(&runner, "build_tag", &json!({})).await;
+            if r.is_error() {
+                return Err(format!("worker_start: {}", r.text()));
+            }
+            let (warm, _) = timed(&runner, "build_tag", &json!({})).await;
+            start[i].push(cold - warm);
+        }
+        for _ in 0..=runs {
+            let mut samples = Vec::new();
+            for _ in 0..n {
+                samples.push(timed(&runner, "echo", &json!({"text": "hello"})).await.0);
+            }
+            call[i].push(median(&mut samples));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut trees: Vec<f64> = children_named("rho-worker")
+            .iter()
+            .map(|p| tree_rss_kib(*p) as f64)
+            .collect();
+        mem[i] = median(&mut trees);
+        plugins.close().await;
+        let _ = std::fs::remove_dir_all(&dir);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for _ in 0..=runs {
+        let started = Instant::now();
+        let status = tokio::process::Command::new("true")
+            .status()
+            .await
+            .map_err(|e| e.to_string())?;
+        if !status.success() {
+            return Err("`true` failed".into());
+        }
+        bare.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    let [mut start_on, mut start_off] = start;
+    let [mut call_on, mut call_off] = call;
+    let start_off = median(&mut start_off[1..]);
+    Ok(vec![
+        Figure {
+            name: "worker_start".into(),
+            value: median(&mut start_on[1..]),
+            unit: "us".into(),
+            baseline: "the same worker without the sandbox".into(),
+            baseline_value: start_off,
+            runs,
+        },
+        Figure {
+            name: "worker_start_unsandboxed".into(),
+            value: start_off,
+            unit: "us".into(),
+            baseline: "spawn + wait of `true`".into(),
+            baseline_value: median(&mut bare[1..]),
+            runs,
+        },
+        Figure {
+            name: "mem_worker_sandbox".into(),
+            value: mem[0],
+            unit: "KiB RSS".into(),
+            baseline: "an idle worker without the sandbox".into(),
+            baseline_value: mem[1],
+            runs: 1,
+        },
+        Figure {
+            name: "isolated_call_sandbox".into(),
+            value: median(&mut call_on[1..]),
+            unit: "us/call".into(),
+            baseline: "the same `echo` call without the sandbox".into(),
+            baseline_value: median(&mut call_off[1..]),
+            runs,
+        },
+    ])
+}
+
+/// The RSS of `pid` and every process below it (a worker, its sandbox's init, its plugin
+/// process), KiB; shared pages count once per process.
+fn tree_rss_kib(pid: i32) -> u64 {
+    let parent_of = |p: i32| -> Option<i32> {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        let close = stat.rfind(')')?;
+        stat.get(close + 2..)?.split(' ').nth(1)?.parse().ok()
+    };
+    let all: Vec<i32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .collect();
+    let mut tree = vec![pid];
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for &p in &all {
+            if !tree.contains(&p) && parent_of(p).is_some_and(|pp| tree.contains(&pp)) {
+                tree.push(p);
+                grew = true;
+            }
+        }
+    }
+    tree.iter().filter_map(|p| process_rss_kib(*p)).sum()
 }
 
 fn children_named(prefix: &str) -> Vec<i32> {

@@ -192,6 +192,7 @@ const GROUPS: &[&[&str]] = &[
     &["inproc_call"],
     &["reload"],
     &["isolated", "crash_detect", "timeout_kill", "mem_worker"],
+    &["sandbox"],
     &["mcp_call"],
     &["mem_plugin"],
     &["bus"],
@@ -279,6 +280,9 @@ pub fn exec(
         .any(|n| wanted(n))
     {
         figures.extend(runtime.block_on(isolated::figures(&ctx, &wanted))?);
+    }
+    if wanted("sandbox") {
+        figures.extend(runtime.block_on(isolated::sandbox_cost(&ctx))?);
     }
     if wanted("mcp") {
         figures.extend(runtime.block_on(mcp::figures(&ctx))?);
