@@ -246,6 +246,54 @@ mod tests {
     use super::*;
 
     #[test]
+    fn grants_per_directory_and_for_all_with_paths_relative_to_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rho.toml");
+        std::fs::write(
+            &path,
+            r#"
+            [[plugins]]
+            dir = "untrusted"
+            isolate = true
+            grants = { write = ["out"], network = true }
+            [[plugins]]
+            dir = "other"
+            isolate = true
+            [workers]
+            identity = { user = { uid = 1000, gid = 1000 } }
+            [workers.grants]
+            read = ["/srv/data", "data"]
+            processes = true
+            "#,
+        )
+        .unwrap();
+        let config = Config::load(&path).unwrap();
+        let own = config.plugins[0].grants.as_ref().unwrap();
+        assert_eq!(own.write, [dir.path().join("out")]);
+        assert!(own.network && !own.processes);
+        assert!(config.plugins[1].grants.is_none());
+        let all = &config.workers.grants;
+        assert_eq!(
+            all.read,
+            [PathBuf::from("/srv/data"), dir.path().join("data")]
+        );
+        assert!(all.processes && !all.network);
+        assert_eq!(all.env, Grants::default().env);
+        assert_eq!(
+            config.workers.identity,
+            rho_core::Identity::User {
+                uid: 1000,
+                gid: 1000
+            }
+        );
+        let err = Config::parse("[workers.grants]\nnetwork = \"yes\"\n").unwrap_err();
+        assert!(
+            err.starts_with("line 2: `workers.grants.network`: invalid type"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn parses_the_documented_example_and_defaults() {
         let text = r#"
             [[plugins]]

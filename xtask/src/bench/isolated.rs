@@ -43,10 +43,7 @@ async fn host_with(
     ),
     String,
 > {
-    let dir = std::env::temp_dir().join(format!(
-        "rho-bench-iso-{}-{sandbox}",
-        std::process::id()
-    ));
+    let dir = std::env::temp_dir().join(format!("rho-bench-iso-{}-{sandbox}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     for name in ["echo", "faults"] {
         std::fs::copy(ctx.plugin(name), dir.join(format!("lib{name}.so")))
