@@ -14,7 +14,7 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 
@@ -218,8 +218,8 @@ fn forward_output(
     if let Some(out) = child.stdout.take() {
         let label = label.to_owned();
         tokio::spawn(async move {
-            let mut lines = BufReader::new(out).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
+            let mut out = BufReader::new(out);
+            while let Ok(Some(line)) = capped_line(&mut out).await {
                 tracing::info!(target: "rho::plugin", plugin = %label, pid, stream = "stdout", "{line}");
             }
         });
@@ -228,14 +228,50 @@ fn forward_output(
     let label = label.to_owned();
     let last = last_stderr.clone();
     Some(tokio::spawn(async move {
-        let mut lines = BufReader::new(err).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
+        let mut err = BufReader::new(err);
+        while let Ok(Some(line)) = capped_line(&mut err).await {
             tracing::info!(target: "rho::plugin", plugin = %label, pid, stream = "stderr", "{line}");
             if says_why(&line) {
                 *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(line);
             }
         }
     }))
+}
+
+/// The longest line of a plugin's output kept for the logs; the rest of a longer line is skipped,
+/// so a plugin that prints without newlines cannot grow the host's memory.
+const MAX_LINE: usize = 16 << 10;
+
+/// The next line of `reader` (lossy UTF-8), cut at [`MAX_LINE`] bytes with a `...` marker;
+/// `None` at the end.
+async fn capped_line(reader: &mut (impl AsyncBufRead + Unpin)) -> io::Result<Option<String>> {
+    let mut line = Vec::new();
+    let mut cut = false;
+    loop {
+        let buf = reader.fill_buf().await?;
+        if buf.is_empty() {
+            if line.is_empty() && !cut {
+                return Ok(None);
+            }
+            break;
+        }
+        let (part, used, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..i], i + 1, true),
+            None => (buf, buf.len(), false),
+        };
+        let room = MAX_LINE - line.len();
+        cut |= part.len() > room;
+        line.extend_from_slice(&part[..part.len().min(room)]);
+        reader.consume(used);
+        if done {
+            break;
+        }
+    }
+    let mut text = String::from_utf8_lossy(&line).into_owned();
+    if cut {
+        text.push_str("...");
+    }
+    Ok(Some(text))
 }
 
 /// Whether a stderr line may say why a worker died: not blank, not a backtrace frame, not std's
@@ -254,5 +290,23 @@ pub(crate) fn kill_group(pid: i32) {
         unsafe {
             libc::kill(-pid, libc::SIGKILL);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn long_lines_are_cut_and_the_next_line_is_whole() {
+        let mut input = vec![b'x'; MAX_LINE * 3];
+        input.extend_from_slice(b"\nnext\nlast");
+        let mut reader = BufReader::with_capacity(1000, &input[..]);
+        let first = capped_line(&mut reader).await.unwrap().unwrap();
+        assert_eq!(first.len(), MAX_LINE + 3);
+        assert!(first.ends_with("..."));
+        assert_eq!(capped_line(&mut reader).await.unwrap().unwrap(), "next");
+        assert_eq!(capped_line(&mut reader).await.unwrap().unwrap(), "last");
+        assert_eq!(capped_line(&mut reader).await.unwrap(), None);
     }
 }
