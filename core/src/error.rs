@@ -7,7 +7,7 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LoadError {
     /// The file could not be read.
-    #[error("{}: cannot read: {reason}", path.display())]
+    #[error("{}: cannot read: {}", shown(path), one_line(reason))]
     Read {
         /// The plugin file.
         path: PathBuf,
@@ -15,13 +15,17 @@ pub enum LoadError {
         reason: String,
     },
     /// The file is empty.
-    #[error("{}: empty file, not a plugin library", path.display())]
+    #[error("{}: empty file, not a plugin library", shown(path))]
     Empty {
         /// The plugin file.
         path: PathBuf,
     },
     /// The private copy could not be written.
-    #[error("{}: cannot make a private copy to load: {reason}", path.display())]
+    #[error(
+        "{}: cannot make a private copy to load: {}",
+        shown(path),
+        one_line(reason)
+    )]
     Copy {
         /// The plugin file.
         path: PathBuf,
@@ -29,7 +33,7 @@ pub enum LoadError {
         reason: String,
     },
     /// The dynamic loader refused the file (garbage, truncated, wrong architecture...).
-    #[error("{}: not a loadable library: {reason}", path.display())]
+    #[error("{}: not a loadable library: {}", shown(path), one_line(reason))]
     Open {
         /// The plugin file.
         path: PathBuf,
@@ -37,13 +41,16 @@ pub enum LoadError {
         reason: String,
     },
     /// A library, but without rho's root module symbol.
-    #[error("{}: a library but not a rho plugin (it exports no root module)", path.display())]
+    #[error(
+        "{}: a library but not a rho plugin (it exports no root module)",
+        shown(path)
+    )]
     NotAPlugin {
         /// The plugin file.
         path: PathBuf,
     },
     /// Built against an incompatible `rho-plugin-api`.
-    #[error("{}: incompatible plugin: {reason}", path.display())]
+    #[error("{}: incompatible plugin: {}", shown(path), one_line(reason))]
     Incompatible {
         /// The plugin file.
         path: PathBuf,
@@ -51,7 +58,10 @@ pub enum LoadError {
         reason: String,
     },
     /// The plugin reports another interface version.
-    #[error("{}: interface version {found}, this host speaks {expected}", path.display())]
+    #[error(
+        "{}: interface version {found}, this host speaks {expected}",
+        shown(path)
+    )]
     InterfaceVersion {
         /// The plugin file.
         path: PathBuf,
@@ -61,7 +71,11 @@ pub enum LoadError {
         expected: u32,
     },
     /// The plugin's `describe` failed.
-    #[error("{}: the plugin failed to describe itself: {reason}", path.display())]
+    #[error(
+        "{}: the plugin failed to describe itself: {}",
+        shown(path),
+        one_line(reason)
+    )]
     Describe {
         /// The plugin file.
         path: PathBuf,
@@ -69,7 +83,7 @@ pub enum LoadError {
         reason: String,
     },
     /// The file or its directory is refused by the security policy.
-    #[error("{}: refused: {reason}", path.display())]
+    #[error("{}: refused: {}", shown(path), one_line(reason))]
     Refused {
         /// The plugin file or directory.
         path: PathBuf,
@@ -77,13 +91,39 @@ pub enum LoadError {
         reason: String,
     },
     /// An isolated worker could not load or describe the plugin.
-    #[error("{}: the isolated worker failed: {reason}", path.display())]
+    #[error("{}: the isolated worker failed: {}", shown(path), one_line(reason))]
     Worker {
         /// The plugin file.
         path: PathBuf,
         /// What went wrong.
         reason: String,
     },
+}
+
+/// The most characters of a path or a reason an error line shows; the whole text goes to `tracing`.
+pub const MAX_SHOWN: usize = 240;
+
+/// `text` fit for one line: control characters escaped (`\n` for a newline: a file name cannot
+/// split a line or forge another), cut to [`MAX_SHOWN`] characters with `...`.
+pub fn one_line(text: &str) -> String {
+    let mut out = String::new();
+    for (count, c) in text.chars().enumerate() {
+        if count == MAX_SHOWN {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A path fit for one line (see [`one_line`]).
+pub fn shown(path: &std::path::Path) -> String {
+    one_line(&path.to_string_lossy())
 }
 
 impl LoadError {

@@ -26,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod bus;
+pub mod details;
 pub mod error;
 pub mod events;
 pub mod gate;

@@ -153,3 +153,53 @@ impl std::fmt::Display for ToolError {
         f.write_str(&self.message)
     }
 }
+
+/// How deep details may nest (arrays and objects inside each other): deeper details are refused
+/// with an error naming the bound, on both sides of the boundary, without recursion.
+pub const MAX_DETAILS_DEPTH: usize = 512;
+
+/// How deep `value` nests (a scalar is 0, `[1]` is 1), counted without recursion and stopping
+/// past `MAX_DETAILS_DEPTH`.
+pub fn details_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        let depth = depth + 1;
+        deepest = deepest.max(depth);
+        if depth > MAX_DETAILS_DEPTH {
+            return depth;
+        }
+        stack.extend(children.map(|c| (c, depth)));
+    }
+    deepest
+}
+
+/// Drops `value` without recursion (serde_json's own drop recurses once per level, and a value
+/// nested 100,000 deep would overflow the stack).
+pub fn drop_details(value: Value) {
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.into_iter().map(|(_, v)| v)),
+            _ => {}
+        }
+    }
+}
+
+/// Details as JSON text for the boundary, or why they cannot cross it.
+pub(crate) fn details_json(value: Value) -> Result<String, String> {
+    let depth = details_depth(&value);
+    if depth > MAX_DETAILS_DEPTH {
+        drop_details(value);
+        return Err(format!(
+            "details nested deeper than {MAX_DETAILS_DEPTH} levels"
+        ));
+    }
+    Ok(value.to_string())
+}

@@ -153,14 +153,15 @@ pub struct FfiCtx<'a> {
 
 impl<'a> FfiCtx<'a> {
     /// Builds a context for one call from host data. `on_update` receives every partial update the
-    /// plugin sends; a panic inside it is caught and the update dropped, never unwinding into the
-    /// plugin.
+    /// plugin sends, `None` for one that is not UTF-8 (abi_stable's `RStr` takes its maker's word
+    /// for it, so the host checks); a panic inside it is caught and the update dropped, never
+    /// unwinding into the plugin.
     pub fn new(
         call_id: &'a str,
         cancelled: &'a AtomicBool,
-        on_update: &'a &'a (dyn Fn(&str) + Sync),
+        on_update: &'a &'a (dyn Fn(Option<&str>) + Sync),
     ) -> Self {
-        let ptr = on_update as *const &(dyn Fn(&str) + Sync) as *const ErasedObject;
+        let ptr = on_update as *const &(dyn Fn(Option<&str>) + Sync) as *const ErasedObject;
         // SAFETY: `ptr` comes from a reference that lives for 'a; `trampoline` casts it back to the
         // same type.
         let sink = unsafe { RRef::from_raw(ptr) };
@@ -179,8 +180,12 @@ impl<'a> FfiCtx<'a> {
 }
 
 extern "C" fn trampoline(sink: RRef<'_, ErasedObject>, update: RStr<'_>) {
-    let ptr = sink.as_ptr() as *const &(dyn Fn(&str) + Sync);
+    let ptr = sink.as_ptr() as *const &(dyn Fn(Option<&str>) + Sync);
     // SAFETY: only `FfiCtx::new` builds contexts with this trampoline, from this exact type.
-    let on_update: &&(dyn Fn(&str) + Sync) = unsafe { &*ptr };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| on_update(update.as_str())));
+    let on_update: &&(dyn Fn(Option<&str>) + Sync) = unsafe { &*ptr };
+    // SAFETY: an `RStr` is a pointer and a length into memory valid for the call; its bytes are
+    // read as bytes and checked, never taken for text unchecked.
+    let bytes = unsafe { std::slice::from_raw_parts(update.as_ptr(), update.len()) };
+    let text = std::str::from_utf8(bytes).ok();
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| on_update(text)));
 }

@@ -2,6 +2,7 @@
 //! lets a panic cross the boundary: every entry point runs under `catch_unwind`, and a panic comes
 //! back as a failure whose message says where the plugin panicked and why.
 
+use crate::answer::details_json;
 use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -93,14 +94,13 @@ pub fn call(
                 None,
             ));
         };
-        Ctx::with_host(ctx, |ctx| tools.tools[i].run(args_json.as_str(), ctx))
-            .map(answer_to_ffi)
-            .map_err(|f| match f {
-                CallFailure::Tool(e) => failure(FfiFailureKind::Error, e.message, e.details),
-                CallFailure::InvalidArguments(m) => {
-                    failure(FfiFailureKind::InvalidArguments, m, None)
-                }
-            })
+        match Ctx::with_host(ctx, |ctx| tools.tools[i].run(args_json.as_str(), ctx)) {
+            Ok(answer) => answer_to_ffi(answer),
+            Err(CallFailure::Tool(e)) => Err(failure(FfiFailureKind::Error, e.message, e.details)),
+            Err(CallFailure::InvalidArguments(m)) => {
+                Err(failure(FfiFailureKind::InvalidArguments, m, None))
+            }
+        }
     });
     match result {
         Ok(Ok(answer)) => ROk(answer),
@@ -113,19 +113,35 @@ pub fn call(
     }
 }
 
+/// Details that cannot cross the boundary (too deep) turn the call into a crash naming why.
+fn details_or_crash(details: Option<serde_json::Value>) -> Result<ROption<RString>, FfiFailure> {
+    match details.map(details_json).transpose() {
+        Ok(json) => Ok(json.map(RString::from).into()),
+        Err(why) => Err(FfiFailure {
+            kind: FfiFailureKind::Panic,
+            message: format!("answered with {why}").into(),
+            details_json: ROption::RNone,
+        }),
+    }
+}
+
 fn failure(
     kind: FfiFailureKind,
     message: String,
     details: Option<serde_json::Value>,
 ) -> FfiFailure {
-    FfiFailure {
-        kind,
-        message: message.into(),
-        details_json: details.map(|d| RString::from(d.to_string())).into(),
+    match details_or_crash(details) {
+        Ok(details_json) => FfiFailure {
+            kind,
+            message: message.into(),
+            details_json,
+        },
+        Err(crash) => crash,
     }
 }
 
-fn answer_to_ffi(answer: Answer) -> FfiAnswer {
+fn answer_to_ffi(answer: Answer) -> Result<FfiAnswer, FfiFailure> {
+    let details_json = details_or_crash(answer.details)?;
     let image = |i: Image| FfiImage {
         mime_type: i.mime_type.into(),
         bytes: i.bytes.into(),
@@ -139,12 +155,12 @@ fn answer_to_ffi(answer: Answer) -> FfiAnswer {
             images.into_iter().map(image).collect(),
         ),
     };
-    FfiAnswer {
+    Ok(FfiAnswer {
         kind,
         text: text.into(),
         images,
-        details_json: answer.details.map(|d| RString::from(d.to_string())).into(),
-    }
+        details_json,
+    })
 }
 
 thread_local! {

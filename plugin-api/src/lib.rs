@@ -41,7 +41,9 @@ pub mod ffi;
 pub mod glue;
 mod tool;
 
-pub use answer::{Answer, Image, Output, ToolError};
+pub use answer::{
+    Answer, Image, MAX_DETAILS_DEPTH, Output, ToolError, details_depth, drop_details,
+};
 pub use ctx::Ctx;
 pub use schemars::JsonSchema;
 pub use serde_json::{Value, json};

@@ -169,6 +169,41 @@ pub fn faults_variants() -> &'static (PathBuf, PathBuf) {
     })
 }
 
+/// The `attacks` plugin built with `RHO_ATTACKS_BAD_NAMES=1`: three of its tools have names that
+/// break the rules (not UTF-8, 10,000 characters, a newline). Built once per test process into a
+/// file of its own; the ordinary build is restored.
+pub fn attacks_bad_names() -> &'static Path {
+    static VARIANT: OnceLock<PathBuf> = OnceLock::new();
+    VARIANT.get_or_init(|| {
+        let profile = built();
+        let keep = profile.join("rho-test-variants");
+        std::fs::create_dir_all(&keep).expect("variants dir");
+        let build = |bad: bool| {
+            let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+            cmd.args(["build", "--quiet", "-p", "attacks"])
+                .env("CARGO_TARGET_DIR", profile.parent().expect("target dir"))
+                .current_dir(env!("CARGO_MANIFEST_DIR"));
+            if profile.file_name().is_some_and(|n| n == "release") {
+                cmd.arg("--release");
+            }
+            if bad {
+                cmd.env("RHO_ATTACKS_BAD_NAMES", "1");
+            } else {
+                cmd.env_remove("RHO_ATTACKS_BAD_NAMES");
+            }
+            assert!(
+                cmd.status().expect("cargo build").success(),
+                "building attacks"
+            );
+        };
+        build(true);
+        let to = keep.join("libattacks-bad-names.so");
+        std::fs::copy(plugin_lib("attacks"), &to).expect("keep variant");
+        build(false);
+        to
+    })
+}
+
 /// Waits up to `within` for an event that `pred` accepts.
 pub async fn wait_for(
     sub: &mut rho_core::Subscription,

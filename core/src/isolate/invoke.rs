@@ -205,11 +205,9 @@ impl Invoke for IsolatedInvoke {
 fn details_of(tool: &str, details: Option<String>) -> Result<Option<Value>, Failure> {
     match details {
         None => Ok(None),
-        Some(json) => serde_json::from_str(&json).map(Some).map_err(|e| {
-            Failure::Crash(CrashReason::Protocol(format!(
-                "details of `{tool}` that are not JSON: {e}"
-            )))
-        }),
+        Some(json) => crate::details::parse(&json)
+            .map(Some)
+            .map_err(|e| Failure::Crash(CrashReason::Protocol(format!("details of `{tool}` {e}")))),
     }
 }
 

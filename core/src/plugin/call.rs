@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
-use abi_stable::std_types::{RResult, RStr};
+use abi_stable::std_types::{RResult, RStr, RString};
 use rho_plugin_api::ffi::{FfiCtx, FfiFailureKind, FfiOutcome, FfiOutputKind, PluginModRef};
 use rho_plugin_api::{Answer, Image, Output, ToolError};
 use serde_json::Value;
@@ -12,25 +12,37 @@ use serde_json::Value;
 use crate::invoke::{CallFuture, Failure, Invoke, ToolCtx};
 use crate::outcome::CrashReason;
 
-/// Copies a plugin's answer into host-owned data. Details that are not JSON make the call crash:
-/// the plugin broke its contract.
+/// A plugin's string as host data, refused unless it is UTF-8: abi_stable's `RString` takes its
+/// maker's word for it, and text that is not UTF-8 must never reach a client.
+pub(crate) fn plain_text(s: RString) -> Option<String> {
+    String::from_utf8(s.into_bytes().into_vec()).ok()
+}
+
+/// Copies a plugin's answer into host-owned data. Text, mime types, messages or details that are
+/// not UTF-8, and details that are not JSON (or nest deeper than [`MAX_DETAILS_DEPTH`]), make the
+/// call crash with a text naming the field: the plugin broke its contract.
 pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome) -> Result<Answer, Failure> {
+    let broken = |what: &str| {
+        Failure::Crash(CrashReason::Formatted(format!(
+            "tool `{tool}` answered with {what} not UTF-8"
+        )))
+    };
     match outcome {
         RResult::ROk(answer) => {
-            let details = parse_details(
-                tool,
-                answer
-                    .details_json
-                    .as_ref()
-                    .map(|d| d.as_str())
-                    .into_option(),
-            )?;
-            let text = answer.text.to_string();
-            let mut images: Vec<Image> = answer
-                .images
-                .iter()
-                .map(|i| Image::new(i.mime_type.as_str(), i.bytes.as_slice()))
-                .collect();
+            let details = match answer.details_json.into_option() {
+                None => None,
+                Some(json) => Some(parse_details(
+                    tool,
+                    &plain_text(json).ok_or_else(|| broken("details that are"))?,
+                )?),
+            };
+            let text = plain_text(answer.text).ok_or_else(|| broken("a text that is"))?;
+            let mut images = Vec::with_capacity(answer.images.len());
+            for image in answer.images {
+                let mime =
+                    plain_text(image.mime_type).ok_or_else(|| broken("a mime type that is"))?;
+                images.push(Image::new(mime, image.bytes.as_slice()));
+            }
             let output = match (answer.kind, images.len()) {
                 (FfiOutputKind::Text, _) => Output::Text(text),
                 (FfiOutputKind::Image, 1) => match images.pop() {
@@ -42,17 +54,17 @@ pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome) -> Result<Answer, Failur
             Ok(Answer { output, details })
         }
         RResult::RErr(failure) => {
-            let message = failure.message.to_string();
+            let message =
+                plain_text(failure.message).ok_or_else(|| broken("an error message that is"))?;
             match failure.kind {
                 FfiFailureKind::Error => {
-                    let details = parse_details(
-                        tool,
-                        failure
-                            .details_json
-                            .as_ref()
-                            .map(|d| d.as_str())
-                            .into_option(),
-                    )?;
+                    let details = match failure.details_json.into_option() {
+                        None => None,
+                        Some(json) => Some(parse_details(
+                            tool,
+                            &plain_text(json).ok_or_else(|| broken("details that are"))?,
+                        )?),
+                    };
                     Err(Failure::Tool(ToolError { message, details }))
                 }
                 FfiFailureKind::Panic => Err(Failure::Crash(CrashReason::Formatted(format!(
@@ -65,18 +77,18 @@ pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome) -> Result<Answer, Failur
     }
 }
 
-fn parse_details(tool: &str, json: Option<&str>) -> Result<Option<Value>, Failure> {
-    match json {
-        None => Ok(None),
-        Some(json) => serde_json::from_str(json).map(Some).map_err(|e| {
-            Failure::Crash(CrashReason::Formatted(format!(
-                "tool `{tool}` answered with details that are not JSON: {e}"
-            )))
-        }),
-    }
+fn parse_details(tool: &str, json: &str) -> Result<Value, Failure> {
+    crate::details::parse(json).map_err(|e| {
+        Failure::Crash(CrashReason::Formatted(format!(
+            "tool `{tool}` answered with details {e}"
+        )))
+    })
 }
 
-/// Calls `tool` of `module` on the current thread and copies the answer.
+pub use crate::details::MAX_DETAILS_DEPTH;
+
+/// Calls `tool` of `module` on the current thread and copies the answer. A partial update that
+/// is not UTF-8 is not forwarded and makes the call crash when it ends.
 pub fn call_module(
     module: PluginModRef,
     tool: &str,
@@ -85,10 +97,22 @@ pub fn call_module(
     cancelled: &AtomicBool,
     on_update: &(dyn Fn(&str) + Sync),
 ) -> Result<Answer, Failure> {
-    let on_update = &on_update;
-    let ctx = FfiCtx::new(call_id, cancelled, on_update);
+    let bad_update = AtomicBool::new(false);
+    let checked = |update: Option<&str>| match update {
+        Some(text) if !bad_update.load(Ordering::Relaxed) => on_update(text),
+        Some(_) => {}
+        None => bad_update.store(true, Ordering::Relaxed),
+    };
+    let checked: &(dyn Fn(Option<&str>) + Sync) = &checked;
+    let ctx = FfiCtx::new(call_id, cancelled, &checked);
     let outcome = (module.call())(RStr::from_str(tool), RStr::from_str(args_json), ctx);
-    answer_from_ffi(tool, outcome)
+    let answer = answer_from_ffi(tool, outcome);
+    if bad_update.load(Ordering::Relaxed) {
+        return Err(Failure::Crash(CrashReason::Formatted(format!(
+            "tool `{tool}` sent a partial update that is not UTF-8"
+        ))));
+    }
+    answer
 }
 
 /// One plugin version loaded in process, shared by its tools.

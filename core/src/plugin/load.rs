@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use abi_stable::library::{LibraryError, RawLibrary, lib_header_from_raw_library};
 use abi_stable::std_types::RResult;
-use rho_plugin_api::ffi::{FfiPluginInfo, INTERFACE_VERSION, PluginModRef};
+use rho_plugin_api::ffi::{FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION, PluginModRef};
+
+use crate::plugin::call::plain_text;
 use sha2::{Digest, Sha256};
 
 use crate::error::LoadError;
@@ -226,11 +228,17 @@ pub fn load_checked_copy(copy: &Path, shown_path: &Path) -> Result<Loaded, LoadE
 
 fn finish_load(path: &Path, sha256: &str, module: PluginModRef) -> Result<Loaded, LoadError> {
     let (interface_version, raw) = describe(path, module)?;
-    let (tools, rejected) = tool_specs(path, &raw)?;
+    let not_text = |what: &str| LoadError::Describe {
+        path: path.to_owned(),
+        reason: format!("its {what} is not UTF-8"),
+    };
+    let name = plain_text(raw.name).ok_or_else(|| not_text("name"))?;
+    let version = plain_text(raw.version).ok_or_else(|| not_text("version"))?;
+    let (tools, rejected) = tool_specs(path, &name, &version, raw.tools.into_vec());
     Ok(Loaded {
         info: PluginInfo {
-            name: raw.name.to_string(),
-            version: raw.version.to_string(),
+            name,
+            version,
             interface_version,
             path: path.to_owned(),
             sha256: sha256.to_owned(),
@@ -275,20 +283,34 @@ pub(crate) fn describe(
     }
 }
 
-/// Turns a plugin's description into specs, refusing (one line each) tools with a bad name, a
-/// duplicate name or a schema that is not a JSON object.
+/// Turns a plugin's description into specs, refusing (one line each) tools with a name,
+/// description or schema that is not UTF-8, a bad name, a duplicate name or a schema that is not a
+/// JSON object. A refused name is shown escaped and cut to its first 64 characters.
 pub(crate) fn tool_specs(
     path: &Path,
-    info: &FfiPluginInfo,
-) -> Result<(Vec<ToolSpec>, Vec<String>), LoadError> {
+    plugin: &str,
+    version: &str,
+    descs: Vec<FfiToolDesc>,
+) -> (Vec<ToolSpec>, Vec<String>) {
     let mut tools: Vec<ToolSpec> = Vec::new();
     let mut rejected = Vec::new();
-    let file = path.display();
-    for desc in info.tools.iter() {
-        let name = desc.name.as_str();
-        if !rho_plugin_api::is_valid_tool_name(name) {
+    let file = crate::error::shown(path);
+    for (i, desc) in descs.into_iter().enumerate() {
+        let timeout_ms = desc.timeout_ms.into_option();
+        let Some(name) = plain_text(desc.name) else {
             rejected.push(format!(
-                "{file}: tool {name:?} refused: a tool name must match ^[a-zA-Z0-9_-]{{1,64}}$"
+                "{file}: tool #{} refused: its name is not UTF-8",
+                i + 1
+            ));
+            continue;
+        };
+        if !rho_plugin_api::is_valid_tool_name(&name) {
+            let mut shown: String = name.chars().take(64).collect();
+            if shown.len() < name.len() {
+                shown.push_str("...");
+            }
+            rejected.push(format!(
+                "{file}: tool {shown:?} refused: a tool name must match ^[a-zA-Z0-9_-]{{1,64}}$"
             ));
             continue;
         }
@@ -298,26 +320,34 @@ pub(crate) fn tool_specs(
             ));
             continue;
         }
-        let parameters: serde_json::Value =
-            match serde_json::from_str(desc.parameters_json.as_str()) {
-                Ok(v @ serde_json::Value::Object(_)) => v,
-                Ok(_) | Err(_) => {
-                    rejected.push(format!(
-                        "{file}: tool `{name}` refused: its parameters are not a JSON Schema object"
-                    ));
-                    continue;
-                }
-            };
+        let (Some(description), Some(parameters)) = (
+            plain_text(desc.description),
+            plain_text(desc.parameters_json),
+        ) else {
+            rejected.push(format!(
+                "{file}: tool `{name}` refused: its description or schema is not UTF-8"
+            ));
+            continue;
+        };
+        let parameters: serde_json::Value = match serde_json::from_str(&parameters) {
+            Ok(v @ serde_json::Value::Object(_)) => v,
+            Ok(_) | Err(_) => {
+                rejected.push(format!(
+                    "{file}: tool `{name}` refused: its parameters are not a JSON Schema object"
+                ));
+                continue;
+            }
+        };
         tools.push(ToolSpec {
-            name: name.to_owned(),
-            description: desc.description.to_string(),
+            name,
+            description,
             parameters,
-            timeout_ms: desc.timeout_ms.into_option(),
-            plugin: Some(info.name.to_string()),
-            plugin_version: Some(info.version.to_string()),
+            timeout_ms,
+            plugin: Some(plugin.to_owned()),
+            plugin_version: Some(version.to_owned()),
         });
     }
-    Ok((tools, rejected))
+    (tools, rejected)
 }
 
 /// One line for an abi_stable error; the full report goes to `tracing`.
@@ -384,7 +414,6 @@ fn first_line(s: &str) -> String {
 mod tests {
     use super::*;
     use abi_stable::std_types::{ROption, RVec};
-    use rho_plugin_api::ffi::FfiToolDesc;
 
     fn desc(name: &str, schema: &str) -> FfiToolDesc {
         FfiToolDesc {
@@ -407,7 +436,8 @@ mod tests {
                 desc("list", "[1]"),
             ]),
         };
-        let (tools, rejected) = tool_specs(Path::new("/p/libp.so"), &info).unwrap();
+        let (tools, rejected) =
+            tool_specs(Path::new("/p/libp.so"), "p", "1.0.0", info.tools.into_vec());
         assert_eq!(tools.len(), 1);
         assert_eq!(tools[0].timeout_ms, Some(5));
         assert_eq!(tools[0].plugin.as_deref(), Some("p"));

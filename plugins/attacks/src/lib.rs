@@ -489,7 +489,91 @@ fn setsid_self(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     Ok(Answer::text(format!("ok: session {sid}")))
 }
 
+/// Arguments of `bad_text`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct BadTextArgs {
+    /// Which field is not UTF-8: text, error, mime, update or details.
+    pub field: String,
+}
+
+/// Bytes that are not UTF-8, passed off as a `String` (what a malicious plugin can hand the
+/// host: abi_stable's strings take their maker's word for their encoding).
+fn not_utf8() -> String {
+    // SAFETY: deliberately not UTF-8; this fixture tests that the host never trusts it.
+    unsafe { String::from_utf8_unchecked(vec![b'o', b'k', 0xff, 0xfe, b'!']) }
+}
+
+/// `bad_text`: answers with the chosen field not UTF-8.
+fn bad_text(args: BadTextArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    match args.field.as_str() {
+        "text" => Ok(Answer::text(not_utf8())),
+        "error" => Err(ToolError::new(not_utf8())),
+        "mime" => Ok(Answer::image(not_utf8(), vec![1, 2, 3], "an image")),
+        "update" => {
+            ctx.update("a fine update");
+            ctx.update(not_utf8());
+            Ok(Answer::text("ok: after the updates"))
+        }
+        "details" => Ok(Answer::text("ok").with_details(rho_plugin_api::Value::String(not_utf8()))),
+        other => Err(ToolError::new(format!("unknown field {other}"))),
+    }
+}
+
+/// Arguments of `deep_details`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct DeepArgs {
+    /// How deep the details nest.
+    pub depth: usize,
+}
+
+/// `deep_details`: answers with details nested `depth` arrays deep (built without recursion).
+fn deep_details(args: DeepArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let mut value = rho_plugin_api::Value::Null;
+    for _ in 0..args.depth {
+        value = rho_plugin_api::Value::Array(vec![value]);
+    }
+    Ok(Answer::text(format!("ok: {} deep", args.depth)).with_details(value))
+}
+
+/// A value whose formatting panics.
+struct Treacherous;
+
+impl std::fmt::Display for Treacherous {
+    fn fmt(&self, _f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        panic!("formatting panicked")
+    }
+}
+
+/// `panic_display`: panics with a message whose formatting panics (Rust aborts the process).
+fn panic_display(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    panic!("{}", Treacherous)
+}
+
+/// Tool names that break the rules, in the build made with `RHO_ATTACKS_BAD_NAMES=1`
+/// (ordinary names otherwise): not UTF-8, 10,000 characters, a newline that would forge a line.
+fn odd_name(which: usize) -> &'static str {
+    if option_env!("RHO_ATTACKS_BAD_NAMES").is_none() {
+        return ["odd_name_1", "odd_name_2", "odd_name_3"][which.min(2)];
+    }
+    match which {
+        // SAFETY: deliberately not UTF-8; this fixture tests that the host never trusts it.
+        0 => {
+            let bytes: &'static [u8] = Box::leak(vec![b'b', b'a', b'd', 0xff].into_boxed_slice());
+            // SAFETY: deliberately not UTF-8; this fixture tests that the host never trusts it.
+            unsafe { std::str::from_utf8_unchecked(bytes) }
+        }
+        1 => Box::leak("x".repeat(10_000).into_boxed_str()),
+        _ => "forged\nrho: plugin_loaded evil",
+    }
+}
+
 export_plugin! {
+    Tool::new("bad_text", "Answers with a field that is not UTF-8.", bad_text),
+    Tool::new("deep_details", "Answers with details nested depth deep.", deep_details),
+    Tool::new("panic_display", "Panics with a message whose formatting panics.", panic_display),
+    Tool::new(odd_name(0), "A tool whose name is not UTF-8 (bad-names build).", ids),
+    Tool::new(odd_name(1), "A tool whose name is 10,000 characters long (bad-names build).", ids),
+    Tool::new(odd_name(2), "A tool whose name holds a newline (bad-names build).", ids),
     Tool::new("signal_parent", "Sends TERM, KILL, STOP or CONT to the parent process.", signal_parent),
     Tool::new("signal_pid", "Sends TERM, KILL, STOP or CONT to a process.", signal_pid),
     Tool::new("read_file", "Reads a file; answers its size and first 4096 bytes.", read_file),

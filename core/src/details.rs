@@ -1,0 +1,86 @@
+//! Details (JSON for screens) as they arrive from a plugin: parsed without surprises.
+//!
+//! Details may nest up to [`MAX_DETAILS_DEPTH`] levels (arrays and objects inside each other). The
+//! depth of the text is measured first, without recursion; deeper details are refused with an
+//! error that names the bound, before any recursive parser, serializer or destructor sees them.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+pub use rho_plugin_api::MAX_DETAILS_DEPTH;
+
+/// How deep a JSON text nests, counted over its brackets outside strings, without recursion.
+/// Stops counting past [`MAX_DETAILS_DEPTH`].
+pub fn text_depth(json: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for b in json.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+                if deepest > MAX_DETAILS_DEPTH {
+                    return deepest;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// Parses details: `Err` is the rest of a sentence (`that are not JSON: ...`, `nested deeper than
+/// 512 levels`).
+pub fn parse(json: &str) -> Result<Value, String> {
+    if text_depth(json) > MAX_DETAILS_DEPTH {
+        return Err(format!("nested deeper than {MAX_DETAILS_DEPTH} levels"));
+    }
+    let mut de = serde_json::Deserializer::from_str(json);
+    // The depth is bounded above; serde_json's own bound (128) is lower than ours.
+    de.disable_recursion_limit();
+    let value = Value::deserialize(&mut de).and_then(|v| de.end().map(|()| v));
+    value.map_err(|e| format!("that are not JSON: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nested(depth: usize) -> String {
+        format!("{}{}", "[".repeat(depth), "]".repeat(depth))
+    }
+
+    #[test]
+    fn the_bound_is_exact_and_strings_do_not_count() {
+        assert_eq!(text_depth(r#"{"a": "[[[[", "b": [1, {"c": "\"]"}]}"#), 3);
+        let at_bound = nested(MAX_DETAILS_DEPTH);
+        // A thread with a small stack, as plugin and runtime threads have: parsing, printing and
+        // dropping the deepest details allowed stay within it.
+        std::thread::Builder::new()
+            .stack_size(1 << 20)
+            .spawn(move || {
+                let value = parse(&at_bound).unwrap();
+                assert_eq!(value.to_string(), at_bound);
+                drop(value);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(
+            parse(&nested(100_000)).unwrap_err(),
+            format!("nested deeper than {MAX_DETAILS_DEPTH} levels")
+        );
+        assert!(parse("{").unwrap_err().starts_with("that are not JSON: "));
+    }
+}

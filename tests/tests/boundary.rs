@@ -1,0 +1,238 @@
+//! [2/9]: what crosses from a plugin is checked in process exactly as the isolated protocol checks
+//! it: strings that are not UTF-8, details nested too deep, names that break the rules; and every
+//! error line stays one bounded line.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly
+
+use std::path::Path;
+use std::process::Command;
+
+use rho_core::{
+    Bus, DirOptions, Isolation, Outcome, RunOptions, ToolRegistry, WorkerOptions, allow_all,
+};
+use rho_tests::{attacks_bad_names, call, install, plugin_dir, rho_bin, runner};
+use serde_json::{Value, json};
+
+async fn registry(dir: &Path, isolated: bool) -> (ToolRegistry, rho_core::PluginDir, Vec<String>) {
+    let registry = ToolRegistry::new(Bus::default());
+    // These tests crash tools on purpose, more than a quarantine allows.
+    registry.set_quarantine_policy(rho_core::QuarantinePolicy {
+        max_failures: 0,
+        window: std::time::Duration::from_secs(1),
+    });
+    let options = DirOptions {
+        isolation: if isolated {
+            Isolation::Process(WorkerOptions {
+                spares: 0,
+                ..WorkerOptions::default()
+            })
+        } else {
+            Isolation::InProcess
+        },
+        ..DirOptions::default()
+    };
+    let (plugins, report) = registry.add_plugin_dir(dir, options).await.unwrap();
+    (registry, plugins, report.errors)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strings_that_are_not_utf8_end_the_call_crashed_naming_the_field() {
+    attacks_bad_names();
+    let dir = plugin_dir(&["attacks"]);
+    for isolated in [false, true] {
+        let (registry, plugins, errors) = registry(dir.path(), isolated).await;
+        assert!(errors.is_empty(), "{errors:?}");
+        let runner = runner(&registry, 10_000);
+        for (field, says) in [
+            ("text", "answered with a text that is not UTF-8"),
+            ("error", "answered with an error message that is not UTF-8"),
+            ("mime", "answered with a mime type that is not UTF-8"),
+            ("update", "sent a partial update that is not UTF-8"),
+            ("details", "answered with details that are not UTF-8"),
+        ] {
+            let r = runner
+                .run(
+                    &call("c", "bad_text", json!({ "field": field })),
+                    &allow_all(),
+                    &RunOptions::default(),
+                )
+                .await;
+            assert_eq!(r.outcome, Outcome::Crashed, "{field}: {}", r.text());
+            assert!(r.text().contains(says), "{field}: {}", r.text());
+            let r = runner
+                .run(
+                    &call("c", "ids", json!({})),
+                    &allow_all(),
+                    &RunOptions::default(),
+                )
+                .await;
+            assert_eq!(r.outcome, Outcome::Ok, "after {field}: {}", r.text());
+        }
+        plugins.close().await;
+    }
+}
+
+#[test]
+fn rho_call_never_prints_what_is_not_utf8() {
+    attacks_bad_names();
+    let dir = plugin_dir(&["attacks"]);
+    for field in ["text", "error", "mime", "update", "details"] {
+        let out = Command::new(rho_bin())
+            .args(["call", "bad_text", "--json", "--plugins"])
+            .arg(dir.path())
+            .arg(json!({ "field": field }).to_string())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8(out.stdout).expect("stdout is UTF-8");
+        String::from_utf8(out.stderr).expect("stderr is UTF-8");
+        let result: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(result["outcome"], "crashed", "{field}: {stdout}");
+        assert_eq!(out.status.code(), Some(1));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn details_nest_up_to_the_bound_and_deeper_ones_are_refused_without_harm() {
+    attacks_bad_names();
+    let dir = plugin_dir(&["attacks"]);
+    for isolated in [false, true] {
+        let (registry, plugins, _) = registry(dir.path(), isolated).await;
+        let runner = runner(&registry, 10_000);
+        let run = |depth: usize| {
+            let runner = runner.clone();
+            async move {
+                runner
+                    .run(
+                        &call("c", "deep_details", json!({ "depth": depth })),
+                        &allow_all(),
+                        &RunOptions::default(),
+                    )
+                    .await
+            }
+        };
+        // 200 deep: past serde_json's own 128, within rho's bound.
+        let r = run(200).await;
+        assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+        let mut depth = 0;
+        let mut at = r.details.as_ref().unwrap();
+        while let Value::Array(items) = at {
+            depth += 1;
+            at = &items[0];
+        }
+        assert_eq!(depth, 200);
+        let r = run(rho_core::details::MAX_DETAILS_DEPTH).await;
+        assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+        for too_deep in [rho_core::details::MAX_DETAILS_DEPTH + 1, 100_000] {
+            let r = run(too_deep).await;
+            assert_eq!(r.outcome, Outcome::Crashed, "{too_deep}: {}", r.text());
+            assert!(
+                r.text()
+                    .ends_with("answered with details nested deeper than 512 levels"),
+                "{}",
+                r.text()
+            );
+        }
+        plugins.close().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_whose_message_panics_is_an_isolated_crash() {
+    // In process Rust aborts on a panic while formatting a panic message (documented); isolated,
+    // the worker dies and the host serves on.
+    attacks_bad_names();
+    let dir = plugin_dir(&["attacks"]);
+    let (registry, plugins, _) = registry(dir.path(), true).await;
+    let runner = runner(&registry, 10_000);
+    let r = runner
+        .run(
+            &call("c", "panic_display", json!({})),
+            &allow_all(),
+            &RunOptions::default(),
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
+    assert!(r.text().contains("SIGABRT"), "{}", r.text());
+    let r = runner
+        .run(
+            &call("c", "ids", json!({})),
+            &allow_all(),
+            &RunOptions::default(),
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    plugins.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_names_that_break_the_rules_are_refused_in_one_bounded_line_each() {
+    let variant = attacks_bad_names();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(variant, dir.path().join("libattacks.so")).unwrap();
+    install(dir.path(), "echo");
+    for isolated in [false, true] {
+        let (registry, plugins, errors) = registry(dir.path(), isolated).await;
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        for line in &errors {
+            assert!(!line.contains('\n'), "{line:?}");
+            assert!(line.chars().count() < 400, "{} characters", line.len());
+        }
+        assert!(errors.iter().any(|l| l.contains("its name is not UTF-8")));
+        assert!(
+            errors
+                .iter()
+                .any(|l| l.contains(r"forged\nrho: plugin_loaded evil"))
+        );
+        let names: Vec<String> = registry.tools().into_iter().map(|t| t.name).collect();
+        assert!(names.contains(&"ids".to_owned()) && names.contains(&"echo".to_owned()));
+        plugins.close().await;
+    }
+    // `rho tools` lists the rest and exits 0; stderr has the three refusals, one line each.
+    let out = Command::new(rho_bin())
+        .args(["tools", "--json", "--plugins"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 3, "{stderr}");
+    let tools: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "echo")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_name_cannot_split_or_forge_an_error_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("evil\nrho: plugin_loaded forged.so"),
+        b"not a library",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join(format!("{}.so", "y".repeat(250))),
+        b"not a library",
+    )
+    .unwrap();
+    let (_registry, plugins, errors) = registry(dir.path(), false).await;
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    for line in &errors {
+        assert!(!line.contains('\n'), "{line:?}");
+        assert!(
+            line.chars().count() < 400,
+            "{} characters",
+            line.chars().count()
+        );
+    }
+    assert!(
+        errors
+            .iter()
+            .any(|l| l.contains(r"evil\nrho: plugin_loaded forged.so"))
+    );
+    plugins.close().await;
+}
