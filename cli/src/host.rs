@@ -144,6 +144,7 @@ pub async fn registry(
                 Isolation::InProcess
             },
             max_versions: source.max_versions.unwrap_or(defaults.max_versions),
+            ..defaults
         };
         match registry.add_plugin_dir(&source.dir, options).await {
             Ok((plugin_dir, report)) => {

@@ -15,14 +15,17 @@ use rho_core::{
 use rho_tests::{call, install, plugin_lib, profile_dir, rho_bin, runner};
 use serde_json::{Value, json};
 
-/// These tests count processes on the whole machine: one at a time.
+/// Where the plugin directories of these tests are made (workers name their plugin's path).
+const TEST_DIRS: &str = "rho-sandbox-tests";
+
+/// These tests count processes: one at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A plugin directory outside `/tmp` (inside the sandbox `/tmp` is the plugin's scratch
 /// directory, so a plugin directory under `/tmp` would not even be visible), readable by the
 /// plugins' identity.
 fn plugin_dir(names: &[&str]) -> tempfile::TempDir {
-    let base = profile_dir().join("rho-sandbox-tests");
+    let base = profile_dir().join(TEST_DIRS);
     std::fs::create_dir_all(&base).unwrap();
     let dir = tempfile::tempdir_in(&base).unwrap();
     for name in names {
@@ -92,10 +95,18 @@ fn processes_granted() -> WorkerOptions {
     })
 }
 
-/// Live processes in a PID namespace below this machine's (what sandboxes run), with their
-/// names: the workers' init and plugin processes, and whatever the plugin left behind.
+/// Live processes in the sandboxes of these tests: processes in a PID namespace below this
+/// machine's that holds a worker of a plugin directory made by these tests (other hosts on the
+/// machine, with their own sandboxes, are not counted), with their names. A process a plugin left
+/// behind stays in its sandbox's namespace, so it is counted wherever it was reparented.
 fn sandboxed_processes() -> Vec<(i32, String)> {
-    let mut found = Vec::new();
+    struct Seen {
+        pid: i32,
+        name: String,
+        ns: String,
+        ours: bool,
+    }
+    let mut seen = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
             continue;
@@ -110,14 +121,29 @@ fn sandboxed_processes() -> Vec<(i32, String)> {
                 .map(|v| v.trim().to_owned())
                 .unwrap_or_default()
         };
-        let nested = field("NSpid:").split_whitespace().count() >= 2;
-        let name = field("Name:");
-        let zombie = field("State:").starts_with('Z');
-        if nested && !zombie && (name.starts_with("rho-worker") || name == "sleep") {
-            found.push((pid, name));
+        if field("NSpid:").split_whitespace().count() < 2 || field("State:").starts_with('Z') {
+            continue;
         }
+        let Ok(ns) = std::fs::read_link(format!("/proc/{pid}/ns/pid")) else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        seen.push(Seen {
+            pid,
+            name: field("Name:"),
+            ns: ns.to_string_lossy().into_owned(),
+            ours: String::from_utf8_lossy(&cmdline).contains(TEST_DIRS),
+        });
     }
-    found
+    let ours: Vec<String> = seen
+        .iter()
+        .filter(|s| s.ours)
+        .map(|s| s.ns.clone())
+        .collect();
+    seen.into_iter()
+        .filter(|s| ours.contains(&s.ns))
+        .map(|s| (s.pid, s.name))
+        .collect()
 }
 
 /// Waits up to `within` for the sandboxed processes to be `want` in number; returns the last

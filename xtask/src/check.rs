@@ -9,7 +9,7 @@ use serde_json::json;
 /// when it loaded with every tool accepted.
 pub fn check(path: &Path, as_json: bool) -> Result<bool, String> {
     let copies = CopyDir::new().map_err(|e| e.to_string())?;
-    let loaded = match PluginFile::read(path).and_then(|file| load_in_process(&file, &copies)) {
+    let loaded = match PluginFile::open(path, &copies).and_then(|file| load_in_process(&file)) {
         Ok(loaded) => loaded,
         Err(error) => {
             eprintln!("{error}");

@@ -202,11 +202,10 @@ impl fmt::Display for SandboxReport {
 // ---------------------------------------------------------------------------------------------
 // Host side.
 
-/// A sealed memfd holding `bytes`: the worker loads the plugin from it (`/proc/self/fd/5`). No
-/// path exists that anyone could swap, no process can write it, and it is gone with the last
-/// process holding it.
-pub(crate) fn plugin_memfd(name: &str, bytes: &[u8]) -> io::Result<OwnedFd> {
-    use std::io::Write;
+/// A new memfd for a plugin's bytes (`rho-plugin:NAME`, close-on-exec, sealable): the worker
+/// loads the plugin from it (`/proc/self/fd/5`). No path exists that anyone could swap, and it is
+/// gone with the last process holding it. [`seal`] it once written.
+pub(crate) fn plugin_memfd(name: &str) -> io::Result<std::fs::File> {
     let label = CString::new(format!("rho-plugin:{name}").replace('\0', "?"))
         .map_err(|e| io::Error::other(e.to_string()))?;
     const MFD_EXEC: libc::c_uint = 0x10;
@@ -222,15 +221,17 @@ pub(crate) fn plugin_memfd(name: &str, bytes: &[u8]) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: a descriptor just created and owned by nothing else.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut file = std::fs::File::from(owned);
-    file.write_all(bytes)?;
+    Ok(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// Seals a plugin's memfd: no process can write, grow or shrink it from now on.
+pub(crate) fn seal(file: &std::fs::File) -> io::Result<()> {
     let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
     // SAFETY: fcntl on our own descriptor.
     if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(OwnedFd::from(file))
+    Ok(())
 }
 
 /// The directory holding the scratch directories of one plugin directory's isolated plugins:

@@ -76,7 +76,7 @@ fn spawner() -> &'static Mutex<mpsc::Sender<Job>> {
 /// version.
 pub(crate) struct Payload {
     /// The sealed memfd holding the plugin's bytes (the worker's fd 5).
-    pub plugin: OwnedFd,
+    pub plugin: std::sync::Arc<OwnedFd>,
     /// The plugin's scratch directory, `O_PATH` (the worker's fd 6), if it has one.
     pub scratch: Option<OwnedFd>,
     /// The sandbox, as sent in the worker's first frame.

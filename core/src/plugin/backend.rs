@@ -1,8 +1,12 @@
 //! Where a plugin version runs: in the host's process, or in worker processes.
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
 
 use crate::error::LoadError;
 use crate::invoke::Invoke;
@@ -10,10 +14,12 @@ use crate::isolate::WorkerOptions;
 use crate::isolate::invoke::IsolatedInvoke;
 use crate::isolate::pool::Pool;
 use crate::isolate::protocol::SandboxSpec;
-use crate::isolate::sandbox::{SandboxReport, ScratchRoot, plugin_memfd};
+use crate::isolate::sandbox::{SandboxReport, ScratchRoot};
 use crate::isolate::spawn::Payload;
 use crate::plugin::call::{InProcessInvoke, InProcessPlugin};
-use crate::plugin::load::{CopyDir, PluginFile, PluginInfo, check_elf, load_in_process};
+use crate::plugin::load::{
+    CopyDir, PluginFile, PluginInfo, PrivateCopy, load_in_process, memfd_copy,
+};
 use crate::spec::ToolSpec;
 
 /// A plugin version loaded by a backend, ready to register.
@@ -23,22 +29,94 @@ pub(crate) struct LoadedVersion {
     pub rejected: Vec<String>,
     /// What of the sandbox is in force (isolated versions).
     pub sandbox: Option<SandboxReport>,
+    /// Whether loading it mapped a new image into the host (in process, content not seen before).
+    pub mapped_new: bool,
+}
+
+/// How a load ended within its time bound.
+pub(crate) enum LoadOutcome {
+    /// Loaded (or failed) in time.
+    Done(Result<LoadedVersion, LoadError>),
+    /// Still loading after the bound (its load-time code hangs or is slow); the receiver gets
+    /// the result when it finishes.
+    Stalled(tokio::sync::oneshot::Receiver<Result<LoadedVersion, LoadError>>),
 }
 
 /// How a directory's plugins run.
 pub(crate) enum Backend {
     /// In the host's process: fastest; a crash of the plugin's process is the host's.
-    InProcess,
+    InProcess(Arc<InProcess>),
     /// In worker processes, one pool per plugin version.
     Isolated(Isolated),
 }
 
-/// The isolated backend's state: the options and the pool of each live version.
+/// The in-process backend's state: every image it mapped, by content. The same bytes (a hard
+/// link, a copy under another name, a version that comes back) are mapped once; abi_stable never
+/// unmaps a library, so a second mapping would only cost memory.
+#[derive(Default)]
+pub(crate) struct InProcess {
+    mapped: Mutex<HashMap<String, Arc<Mapped>>>,
+}
+
+struct Mapped {
+    plugin: Arc<InProcessPlugin>,
+    info: PluginInfo,
+    tools: Vec<ToolSpec>,
+    rejected: Vec<String>,
+}
+
+impl InProcess {
+    fn mapped(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Mapped>>> {
+        self.mapped.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Loads `file` on the calling thread (it blocks: `dlopen` runs the plugin's load-time code).
+    fn load_blocking(&self, file: PluginFile) -> Result<LoadedVersion, LoadError> {
+        let known = self.mapped().get(&file.sha256).cloned();
+        let (mapped, mapped_new) = match known {
+            Some(mapped) => (mapped, false),
+            None => {
+                let loaded = load_in_process(&file)?;
+                let mapped = Arc::new(Mapped {
+                    plugin: Arc::new(InProcessPlugin {
+                        module: loaded.module,
+                        runaway: AtomicUsize::new(0),
+                    }),
+                    info: loaded.info,
+                    tools: loaded.tools,
+                    rejected: loaded.rejected,
+                });
+                self.mapped().insert(file.sha256.clone(), mapped.clone());
+                (mapped, true)
+            }
+        };
+        let tools = with_invoke(mapped.tools.clone(), |tool| {
+            Arc::new(InProcessInvoke {
+                plugin: mapped.plugin.clone(),
+                tool,
+            })
+        });
+        Ok(LoadedVersion {
+            info: PluginInfo {
+                path: file.path.clone(),
+                ..mapped.info.clone()
+            },
+            tools,
+            rejected: mapped.rejected.clone(),
+            sandbox: None,
+            mapped_new,
+        })
+    }
+}
+
+/// The isolated backend's state: the options, the pool of each live version, the plugins'
+/// scratch directories and the memfds in use (shared by versions of the same content).
 pub(crate) struct Isolated {
     pub options: Arc<WorkerOptions>,
     pools: Mutex<HashMap<String, Pool>>,
     /// The plugins' scratch directories, made on the first load.
     scratch: Mutex<Option<Arc<ScratchRoot>>>,
+    memfds: Mutex<HashMap<String, Weak<OwnedFd>>>,
 }
 
 impl Isolated {
@@ -47,6 +125,7 @@ impl Isolated {
             options: Arc::new(options),
             pools: Mutex::new(HashMap::new()),
             scratch: Mutex::new(None),
+            memfds: Mutex::new(HashMap::new()),
         }
     }
 
@@ -64,10 +143,28 @@ impl Isolated {
         self.pools.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The memfd to hand workers for content `sha256`: one already in use for the same bytes,
+    /// else `fresh`.
+    fn shared_memfd(&self, sha256: &str, fresh: Arc<OwnedFd>) -> Arc<OwnedFd> {
+        let mut memfds = self.memfds.lock().unwrap_or_else(PoisonError::into_inner);
+        memfds.retain(|_, weak| weak.strong_count() > 0);
+        if let Some(live) = memfds.get(sha256).and_then(Weak::upgrade) {
+            return live;
+        }
+        memfds.insert(sha256.to_owned(), Arc::downgrade(&fresh));
+        fresh
+    }
+
     /// What a worker of `file` is handed: its bytes in a sealed memfd, the plugin's scratch
     /// directory (one per plugin file, shared by its versions and workers, removed with the
-    /// host's private directory) and the sandbox spec.
+    /// host's plugin directory) and the sandbox spec.
     fn payload(&self, file: &PluginFile) -> Result<Payload, LoadError> {
+        let PrivateCopy::Memfd(memfd) = &file.copy else {
+            return Err(LoadError::Copy {
+                path: file.path.clone(),
+                reason: "an in-process copy cannot load isolated".into(),
+            });
+        };
         let stem = file
             .path
             .file_stem()
@@ -82,12 +179,12 @@ impl Isolated {
                     '_'
                 }
             })
+            .take(64)
             .collect();
         let copy_error = |e: std::io::Error| LoadError::Copy {
             path: file.path.clone(),
             reason: e.to_string(),
         };
-        let plugin = plugin_memfd(&name, &file.bytes).map_err(copy_error)?;
         let identity = self.options.identity.resolve();
         let (scratch_path, scratch) = self
             .scratch_root()
@@ -95,7 +192,7 @@ impl Isolated {
             .plugin_dir(&name, identity)
             .map_err(copy_error)?;
         Ok(Payload {
-            plugin,
+            plugin: self.shared_memfd(&file.sha256, memfd.clone()),
             scratch: Some(scratch),
             sandbox: SandboxSpec {
                 enabled: self.options.sandbox,
@@ -106,6 +203,47 @@ impl Isolated {
                 host_pid: unsafe { libc::getpid() },
                 scratch: Some(scratch_path),
             },
+        })
+    }
+
+    async fn load(&self, file: PluginFile) -> Result<LoadedVersion, LoadError> {
+        let probe = PluginInfo {
+            name: String::new(),
+            version: String::new(),
+            interface_version: 0,
+            path: file.path.clone(),
+            sha256: file.sha256.clone(),
+        };
+        let payload = self.payload(&file)?;
+        let (pool, ready) = Pool::open(self.options.clone(), payload, &probe).await?;
+        if ready.sandbox.complete() {
+            tracing::debug!(file = %file.path.display(), sandbox = %ready.sandbox, "sandbox");
+        } else {
+            tracing::warn!(
+                file = %file.path.display(),
+                sandbox = %ready.sandbox,
+                "the plugin's sandbox is incomplete"
+            );
+        }
+        let info = PluginInfo {
+            name: ready.name,
+            version: ready.version,
+            interface_version: ready.interface_version,
+            ..probe
+        };
+        let tools = with_invoke(ready.tools, |tool| {
+            Arc::new(IsolatedInvoke {
+                pool: pool.clone(),
+                tool,
+            })
+        });
+        self.pools().insert(version_key(&info), pool);
+        Ok(LoadedVersion {
+            info,
+            tools,
+            rejected: ready.rejected,
+            sandbox: Some(ready.sandbox),
+            mapped_new: false,
         })
     }
 }
@@ -129,78 +267,83 @@ fn version_key(info: &PluginInfo) -> String {
 }
 
 impl Backend {
-    /// Loads one version of a plugin file.
-    pub async fn load(
-        &self,
-        file: &PluginFile,
-        copies: &CopyDir,
-    ) -> Result<LoadedVersion, LoadError> {
-        match self {
-            Backend::InProcess => {
-                let loaded = load_in_process(file, copies)?;
-                let plugin = Arc::new(InProcessPlugin {
-                    module: loaded.module,
-                    runaway: AtomicUsize::new(0),
-                });
-                let tools = with_invoke(loaded.tools, |tool| {
-                    Arc::new(InProcessInvoke {
-                        plugin: plugin.clone(),
-                        tool,
-                    })
-                });
-                Ok(LoadedVersion {
-                    info: loaded.info,
-                    tools,
-                    rejected: loaded.rejected,
-                    sandbox: None,
-                })
+    /// The backend for `isolation`.
+    pub fn new(isolation: &crate::plugin::dir::Isolation) -> Backend {
+        match isolation {
+            crate::plugin::dir::Isolation::InProcess => {
+                Backend::InProcess(Arc::new(InProcess::default()))
             }
-            Backend::Isolated(isolated) => {
-                check_elf(file)?;
-                let probe = PluginInfo {
-                    name: String::new(),
-                    version: String::new(),
-                    interface_version: 0,
-                    path: file.path.clone(),
-                    sha256: file.sha256.clone(),
-                };
-                let payload = isolated.payload(file)?;
-                let (pool, ready) = Pool::open(isolated.options.clone(), payload, &probe).await?;
-                if !ready.sandbox.complete() {
-                    tracing::warn!(
-                        file = %file.path.display(),
-                        sandbox = %ready.sandbox,
-                        "the plugin's sandbox is incomplete"
-                    );
-                } else {
-                    tracing::debug!(file = %file.path.display(), sandbox = %ready.sandbox, "sandbox");
-                }
-                let info = PluginInfo {
-                    name: ready.name,
-                    version: ready.version,
-                    interface_version: ready.interface_version,
-                    ..probe
-                };
-                let tools = with_invoke(ready.tools, |tool| {
-                    Arc::new(IsolatedInvoke {
-                        pool: pool.clone(),
-                        tool,
-                    })
-                });
-                isolated.pools().insert(version_key(&info), pool);
-                Ok(LoadedVersion {
-                    info,
-                    tools,
-                    rejected: ready.rejected,
-                    sandbox: Some(ready.sandbox),
-                })
+            crate::plugin::dir::Isolation::Process(workers) => {
+                Backend::Isolated(Isolated::new(workers.clone()))
             }
         }
     }
 
-    /// Whether each version loaded stays mapped in the host for good.
-    pub fn leaves_images(&self) -> bool {
-        matches!(self, Backend::InProcess)
+    /// Copies an opened plugin file into the private storage this backend loads from (blocking).
+    pub fn private_copy(
+        &self,
+        source: &mut File,
+        path: &Path,
+        copies: &CopyDir,
+    ) -> Result<PluginFile, LoadError> {
+        match self {
+            Backend::InProcess(_) => copies.copy_from(source, path),
+            Backend::Isolated(_) => memfd_copy(source, path),
+        }
+    }
+
+    /// Whether loading content `sha256` maps a new image into the host.
+    pub fn would_map(&self, sha256: &str) -> bool {
+        match self {
+            Backend::InProcess(state) => !state.mapped().contains_key(sha256),
+            Backend::Isolated(_) => false,
+        }
+    }
+
+    /// Loads one version of a plugin file within `bound`. In process the load runs on a thread
+    /// of its own (`dlopen` runs the plugin's load-time code, which may hang); isolated, the
+    /// worker's start is bounded by the pool's start timeout as well.
+    pub async fn load(&self, file: PluginFile, bound: Duration) -> LoadOutcome {
+        match self {
+            Backend::InProcess(state) => {
+                let (tx, mut rx) = tokio::sync::oneshot::channel();
+                let state = state.clone();
+                let path = file.path.clone();
+                let started =
+                    std::thread::Builder::new()
+                        .name("rho-load".into())
+                        .spawn(move || {
+                            let _ = tx.send(state.load_blocking(file));
+                        });
+                if let Err(e) = started {
+                    return LoadOutcome::Done(Err(LoadError::Copy {
+                        path,
+                        reason: format!("cannot start a loading thread: {e}"),
+                    }));
+                }
+                match tokio::time::timeout(bound, &mut rx).await {
+                    Ok(Ok(result)) => LoadOutcome::Done(result),
+                    Ok(Err(_)) => LoadOutcome::Done(Err(LoadError::Copy {
+                        path,
+                        reason: "the loading thread died".into(),
+                    })),
+                    Err(_) => LoadOutcome::Stalled(rx),
+                }
+            }
+            Backend::Isolated(isolated) => {
+                let path = file.path.clone();
+                match tokio::time::timeout(bound, isolated.load(file)).await {
+                    Ok(result) => LoadOutcome::Done(result),
+                    Err(_) => LoadOutcome::Done(Err(LoadError::Worker {
+                        path,
+                        reason: format!(
+                            "loading took longer than {} ms (its load-time code hangs?)",
+                            bound.as_millis()
+                        ),
+                    })),
+                }
+            }
+        }
     }
 
     /// Whether plugins run out of process.

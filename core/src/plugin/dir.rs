@@ -3,14 +3,16 @@
 //! files' tools go). The watcher in [`crate::watch`] calls `scan` when the directory changes.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::LoadError;
 use crate::events::EventKind;
-use crate::plugin::backend::{Backend, LoadedVersion};
+use crate::plugin::backend::{Backend, LoadOutcome, LoadedVersion};
 use crate::plugin::load::{CopyDir, PluginFile, PluginInfo};
-use crate::plugin::trust::{self, Trust};
+use crate::plugin::open::{DirError, DirHandle, Stamp, open_dir};
+use crate::plugin::trust::Trust;
 use crate::registry::{ResolvedTool, SourceId, ToolRegistry};
 
 /// Where a directory's plugins run.
@@ -34,11 +36,33 @@ pub struct DirOptions {
     /// Whether files other users can write are loaded.
     #[serde(default)]
     pub trust: Trust,
-    /// In process, how many versions of one plugin may be loaded over the host's life (each
-    /// reload leaves the old image mapped). Past it, a `warning` event recommends isolation or a
-    /// restart and further versions are refused.
+    /// In process, how many versions (distinct contents) of one plugin file may be mapped over
+    /// the host's life (each reload leaves the old image mapped). Past it, a `warning` event
+    /// recommends isolation or a restart and further versions are refused before anything is
+    /// mapped.
     #[serde(default = "default_max_versions")]
     pub max_versions: usize,
+    /// The largest plugin file loaded, bytes; a larger one is refused with one line before it is
+    /// read.
+    #[serde(default = "default_max_file_size")]
+    pub max_file_size: u64,
+    /// How long loading one file may take (its load-time code runs then). In process, past it the
+    /// file is reported stalled and the scan moves on; it is used if it finishes later. Isolated,
+    /// files load at once, each within this bound.
+    #[serde(
+        default = "default_load_timeout",
+        with = "crate::health::millis",
+        rename = "load_timeout_ms"
+    )]
+    pub load_timeout: std::time::Duration,
+}
+
+fn default_max_file_size() -> u64 {
+    crate::plugin::open::DEFAULT_MAX_FILE_SIZE
+}
+
+fn default_load_timeout() -> std::time::Duration {
+    std::time::Duration::from_secs(10)
 }
 
 fn default_max_versions() -> usize {
@@ -51,6 +75,8 @@ impl Default for DirOptions {
             isolation: Isolation::default(),
             trust: Trust::default(),
             max_versions: default_max_versions(),
+            max_file_size: default_max_file_size(),
+            load_timeout: default_load_timeout(),
         }
     }
 }
@@ -88,41 +114,6 @@ impl ScanReport {
     }
 }
 
-/// Marks a refused path in `State::failed` (instead of a content hash).
-const REFUSED: &str = "refused";
-
-/// What reading one listed file gave.
-enum Read {
-    /// The same file as the one loaded (same inode, size and mtime).
-    Unchanged,
-    /// Refused by the trust policy, or unreadable.
-    Refused(LoadError),
-    /// Its content, and its identity.
-    File(PluginFile, Option<Stamp>),
-}
-
-/// A file's identity as the file system gives it: a rename, a hard link or a write changes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime_ns: i128,
-}
-
-impl Stamp {
-    fn of(path: &Path) -> Option<Stamp> {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(path).ok()?;
-        Some(Stamp {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.size(),
-            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
-        })
-    }
-}
-
 struct Slot {
     info: PluginInfo,
     tools: Vec<ResolvedTool>,
@@ -131,10 +122,34 @@ struct Slot {
     failed_sha256: Option<String>,
 }
 
+/// A file that failed or was refused: not read again while its identity is `stamp`, not loaded
+/// again while its content is `sha256`, its error reported once.
+#[derive(Default)]
+struct Failed {
+    stamp: Option<Stamp>,
+    sha256: Option<String>,
+    line: String,
+}
+
 struct State {
     slots: BTreeMap<PathBuf, Slot>,
-    failed: HashMap<PathBuf, String>,
-    versions: HashMap<String, usize>,
+    failed: HashMap<PathBuf, Failed>,
+    /// In process: images mapped from each file over the host's life (the version cap).
+    mapped: HashMap<PathBuf, usize>,
+    /// Loads still running past their bound, with the identity of the file they load.
+    stalled: HashMap<PathBuf, Stamp>,
+    /// Stalled loads that finished since, for the next scan.
+    finished: Vec<Finished>,
+    /// The directory was gone at the last scan (reported once).
+    gone: bool,
+}
+
+/// A stalled load that finished: the file, its identity and content then, and the result.
+struct Finished {
+    path: PathBuf,
+    stamp: Stamp,
+    sha256: String,
+    result: Result<LoadedVersion, LoadError>,
 }
 
 /// One plugin directory loaded into a registry. Cheap to clone.
@@ -151,6 +166,15 @@ struct Inner {
     backend: Backend,
     copies: CopyDir,
     state: tokio::sync::Mutex<State>,
+    /// Asks for a scan (a stalled load finished); served by a task of its own.
+    rescan: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Ends the rescanning task.
+        self.rescan.notify_one();
+    }
 }
 
 impl PluginDir {
@@ -173,10 +197,23 @@ impl PluginDir {
                 state: tokio::sync::Mutex::new(State {
                     slots: BTreeMap::new(),
                     failed: HashMap::new(),
-                    versions: HashMap::new(),
+                    mapped: HashMap::new(),
+                    stalled: HashMap::new(),
+                    finished: Vec::new(),
+                    gone: false,
                 }),
+                rescan: Arc::new(tokio::sync::Notify::new()),
             }),
         };
+        let rescan = plugin_dir.inner.rescan.clone();
+        let weak = Arc::downgrade(&plugin_dir.inner);
+        tokio::spawn(async move {
+            loop {
+                rescan.notified().await;
+                let Some(inner) = weak.upgrade() else { return };
+                PluginDir { inner }.scan().await;
+            }
+        });
         let report = plugin_dir.scan().await;
         Ok((plugin_dir, report))
     }
@@ -210,20 +247,41 @@ impl PluginDir {
     }
 
     /// Brings the registry in line with the directory: loads new files, reloads changed ones
-    /// (content hash differs), drops the tools of deleted ones. A file that fails keeps its old
-    /// version serving. Publishes one event per change and per failure, once the registry shows
-    /// the result.
+    /// (content hash differs), drops the tools of deleted ones, and of every file when the
+    /// directory itself is gone. A file that fails keeps its old version serving and is not read
+    /// again until it changes. Files are opened, checked, copied and hashed one at a time, off the
+    /// async runtime's threads. Publishes one event per change and per failure, once the registry
+    /// shows the result.
     pub async fn scan(&self) -> ScanReport {
         let inner = &self.inner;
         let mut state = inner.state.lock().await;
         let mut report = ScanReport::default();
-        match self.read_files(&state).await {
-            Err(error) => report.fail(&error),
-            Ok(files) => {
-                self.drop_deleted(&mut state, &mut report, &files);
-                for (path, file) in files {
-                    self.consider(&mut state, &mut report, path, file).await;
+        let dir = inner.dir.clone();
+        let trust = inner.options.trust;
+        let listed = tokio::task::spawn_blocking(move || {
+            let handle = open_dir(&dir, trust)?;
+            let names = handle.list().map_err(DirError::Unusable)?;
+            Ok::<_, DirError>((handle, names))
+        })
+        .await;
+        match listed {
+            Err(_) => report.fail(&LoadError::Read {
+                path: inner.dir.clone(),
+                reason: "the task listing the plugin directory failed".into(),
+            }),
+            Ok(Err(DirError::Unusable(error))) => report.fail(&error),
+            Ok(Err(DirError::Gone(error))) => {
+                if !state.gone {
+                    report.fail(&error);
+                    state.gone = true;
                 }
+                self.drop_deleted(&mut state, &mut report, &[]);
+                inner.registry.set_source_tools(inner.source, Vec::new());
+            }
+            Ok(Ok((handle, names))) => {
+                state.gone = false;
+                self.scan_files(&mut state, &mut report, Arc::new(handle), names)
+                    .await;
                 let tools = state.slots.values().flat_map(|s| s.tools.clone()).collect();
                 inner.registry.set_source_tools(inner.source, tools);
             }
@@ -238,51 +296,286 @@ impl PluginDir {
         report
     }
 
-    /// Lists, checks and reads the plugin files. A file whose identity (inode, size, mtime) is
-    /// unchanged since it was loaded is not read again; one that vanished since the listing is
-    /// left out (it counts as deleted).
-    async fn read_files(&self, state: &State) -> Result<Vec<(PathBuf, Read)>, LoadError> {
-        let mut files = Vec::new();
-        for (path, checked) in self.list().await? {
-            let target = match checked {
-                Ok(target) => target,
-                Err(error) => {
-                    files.push((path, Read::Refused(error)));
-                    continue;
-                }
-            };
-            let stamp = Stamp::of(&target);
-            if stamp.is_some() && state.slots.get(&path).is_some_and(|s| s.stamp == stamp) {
-                files.push((path, Read::Unchanged));
+    async fn scan_files(
+        &self,
+        state: &mut State,
+        report: &mut ScanReport,
+        handle: Arc<DirHandle>,
+        names: Vec<OsString>,
+    ) {
+        let inner = &self.inner;
+        let paths: Vec<PathBuf> = names.iter().map(|n| handle.path_of(n)).collect();
+        self.drop_deleted(state, report, &paths);
+        let finished = std::mem::take(&mut state.finished);
+        let mut isolated = Vec::new();
+        for name in names {
+            let path = handle.path_of(&name);
+            if state.stalled.contains_key(&path) {
                 continue;
             }
-            let read = tokio::task::spawn_blocking(move || PluginFile::read(&target)).await;
-            match read {
-                Ok(Ok(file)) => {
-                    files.push((path.clone(), Read::File(PluginFile { path, ..file }, stamp)))
-                }
-                Ok(Err(_)) if !path.exists() => {}
-                Ok(Err(error)) => files.push((path, Read::Refused(error))),
-                // The reading task died: keep what serves now rather than drop it as deleted.
-                Err(_) => {
-                    let reason = "the task reading it failed".to_owned();
-                    let error = LoadError::Read {
-                        path: path.clone(),
-                        reason,
-                    };
-                    files.push((path, Read::Refused(error)));
-                }
+            let Some((file, stamp)) = self.open_and_copy(state, report, &handle, name).await else {
+                continue;
+            };
+            if inner.backend.is_isolated() {
+                isolated.push((file, stamp));
+                continue;
+            }
+            // glibc holds its loader lock while a library's load-time code runs: while a load
+            // is stalled, others would only queue behind it. They load after it.
+            if !state.stalled.is_empty() {
+                continue;
+            }
+            self.load_in_process(state, report, file, stamp).await;
+        }
+        // Stalled loads that finished: used if their file is still the one they loaded.
+        for done in finished {
+            let current = state.slots.get(&done.path).and_then(|s| s.stamp);
+            if paths.contains(&done.path) && current != Some(done.stamp) {
+                self.finish(
+                    state,
+                    report,
+                    &done.path,
+                    done.stamp,
+                    &done.sha256,
+                    done.result,
+                );
             }
         }
-        Ok(files)
+        // Isolated files load at once, each within its bound.
+        let bound = inner.options.load_timeout;
+        let loads = isolated.into_iter().map(|(file, stamp)| async move {
+            let (path, sha) = (file.path.clone(), file.sha256.clone());
+            (path, stamp, sha, inner.backend.load(file, bound).await)
+        });
+        for (path, stamp, sha, outcome) in futures_util::future::join_all(loads).await {
+            let result = match outcome {
+                LoadOutcome::Done(result) => result,
+                LoadOutcome::Stalled(_) => Err(LoadError::Worker {
+                    path: path.clone(),
+                    reason: "loading stalled".into(),
+                }),
+            };
+            self.finish(state, report, &path, stamp, &sha, result);
+        }
     }
 
-    fn drop_deleted(&self, state: &mut State, report: &mut ScanReport, files: &[(PathBuf, Read)]) {
-        let present = |p: &PathBuf| files.iter().any(|(f, _)| f == p);
+    /// Opens entry `name`, checks it, and copies it into private storage (hashing the copy),
+    /// unless its identity or content is the one already loaded or already failed.
+    async fn open_and_copy(
+        &self,
+        state: &mut State,
+        report: &mut ScanReport,
+        handle: &Arc<DirHandle>,
+        name: OsString,
+    ) -> Option<(PluginFile, Stamp)> {
+        let inner = self.inner.clone();
+        let path = handle.path_of(&name);
+        let opening = handle.clone();
+        let (trust, max) = (inner.options.trust, inner.options.max_file_size);
+        let opened =
+            tokio::task::spawn_blocking(move || opening.open_entry(&name, trust, max)).await;
+        let (mut source, stamp) = match opened {
+            Ok(Ok(opened)) => opened,
+            Ok(Err(LoadError::Read { .. })) if !path.exists() => {
+                // Gone since the listing: the next scan drops it.
+                return None;
+            }
+            Ok(Err(error)) => {
+                self.failed(state, report, &path, None, None, &error);
+                return None;
+            }
+            Err(_) => {
+                let error = LoadError::Read {
+                    path: path.clone(),
+                    reason: "the task reading it failed".into(),
+                };
+                self.failed(state, report, &path, None, None, &error);
+                return None;
+            }
+        };
+        if state
+            .slots
+            .get(&path)
+            .is_some_and(|s| s.stamp == Some(stamp))
+            || state
+                .failed
+                .get(&path)
+                .is_some_and(|f| f.stamp == Some(stamp))
+        {
+            return None;
+        }
+        let copying = path.clone();
+        let copied = tokio::task::spawn_blocking(move || {
+            inner
+                .backend
+                .private_copy(&mut source, &copying, &inner.copies)
+        })
+        .await;
+        let file = match copied {
+            Ok(Ok(file)) => file,
+            Ok(Err(error)) => {
+                self.failed(state, report, &path, Some(stamp), None, &error);
+                return None;
+            }
+            Err(_) => {
+                let error = LoadError::Read {
+                    path: path.clone(),
+                    reason: "the task copying it failed".into(),
+                };
+                self.failed(state, report, &path, None, None, &error);
+                return None;
+            }
+        };
+        if let Some(slot) = state.slots.get_mut(&path)
+            && (slot.info.sha256 == file.sha256
+                || slot.failed_sha256.as_ref() == Some(&file.sha256))
+        {
+            slot.stamp = Some(stamp);
+            return None;
+        }
+        if let Some(failed) = state.failed.get_mut(&path)
+            && failed.sha256.as_ref() == Some(&file.sha256)
+        {
+            failed.stamp = Some(stamp);
+            return None;
+        }
+        Some((file, stamp))
+    }
+
+    /// Loads `file` in process within the time bound, refusing before anything is mapped a
+    /// version past the cap.
+    async fn load_in_process(
+        &self,
+        state: &mut State,
+        report: &mut ScanReport,
+        file: PluginFile,
+        stamp: Stamp,
+    ) {
+        let inner = &self.inner;
+        let path = file.path.clone();
+        let mapped = state.mapped.get(&path).copied().unwrap_or(0);
+        if inner.backend.would_map(&file.sha256) && mapped >= inner.options.max_versions {
+            let message = format!(
+                "{mapped} versions of {} are already mapped in this process (the cap is {}); \
+                 load it isolated or restart the host to reload it again",
+                crate::error::shown(&path),
+                inner.options.max_versions
+            );
+            report.event(EventKind::Warning {
+                subject: path.display().to_string(),
+                message: message.clone(),
+            });
+            let error = LoadError::Refused {
+                path: path.clone(),
+                reason: message,
+            };
+            let sha = file.sha256.clone();
+            self.failed(state, report, &path, Some(stamp), Some(sha), &error);
+            return;
+        }
+        let bound = inner.options.load_timeout;
+        let sha256 = file.sha256.clone();
+        match inner.backend.load(file, bound).await {
+            LoadOutcome::Done(result) => self.finish(state, report, &path, stamp, &sha256, result),
+            LoadOutcome::Stalled(rx) => {
+                state.stalled.insert(path.clone(), stamp);
+                // It will be mapped when it finishes.
+                *state.mapped.entry(path.clone()).or_insert(0) += 1;
+                report.fail(&LoadError::Refused {
+                    path: path.clone(),
+                    reason: format!(
+                        "stalled: loading has taken longer than {} ms (its load-time code may \
+                         hang); other files load after it, and it serves if it finishes",
+                        bound.as_millis()
+                    ),
+                });
+                let dir = Arc::downgrade(&self.inner);
+                tokio::spawn(async move {
+                    let result = rx.await.unwrap_or_else(|_| {
+                        Err(LoadError::Copy {
+                            path: path.clone(),
+                            reason: "the loading thread died".into(),
+                        })
+                    });
+                    let Some(inner) = dir.upgrade() else { return };
+                    let mut state = inner.state.lock().await;
+                    state.stalled.remove(&path);
+                    state.finished.push(Finished {
+                        path,
+                        stamp,
+                        sha256,
+                        result,
+                    });
+                    drop(state);
+                    inner.rescan.notify_one();
+                });
+            }
+        }
+    }
+
+    /// Records a load's result: installs the version, or records the failure.
+    fn finish(
+        &self,
+        state: &mut State,
+        report: &mut ScanReport,
+        path: &Path,
+        stamp: Stamp,
+        sha256: &str,
+        result: Result<LoadedVersion, LoadError>,
+    ) {
+        match result {
+            Ok(loaded) => {
+                if loaded.mapped_new && !state.stalled.contains_key(path) {
+                    *state.mapped.entry(path.to_owned()).or_insert(0) += 1;
+                }
+                state.failed.remove(path);
+                self.install(state, report, path, loaded, stamp);
+            }
+            Err(error) => match state.slots.get_mut(path) {
+                // The old version serves on; this content is not tried again.
+                Some(slot) => {
+                    if slot.failed_sha256.as_deref() != Some(sha256) {
+                        report.fail(&error);
+                    }
+                    slot.failed_sha256 = Some(sha256.to_owned());
+                    slot.stamp = Some(stamp);
+                }
+                None => {
+                    let sha = Some(sha256.to_owned());
+                    self.failed(state, report, path, Some(stamp), sha, &error);
+                }
+            },
+        }
+    }
+
+    /// Records a failure of `path` (reported once per distinct line); the old version, if any,
+    /// keeps serving.
+    fn failed(
+        &self,
+        state: &mut State,
+        report: &mut ScanReport,
+        path: &Path,
+        stamp: Option<Stamp>,
+        sha256: Option<String>,
+        error: &LoadError,
+    ) {
+        let line = error.to_string();
+        let entry = state.failed.entry(path.to_owned()).or_default();
+        if entry.line != line {
+            report.fail(error);
+        }
+        *entry = Failed {
+            stamp,
+            sha256,
+            line,
+        };
+    }
+
+    fn drop_deleted(&self, state: &mut State, report: &mut ScanReport, present: &[PathBuf]) {
         let gone: Vec<PathBuf> = state
             .slots
             .keys()
-            .filter(|p| !present(p))
+            .filter(|p| !present.contains(p))
             .cloned()
             .collect();
         for path in gone {
@@ -298,87 +591,7 @@ impl PluginDir {
                 });
             }
         }
-        state.failed.retain(|p, _| present(p));
-    }
-
-    /// Loads one file if it is new or changed; reports a failure once per content.
-    async fn consider(
-        &self,
-        state: &mut State,
-        report: &mut ScanReport,
-        path: PathBuf,
-        read: Read,
-    ) {
-        let (file, stamp) = match read {
-            Read::Unchanged => return,
-            Read::Refused(error) => {
-                if state.failed.get(&path).map(String::as_str) != Some(REFUSED) {
-                    report.fail(&error);
-                    state.failed.insert(path, REFUSED.into());
-                }
-                return;
-            }
-            Read::File(file, stamp) => (file, stamp),
-        };
-        let current = state.slots.get(&path);
-        if current.is_some_and(|s| s.info.sha256 == file.sha256) {
-            if let Some(slot) = state.slots.get_mut(&path) {
-                slot.stamp = stamp;
-            }
-            return;
-        }
-        if state.failed.get(&path) == Some(&file.sha256)
-            || current.is_some_and(|s| s.failed_sha256.as_ref() == Some(&file.sha256))
-        {
-            return;
-        }
-        match self.load_version(state, &file).await {
-            Ok(loaded) => {
-                state.failed.remove(&path);
-                self.install(state, report, &path, loaded, stamp);
-            }
-            Err(error) => {
-                report.fail(&error);
-                match state.slots.get_mut(&path) {
-                    Some(slot) => slot.failed_sha256 = Some(file.sha256.clone()),
-                    None => {
-                        state.failed.insert(path, file.sha256.clone());
-                    }
-                }
-            }
-        }
-    }
-
-    async fn load_version(
-        &self,
-        state: &mut State,
-        file: &PluginFile,
-    ) -> Result<LoadedVersion, LoadError> {
-        let inner = &self.inner;
-        let loaded = inner.backend.load(file, &inner.copies).await?;
-        if inner.backend.leaves_images() {
-            let count = state.versions.entry(loaded.info.name.clone()).or_insert(0);
-            if *count >= inner.options.max_versions {
-                let message = format!(
-                    "{count} versions of plugin `{}` are already mapped in this process (the cap is {}); \
-                     load it isolated or restart the host to reload it again",
-                    loaded.info.name, inner.options.max_versions
-                );
-                inner.registry.bus().publish(
-                    None,
-                    EventKind::Warning {
-                        subject: loaded.info.name.clone(),
-                        message: message.clone(),
-                    },
-                );
-                return Err(LoadError::Refused {
-                    path: file.path.clone(),
-                    reason: message,
-                });
-            }
-            *count += 1;
-        }
-        Ok(loaded)
+        state.failed.retain(|p, _| present.contains(p));
     }
 
     fn install(
@@ -387,7 +600,7 @@ impl PluginDir {
         report: &mut ScanReport,
         path: &Path,
         loaded: LoadedVersion,
-        stamp: Option<Stamp>,
+        stamp: Stamp,
     ) {
         let inner = &self.inner;
         let file = path.display().to_string();
@@ -436,7 +649,7 @@ impl PluginDir {
             Slot {
                 info: info.clone(),
                 tools,
-                stamp,
+                stamp: Some(stamp),
                 failed_sha256: None,
             },
         );
@@ -476,36 +689,4 @@ impl PluginDir {
             }
         }
     }
-
-    /// The plugin files of the directory, sorted by name, each checked against the trust policy.
-    async fn list(&self) -> Result<Listing, LoadError> {
-        let dir = self.inner.dir.clone();
-        let trust = self.inner.options.trust;
-        let listed = tokio::task::spawn_blocking(move || list_dir(&dir, trust)).await;
-        listed.unwrap_or_else(|_| Ok(Vec::new()))
-    }
-}
-
-/// A directory's plugin files, each with the path to read it from or why it is refused.
-type Listing = Vec<(PathBuf, Result<PathBuf, LoadError>)>;
-
-fn list_dir(dir: &Path, trust: Trust) -> Result<Listing, LoadError> {
-    let canonical = trust::check_dir(dir, trust)?;
-    let entries = std::fs::read_dir(dir).map_err(|e| LoadError::Refused {
-        path: dir.to_owned(),
-        reason: format!("cannot list the plugin directory: {e}"),
-    })?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .filter(|e| trust::is_plugin_name(&e.file_name().to_string_lossy()))
-        .map(|e| e.path())
-        .collect();
-    files.sort();
-    Ok(files
-        .into_iter()
-        .map(|path| {
-            let checked = trust::check_file(&path, &canonical, trust);
-            (path, checked)
-        })
-        .collect())
 }

@@ -29,35 +29,72 @@ pub struct PluginInfo {
     pub sha256: String,
 }
 
-/// A plugin file read into memory: its bytes and their hash. Loading works from these bytes, so
-/// what is loaded is exactly what was hashed.
+/// A plugin file opened once and copied into storage private to the host: what loads is the
+/// copy, and the hash is the copy's (see [`crate::plugin::open`]). Dropping it removes a copy
+/// that was not loaded.
+#[derive(Debug)]
 pub struct PluginFile {
     /// The file it was read from.
     pub path: PathBuf,
-    /// Its content.
-    pub bytes: Vec<u8>,
     /// SHA-256 of the content, lowercase hex.
     pub sha256: String,
+    /// Its length in bytes.
+    pub len: u64,
+    pub(crate) copy: PrivateCopy,
+}
+
+/// Where a plugin file's private copy lives.
+#[derive(Debug)]
+pub(crate) enum PrivateCopy {
+    /// A file in the host's private directory (in-process loads; removed right after `dlopen`).
+    File(PathBuf),
+    /// A sealed memfd (isolated plugins: handed to each worker).
+    Memfd(std::sync::Arc<std::os::fd::OwnedFd>),
+}
+
+impl Drop for PluginFile {
+    fn drop(&mut self) {
+        if let PrivateCopy::File(copy) = &self.copy {
+            let _ = std::fs::remove_file(copy);
+        }
+    }
 }
 
 impl PluginFile {
-    /// Reads `path`. An empty file is refused here: it cannot be a library.
-    pub fn read(path: &Path) -> Result<Self, LoadError> {
-        let bytes = std::fs::read(path).map_err(|e| LoadError::Read {
+    /// Opens `path` (a regular file of at most
+    /// [`DEFAULT_MAX_FILE_SIZE`](crate::plugin::open::DEFAULT_MAX_FILE_SIZE) bytes) and copies it
+    /// into `copies`, for tools that load one file (`check-plugin`, benchmarks). Plugin
+    /// directories open their files with the trust checks of [`crate::plugin::open`].
+    pub fn open(path: &Path, copies: &CopyDir) -> Result<PluginFile, LoadError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let read_error = |e: std::io::Error| LoadError::Read {
             path: path.to_owned(),
             reason: e.to_string(),
-        })?;
-        if bytes.is_empty() {
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(read_error)?;
+        let meta = file.metadata().map_err(read_error)?;
+        if !meta.is_file() {
+            return Err(LoadError::Refused {
+                path: path.to_owned(),
+                reason: "not a regular file".into(),
+            });
+        }
+        if meta.len() == 0 {
             return Err(LoadError::Empty {
                 path: path.to_owned(),
             });
         }
-        let sha256 = sha256_hex(&bytes);
-        Ok(PluginFile {
-            path: path.to_owned(),
-            bytes,
-            sha256,
-        })
+        if meta.len() > crate::plugin::open::DEFAULT_MAX_FILE_SIZE {
+            return Err(LoadError::Refused {
+                path: path.to_owned(),
+                reason: format!("{} bytes, over the largest plugin file loaded", meta.len()),
+            });
+        }
+        copies.copy_from(&mut file, path)
     }
 }
 
@@ -124,58 +161,53 @@ impl CopyDir {
         })
     }
 
-    /// Makes a copy of `file` at a new, unique path in the directory and returns that path. The
-    /// copy holds exactly `file.bytes` (what was hashed and checked).
-    ///
-    /// The kernel copies the original (`copy_file_range`), which measured several times faster
-    /// than writing the bytes out (an 8 MiB plugin: ~2 ms against ~25 ms on ext4); the copy is
-    /// then compared with the bytes, and rewritten from them if the original changed meanwhile.
-    pub fn copy(&self, file: &PluginFile) -> Result<PathBuf, LoadError> {
+    /// Copies `source` (opened and checked once by the caller) into a new file of this directory
+    /// (`O_EXCL`, mode 0600), hashes the copy and checks its ELF structure: the copy is what loads.
+    pub(crate) fn copy_from(
+        &self,
+        source: &mut std::fs::File,
+        path: &Path,
+    ) -> Result<PluginFile, LoadError> {
+        use std::os::unix::fs::OpenOptionsExt;
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let stem = file
-            .path
+        let stem = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "plugin".into());
+        let stem: String = stem.chars().filter(|c| !c.is_control()).take(64).collect();
         let copy = self
             .dir
             .join(format!("{stem}-{n}{}", std::env::consts::DLL_SUFFIX));
-        let same = std::fs::copy(&file.path, &copy).is_ok() && same_content(&copy, &file.bytes);
-        if !same {
-            std::fs::write(&copy, &file.bytes).map_err(|e| LoadError::Copy {
-                path: file.path.clone(),
-                reason: e.to_string(),
-            })?;
-        }
-        Ok(copy)
+        let copy_error = |e: std::io::Error| LoadError::Copy {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        };
+        let mut dest = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&copy)
+            .map_err(copy_error)?;
+        // From here on the copy is removed with the `PluginFile`, also on an error.
+        let mut file = PluginFile {
+            path: path.to_owned(),
+            sha256: String::new(),
+            len: 0,
+            copy: PrivateCopy::File(copy),
+        };
+        let (sha256, len) =
+            crate::plugin::open::copy_and_hash(source, &mut dest).map_err(copy_error)?;
+        check_elf_of(path, &dest, len)?;
+        file.sha256 = sha256;
+        file.len = len;
+        Ok(file)
     }
 
     /// The directory's path.
     pub fn path(&self) -> &Path {
         &self.dir
-    }
-}
-
-/// Whether the file at `path` holds exactly `bytes` (read in small chunks: no second copy of a
-/// large plugin in memory).
-fn same_content(path: &Path, bytes: &[u8]) -> bool {
-    use std::io::Read;
-    let Ok(mut file) = std::fs::File::open(path) else {
-        return false;
-    };
-    let mut chunk = vec![0u8; 64 << 10];
-    let mut at = 0;
-    loop {
-        match file.read(&mut chunk) {
-            Ok(0) => return at == bytes.len(),
-            Ok(n) => {
-                if bytes.get(at..at + n) != Some(&chunk[..n]) {
-                    return false;
-                }
-                at += n;
-            }
-            Err(_) => return false,
-        }
     }
 }
 
@@ -199,25 +231,67 @@ pub struct Loaded {
     pub rejected: Vec<String>,
 }
 
-/// Loads `file` in process from a private copy in `copies`.
+/// Copies `source` into a sealed memfd (an isolated plugin's private copy), hashes it and checks
+/// its ELF structure.
+pub(crate) fn memfd_copy(source: &mut std::fs::File, path: &Path) -> Result<PluginFile, LoadError> {
+    use crate::isolate::sandbox::{plugin_memfd, seal};
+    let copy_error = |e: std::io::Error| LoadError::Copy {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    };
+    let name: String = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    let mut dest = plugin_memfd(&name).map_err(copy_error)?;
+    let (sha256, len) =
+        crate::plugin::open::copy_and_hash(source, &mut dest).map_err(copy_error)?;
+    check_elf_of(path, &dest, len)?;
+    seal(&dest).map_err(copy_error)?;
+    Ok(PluginFile {
+        path: path.to_owned(),
+        sha256,
+        len,
+        copy: PrivateCopy::Memfd(std::sync::Arc::new(std::os::fd::OwnedFd::from(dest))),
+    })
+}
+
+/// Loads `file` in process from its private copy (removed right after: the mapping stays).
 ///
 /// Every failure is one line naming the file and the cause; abi_stable's full report of a layout
 /// mismatch goes to `tracing` at debug level.
-pub fn load_in_process(file: &PluginFile, copies: &CopyDir) -> Result<Loaded, LoadError> {
-    check_elf(file)?;
-    let copy = copies.copy(file)?;
-    let result = open_module(&file.path, &copy);
+pub fn load_in_process(file: &PluginFile) -> Result<Loaded, LoadError> {
+    let PrivateCopy::File(copy) = &file.copy else {
+        return Err(LoadError::Copy {
+            path: file.path.clone(),
+            reason: "an isolated plugin's copy cannot load in process".into(),
+        });
+    };
+    let result = open_module(&file.path, copy);
     // The image stays mapped after its file is gone; nothing is left on disk.
-    let _ = std::fs::remove_file(&copy);
+    let _ = std::fs::remove_file(copy);
     finish_load(&file.path, &file.sha256, result?)
 }
 
-/// Checks a file's ELF structure before anything maps it (a truncated file would SIGBUS).
-pub fn check_elf(file: &PluginFile) -> Result<(), LoadError> {
-    crate::plugin::elf::check(&file.bytes).map_err(|reason| LoadError::Open {
-        path: file.path.clone(),
+/// Checks a private copy's ELF structure before anything maps it (a truncated file would SIGBUS).
+pub(crate) fn check_elf_of(path: &Path, copy: &std::fs::File, len: u64) -> Result<(), LoadError> {
+    let open_error = |reason: String| LoadError::Open {
+        path: path.to_owned(),
         reason,
-    })
+    };
+    crate::plugin::open::with_mapped(copy, len, crate::plugin::elf::check)
+        .map_err(|e| open_error(e.to_string()))?
+        .map_err(open_error)
 }
 
 /// Loads a private copy the host already checked (the isolated worker's way: a fresh process, a

@@ -5,6 +5,7 @@ pub mod call;
 pub mod dir;
 pub mod elf;
 pub mod load;
+pub(crate) mod open;
 pub(crate) mod pool;
 pub mod trust;
 
@@ -13,7 +14,7 @@ use std::path::Path;
 use crate::error::LoadError;
 use crate::registry::ToolRegistry;
 use backend::Backend;
-use dir::{DirOptions, Isolation, PluginDir, ScanReport};
+use dir::{DirOptions, PluginDir, ScanReport};
 
 impl ToolRegistry {
     /// Adds the plugin directory `dir`, loaded in process, as a source of this registry and loads
@@ -24,12 +25,7 @@ impl ToolRegistry {
         dir: &Path,
         options: DirOptions,
     ) -> Result<(PluginDir, ScanReport), LoadError> {
-        let backend = match &options.isolation {
-            Isolation::InProcess => Backend::InProcess,
-            Isolation::Process(workers) => {
-                Backend::Isolated(backend::Isolated::new(workers.clone()))
-            }
-        };
+        let backend = Backend::new(&options.isolation);
         PluginDir::open(self, dir, options, backend).await
     }
 }

@@ -20,8 +20,8 @@ pub fn load(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     let runs = ctx.runs() * 2;
     let rho = median_of(runs, || {
         let started = Instant::now();
-        let file = PluginFile::read(&path).map_err(|e| e.to_string());
-        let loaded = file.and_then(|f| load_in_process(&f, &copies).map_err(|e| e.to_string()));
+        let file = PluginFile::open(&path, &copies).map_err(|e| e.to_string());
+        let loaded = file.and_then(|f| load_in_process(&f).map_err(|e| e.to_string()));
         assert!(loaded.is_ok(), "{:?}", loaded.err());
         started.elapsed().as_secs_f64() * 1e3
     });
@@ -78,10 +78,8 @@ pub async fn calls(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         .map_err(|e| e.to_string())?;
     let runner = ToolRunner::new(registry, RunnerConfig::default());
     let copies = CopyDir::new().map_err(|e| e.to_string())?;
-    let file = PluginFile::read(&dir.join("libecho.so")).map_err(|e| e.to_string())?;
-    let module = load_in_process(&file, &copies)
-        .map_err(|e| e.to_string())?
-        .module;
+    let file = PluginFile::open(&dir.join("libecho.so"), &copies).map_err(|e| e.to_string())?;
+    let module = load_in_process(&file).map_err(|e| e.to_string())?.module;
     let n = if ctx.quick { 2_000 } else { 10_000 };
     let runs = ctx.runs();
     let gate = allow_all();
@@ -206,8 +204,8 @@ pub fn memory(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     let copies = CopyDir::new().map_err(|e| e.to_string())?;
     let before = crate::bench::reload::rss_kib();
     for _ in 0..LOADS {
-        let file = PluginFile::read(&path).map_err(|e| e.to_string())?;
-        load_in_process(&file, &copies).map_err(|e| e.to_string())?;
+        let file = PluginFile::open(&path, &copies).map_err(|e| e.to_string())?;
+        load_in_process(&file).map_err(|e| e.to_string())?;
     }
     let rho = crate::bench::reload::rss_kib().saturating_sub(before) as f64 / LOADS as f64;
     let dir = tempfile_dir()?;

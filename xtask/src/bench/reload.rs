@@ -1,7 +1,7 @@
 //! `reload`: a new plugin file landed -> the first call served by the new version; and the memory
 //! each in-process reload leaves mapped.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rho_core::plugin::load::{CopyDir, PluginFile, load_in_process};
@@ -105,15 +105,18 @@ pub async fn reload(ctx: &Ctx) -> Result<Vec<Figure>, String> {
 
     // Raw: copy + dlopen + abi_stable init + describe + one call.
     let copies = CopyDir::new().map_err(|e| e.to_string())?;
+    let sources: Vec<PathBuf> = (0..2)
+        .map(|v| {
+            let source = target.with_extension(format!("v{v}"));
+            std::fs::write(&source, &variants[v]).map(|()| source)
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
     let mut raw = Vec::new();
     for i in 1..=runs * 2 {
         let started = Instant::now();
-        let file = PluginFile {
-            path: target.clone(),
-            sha256: String::new(),
-            bytes: variants[i % 2].clone(),
-        };
-        let loaded = load_in_process(&file, &copies).map_err(|e| e.to_string())?;
+        let file = PluginFile::open(&sources[i % 2], &copies).map_err(|e| e.to_string())?;
+        let loaded = load_in_process(&file).map_err(|e| e.to_string())?;
         let cancelled = std::sync::atomic::AtomicBool::new(false);
         let noop = |_: &str| {};
         let _ = rho_core::plugin::call::call_module(

@@ -1,0 +1,412 @@
+//! Opening plugin files once: every check is made on the descriptor that is then read, so what
+//! was checked is what is hashed, copied and loaded.
+//!
+//! - The plugin directory: each ancestor must belong to root or this user and, when others may
+//!   write it, be sticky (else whoever can write it could swap the directory for another); the
+//!   directory itself is opened `O_NOFOLLOW` and checked on its descriptor.
+//! - Each entry is opened relative to that descriptor, `O_NOFOLLOW | O_NONBLOCK` (a FIFO cannot
+//!   hang the scan), and checked on its descriptor: a regular file, not empty, not over the size
+//!   bound, and, unless the host trusts any writer, owned by this user and writable by no one else.
+//!   A symlink is followed only to a file inside the directory, each directory on the way checked
+//!   as the plugin directory is.
+//! - The file is copied from that descriptor into private storage (a file in the host's private
+//!   directory, or a sealed memfd for isolated plugins) and the copy is hashed in chunks: memory
+//!   stays bounded whatever the file's size, and the copy is what loads.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::fs::File;
+use std::io::{Read, Seek};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::error::LoadError;
+use crate::plugin::trust::{Trust, is_plugin_name};
+
+/// The default largest plugin file loaded: 256 MiB.
+pub const DEFAULT_MAX_FILE_SIZE: u64 = 256 << 20;
+
+/// A file's identity as the file system gives it: a rename, a hard link or a write changes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+impl Stamp {
+    fn of(st: &libc::stat) -> Stamp {
+        Stamp {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            mtime_ns: i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
+        }
+    }
+}
+
+/// The plugin directory, opened and checked.
+pub(crate) struct DirHandle {
+    fd: OwnedFd,
+    /// The path it was opened by (for messages and the entries' paths).
+    path: PathBuf,
+}
+
+/// Why a directory could not be listed.
+pub(crate) enum DirError {
+    /// It does not exist (any more).
+    Gone(LoadError),
+    /// It exists but cannot be used (refused, unreadable).
+    Unusable(LoadError),
+}
+
+fn c_path(bytes: &[u8]) -> Result<CString, String> {
+    CString::new(bytes).map_err(|_| "a path with a NUL byte".to_owned())
+}
+
+fn fstat(fd: i32) -> std::io::Result<libc::stat> {
+    // SAFETY: `st` is written by fstat before it is read; a bad fd just fails.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(st)
+    }
+}
+
+fn openat(dir: i32, name: &[u8], flags: i32) -> std::io::Result<OwnedFd> {
+    let name = c_path(name).map_err(std::io::Error::other)?;
+    // SAFETY: a valid C string; the result is checked and owned below.
+    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NOCTTY) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: just opened, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn me() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// Why a file or directory others could write is refused, if it is.
+fn writable_by_others(what: &Path, st: &libc::stat) -> Option<String> {
+    if st.st_uid != me() {
+        return Some(format!(
+            "{} is owned by uid {}, not by this host's uid {}",
+            what.display(),
+            st.st_uid,
+            me()
+        ));
+    }
+    if st.st_mode & 0o022 != 0 {
+        return Some(format!(
+            "{} is writable by {} (mode {:o})",
+            what.display(),
+            if st.st_mode & 0o002 != 0 {
+                "everyone"
+            } else {
+                "its group"
+            },
+            st.st_mode & 0o777
+        ));
+    }
+    None
+}
+
+/// Opens and checks the plugin directory `dir`.
+pub(crate) fn open_dir(dir: &Path, trust: Trust) -> Result<DirHandle, DirError> {
+    let refused = |reason: String| LoadError::Refused {
+        path: dir.to_owned(),
+        reason,
+    };
+    let canonical = match dir.canonicalize() {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(DirError::Gone(refused(
+                "the plugin directory does not exist".into(),
+            )));
+        }
+        Err(e) => {
+            return Err(DirError::Unusable(refused(format!(
+                "cannot open the plugin directory: {e}"
+            ))));
+        }
+    };
+    if trust == Trust::OwnerOnly
+        && let Some(parent) = canonical.parent()
+    {
+        crate::isolate::sandbox::safe_dir_chain(parent).map_err(|why| {
+            DirError::Unusable(refused(format!(
+                "{why}: whoever can write it could swap the plugin directory (fix its \
+                 permissions, or opt in with --trust-any-writer)"
+            )))
+        })?;
+    }
+    let fd = openat(
+        libc::AT_FDCWD,
+        canonical.as_os_str().as_bytes(),
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+    )
+    .map_err(|e| {
+        let error = refused(format!("cannot open the plugin directory: {e}"));
+        match e.raw_os_error() {
+            Some(libc::ENOENT) => DirError::Gone(error),
+            Some(libc::ENOTDIR) => DirError::Unusable(refused(
+                "not a directory: pass the directory that holds the plugin files".into(),
+            )),
+            _ => DirError::Unusable(error),
+        }
+    })?;
+    let st = fstat(fd.as_raw_fd())
+        .map_err(|e| DirError::Unusable(refused(format!("cannot stat it: {e}"))))?;
+    if trust == Trust::OwnerOnly
+        && let Some(reason) = writable_by_others(dir, &st)
+    {
+        return Err(DirError::Unusable(refused(format!(
+            "{reason}; other users could plant code in it (fix its permissions, or opt in with \
+             --trust-any-writer)"
+        ))));
+    }
+    Ok(DirHandle {
+        fd,
+        path: dir.to_owned(),
+    })
+}
+
+impl DirHandle {
+    /// The plugin file names in the directory, sorted.
+    pub fn list(&self) -> Result<Vec<OsString>, LoadError> {
+        let failed = |e: std::io::Error| LoadError::Refused {
+            path: self.path.clone(),
+            reason: format!("cannot list the plugin directory: {e}"),
+        };
+        // The listing reads a duplicate: `closedir` closes the descriptor it was given.
+        let dup = self.fd.try_clone().map_err(failed)?;
+        // SAFETY: fdopendir takes ownership of the duplicate (released from OwnedFd); readdir's
+        // entries are read before the next call; closedir ends it.
+        let mut names = unsafe {
+            let raw = std::os::fd::IntoRawFd::into_raw_fd(dup);
+            let dir = libc::fdopendir(raw);
+            if dir.is_null() {
+                let e = std::io::Error::last_os_error();
+                libc::close(raw);
+                return Err(failed(e));
+            }
+            libc::rewinddir(dir);
+            let mut names = Vec::new();
+            loop {
+                let entry = libc::readdir(dir);
+                if entry.is_null() {
+                    break;
+                }
+                let name = std::ffi::CStr::from_ptr((*entry).d_name.as_ptr());
+                let name = OsStr::from_bytes(name.to_bytes());
+                if is_plugin_name(&name.to_string_lossy()) {
+                    names.push(name.to_owned());
+                }
+            }
+            libc::closedir(dir);
+            names
+        };
+        names.sort();
+        Ok(names)
+    }
+
+    /// The path of entry `name`.
+    pub fn path_of(&self, name: &OsStr) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Opens entry `name` and checks it on its descriptor (see the module doc).
+    pub fn open_entry(
+        &self,
+        name: &OsStr,
+        trust: Trust,
+        max_size: u64,
+    ) -> Result<(File, Stamp), LoadError> {
+        let path = self.path_of(name);
+        let refused = |reason: String| LoadError::Refused {
+            path: path.clone(),
+            reason,
+        };
+        let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW;
+        let fd = match openat(self.fd.as_raw_fd(), name.as_bytes(), flags) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                self.follow_link(name, trust, flags).map_err(refused)?
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                return Err(LoadError::Read {
+                    path,
+                    reason: "it vanished".into(),
+                });
+            }
+            Err(e) => return Err(refused(format!("cannot open: {e}"))),
+        };
+        let st = fstat(fd.as_raw_fd()).map_err(|e| refused(format!("cannot stat: {e}")))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(refused("not a regular file".into()));
+        }
+        if trust == Trust::OwnerOnly
+            && let Some(reason) = writable_by_others(&path, &st)
+        {
+            return Err(refused(format!(
+                "{reason}; another user could replace its code (fix its permissions, or opt in \
+                 with --trust-any-writer)"
+            )));
+        }
+        let size = st.st_size as u64;
+        if size == 0 {
+            return Err(LoadError::Empty { path });
+        }
+        if size > max_size {
+            return Err(refused(format!(
+                "{size} bytes, over the largest plugin file loaded ({max_size} bytes; \
+                 DirOptions::max_file_size)"
+            )));
+        }
+        Ok((File::from(fd), Stamp::of(&st)))
+    }
+
+    /// Follows the symlink `name` to a file inside the directory, checking each directory on
+    /// the way; `Err` is why it is refused.
+    fn follow_link(&self, name: &OsStr, trust: Trust, flags: i32) -> Result<OwnedFd, String> {
+        let target = {
+            let c = c_path(name.as_bytes())?;
+            let mut buf = vec![0u8; libc::PATH_MAX as usize];
+            // SAFETY: `buf` is writable for its length; the result is checked.
+            let n = unsafe {
+                libc::readlinkat(
+                    self.fd.as_raw_fd(),
+                    c.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if n < 0 {
+                return Err(format!(
+                    "cannot read the symlink: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            buf.truncate(n as usize);
+            PathBuf::from(OsString::from_vec(buf))
+        };
+        let outside = || {
+            format!(
+                "a symlink that leads outside the plugin directory (to {})",
+                target.display()
+            )
+        };
+        let inside = if target.is_absolute() {
+            let canonical = self.path.canonicalize().map_err(|e| e.to_string())?;
+            target
+                .strip_prefix(&canonical)
+                .map(Path::to_path_buf)
+                .map_err(|_| outside())?
+        } else {
+            target.clone()
+        };
+        let parts: Vec<&OsStr> = inside
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(part) => Some(Ok(part)),
+                Component::CurDir => None,
+                _ => Some(Err(())),
+            })
+            .collect::<Result<_, ()>>()
+            .map_err(|()| outside())?;
+        let Some((last, dirs)) = parts.split_last() else {
+            return Err(outside());
+        };
+        let mut at = self.fd.try_clone().map_err(|e| e.to_string())?;
+        let mut walked = self.path.clone();
+        for part in dirs {
+            walked.push(part);
+            at = openat(
+                at.as_raw_fd(),
+                part.as_bytes(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            )
+            .map_err(|e| format!("a symlink through {}: {e}", walked.display()))?;
+            let st = fstat(at.as_raw_fd()).map_err(|e| e.to_string())?;
+            if trust == Trust::OwnerOnly
+                && let Some(reason) = writable_by_others(&walked, &st)
+            {
+                return Err(format!(
+                    "a symlink through a directory others may change: {reason}"
+                ));
+            }
+        }
+        openat(at.as_raw_fd(), last.as_bytes(), flags).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                "a chain of symlinks (only one link is followed)".to_owned()
+            } else {
+                format!("a symlink to {}: {e}", target.display())
+            }
+        })
+    }
+}
+
+use std::os::unix::ffi::OsStringExt;
+
+/// Copies `source` into `dest` (the kernel copies where it can) and hashes what `dest` holds,
+/// reading it back in chunks: what is hashed is the private copy that loads.
+pub(crate) fn copy_and_hash(source: &mut File, dest: &mut File) -> std::io::Result<(String, u64)> {
+    std::io::copy(source, dest)?;
+    dest.rewind()?;
+    let mut hasher = Sha256::new();
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut len = 0u64;
+    loop {
+        let n = dest.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&chunk[..n]);
+        len += n as u64;
+    }
+    let hex = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok((hex, len))
+}
+
+/// Runs `check` over the first `len` bytes of `file`, mapped read-only (only the pages it reads
+/// are touched). The file must be private to the host: nobody else may truncate it meanwhile.
+pub(crate) fn with_mapped<R>(
+    file: &File,
+    len: u64,
+    check: impl FnOnce(&[u8]) -> R,
+) -> std::io::Result<R> {
+    let len = usize::try_from(len).map_err(std::io::Error::other)?;
+    if len == 0 {
+        return Ok(check(&[]));
+    }
+    // SAFETY: a read-only private mapping of a file only the host can change; unmapped below
+    // after `check` returns, and the slice does not outlive it.
+    unsafe {
+        let ptr = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        );
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let result = check(std::slice::from_raw_parts(ptr.cast::<u8>(), len));
+        libc::munmap(ptr, len);
+        Ok(result)
+    }
+}
