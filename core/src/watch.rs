@@ -1,5 +1,5 @@
-//! Hot reload: a plugin directory watched with notify (through a debouncer), rescanned when it
-//! changes.
+//! Hot reload: a plugin directory (and its parent) watched with notify (through a debouncer),
+//! rescanned when it changes; polled where it cannot be watched.
 //!
 //! The directory is watched, not its files: `cargo build` deletes the old library and hard-links a
 //! new one (a new inode), and installers rename a finished file into place. Every debounced batch
@@ -8,9 +8,8 @@
 
 use std::time::Duration;
 
-use notify_debouncer_full::notify::RecommendedWatcher;
 use notify_debouncer_full::notify::RecursiveMode;
-use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
+use notify_debouncer_full::{DebounceEventResult, new_debouncer};
 use tokio::sync::mpsc;
 
 use crate::events::EventKind;
@@ -29,9 +28,11 @@ pub struct WatchError {
     pub reason: String,
 }
 
+/// How often a directory that cannot be watched (or whose parent cannot) is rescanned.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
+
 /// A running watch of one plugin directory. Dropping it stops watching.
 pub struct DirWatcher {
-    _debouncer: Debouncer<RecommendedWatcher, RecommendedCache>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -43,7 +44,10 @@ impl Drop for DirWatcher {
 
 impl PluginDir {
     /// Watches the directory and rescans it after each burst of changes (quiet for `debounce`).
-    /// Must be called inside a tokio runtime.
+    /// Its parent is watched too: a directory deleted and made again is scanned (its tools leave
+    /// when it goes) and watched again. Where a watch cannot be set up, a `warning` event says so
+    /// once and the directory is rescanned every [`POLL_INTERVAL`]. Must be called inside a tokio
+    /// runtime.
     pub fn watch(&self, debounce: Duration) -> Result<DirWatcher, WatchError> {
         let error = |e: &dyn std::fmt::Display| WatchError {
             path: self.path().display().to_string(),
@@ -51,42 +55,90 @@ impl PluginDir {
         };
         let (tx, mut rx) = mpsc::channel::<()>(1);
         let bus = self.registry_bus();
-        let path = self.path().display().to_string();
+        let shown = self.path().display().to_string();
+        let dir_path = self.path().to_owned();
+        let warn = {
+            let bus = bus.clone();
+            let shown = shown.clone();
+            move |message: String| {
+                tracing::warn!(dir = %shown, "{message}");
+                bus.publish(
+                    None,
+                    EventKind::Warning {
+                        subject: shown.clone(),
+                        message,
+                    },
+                );
+            }
+        };
+        let concerns = {
+            let dir = dir_path.clone();
+            move |p: &std::path::Path| p == dir || p.parent() == Some(dir.as_path())
+        };
+        let callback_warn = warn.clone();
         let mut debouncer = new_debouncer(debounce, None, move |result: DebounceEventResult| {
             match result {
                 // A full channel means a scan is already due: nothing is lost.
-                Ok(events) if !events.is_empty() => {
-                    let _ = tx.try_send(());
+                Ok(events) => {
+                    if events.iter().any(|e| e.paths.iter().any(|p| concerns(p))) {
+                        let _ = tx.try_send(());
+                    }
                 }
-                Ok(_) => {}
                 Err(errors) => {
                     for e in errors {
-                        tracing::warn!(dir = %path, error = %e, "watching the plugin directory");
-                        bus.publish(
-                            None,
-                            EventKind::Warning {
-                                subject: path.clone(),
-                                message: format!("watching the plugin directory: {e}"),
-                            },
-                        );
+                        callback_warn(format!("watching the plugin directory: {e}"));
                     }
                     let _ = tx.try_send(());
                 }
             }
         })
         .map_err(|e| error(&e))?;
-        debouncer
-            .watch(self.path(), RecursiveMode::NonRecursive)
-            .map_err(|e| error(&e))?;
+        let parent = match dir_path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+            _ => std::path::PathBuf::from("."),
+        };
+        let watching_parent = debouncer
+            .watch(&parent, RecursiveMode::NonRecursive)
+            .is_ok();
+        let mut watching = debouncer
+            .watch(&dir_path, RecursiveMode::NonRecursive)
+            .is_ok();
+        if !watching && dir_path.is_dir() || !watching_parent {
+            warn(format!(
+                "cannot watch {} for changes: rescanning it every {} s",
+                if watching_parent {
+                    &shown
+                } else {
+                    "its parent directory"
+                },
+                POLL_INTERVAL.as_secs()
+            ));
+        }
         let dir = self.clone();
         let task = tokio::spawn(async move {
-            while rx.recv().await.is_some() {
+            loop {
+                let poll = !watching || !watching_parent;
+                tokio::select! {
+                    got = rx.recv() => if got.is_none() { return },
+                    () = tokio::time::sleep(POLL_INTERVAL), if poll => {}
+                }
                 dir.scan().await;
+                let exists = dir_path.is_dir();
+                if exists && !watching {
+                    watching = debouncer
+                        .watch(&dir_path, RecursiveMode::NonRecursive)
+                        .is_ok();
+                    // What landed between the scan and the watch.
+                    if watching {
+                        dir.scan().await;
+                    }
+                } else if !exists && watching {
+                    // The kernel dropped the watch with the directory.
+                    let _ = debouncer.unwatch(&dir_path);
+                    watching = false;
+                }
             }
         });
-        Ok(DirWatcher {
-            _debouncer: debouncer,
-            task,
-        })
+        Ok(DirWatcher { task })
     }
 }

@@ -548,8 +548,8 @@ impl PluginDir {
         }
     }
 
-    /// Records a failure of `path` (reported once per distinct line); the old version, if any,
-    /// keeps serving.
+    /// Records a failure of `path`, reported once per identity of the file and cause; the old
+    /// version, if any, keeps serving.
     fn failed(
         &self,
         state: &mut State,
@@ -561,7 +561,7 @@ impl PluginDir {
     ) {
         let line = error.to_string();
         let entry = state.failed.entry(path.to_owned()).or_default();
-        if entry.line != line {
+        if entry.line != line || entry.stamp != stamp {
             report.fail(error);
         }
         *entry = Failed {

@@ -489,6 +489,21 @@ fn setsid_self(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     Ok(Answer::text(format!("ok: session {sid}")))
 }
 
+/// Load-time code that sleeps `RHO_ATTACKS_LOAD_SLEEP_MS` milliseconds when that is set: a
+/// plugin whose constructor hangs.
+extern "C" fn slow_init() {
+    if let Some(ms) = std::env::var("RHO_ATTACKS_LOAD_SLEEP_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static SLOW_INIT: extern "C" fn() = slow_init;
+
 /// Arguments of `bad_text`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct BadTextArgs {

@@ -1,0 +1,392 @@
+//! [2/9]: loading cannot be tricked, stalled or blown up: files swapped by rename, FIFOs, huge
+//! and sparse files, hard links by the hundred, a failed file read again and again, versions past
+//! the cap, a directory deleted and made again, load-time code that hangs.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rho_core::{Bus, DirOptions, EventKind, Grants, Isolation, ToolRegistry, Trust, WorkerOptions};
+use rho_tests::{install, plugin_dir, plugin_lib, wait_for};
+
+/// These tests read this process's memory, I/O counters and mappings: one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+/// Bytes this process has read (`rchar`: every read system call, cached or not).
+fn bytes_read() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("rchar: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+/// Distinct private copies of plugins mapped into this process.
+fn mapped_copies() -> usize {
+    let me = format!("rho-plugins-{}-", std::process::id());
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let mut files: Vec<&str> = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| p.contains(&me))
+        .collect();
+    files.sort();
+    files.dedup();
+    files.len()
+}
+
+async fn open(dir: &Path, options: DirOptions) -> (ToolRegistry, rho_core::PluginDir, Vec<String>) {
+    let registry = ToolRegistry::new(Bus::default());
+    let (plugins, report) = registry.add_plugin_dir(dir, options).await.unwrap();
+    (registry, plugins, report.errors)
+}
+
+fn has(registry: &ToolRegistry, tool: &str) -> bool {
+    registry.tools().iter().any(|t| t.name == tool)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_swapped_by_rename_never_loads_what_was_refused() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = plugin_dir(&[]);
+    let good = std::fs::read(plugin_lib("echo")).unwrap();
+    // The "attacker's" file: another plugin, writable by everyone (refused if it is what is
+    // opened); renamed in and out of place while the directory is scanned.
+    let bad_path = dir.path().join(".bad");
+    let good_path = dir.path().join(".good");
+    let target = dir.path().join("libecho.so");
+    std::fs::write(&target, &good).unwrap();
+    let (registry, plugins, errors) = open(dir.path(), DirOptions::default()).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let good_sha = plugins.plugins().await[0].sha256.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let stop = stop.clone();
+        let (bad, good_bytes) = (std::fs::read(plugin_lib("faults")).unwrap(), good.clone());
+        let (bad_path, good_path, target) = (bad_path.clone(), good_path.clone(), target.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 20_000 {
+                std::fs::write(&bad_path, &bad).unwrap();
+                std::fs::set_permissions(&bad_path, std::fs::Permissions::from_mode(0o666))
+                    .unwrap();
+                std::fs::rename(&bad_path, &target).unwrap();
+                std::fs::write(&good_path, &good_bytes).unwrap();
+                std::fs::rename(&good_path, &target).unwrap();
+                n += 1;
+            }
+        })
+    };
+    for _ in 0..30 {
+        plugins.scan().await;
+        for info in plugins.plugins().await {
+            assert_eq!(info.sha256, good_sha, "a refused file was loaded");
+        }
+        assert!(
+            !has(&registry, "segfault"),
+            "the attacker's tools are served"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symlink_through_a_directory_others_can_write_is_refused() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = plugin_dir(&["echo"]);
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    install(&shared, "faults");
+    std::os::unix::fs::symlink("shared/libfaults.so", dir.path().join("libfaults.so")).unwrap();
+    let (registry, _plugins, errors) = open(dir.path(), DirOptions::default()).await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0]
+            .contains("libfaults.so: refused: a symlink through a directory others may change"),
+        "{}",
+        errors[0]
+    );
+    assert!(has(&registry, "echo") && !has(&registry, "segfault"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_directory_under_a_parent_others_can_write_is_refused() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let base = rho_tests::profile_dir().join("rho-loading-tests");
+    std::fs::create_dir_all(&base).unwrap();
+    let parent = tempfile::tempdir_in(&base).unwrap();
+    // World-writable and not sticky: anyone could swap `plugins` for a directory of theirs.
+    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let dir = parent.path().join("plugins");
+    std::fs::create_dir(&dir).unwrap();
+    install(&dir, "echo");
+    let registry = ToolRegistry::new(Bus::default());
+    let (_plugins, report) = registry
+        .add_plugin_dir(&dir, DirOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+    assert!(
+        report.errors[0].contains("is writable by others and not sticky"),
+        "{}",
+        report.errors[0]
+    );
+    assert!(!has(&registry, "echo"));
+    // Opting in to any writer loads it.
+    let trusting = DirOptions {
+        trust: Trust::AnyWriter,
+        ..DirOptions::default()
+    };
+    let (registry, _plugins, errors) = open(&dir, trusting).await;
+    assert!(errors.is_empty() && has(&registry, "echo"), "{errors:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifos_huge_and_sparse_files_are_refused_at_once_in_bounded_memory() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = plugin_dir(&["echo"]);
+    let fifo = std::ffi::CString::new(dir.path().join("libfifo.so").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    // A 4 GiB sparse file: nothing on disk, 4 GiB to whoever reads it.
+    let sparse = std::fs::File::create(dir.path().join("libsparse.so")).unwrap();
+    sparse.set_len(4 << 30).unwrap();
+    drop(sparse);
+    let peak = status_kib("VmHWM:");
+    let started = Instant::now();
+    let (registry, _plugins, errors) = open(dir.path(), DirOptions::default()).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("libfifo.so: refused: not a regular file"))
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("libsparse.so: refused: 4294967296 bytes, over the largest"))
+    );
+    assert!(has(&registry, "echo"));
+    let grew = status_kib("VmHWM:").saturating_sub(peak);
+    assert!(grew < 64 << 10, "peak RSS grew by {grew} KiB");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundreds_of_hard_links_load_one_image_in_bounded_memory() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = plugin_dir(&["echo"]);
+    let original = dir.path().join("libecho.so");
+    let size_kib = std::fs::metadata(&original).unwrap().len() / 1024;
+    for i in 0..200 {
+        std::fs::hard_link(&original, dir.path().join(format!("libecho{i:03}.so"))).unwrap();
+    }
+    let peak = status_kib("VmHWM:");
+    let mapped = mapped_copies();
+    let (registry, plugins, _errors) = open(dir.path(), DirOptions::default()).await;
+    assert_eq!(plugins.plugins().await.len(), 201);
+    assert!(has(&registry, "echo"));
+    // One image for the one content, and memory in the order of one file, not of 201.
+    assert_eq!(mapped_copies() - mapped, 1);
+    let grew = status_kib("VmHWM:").saturating_sub(peak);
+    assert!(
+        grew < 4 * size_kib + (32 << 10),
+        "peak RSS grew by {grew} KiB for a {size_kib} KiB file"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_file_is_not_read_again_until_it_changes() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = plugin_dir(&["echo"]);
+    let broken = dir.path().join("libbroken.so");
+    std::fs::write(&broken, vec![0u8; 32 << 20]).unwrap();
+    let (_registry, plugins, errors) = open(dir.path(), DirOptions::default()).await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let before = bytes_read();
+    for _ in 0..5 {
+        let report = plugins.scan().await;
+        assert!(
+            report.errors.is_empty(),
+            "reported again: {:?}",
+            report.errors
+        );
+    }
+    let read = bytes_read() - before;
+    assert!(read < 1 << 20, "{read} bytes read by five rescans");
+    // Changed: read, and reported, again.
+    std::fs::write(&broken, vec![1u8; 1 << 20]).unwrap();
+    let report = plugins.scan().await;
+    assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_version_cap_refuses_before_anything_is_mapped() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = plugin_dir(&[]);
+    let target = dir.path().join("libfaults.so");
+    let bytes = std::fs::read(plugin_lib("faults")).unwrap();
+    // Distinct contents of one plugin: the same library with 0..5 bytes appended.
+    let version = |n: usize| {
+        let mut v = bytes.clone();
+        v.extend(std::iter::repeat_n(0u8, n));
+        v
+    };
+    std::fs::write(&target, version(0)).unwrap();
+    let options = DirOptions {
+        max_versions: 2,
+        ..DirOptions::default()
+    };
+    let before = mapped_copies();
+    let (_registry, plugins, errors) = open(dir.path(), options).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let mut refused = 0;
+    for n in 1..=4 {
+        rho_tests::install_bytes(&target, &version(n));
+        let report = plugins.scan().await;
+        refused += report
+            .errors
+            .iter()
+            .filter(|e| e.contains("versions of") && e.contains("the cap is 2"))
+            .count();
+    }
+    assert_eq!(refused, 3);
+    assert_eq!(mapped_copies() - before, 2, "refused versions were mapped");
+    // A version already mapped comes back without a new mapping.
+    rho_tests::install_bytes(&target, &version(0));
+    let report = plugins.scan().await;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.reloaded.len(), 1);
+    assert_eq!(mapped_copies() - before, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_deleted_and_made_again_is_followed() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let parent = plugin_dir(&[]);
+    let dir = parent.path().join("plugins");
+    std::fs::create_dir(&dir).unwrap();
+    install(&dir, "echo");
+    let (registry, plugins, errors) = open(&dir, DirOptions::default()).await;
+    assert!(errors.is_empty() && has(&registry, "echo"), "{errors:?}");
+    let mut sub = registry.bus().subscribe();
+    let _watcher = plugins.watch(Duration::from_millis(50)).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    wait_for(&mut sub, Duration::from_secs(10), |e| {
+        matches!(e.kind, EventKind::PluginRemoved { .. })
+    })
+    .await
+    .expect("the tools leave with the directory");
+    assert!(!has(&registry, "echo"));
+    std::fs::create_dir(&dir).unwrap();
+    install(&dir, "faults");
+    wait_for(&mut sub, Duration::from_secs(10), |e| {
+        matches!(e.kind, EventKind::PluginLoaded { .. })
+    })
+    .await
+    .expect("what lands in the new directory loads");
+    assert!(has(&registry, "segfault"));
+    // And it is watched again: a later change is seen too.
+    install(&dir, "echo");
+    wait_for(
+        &mut sub,
+        Duration::from_secs(10),
+        |e| matches!(&e.kind, EventKind::PluginLoaded { plugin, .. } if plugin == "echo"),
+    )
+    .await
+    .expect("the new directory is watched");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_time_code_that_hangs_is_bounded() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    // SAFETY: read by the plugin's load-time code only; removed below (tests of this file run
+    // one at a time).
+    unsafe { std::env::set_var("RHO_ATTACKS_LOAD_SLEEP_MS", "3000") };
+    // In process: the scan reports the file stalled at its bound and moves on; the plugin
+    // serves once its load-time code returns.
+    let dir = plugin_dir(&["attacks", "echo"]);
+    let options = DirOptions {
+        load_timeout: Duration::from_millis(500),
+        ..DirOptions::default()
+    };
+    let started = Instant::now();
+    let (registry, plugins, errors) = open(dir.path(), options).await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(2500),
+        "the scan waited {took:?}"
+    );
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("libattacks.so: refused: stalled"),
+        "{}",
+        errors[0]
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !(has(&registry, "ids") && has(&registry, "echo")) {
+        assert!(Instant::now() < deadline, "the stalled plugin never served");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(plugins);
+
+    // Isolated: three such files load at once, each within its bound.
+    let dir = plugin_dir(&[]);
+    for name in ["liba.so", "libb.so", "libc.so"] {
+        std::fs::copy(plugin_lib("attacks"), dir.path().join(name)).unwrap();
+    }
+    let options = DirOptions {
+        isolation: Isolation::Process(WorkerOptions {
+            spares: 0,
+            grants: Grants {
+                env: vec!["RHO_ATTACKS_LOAD_SLEEP_MS".into()],
+                ..Grants::default()
+            },
+            ..WorkerOptions::default()
+        }),
+        ..DirOptions::default()
+    };
+    let started = Instant::now();
+    let (_registry, plugins, errors) = open(dir.path(), options.clone()).await;
+    let took = started.elapsed();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(plugins.plugins().await.len(), 3);
+    // One after another they would take 9 s.
+    assert!(took < Duration::from_millis(6500), "took {took:?}");
+    plugins.close().await;
+    // Past its bound an isolated load fails with one line; the others are not held up.
+    let dir = plugin_dir(&["attacks", "echo"]);
+    let bounded = DirOptions {
+        load_timeout: Duration::from_millis(800),
+        ..options
+    };
+    let (registry, plugins, errors) = open(dir.path(), bounded).await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("loading took longer than 800 ms"),
+        "{}",
+        errors[0]
+    );
+    // SAFETY: see above.
+    unsafe { std::env::remove_var("RHO_ATTACKS_LOAD_SLEEP_MS") };
+    assert!(has(&registry, "echo"));
+    plugins.close().await;
+}
