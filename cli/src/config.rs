@@ -80,8 +80,12 @@ pub struct PluginSource {
     /// Load files other users can write.
     #[serde(default)]
     pub trust_any_writer: bool,
-    /// How many versions of one plugin may stay mapped in process.
+    /// How many versions of one plugin file may stay mapped in process.
     pub max_versions: Option<usize>,
+    /// The largest plugin file loaded, bytes.
+    pub max_file_size: Option<u64>,
+    /// How long loading one file may take, milliseconds.
+    pub load_timeout_ms: Option<u64>,
     /// What its isolated plugins may do; replaces `[workers] grants` for this directory.
     pub grants: Option<Grants>,
 }

@@ -105,6 +105,8 @@ fn sources(config: &Config, flags: &PluginFlags) -> Vec<PluginSource> {
                 isolate: flags.isolate,
                 trust_any_writer: flags.trust_any_writer,
                 max_versions: None,
+                max_file_size: None,
+                load_timeout_ms: None,
                 grants: None,
             })
             .collect()
@@ -144,6 +146,11 @@ pub async fn registry(
                 Isolation::InProcess
             },
             max_versions: source.max_versions.unwrap_or(defaults.max_versions),
+            max_file_size: source.max_file_size.unwrap_or(defaults.max_file_size),
+            load_timeout: source
+                .load_timeout_ms
+                .map(Duration::from_millis)
+                .unwrap_or(defaults.load_timeout),
             ..defaults
         };
         match registry.add_plugin_dir(&source.dir, options).await {

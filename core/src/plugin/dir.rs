@@ -106,6 +106,7 @@ impl ScanReport {
     fn fail(&mut self, error: &LoadError) {
         let line = error.to_string();
         tracing::warn!("{line}");
+        tracing::debug!(error = ?error, "the whole load error");
         self.event(EventKind::PluginLoadFailed {
             path: error.path().display().to_string(),
             error: line.clone(),
