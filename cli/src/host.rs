@@ -151,7 +151,6 @@ pub async fn registry(
                 .load_timeout_ms
                 .map(Duration::from_millis)
                 .unwrap_or(defaults.load_timeout),
-            ..defaults
         };
         match registry.add_plugin_dir(&source.dir, options).await {
             Ok((plugin_dir, report)) => {
