@@ -63,11 +63,13 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
     if args.json {
         outln!("{}", render::result_json(&result));
     } else if result.is_error() {
-        eprintln!("rho: {}: {}", result.outcome, result.text());
+        let text = render::terminal_safe(result.text());
+        eprintln!("rho: {}: {text}", result.outcome);
     } else {
-        outln!("{}", result.text());
+        outln!("{}", render::terminal_safe(result.text()));
         for image in result.output.images() {
-            outln!("[image {} {} bytes]", image.mime_type, image.bytes.len());
+            let mime = render::terminal_safe(&image.mime_type);
+            outln!("[image {mime} {} bytes]", image.bytes.len());
         }
         if let Some(details) = &result.details {
             outln!("details: {details}");

@@ -103,6 +103,13 @@ pub struct RunnerSection {
     /// What the session keeps of details.
     #[serde(default)]
     pub keep_details: KeepDetails,
+    /// The longest timeout a tool may declare for itself, milliseconds.
+    #[serde(default = "default_max_tool_timeout_ms")]
+    pub max_tool_timeout_ms: u64,
+}
+
+fn default_max_tool_timeout_ms() -> u64 {
+    600_000
 }
 
 fn default_timeout_ms() -> u64 {
@@ -119,6 +126,7 @@ impl Default for RunnerSection {
             default_timeout_ms: default_timeout_ms(),
             max_parallel: default_parallel(),
             keep_details: KeepDetails::All,
+            max_tool_timeout_ms: default_max_tool_timeout_ms(),
         }
     }
 }

@@ -193,6 +193,7 @@ pub fn runner(registry: ToolRegistry, config: &Config, flags: &RunFlags) -> Tool
             .iter()
             .map(|(tool, ms)| (tool.clone(), Duration::from_millis(*ms)))
             .collect(),
+        max_tool_timeout: Duration::from_millis(config.runner.max_tool_timeout_ms),
         ..RunnerConfig::default()
     };
     ToolRunner::new(registry, runner_config)

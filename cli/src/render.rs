@@ -65,9 +65,33 @@ fn type_name(ty: &Value) -> String {
     }
 }
 
-/// At most `max` characters of `text` on one line.
+/// `text` safe for a terminal: control characters other than newline and tab (escape sequences
+/// that move the cursor, set the title or the clipboard) shown escaped, never sent as they are.
+/// Plugin text is untrusted.
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// At most `max` characters of `text` on one line, safe for a terminal.
 pub fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat: String = terminal_safe(text)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     if flat.chars().count() <= max {
         flat
     } else {

@@ -90,7 +90,7 @@ fn print(tools: &[rho_core::ToolSpec], json: bool) -> bool {
             .map(|ms| format!(", timeout {ms} ms"))
             .unwrap_or_default();
         outln!("{}  ({}{timeout})", tool.name, tool.origin());
-        outln!("    {}", tool.description);
+        outln!("    {}", crate::render::terminal_safe(&tool.description));
         let params = crate::render::parameters_summary(&tool.parameters);
         if !params.is_empty() {
             outln!("    args: {params}");

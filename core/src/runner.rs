@@ -30,15 +30,20 @@ pub struct RunnerConfig {
     pub timeout_overrides: HashMap<String, Duration>,
     /// How long the gate may take before `tool_gate_waiting` is published.
     pub gate_waiting_after: Duration,
+    /// The longest timeout a tool may declare for itself (a plugin must not opt out of the
+    /// host's timeout); the host's own overrides are not capped.
+    pub max_tool_timeout: Duration,
 }
 
 impl Default for RunnerConfig {
-    /// A 60 s default timeout, no overrides, `tool_gate_waiting` after 100 ms.
+    /// A 60 s default timeout, no overrides, `tool_gate_waiting` after 100 ms, tools' own
+    /// timeouts capped at 10 minutes.
     fn default() -> Self {
         RunnerConfig {
             default_timeout: Duration::from_secs(60),
             timeout_overrides: HashMap::new(),
             gate_waiting_after: Duration::from_millis(100),
+            max_tool_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -98,14 +103,18 @@ impl ToolRunner {
         self.tracker.len()
     }
 
-    /// The timeout that applies to `tool`: the host's override, else the tool's own, else the
-    /// default.
+    /// The timeout that applies to `tool`: the host's override, else the tool's own (at most
+    /// `max_tool_timeout`), else the default.
     pub fn timeout_for(&self, tool: &ResolvedTool) -> Duration {
+        let own = tool
+            .spec
+            .timeout_ms
+            .map(|ms| Duration::from_millis(ms).min(self.config.max_tool_timeout));
         self.config
             .timeout_overrides
             .get(&tool.spec.name)
             .copied()
-            .or(tool.spec.timeout_ms.map(Duration::from_millis))
+            .or(own)
             .unwrap_or(self.config.default_timeout)
     }
 

@@ -170,38 +170,54 @@ pub fn faults_variants() -> &'static (PathBuf, PathBuf) {
 }
 
 /// The `attacks` plugin built with `RHO_ATTACKS_BAD_NAMES=1`: three of its tools have names that
-/// break the rules (not UTF-8, 10,000 characters, a newline). Built once per test process into a
-/// file of its own; the ordinary build is restored.
-pub fn attacks_bad_names() -> &'static Path {
-    static VARIANT: OnceLock<PathBuf> = OnceLock::new();
-    VARIANT.get_or_init(|| {
-        let profile = built();
-        let keep = profile.join("rho-test-variants");
-        std::fs::create_dir_all(&keep).expect("variants dir");
-        let build = |bad: bool| {
-            let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-            cmd.args(["build", "--quiet", "-p", "attacks"])
-                .env("CARGO_TARGET_DIR", profile.parent().expect("target dir"))
-                .current_dir(env!("CARGO_MANIFEST_DIR"));
-            if profile.file_name().is_some_and(|n| n == "release") {
-                cmd.arg("--release");
-            }
-            if bad {
-                cmd.env("RHO_ATTACKS_BAD_NAMES", "1");
-            } else {
-                cmd.env_remove("RHO_ATTACKS_BAD_NAMES");
-            }
-            assert!(
-                cmd.status().expect("cargo build").success(),
-                "building attacks"
-            );
-        };
-        build(true);
-        let to = keep.join("libattacks-bad-names.so");
-        std::fs::copy(plugin_lib("attacks"), &to).expect("keep variant");
-        build(false);
-        to
-    })
+/// break the rules (not UTF-8, 10,000 characters, a newline).
+pub fn attacks_bad_names() -> PathBuf {
+    attacks_variant("RHO_ATTACKS_BAD_NAMES")
+}
+
+/// The `attacks` plugin built with `RHO_ATTACKS_FORGE=1`: in a worker, its load-time code writes
+/// a forged `Ready` frame on the worker's channel.
+pub fn attacks_forging() -> PathBuf {
+    attacks_variant("RHO_ATTACKS_FORGE")
+}
+
+/// The `attacks` plugin built with `flag=1`, kept in a file of its own; built once per test
+/// process, then the ordinary build is restored. Call it before installing `attacks`.
+fn attacks_variant(flag: &str) -> PathBuf {
+    static VARIANTS: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut variants = VARIANTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, path)) = variants.iter().find(|(f, _)| f == flag) {
+        return path.clone();
+    }
+    let profile = built();
+    let keep = profile.join("rho-test-variants");
+    std::fs::create_dir_all(&keep).expect("variants dir");
+    let build = |with: Option<&str>| {
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.args(["build", "--quiet", "-p", "attacks"])
+            .env("CARGO_TARGET_DIR", profile.parent().expect("target dir"))
+            .env_remove("RHO_ATTACKS_BAD_NAMES")
+            .env_remove("RHO_ATTACKS_FORGE")
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if profile.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        if let Some(flag) = with {
+            cmd.env(flag, "1");
+        }
+        assert!(
+            cmd.status().expect("cargo build").success(),
+            "building attacks"
+        );
+    };
+    build(Some(flag));
+    let to = keep.join(format!("libattacks-{}.so", flag.to_lowercase()));
+    std::fs::copy(plugin_lib("attacks"), &to).expect("keep variant");
+    build(None);
+    variants.push((flag.to_owned(), to.clone()));
+    to
 }
 
 /// Waits up to `within` for an event that `pred` accepts.

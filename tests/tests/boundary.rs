@@ -168,7 +168,7 @@ async fn a_panic_whose_message_panics_is_an_isolated_crash() {
 async fn tool_names_that_break_the_rules_are_refused_in_one_bounded_line_each() {
     let variant = attacks_bad_names();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(variant, dir.path().join("libattacks.so")).unwrap();
+    std::fs::copy(&variant, dir.path().join("libattacks.so")).unwrap();
     install(dir.path(), "echo");
     for isolated in [false, true] {
         let (registry, plugins, errors) = registry(dir.path(), isolated).await;

@@ -516,3 +516,27 @@ async fn scripted_session_runs_turns_until_no_calls() {
         .unwrap();
     assert_eq!((summary.turns, summary.reason.as_str()), (1, "max_turns"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_cannot_declare_itself_out_of_the_hosts_timeout() {
+    let dir = plugin_dir(&["faults"]);
+    let (_bus, registry, _errors, _plugins) = load_dir(dir.path()).await;
+    // `slow` declares 1000 ms for itself; the host caps what tools declare at 200 ms.
+    let config = rho_core::RunnerConfig {
+        default_timeout: Duration::from_secs(30),
+        max_tool_timeout: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let runner = rho_core::ToolRunner::new(registry, config);
+    let started = Instant::now();
+    let r = runner
+        .run(
+            &call("1", "slow", json!({"ms": 5000})),
+            &allow_all(),
+            &RunOptions::default(),
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::TimedOut, "{}", r.text());
+    assert!(r.text().contains("200 ms"), "{}", r.text());
+    assert!(started.elapsed() < Duration::from_secs(3));
+}

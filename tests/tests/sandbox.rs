@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -561,11 +562,7 @@ fn an_unsafe_tmpdir_is_avoided() {
     std::fs::create_dir_all(&base).unwrap();
     let unsafe_tmp = tempfile::tempdir_in(&base).unwrap();
     // World-writable and not sticky: anyone could swap what the host puts there.
-    std::fs::set_permissions(
-        unsafe_tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
+    std::fs::set_permissions(unsafe_tmp.path(), PermissionsExt::from_mode(0o777)).unwrap();
     let dir = plugin_dir(&["attacks", "echo"]);
     for isolate in [true, false] {
         let mut cmd = Command::new(rho_bin());
@@ -591,4 +588,146 @@ fn an_unsafe_tmpdir_is_avoided() {
             .collect();
         assert_eq!(left, Vec::<PathBuf>::new());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hosts_tmp_sockets_and_other_families_are_out_of_reach() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    // A unix socket of a host service, open to everyone, outside /tmp and /run.
+    let base = profile_dir().join(TEST_DIRS);
+    std::fs::create_dir_all(&base).unwrap();
+    let service = tempfile::tempdir_in(&base).unwrap();
+    std::fs::set_permissions(service.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let socket = service.path().join("service.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    std::fs::set_permissions(&socket, PermissionsExt::from_mode(0o777)).unwrap();
+    // A file in the host's /tmp.
+    let marker = tempfile::NamedTempFile::new().unwrap();
+    std::fs::set_permissions(marker.path(), PermissionsExt::from_mode(0o644)).unwrap();
+    let host = Host::new(processes_granted(), 5_000).await;
+    let r = host
+        .run("connect_unix", json!({"path": socket.to_str().unwrap()}))
+        .await;
+    assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
+    let r = host
+        .run(
+            "read_file",
+            json!({"path": marker.path().to_str().unwrap()}),
+        )
+        .await;
+    assert!(r.text().contains("No such file"), "{}", r.text());
+    let r = host.run("list_dir", json!({"path": "/tmp"})).await;
+    assert_eq!(r.text(), "ok: ", "the plugin's /tmp is its own and empty");
+    let r = host.run("cwd", json!({})).await;
+    assert_eq!(r.text(), "ok: /tmp");
+    // vsock (the hypervisor) and raw packets: refused; plain IP sockets stay (no route anyway).
+    for family in [libc::AF_VSOCK, libc::AF_PACKET, libc::AF_UNIX] {
+        let r = host.run("socket_family", json!({ "family": family })).await;
+        assert_eq!(r.outcome, Outcome::Error, "family {family}: {}", r.text());
+    }
+    let r = host
+        .run("socket_family", json!({ "family": libc::AF_INET }))
+        .await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    // Namespaces of its own, memfds, other processes' limits: refused even with processes
+    // granted.
+    for (tool, args) in [
+        ("clone_ns", json!({})),
+        ("memfd", json!({"mib": 8})),
+        ("prlimit_init", json!({})),
+    ] {
+        let r = host.run(tool, args).await;
+        assert_eq!(r.outcome, Outcome::Error, "{tool}: {}", r.text());
+        assert!(
+            r.text().contains("Operation not permitted"),
+            "{tool}: {}",
+            r.text()
+        );
+    }
+    host.plugins.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scratch_space_is_bounded_and_threads_left_running_cost_the_worker() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let options = WorkerOptions {
+        max_workers: 1,
+        limits: rho_core::WorkerLimits {
+            scratch_bytes: 8 << 20,
+            ..rho_core::WorkerLimits::default()
+        },
+        ..options(Grants::default())
+    };
+    let host = Host::new(options, 10_000).await;
+    let r = host.run("fill_tmp", json!({"mib": 64})).await;
+    assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
+    assert!(r.text().contains("No space left on device"), "{}", r.text());
+    assert_eq!(host.run("call_counter", json!({})).await.text(), "ok: 1");
+    assert_eq!(host.run("call_counter", json!({})).await.text(), "ok: 2");
+    // A thread left running: the worker is not given another call.
+    let r = host.run("background_thread", json!({})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(host.run("call_counter", json!({})).await.text(), "ok: 1");
+    host.plugins.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_worker_announces_is_checked_by_the_host() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let forging = rho_tests::attacks_forging();
+    let dir = plugin_dir(&["echo"]);
+    std::fs::copy(&forging, dir.path().join("libattacks.so")).unwrap();
+    let registry = ToolRegistry::new(Bus::default());
+    let (plugins, report) = registry
+        .add_plugin_dir(
+            dir.path(),
+            DirOptions {
+                isolation: Isolation::Process(options(Grants::default())),
+                ..DirOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let errors = report.errors.join("\n");
+    assert!(!errors.contains('\u{1b}'), "{errors:?}");
+    for refusal in [
+        "tool \"bad name/../with spaces\" refused: a tool name must match",
+        "tool `dup` refused: the plugin lists it twice",
+        "tool `listy` refused: its parameters are not a JSON Schema object",
+        "\\u{1b}[2Jplanted line",
+    ] {
+        assert!(errors.contains(refusal), "{refusal}: {errors}");
+    }
+    for tool in registry.tools() {
+        assert!(
+            rho_core::plugin_api::is_valid_tool_name(&tool.name),
+            "{:?}",
+            tool.name
+        );
+        assert!(
+            tool.plugin
+                .as_deref()
+                .is_some_and(|p| !p.contains('\u{1b}'))
+        );
+    }
+    assert!(registry.tools().iter().any(|t| t.name == "echo"));
+    plugins.close().await;
+}
+
+#[test]
+fn rho_call_shows_no_escape_sequence_of_a_plugin() {
+    let _one = ONE_AT_A_TIME.blocking_lock();
+    let dir = plugin_dir(&["attacks"]);
+    let out = Command::new(rho_bin())
+        .args(["call", "ansi", "{}", "--isolate", "--plugins"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        !stdout.contains('\u{1b}') && !stdout.contains('\u{9b}'),
+        "{stdout:?}"
+    );
+    assert!(stdout.contains("\\u{1b}]0;PWNED"), "{stdout:?}");
+    assert!(stdout.contains("after\nline two"), "{stdout:?}");
 }

@@ -35,16 +35,24 @@ pub struct WorkerLimits {
     /// Processes and threads of the sandbox together (`RLIMIT_NPROC`, counted in the worker's own
     /// user namespace).
     pub processes: Option<u64>,
+    /// The largest file the plugin may write (`RLIMIT_FSIZE`).
+    pub file_bytes: Option<u64>,
+    /// The size of the worker's private tmpfs at `/tmp` (its scratch space; it counts against
+    /// memory, not disk, and is gone with the worker).
+    pub scratch_bytes: u64,
 }
 
 impl Default for WorkerLimits {
-    /// 2 GiB of address space, no CPU limit, 256 open files, 64 processes and threads.
+    /// 2 GiB of address space, no CPU limit, 256 open files, 64 processes and threads, files of
+    /// at most 1 GiB, a 64 MiB scratch tmpfs.
     fn default() -> Self {
         WorkerLimits {
             memory_bytes: Some(2 << 30),
             cpu_seconds: None,
             open_files: Some(256),
             processes: Some(64),
+            file_bytes: Some(1 << 30),
+            scratch_bytes: 64 << 20,
         }
     }
 }

@@ -94,7 +94,10 @@ impl Worker {
             }
         };
         match words {
-            Some(line) => format!("{how} (its last words on stderr: {})", truncate(&line, 200)),
+            Some(line) => format!(
+                "{how} (its last words on stderr: {})",
+                crate::error::one_line(&truncate(&line, 200))
+            ),
             None => how,
         }
     }
@@ -242,44 +245,52 @@ impl Pool {
             next_id: 0,
             _slot: slot,
         };
-        let first = tokio::time::timeout(
-            inner.options.start_timeout,
-            worker.read(inner.options.max_frame),
-        )
-        .await;
-        match first {
-            Ok(Ok(Frame {
-                message:
-                    FromWorker::Ready {
-                        name,
-                        version,
-                        interface_version,
-                        tools,
-                        rejected,
-                        sandbox,
-                    },
-                ..
-            })) => Ok((
-                worker,
-                Ready {
+        // Both frames within the start timeout: `Confined` (sent before the plugin's code ran)
+        // and `Ready`.
+        let limit = inner.options.max_frame;
+        let started = tokio::time::timeout(inner.options.start_timeout, async {
+            let sandbox = match worker.read(limit).await {
+                Ok(Frame {
+                    message: FromWorker::Confined { sandbox },
+                    ..
+                }) => sandbox,
+                other => return Err(other),
+            };
+            match worker.read(limit).await {
+                Ok(Frame {
+                    message:
+                        FromWorker::Ready {
+                            name,
+                            version,
+                            interface_version,
+                            tools,
+                            rejected,
+                        },
+                    ..
+                }) => Ok(Ready {
                     name,
                     version,
                     interface_version,
                     tools,
                     rejected,
                     sandbox,
-                },
-            )),
-            Ok(Ok(Frame {
+                }),
+                other => Err(other),
+            }
+        })
+        .await;
+        match started {
+            Ok(Ok(ready)) => Ok((worker, ready)),
+            Ok(Err(Ok(Frame {
                 message: FromWorker::LoadFailed { error },
                 ..
-            })) => Err(strip_path(&error, &inner.shown)),
-            Ok(Ok(_)) => Err("the worker sent something else than Ready".into()),
-            Ok(Err(FrameError::Closed)) => {
+            }))) => Err(crate::error::one_line(&strip_path(&error, &inner.shown))),
+            Ok(Err(Ok(_))) => Err("the worker broke the protocol while loading".into()),
+            Ok(Err(Err(FrameError::Closed))) => {
                 let how = worker.exit_text(Duration::from_secs(2), "").await;
                 Err(format!("the worker died while loading the plugin: {how}"))
             }
-            Ok(Err(e)) => Err(format!("the worker broke the protocol while loading: {e}")),
+            Ok(Err(Err(e))) => Err(format!("the worker broke the protocol while loading: {e}")),
             Err(_) => Err(format!(
                 "the worker did not load the plugin within {} ms",
                 inner.options.start_timeout.as_millis()

@@ -27,10 +27,6 @@ pub const CANCEL_FD: i32 = 4;
 /// that anyone could swap or write; gone with the last process holding it).
 pub const PLUGIN_FD: i32 = 5;
 
-/// The fd the worker finds its scratch directory on (an `O_PATH` descriptor), when it has one;
-/// inside the sandbox it is mounted at `/tmp`.
-pub const SCRATCH_FD: i32 = 6;
-
 /// The default largest frame a host accepts from a worker: 64 MiB.
 pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
 
@@ -73,7 +69,13 @@ pub struct ImageHead {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum FromWorker {
-    /// The plugin loaded: its identity and tools.
+    /// The worker is confined: what of the sandbox is in force. Sent before the plugin is loaded,
+    /// so the plugin's own code cannot forge it.
+    Confined {
+        /// What of the sandbox is in force.
+        sandbox: SandboxReport,
+    },
+    /// The plugin loaded: its identity and tools (the plugin's word: the host checks them).
     Ready {
         /// Plugin name.
         name: String,
@@ -85,8 +87,6 @@ pub enum FromWorker {
         tools: Vec<ToolSpec>,
         /// One line per tool refused.
         rejected: Vec<String>,
-        /// What of the sandbox is in force.
-        sandbox: SandboxReport,
     },
     /// The plugin did not load: the one-line error.
     LoadFailed {
@@ -152,8 +152,8 @@ pub struct SandboxSpec {
     pub identity: Option<(u32, u32)>,
     /// The host's pid: a worker whose parent is no longer the host exits.
     pub host_pid: i32,
-    /// The scratch directory (also on [`SCRATCH_FD`]), mounted at `/tmp` in the sandbox.
-    pub scratch: Option<std::path::PathBuf>,
+    /// Bytes of the private tmpfs mounted at `/tmp` in the sandbox (the plugin's scratch).
+    pub scratch_bytes: u64,
 }
 
 /// Why a frame could not be read. Displayed as one line saying what was wrong.

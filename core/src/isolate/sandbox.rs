@@ -45,7 +45,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::isolate::WorkerLimits;
-use crate::isolate::protocol::{CANCEL_FD, CHANNEL_FD, PLUGIN_FD, SCRATCH_FD, SandboxSpec};
+use crate::isolate::protocol::{CANCEL_FD, CHANNEL_FD, PLUGIN_FD, SandboxSpec};
 
 /// What an isolated plugin may do beyond the defaults. Without grants a plugin reads system
 /// files (`/usr`, `/lib*`, `/bin`, `/sbin`, `/etc`, `/opt`, its own `/proc`), writes only its scratch
@@ -129,7 +129,7 @@ pub struct SandboxReport {
     pub pid_ns: bool,
     /// A mount namespace with a fresh `/proc`.
     pub fresh_proc: bool,
-    /// The scratch directory is mounted at `/tmp`.
+    /// A private tmpfs is mounted at `/tmp` (the plugin's scratch space).
     pub scratch: bool,
     /// A network namespace of its own (no network).
     pub net_ns: bool,
@@ -232,106 +232,6 @@ pub(crate) fn seal(file: &std::fs::File) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// The directory holding the scratch directories of one plugin directory's isolated plugins:
-/// `rho-scratch-*` in a safe temporary directory ([`secure_temp_dir`]), mode 0711 (its entries
-/// can be reached by name, not listed), removed with everything in it when dropped.
-#[derive(Debug)]
-pub(crate) struct ScratchRoot {
-    dir: PathBuf,
-}
-
-impl ScratchRoot {
-    /// Creates a fresh one (`mkdir`, never adopting an existing directory).
-    pub fn new() -> io::Result<Self> {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-        let base = secure_temp_dir()?;
-        let mut last = None;
-        for _ in 0..16 {
-            let dir = base.join(format!(
-                "rho-scratch-{}-{}",
-                std::process::id(),
-                random_hex()
-            ));
-            match std::fs::DirBuilder::new().mode(0o711).create(&dir) {
-                Ok(()) => {
-                    // The umask may have taken the search bits away.
-                    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))?;
-                    return Ok(ScratchRoot { dir });
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| io::Error::other("no fresh scratch directory")))
-    }
-
-    /// Makes (or reuses) the scratch directory of plugin `name`: an unguessable name, owned by
-    /// `identity` when the host is root, mode 0700. Returns its path and an `O_PATH` descriptor
-    /// (the worker's Landlock rule is made from the descriptor, not the path).
-    pub fn plugin_dir(
-        &self,
-        name: &str,
-        identity: Option<(u32, u32)>,
-    ) -> io::Result<(PathBuf, OwnedFd)> {
-        use std::os::unix::fs::DirBuilderExt;
-        let prefix = format!("{name}-");
-        let existing = std::fs::read_dir(&self.dir)?
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.strip_prefix(&prefix))
-                    .is_some_and(|rest| rest.len() == 16 && !rest.contains('-'))
-            });
-        let dir = match existing {
-            Some(dir) => dir,
-            None => {
-                let dir = self.dir.join(format!("{prefix}{}", random_hex()));
-                std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-                if let Some((uid, gid)) = identity {
-                    std::os::unix::fs::lchown(&dir, Some(uid), Some(gid))?;
-                }
-                dir
-            }
-        };
-        let c = CString::new(dir.as_os_str().as_encoded_bytes())
-            .map_err(|e| io::Error::other(e.to_string()))?;
-        // SAFETY: a valid C string; the result is checked.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: just opened, owned by nothing else.
-        Ok((dir, unsafe { OwnedFd::from_raw_fd(fd) }))
-    }
-}
-
-impl Drop for ScratchRoot {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn random_hex() -> String {
-    let mut bytes = [0u8; 8];
-    // SAFETY: getrandom fills the buffer it is given.
-    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    if n != bytes.len() as isize {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        bytes = nanos.to_le_bytes();
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A temporary directory no other user can tamper with: `$TMPDIR` when it and each of its
@@ -460,7 +360,8 @@ pub(crate) fn enter(spec: &SandboxSpec) -> Result<SandboxReport, String> {
             | libc::CLONE_NEWPID
             | libc::CLONE_NEWNS
             | libc::CLONE_NEWIPC
-            | libc::CLONE_NEWUTS;
+            | libc::CLONE_NEWUTS
+            | libc::CLONE_NEWCGROUP;
         if !spec.grants.network {
             flags |= libc::CLONE_NEWNET;
         }
@@ -496,7 +397,7 @@ pub(crate) fn enter(spec: &SandboxSpec) -> Result<SandboxReport, String> {
             }
             init => {
                 libc::close(status_write);
-                for fd in [CHANNEL_FD, CANCEL_FD, PLUGIN_FD, SCRATCH_FD] {
+                for fd in [CHANNEL_FD, CANCEL_FD, PLUGIN_FD] {
                     libc::close(fd);
                 }
                 mirror(init, status_read)
@@ -537,7 +438,7 @@ unsafe fn be_init(
                 Ok(report)
             }
             plugin => {
-                for fd in [CHANNEL_FD, CANCEL_FD, PLUGIN_FD, SCRATCH_FD] {
+                for fd in [CHANNEL_FD, CANCEL_FD, PLUGIN_FD] {
                     libc::close(fd);
                 }
                 loop {
@@ -606,24 +507,29 @@ unsafe fn mount_private(spec: &SandboxSpec, report: &mut SandboxReport) {
         {
             report.missing.push(os_error("an empty /run"));
         }
-        if let Some(scratch) = &spec.scratch {
-            // By path: a descriptor from the host's mount namespace cannot be bind-mounted here.
-            let source = CString::new(scratch.as_os_str().as_encoded_bytes()).unwrap_or_default();
-            if libc::mount(
-                source.as_ptr(),
-                c"/tmp".as_ptr(),
-                none,
-                libc::MS_BIND | libc::MS_NOSUID | libc::MS_NODEV,
-                std::ptr::null(),
-            ) == 0
-            {
-                report.scratch = true;
-            } else {
-                report
-                    .missing
-                    .push(os_error("the scratch directory on /tmp"));
-            }
+        // The plugin's scratch: a tmpfs of its own, bounded, gone with the namespace. Nothing of
+        // the host's /tmp is reachable under it.
+        let options = CString::new(format!(
+            "size={},nr_inodes=16384,mode=0700,uid={},gid={}",
+            spec.scratch_bytes.max(4096),
+            report.uid,
+            report.gid
+        ))
+        .unwrap_or_default();
+        if libc::mount(
+            c"tmpfs".as_ptr(),
+            c"/tmp".as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            options.as_ptr().cast(),
+        ) == 0
+        {
+            report.scratch = true;
+        } else {
+            report.missing.push(os_error("a scratch tmpfs on /tmp"));
         }
+        // No user namespace of its own below this one (seccomp refuses the calls too).
+        let _ = std::fs::write("/proc/sys/user/max_user_namespaces", "0");
     }
 }
 
@@ -687,6 +593,14 @@ pub(crate) fn confine(spec: &SandboxSpec, report: &mut SandboxReport) {
     }
     if let Err(e) = apply_limits(&spec.limits) {
         report.missing.push(e);
+    }
+    // The host's working directory would be a handle into its view of the file system.
+    let home = if report.scratch { c"/tmp" } else { c"/" };
+    // SAFETY: chdir with a valid C string.
+    if unsafe { libc::chdir(home.as_ptr()) } != 0 {
+        report
+            .missing
+            .push(os_error("leaving the host's working directory"));
     }
     landlock(spec, report);
     // SAFETY: prctl with integer arguments.
@@ -757,11 +671,12 @@ fn apply_limits(limits: &WorkerLimits) -> Result<(), String> {
     set(libc::RLIMIT_AS, "memory", limits.memory_bytes)?;
     set(libc::RLIMIT_CPU, "CPU time", limits.cpu_seconds)?;
     set(libc::RLIMIT_NOFILE, "open files", limits.open_files)?;
+    set(libc::RLIMIT_FSIZE, "file size", limits.file_bytes)?;
     set(libc::RLIMIT_NPROC, "processes", limits.processes)
 }
 
 fn landlock(spec: &SandboxSpec, report: &mut SandboxReport) {
-    let net_ns = report.net_ns;
+    let (net_ns, scratch) = (report.net_ns, report.scratch);
     use landlock::{
         ABI, Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr,
         RulesetCreatedAttr, RulesetStatus, Scope,
@@ -797,11 +712,8 @@ fn landlock(spec: &SandboxSpec, report: &mut SandboxReport) {
                 created = created.add_rule(PathBeneath::new(fd, all))?;
             }
         }
-        if spec.scratch.is_some() {
-            // SAFETY: the host passed the scratch directory on this descriptor; borrowed only
-            // while the rule is added.
-            let scratch = unsafe { std::os::fd::BorrowedFd::borrow_raw(SCRATCH_FD) };
-            created = created.add_rule(PathBeneath::new(scratch, all))?;
+        if scratch && let Ok(fd) = PathFd::new("/tmp") {
+            created = created.add_rule(PathBeneath::new(fd, all))?;
         }
         created.restrict_self()
     })();
@@ -890,6 +802,8 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_io_uring_setup,
     libc::SYS_io_uring_enter,
     libc::SYS_io_uring_register,
+    // Memory outside the address-space limit.
+    libc::SYS_memfd_create,
     #[cfg(target_arch = "x86_64")]
     libc::SYS_iopl,
     #[cfg(target_arch = "x86_64")]
@@ -913,22 +827,65 @@ fn seccomp(grants: &Grants) -> Result<(), String> {
     };
     use std::collections::BTreeMap;
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
+    let e = |e: seccompiler::BackendError| e.to_string();
+    let rule = |conditions: Vec<SeccompCondition>| SeccompRule::new(conditions).map_err(e);
+    let masked = |arg: u8, mask: u64, value: u64| {
+        SeccompCondition::new(
+            arg,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(mask),
+            value,
+        )
+        .map_err(e)
+    };
+    let not = |arg: u8, len: SeccompCmpArgLen, value: u64| {
+        SeccompCondition::new(arg, len, SeccompCmpOp::Ne, value).map_err(e)
+    };
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         DENIED.iter().map(|&call| (call, Vec::new())).collect();
+    // `clone` making namespaces, always; without CLONE_THREAD (a process), unless granted.
+    let mut clone = Vec::new();
+    for flag in [
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWPID,
+        libc::CLONE_NEWNET,
+        libc::CLONE_NEWIPC,
+        libc::CLONE_NEWUTS,
+        libc::CLONE_NEWCGROUP,
+    ] {
+        clone.push(rule(vec![masked(0, flag as u64, flag as u64)?])?);
+    }
     if !grants.processes {
         rules.extend(PROCESS_CALLS.iter().map(|&call| (call, Vec::new())));
-        // `clone` without CLONE_THREAD starts a process; threads stay allowed.
-        let no_thread = SeccompCondition::new(
-            0,
-            SeccompCmpArgLen::Qword,
-            SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64),
-            0,
-        )
-        .map_err(|e| e.to_string())?;
-        rules.insert(
-            libc::SYS_clone,
-            vec![SeccompRule::new(vec![no_thread]).map_err(|e| e.to_string())?],
-        );
+        clone.push(rule(vec![masked(0, libc::CLONE_THREAD as u64, 0)?])?);
+    }
+    rules.insert(libc::SYS_clone, clone);
+    // Sockets of the families a tool's network needs (inside its own network namespace unless
+    // granted); unix sockets, which reach the host's services by path, only with the network.
+    let mut families = vec![
+        not(0, SeccompCmpArgLen::Dword, libc::AF_INET as u64)?,
+        not(0, SeccompCmpArgLen::Dword, libc::AF_INET6 as u64)?,
+        not(0, SeccompCmpArgLen::Dword, libc::AF_NETLINK as u64)?,
+    ];
+    if grants.network {
+        families.push(not(0, SeccompCmpArgLen::Dword, libc::AF_UNIX as u64)?);
+    }
+    rules.insert(libc::SYS_socket, vec![rule(families)?]);
+    // Limits of other processes (the sandbox's init).
+    rules.insert(
+        libc::SYS_prlimit64,
+        vec![rule(vec![not(0, SeccompCmpArgLen::Dword, 0)?])?],
+    );
+    // x32 numbers of the same calls: refused alike where the kernel has that ABI.
+    #[cfg(target_arch = "x86_64")]
+    {
+        const X32: i64 = 0x4000_0000;
+        let x32: Vec<(i64, Vec<SeccompRule>)> = rules
+            .iter()
+            .map(|(call, rules)| (call | X32, rules.clone()))
+            .collect();
+        rules.extend(x32);
     }
     let denied = SeccompFilter::new(
         rules,
@@ -936,7 +893,7 @@ fn seccomp(grants: &Grants) -> Result<(), String> {
         SeccompAction::Errno(libc::EPERM as u32),
         arch,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(e)?;
     // clone3 passes its flags in memory, out of a filter's reach: ENOSYS makes the C library fall
     // back to `clone`, which the filter above can read.
     let clone3 = SeccompFilter::new(
@@ -955,10 +912,27 @@ fn seccomp(grants: &Grants) -> Result<(), String> {
     Ok(())
 }
 
+/// The threads of this process now (`/proc/self/status`), if it can be read.
+pub(crate) fn thread_count() -> Option<usize> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// After a call, in the plugin process: kills whatever the plugin started and left running (in
 /// its own PID namespace `kill(-1)` reaches only those), reaps them, and says whether the call
-/// left the process damaged (no descriptor can be opened).
-pub(crate) fn after_call(report: &SandboxReport) -> bool {
+/// left the process damaged: no descriptor can be opened, or threads it started still run (plugin
+/// code must not run between calls; threads started at load time are the `threads` baseline).
+pub(crate) fn after_call(report: &SandboxReport, threads: Option<usize>) -> bool {
+    if let (Some(baseline), Some(now)) = (threads, thread_count())
+        && now > baseline
+    {
+        return true;
+    }
     // SAFETY: kill, waitpid, fcntl and close on this process's own namespace and descriptors.
     unsafe {
         if report.pid_ns && libc::kill(-1, libc::SIGKILL) == 0 {

@@ -1,6 +1,5 @@
 //! Starting a worker process: a new session and process group, a parent-death signal, a cleared
-//! environment, the channels on fds 3 and 4, the plugin on fd 5, its scratch directory on fd 6 and
-//! no other inherited descriptors; stdout and stderr piped to the host's logs. The worker's first
+//! environment, the channels on fds 3 and 4, the plugin on fd 5 and no other inherited descriptors; stdout and stderr piped to the host's logs. The worker's first
 //! frame tells it the sandbox to enter (see [`crate::isolate::sandbox`]).
 //!
 //! Processes are forked from one long-lived thread: `PR_SET_PDEATHSIG` fires when the thread that
@@ -19,9 +18,7 @@ use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 
 use crate::isolate::WorkerOptions;
-use crate::isolate::protocol::{
-    CANCEL_FD, CHANNEL_FD, PLUGIN_FD, SCRATCH_FD, SandboxSpec, ToWorker, encode,
-};
+use crate::isolate::protocol::{CANCEL_FD, CHANNEL_FD, PLUGIN_FD, SandboxSpec, ToWorker, encode};
 
 /// A started worker process and the host's ends of its channels.
 pub(crate) struct Process {
@@ -77,8 +74,6 @@ fn spawner() -> &'static Mutex<mpsc::Sender<Job>> {
 pub(crate) struct Payload {
     /// The sealed memfd holding the plugin's bytes (the worker's fd 5).
     pub plugin: std::sync::Arc<OwnedFd>,
-    /// The plugin's scratch directory, `O_PATH` (the worker's fd 6), if it has one.
-    pub scratch: Option<OwnedFd>,
     /// The sandbox, as sent in the worker's first frame.
     pub sandbox: SandboxSpec,
 }
@@ -105,20 +100,16 @@ pub(crate) async fn start(
             cmd.env(key, value);
         }
     }
-    if payload.scratch.is_some() {
-        cmd.env("TMPDIR", "/tmp").env("HOME", "/tmp");
-    }
+    // Inside the sandbox /tmp is the worker's own tmpfs.
+    cmd.env("TMPDIR", "/tmp").env("HOME", "/tmp");
     let worker_fd = OwnedFd::from(worker_end);
     let cancel_fd = OwnedFd::from(worker_cancel);
     // Each descriptor the worker gets and the number it gets it on.
-    let mut handed = vec![
+    let handed = [
         (worker_fd.as_raw_fd(), CHANNEL_FD),
         (cancel_fd.as_raw_fd(), CANCEL_FD),
         (payload.plugin.as_raw_fd(), PLUGIN_FD),
     ];
-    if let Some(scratch) = &payload.scratch {
-        handed.push((scratch.as_raw_fd(), SCRATCH_FD));
-    }
     let last = handed.iter().map(|(_, to)| *to).max().unwrap_or(CANCEL_FD);
     // SAFETY: `getpid` has no preconditions.
     let parent = unsafe { libc::getpid() };
@@ -140,9 +131,9 @@ pub(crate) async fn start(
             }
             // Each moved out of the way first (above every target), so none lands on another's
             // target number; dup2 leaves the targets without close-on-exec.
-            let mut high = [0; 4];
+            let mut high = [0; 3];
             for (slot, (from, _)) in high.iter_mut().zip(&handed) {
-                *slot = libc::fcntl(*from, libc::F_DUPFD, SCRATCH_FD + 1);
+                *slot = libc::fcntl(*from, libc::F_DUPFD, PLUGIN_FD + 1);
                 if *slot < 0 {
                     return Err(io::Error::last_os_error());
                 }

@@ -19,8 +19,8 @@ use rho_plugin_api::{Answer, Output};
 
 use crate::invoke::Failure;
 use crate::isolate::protocol::{
-    CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, ImageHead, PLUGIN_FD, SCRATCH_FD,
-    ToWorker, read_frame, write_frame,
+    CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, ImageHead, PLUGIN_FD, ToWorker,
+    read_frame, write_frame,
 };
 use crate::isolate::sandbox;
 use crate::outcome::crash_text;
@@ -53,7 +53,7 @@ fn take_fd(fd: i32, what: &str) -> Option<UnixStream> {
 }
 
 /// The worker's main: `rho-worker SHOWN_PATH`, with its channels on fds 3 and 4, the plugin on
-/// fd 5 and its scratch directory on fd 6. The first frame on the channel is the sandbox to enter.
+/// fd 5. The first frame on the channel is the sandbox to enter.
 pub fn main() -> ExitCode {
     let Some(shown) = std::env::args_os().nth(1).map(PathBuf::from) else {
         eprintln!(
@@ -87,6 +87,13 @@ pub fn main() -> ExitCode {
         Err(e) => return load_failed(format!("setting up the sandbox: {e}")),
     };
     sandbox::confine(&spec, &mut report);
+    // Before any of the plugin's code runs: its load-time code could write frames of its own.
+    let confined = FromWorker::Confined {
+        sandbox: report.clone(),
+    };
+    if write_frame(&mut &stream, &confined, &[]).is_err() {
+        return ExitCode::from(1);
+    }
     let plugin = PathBuf::from(format!("/proc/self/fd/{PLUGIN_FD}"));
     let loaded = match load_checked_copy(&plugin, &shown) {
         Ok(loaded) => loaded,
@@ -97,7 +104,6 @@ pub fn main() -> ExitCode {
     // SAFETY: closing descriptors this process owns and no longer uses.
     unsafe {
         libc::close(PLUGIN_FD);
-        libc::close(SCRATCH_FD);
     }
     // The writing end for the call thread and the update callbacks (fd 5 from here on).
     let Ok(writer) = stream.try_clone() else {
@@ -110,7 +116,6 @@ pub fn main() -> ExitCode {
         interface_version: loaded.info.interface_version,
         tools: loaded.tools.clone(),
         rejected: loaded.rejected.clone(),
-        sandbox: report.clone(),
     };
     if !send(&channel, &ready, &[]) {
         return ExitCode::from(1);
@@ -127,6 +132,7 @@ pub fn main() -> ExitCode {
     let sandbox = Confinement {
         grants: spec.grants,
         report,
+        threads: sandbox::thread_count(),
     };
     serve(
         BufReader::new(stream),
@@ -141,6 +147,8 @@ pub fn main() -> ExitCode {
 struct Confinement {
     grants: sandbox::Grants,
     report: sandbox::SandboxReport,
+    /// Threads once loaded (the plugin's own load-time threads included).
+    threads: Option<usize>,
 }
 
 /// Sets the flag of the running call when its `Cancel` arrives.
@@ -199,7 +207,7 @@ fn serve(
         let result = call_module(module, &tool, &args, &call_id, &cancelled, &on_update);
         *running.lock().unwrap_or_else(PoisonError::into_inner) = None;
         // Before answering: what the call started is gone when the host reads the answer.
-        let spent = sandbox::after_call(&sandbox.report);
+        let spent = sandbox::after_call(&sandbox.report, sandbox.threads);
         answer(channel, id, result, spent, &sandbox.grants);
     }
 }

@@ -14,11 +14,12 @@ use crate::isolate::WorkerOptions;
 use crate::isolate::invoke::IsolatedInvoke;
 use crate::isolate::pool::Pool;
 use crate::isolate::protocol::SandboxSpec;
-use crate::isolate::sandbox::{SandboxReport, ScratchRoot};
+use crate::isolate::sandbox::SandboxReport;
 use crate::isolate::spawn::Payload;
 use crate::plugin::call::{InProcessInvoke, InProcessPlugin};
 use crate::plugin::load::{
-    CopyDir, PluginFile, PluginInfo, PrivateCopy, load_in_process, memfd_copy,
+    CopyDir, PluginFile, PluginInfo, PrivateCopy, RawTool, check_identity, check_tools,
+    load_in_process, memfd_copy,
 };
 use crate::spec::ToolSpec;
 
@@ -109,13 +110,11 @@ impl InProcess {
     }
 }
 
-/// The isolated backend's state: the options, the pool of each live version, the plugins'
-/// scratch directories and the memfds in use (shared by versions of the same content).
+/// The isolated backend's state: the options, the pool of each live version and the memfds in use
+/// (shared by versions of the same content).
 pub(crate) struct Isolated {
     pub options: Arc<WorkerOptions>,
     pools: Mutex<HashMap<String, Pool>>,
-    /// The plugins' scratch directories, made on the first load.
-    scratch: Mutex<Option<Arc<ScratchRoot>>>,
     memfds: Mutex<HashMap<String, Weak<OwnedFd>>>,
 }
 
@@ -124,19 +123,8 @@ impl Isolated {
         Isolated {
             options: Arc::new(options),
             pools: Mutex::new(HashMap::new()),
-            scratch: Mutex::new(None),
             memfds: Mutex::new(HashMap::new()),
         }
-    }
-
-    fn scratch_root(&self) -> std::io::Result<Arc<ScratchRoot>> {
-        let mut slot = self.scratch.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(root) = &*slot {
-            return Ok(root.clone());
-        }
-        let root = Arc::new(ScratchRoot::new()?);
-        *slot = Some(root.clone());
-        Ok(root)
     }
 
     fn pools(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pool>> {
@@ -155,9 +143,7 @@ impl Isolated {
         fresh
     }
 
-    /// What a worker of `file` is handed: its bytes in a sealed memfd, the plugin's scratch
-    /// directory (one per plugin file, shared by its versions and workers, removed with the
-    /// host's plugin directory) and the sandbox spec.
+    /// What a worker of `file` is handed: its bytes in a sealed memfd and the sandbox spec.
     fn payload(&self, file: &PluginFile) -> Result<Payload, LoadError> {
         let PrivateCopy::Memfd(memfd) = &file.copy else {
             return Err(LoadError::Copy {
@@ -165,43 +151,16 @@ impl Isolated {
                 reason: "an in-process copy cannot load isolated".into(),
             });
         };
-        let stem = file
-            .path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "plugin".into());
-        let name: String = stem
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .take(64)
-            .collect();
-        let copy_error = |e: std::io::Error| LoadError::Copy {
-            path: file.path.clone(),
-            reason: e.to_string(),
-        };
-        let identity = self.options.identity.resolve();
-        let (scratch_path, scratch) = self
-            .scratch_root()
-            .map_err(copy_error)?
-            .plugin_dir(&name, identity)
-            .map_err(copy_error)?;
         Ok(Payload {
             plugin: self.shared_memfd(&file.sha256, memfd.clone()),
-            scratch: Some(scratch),
             sandbox: SandboxSpec {
                 enabled: self.options.sandbox,
                 grants: self.options.grants.clone(),
                 limits: self.options.limits.clone(),
-                identity,
+                identity: self.options.identity.resolve(),
                 // SAFETY: getpid has no preconditions.
                 host_pid: unsafe { libc::getpid() },
-                scratch: Some(scratch_path),
+                scratch_bytes: self.options.limits.scratch_bytes,
             },
         })
     }
@@ -216,6 +175,25 @@ impl Isolated {
         };
         let payload = self.payload(&file)?;
         let (pool, ready) = Pool::open(self.options.clone(), payload, &probe).await?;
+        // The worker runs the plugin's code: nothing it announced is taken on its word.
+        check_identity(&file.path, &ready.name, &ready.version)?;
+        let raw = ready
+            .tools
+            .into_iter()
+            .map(|spec| RawTool {
+                name: Some(spec.name),
+                description: Some(spec.description),
+                parameters: Some(spec.parameters),
+                timeout_ms: spec.timeout_ms,
+            })
+            .collect();
+        let (specs, mut rejected) = check_tools(&file.path, &ready.name, &ready.version, raw);
+        rejected.extend(
+            ready
+                .rejected
+                .iter()
+                .map(|line| crate::error::one_line(line)),
+        );
         if ready.sandbox.complete() {
             tracing::debug!(file = %file.path.display(), sandbox = %ready.sandbox, "sandbox");
         } else {
@@ -231,7 +209,7 @@ impl Isolated {
             interface_version: ready.interface_version,
             ..probe
         };
-        let tools = with_invoke(ready.tools, |tool| {
+        let tools = with_invoke(specs, |tool| {
             Arc::new(IsolatedInvoke {
                 pool: pool.clone(),
                 tool,
@@ -241,7 +219,7 @@ impl Isolated {
         Ok(LoadedVersion {
             info,
             tools,
-            rejected: ready.rejected,
+            rejected,
             sandbox: Some(ready.sandbox),
             mapped_new: false,
         })

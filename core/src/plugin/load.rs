@@ -308,6 +308,7 @@ fn finish_load(path: &Path, sha256: &str, module: PluginModRef) -> Result<Loaded
     };
     let name = plain_text(raw.name).ok_or_else(|| not_text("name"))?;
     let version = plain_text(raw.version).ok_or_else(|| not_text("version"))?;
+    check_identity(path, &name, &version)?;
     let (tools, rejected) = tool_specs(path, &name, &version, raw.tools.into_vec());
     Ok(Loaded {
         info: PluginInfo {
@@ -357,21 +358,67 @@ pub(crate) fn describe(
     }
 }
 
-/// Turns a plugin's description into specs, refusing (one line each) tools with a name,
-/// description or schema that is not UTF-8, a bad name, a duplicate name or a schema that is not a
-/// JSON object. A refused name is shown escaped and cut to its first 64 characters.
+/// A tool as a plugin described it, before the host's checks: `None` for a string that was not
+/// UTF-8, a schema that did not parse as `Value::Null`.
+pub(crate) struct RawTool {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub parameters: Option<serde_json::Value>,
+    pub timeout_ms: Option<u64>,
+}
+
+/// Turns an in-process plugin's description into specs (see [`check_tools`]).
 pub(crate) fn tool_specs(
     path: &Path,
     plugin: &str,
     version: &str,
     descs: Vec<FfiToolDesc>,
 ) -> (Vec<ToolSpec>, Vec<String>) {
+    let raw = descs
+        .into_iter()
+        .map(|desc| RawTool {
+            timeout_ms: desc.timeout_ms.into_option(),
+            name: plain_text(desc.name),
+            description: plain_text(desc.description),
+            parameters: plain_text(desc.parameters_json)
+                .map(|json| serde_json::from_str(&json).unwrap_or(serde_json::Value::Null)),
+        })
+        .collect();
+    check_tools(path, plugin, version, raw)
+}
+
+/// Checks a plugin's name and version as the host shows them: at most 128 characters, no
+/// control characters.
+pub(crate) fn check_identity(path: &Path, name: &str, version: &str) -> Result<(), LoadError> {
+    for (what, text) in [("name", name), ("version", version)] {
+        if text.is_empty() || text.chars().count() > 128 || text.chars().any(char::is_control) {
+            return Err(LoadError::Describe {
+                path: path.to_owned(),
+                reason: format!(
+                    "its {what} must be 1 to 128 characters without control characters"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The host's checks of a plugin's tools, the same in process and isolated (where the worker's
+/// word is taken for nothing): refused, one line each, are tools with a name, description or
+/// schema that is not UTF-8, a bad name, a duplicate name or a schema that is not a JSON object.
+/// A refused name is shown escaped and cut to its first 64 characters. The specs name `plugin`
+/// and `version` as the host read them.
+pub(crate) fn check_tools(
+    path: &Path,
+    plugin: &str,
+    version: &str,
+    raw: Vec<RawTool>,
+) -> (Vec<ToolSpec>, Vec<String>) {
     let mut tools: Vec<ToolSpec> = Vec::new();
     let mut rejected = Vec::new();
     let file = crate::error::shown(path);
-    for (i, desc) in descs.into_iter().enumerate() {
-        let timeout_ms = desc.timeout_ms.into_option();
-        let Some(name) = plain_text(desc.name) else {
+    for (i, tool) in raw.into_iter().enumerate() {
+        let Some(name) = tool.name else {
             rejected.push(format!(
                 "{file}: tool #{} refused: its name is not UTF-8",
                 i + 1
@@ -394,29 +441,23 @@ pub(crate) fn tool_specs(
             ));
             continue;
         }
-        let (Some(description), Some(parameters)) = (
-            plain_text(desc.description),
-            plain_text(desc.parameters_json),
-        ) else {
+        let (Some(description), Some(parameters)) = (tool.description, tool.parameters) else {
             rejected.push(format!(
                 "{file}: tool `{name}` refused: its description or schema is not UTF-8"
             ));
             continue;
         };
-        let parameters: serde_json::Value = match serde_json::from_str(&parameters) {
-            Ok(v @ serde_json::Value::Object(_)) => v,
-            Ok(_) | Err(_) => {
-                rejected.push(format!(
-                    "{file}: tool `{name}` refused: its parameters are not a JSON Schema object"
-                ));
-                continue;
-            }
-        };
+        if !parameters.is_object() {
+            rejected.push(format!(
+                "{file}: tool `{name}` refused: its parameters are not a JSON Schema object"
+            ));
+            continue;
+        }
         tools.push(ToolSpec {
             name,
             description,
             parameters,
-            timeout_ms,
+            timeout_ms: tool.timeout_ms,
             plugin: Some(plugin.to_owned()),
             plugin_version: Some(version.to_owned()),
         });

@@ -550,6 +550,176 @@ fn deep_details(args: DeepArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     Ok(Answer::text(format!("ok: {} deep", args.depth)).with_details(value))
 }
 
+/// `connect_unix`: connects to the unix socket at `path`.
+fn connect_unix(args: PathArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    std::os::unix::net::UnixStream::connect(&args.path)
+        .map(|_| Answer::text("ok: connected"))
+        .map_err(denied)
+}
+
+/// Arguments of `socket_family`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct FamilyArgs {
+    /// The address family (`AF_*` number), e.g. 40 for AF_VSOCK, 17 for AF_PACKET.
+    pub family: i32,
+}
+
+/// `socket_family`: opens a datagram (or stream) socket of that family.
+fn socket_family(args: FamilyArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    for kind in [libc::SOCK_DGRAM, libc::SOCK_STREAM, libc::SOCK_RAW] {
+        // SAFETY: socket has no memory effects; the descriptor is closed at once.
+        let fd = unsafe { libc::socket(args.family, kind, 0) };
+        if fd >= 0 {
+            // SAFETY: closes the descriptor just opened.
+            unsafe { libc::close(fd) };
+            return Ok(Answer::text("ok: a socket"));
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EPERM) || e.raw_os_error() == Some(libc::EACCES) {
+            return Err(denied(e));
+        }
+    }
+    Err(last_denied())
+}
+
+/// `clone_ns`: starts a child in new user and network namespaces (raw `clone`).
+fn clone_ns(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let flags = (libc::CLONE_NEWUSER | libc::CLONE_NEWNET | libc::SIGCHLD) as libc::c_ulong;
+    // SAFETY: a fork-like clone (no new stack); the child only calls `_exit`.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
+    match pid {
+        -1 => Err(last_denied()),
+        // SAFETY: in the child: async-signal-safe exit.
+        0 => unsafe { libc::_exit(0) },
+        pid => {
+            // SAFETY: reaps the child just made.
+            unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), 0) };
+            Ok(Answer::text("ok: made namespaces"))
+        }
+    }
+}
+
+/// `background_thread`: leaves a thread running after the call (plugin code between calls).
+fn background_thread(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    std::thread::spawn(|| {
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    Ok(Answer::text("ok: a thread runs on"))
+}
+
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `call_counter`: counts the calls this process served (1 in a fresh worker).
+fn call_counter(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    Ok(Answer::text(format!("ok: {n}")))
+}
+
+/// Arguments of the tools that use `mib` mebibytes.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct MibArgs {
+    /// How many mebibytes.
+    pub mib: u64,
+}
+
+/// `memfd`: fills a memfd (memory outside the address-space limit) with `mib` MiB.
+fn memfd(args: MibArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    // SAFETY: a valid C string; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"hog".as_ptr(), 0) };
+    if fd < 0 {
+        return Err(last_denied());
+    }
+    // SAFETY: owned from here on.
+    let mut file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let chunk = vec![1u8; 1 << 20];
+    for _ in 0..args.mib {
+        std::io::Write::write_all(&mut file, &chunk).map_err(denied)?;
+    }
+    std::mem::forget(file);
+    Ok(Answer::text(format!("ok: {} MiB", args.mib)))
+}
+
+/// `fill_tmp`: writes `mib` MiB into /tmp (the scratch space).
+fn fill_tmp(args: MibArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let mut file = std::fs::File::create("/tmp/fill").map_err(denied)?;
+    let chunk = vec![1u8; 1 << 20];
+    for i in 0..args.mib {
+        std::io::Write::write_all(&mut file, &chunk)
+            .map_err(|e| ToolError::new(format!("denied after {i} MiB: {e}")))?;
+    }
+    Ok(Answer::text(format!("ok: wrote {} MiB", args.mib)))
+}
+
+/// `ansi`: answers with terminal escape sequences (title, clipboard, clear screen).
+fn ansi(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    Ok(Answer::text(
+        "before\u{1b}]0;PWNED\u{7}\u{1b}]52;c;ZXZpbA==\u{7}\u{1b}[2J\u{9b}2Kafter\nline two",
+    ))
+}
+
+/// `prlimit_init`: sets a resource limit of pid 1 (the sandbox's init).
+fn prlimit_init(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let limit = libc::rlimit {
+        rlim_cur: 1,
+        rlim_max: 1,
+    };
+    // SAFETY: prlimit with a valid struct; no old value is read.
+    let r = unsafe { libc::prlimit(1, libc::RLIMIT_CORE, &limit, std::ptr::null_mut()) };
+    if r != 0 {
+        return Err(last_denied());
+    }
+    Ok(Answer::text("ok: changed pid 1"))
+}
+
+/// `cwd`: the working directory.
+fn cwd(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let dir = std::env::current_dir().map_err(denied)?;
+    Ok(Answer::text(format!("ok: {}", dir.display())))
+}
+
+/// A frame forged by load-time code, in the build made with `RHO_ATTACKS_FORGE=1` and only in a
+/// worker: a `Ready` announcing tools the host must check itself (a bad name, a duplicate, a
+/// schema that is not an object, an escape sequence in a refusal line, a false plugin name).
+extern "C" fn forge_ready() {
+    if option_env!("RHO_ATTACKS_FORGE").is_none() {
+        return;
+    }
+    let in_worker = std::env::current_exe()
+        .ok()
+        .and_then(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().starts_with("rho-worker"))
+        })
+        .unwrap_or(false);
+    if !in_worker {
+        return;
+    }
+    let tool = |name: &str, params: &str| {
+        format!(
+            r#"{{"name":"{name}","description":"d","parameters":{params},"timeout_ms":null,"plugin":null,"plugin_version":null}}"#
+        )
+    };
+    let json = format!(
+        r#"{{"t":"ready","name":"forged","version":"1.0","interface_version":1,"tools":[{},{},{},{}],"rejected":["\u001b[2Jplanted line"]}}"#,
+        tool("bad name/../with spaces", "{}"),
+        tool("dup", "{}"),
+        tool("dup", "{}"),
+        tool("listy", "[1]"),
+    );
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&((json.len() + 4) as u32).to_le_bytes());
+    frame.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    frame.extend_from_slice(json.as_bytes());
+    // SAFETY: writes our own buffer to the worker's channel (fd 3).
+    unsafe { libc::write(3, frame.as_ptr().cast(), frame.len()) };
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static FORGE_READY: extern "C" fn() = forge_ready;
+
 /// A value whose formatting panics.
 struct Treacherous;
 
@@ -583,6 +753,16 @@ fn odd_name(which: usize) -> &'static str {
 }
 
 export_plugin! {
+    Tool::new("connect_unix", "Connects to a unix socket by path.", connect_unix),
+    Tool::new("socket_family", "Opens a socket of an address family.", socket_family),
+    Tool::new("clone_ns", "Starts a child in new namespaces.", clone_ns),
+    Tool::new("background_thread", "Leaves a thread running after the call.", background_thread),
+    Tool::new("call_counter", "Counts the calls this process served.", call_counter),
+    Tool::new("memfd", "Fills a memfd with mib MiB.", memfd),
+    Tool::new("fill_tmp", "Writes mib MiB into /tmp.", fill_tmp),
+    Tool::new("ansi", "Answers with terminal escape sequences.", ansi),
+    Tool::new("prlimit_init", "Sets a resource limit of pid 1.", prlimit_init),
+    Tool::new("cwd", "Answers the working directory.", cwd),
     Tool::new("bad_text", "Answers with a field that is not UTF-8.", bad_text),
     Tool::new("deep_details", "Answers with details nested depth deep.", deep_details),
     Tool::new("panic_display", "Panics with a message whose formatting panics.", panic_display),
