@@ -65,7 +65,8 @@ impl PluginCrate {
     }
 }
 
-/// The workspace's plugin crates: `cdylib` crates that depend on `rho-plugin-api`.
+/// The workspace's plugin crates: `cdylib` crates that depend on `rho-plugin-api`, except test
+/// fixtures that misbehave on purpose (`[package.metadata.rho] fixture = true`).
 pub fn discover() -> Result<Vec<PluginCrate>, String> {
     let out = cargo()
         .args(["metadata", "--format-version", "1", "--no-deps"])
@@ -95,7 +96,10 @@ pub fn discover() -> Result<Vec<PluginCrate>, String> {
                     .as_array()
                     .is_some_and(|k| k.iter().any(|k| k == "cdylib"))
             });
-        if let (true, Some(target), Some(name)) = (uses_api, cdylib, package["name"].as_str()) {
+        let fixture = package["metadata"]["rho"]["fixture"] == true;
+        if let (true, false, Some(target), Some(name)) =
+            (uses_api, fixture, cdylib, package["name"].as_str())
+        {
             let manifest = PathBuf::from(package["manifest_path"].as_str().unwrap_or_default());
             plugins.push(PluginCrate {
                 name: name.to_owned(),
