@@ -50,6 +50,7 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
     let runner = host::runner(registry, &config, &args.run);
     let call = ToolCall::new("call-1", args.tool, arguments);
     let result = runner.run(&call, &gate, &RunOptions::default()).await;
+    let mut saved = true;
     if let Some(dir) = &args.save_images {
         match render::save_images(&result.output, &call.id, dir) {
             Ok(paths) => {
@@ -57,7 +58,10 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
                     eprintln!("rho: saved {}", path.display());
                 }
             }
-            Err(e) => eprintln!("rho: cannot save images to {}: {e}", dir.display()),
+            Err(e) => {
+                eprintln!("rho: cannot save images to {}: {e}", dir.display());
+                saved = false;
+            }
         }
     }
     if args.json {
@@ -75,7 +79,7 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
             outln!("details: {details}");
         }
     }
-    if result.is_error() {
+    if result.is_error() || !saved {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

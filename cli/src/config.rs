@@ -198,11 +198,14 @@ pub fn matches(pattern: &str, name: &str) -> bool {
 }
 
 impl Config {
-    /// Reads `path`; an error is one line: the file, the key, what was expected.
+    /// Reads `path` (a regular file of at most [`MAX_CONFIG_BYTES`]); an error is one line: the
+    /// file, the key, what was expected.
     pub fn load(path: &Path) -> Result<Config, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        let text = read_regular(path, MAX_CONFIG_BYTES)?;
         let mut config = Config::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        config
+            .check_ranges()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
         let absolute = |p: &mut PathBuf| {
             if p.is_relative() {
@@ -228,6 +231,81 @@ impl Config {
         Ok(config)
     }
 
+    /// Checks every number against its range: one line naming the key.
+    fn check_ranges(&self) -> Result<(), String> {
+        use crate::host::{MAX_PARALLEL, MAX_TIMEOUT_MS};
+        let within = |key: &str, value: u64, low: u64, high: u64| {
+            if (low..=high).contains(&value) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "`{key}`: {value} is out of range ({low} to {high})"
+                ))
+            }
+        };
+        let r = &self.runner;
+        within(
+            "runner.default_timeout_ms",
+            r.default_timeout_ms,
+            1,
+            MAX_TIMEOUT_MS,
+        )?;
+        within(
+            "runner.max_parallel",
+            r.max_parallel as u64,
+            1,
+            MAX_PARALLEL,
+        )?;
+        within(
+            "runner.max_tool_timeout_ms",
+            r.max_tool_timeout_ms,
+            1,
+            MAX_TIMEOUT_MS,
+        )?;
+        for (tool, ms) in &self.timeouts {
+            within(&format!("timeouts.{tool}"), *ms, 1, MAX_TIMEOUT_MS)?;
+        }
+        let w = &self.workers;
+        within("workers.max_workers", w.max_workers as u64, 1, 1024)?;
+        within("workers.spares", w.spares as u64, 0, w.max_workers as u64)?;
+        within("workers.max_frame", w.max_frame as u64, 1 << 10, 1 << 30)?;
+        let millis = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        within(
+            "workers.idle_timeout_ms",
+            millis(w.idle_timeout),
+            1,
+            MAX_TIMEOUT_MS,
+        )?;
+        within("workers.cancel_grace_ms", millis(w.cancel_grace), 1, 60_000)?;
+        within(
+            "workers.start_timeout_ms",
+            millis(w.start_timeout),
+            1,
+            MAX_TIMEOUT_MS,
+        )?;
+        within(
+            "workers.limits.scratch_bytes",
+            w.limits.scratch_bytes,
+            1 << 16,
+            1 << 40,
+        )?;
+        within(
+            "quarantine.window_ms",
+            millis(self.quarantine.window),
+            1,
+            7 * MAX_TIMEOUT_MS,
+        )?;
+        for source in &self.plugins {
+            if let Some(n) = source.max_versions {
+                within("plugins.max_versions", n as u64, 1, 1 << 20)?;
+            }
+            if let Some(ms) = source.load_timeout_ms {
+                within("plugins.load_timeout_ms", ms, 1, MAX_TIMEOUT_MS)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Parses a configuration text.
     pub fn parse(text: &str) -> Result<Config, String> {
         let deserializer = toml::Deserializer::parse(text).map_err(|e| one_line(text, &e, ""))?;
@@ -236,6 +314,39 @@ impl Config {
             one_line(text, e.inner(), &key)
         })
     }
+}
+
+/// The largest configuration file read: 1 MiB.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Reads `path` as text if it is a regular file of at most `max` bytes: a FIFO, a device (say
+/// `/dev/zero`) or a huge file is one line, never a hang or unbounded memory.
+pub fn read_regular(path: &Path, max: u64) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = path.display();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("{shown}: cannot read: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("{shown}: cannot read: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{shown}: not a regular file"));
+    }
+    if meta.len() > max {
+        return Err(format!("{shown}: {} bytes, larger than {max}", meta.len()));
+    }
+    let mut text = String::new();
+    file.take(max + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{shown}: cannot read: {e}"))?;
+    if text.len() as u64 > max {
+        return Err(format!("{shown}: larger than {max} bytes"));
+    }
+    Ok(text)
 }
 
 fn one_line(text: &str, error: &toml::de::Error, key: &str) -> String {

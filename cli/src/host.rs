@@ -16,6 +16,12 @@ use crate::gates::{Asker, RuleGate, parse_flag};
 /// Exit status of a usage error.
 pub const USAGE: u8 = 2;
 
+/// The longest timeout a flag or the configuration may give, milliseconds (a day).
+pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
+/// The most calls of one turn at once a flag or the configuration may give.
+pub const MAX_PARALLEL: u64 = 1024;
+
 /// Flags every command that loads plugins takes.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct PluginFlags {
@@ -57,8 +63,8 @@ impl PluginFlags {
 /// Flags of commands that run calls.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct RunFlags {
-    /// The timeout of tools that have none of their own, in milliseconds.
-    #[arg(long, value_name = "N")]
+    /// The timeout of tools that have none of their own, in milliseconds (1 to 86400000).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_MS))]
     pub timeout_ms: Option<u64>,
     /// The gate: `allow`, `deny:TOOL,TOOL...`, or `ask`; replaces the config file's `[[gate]]`.
     #[arg(long, value_name = "GATE")]
@@ -156,6 +162,11 @@ pub async fn registry(
             Ok((plugin_dir, report)) => {
                 for line in &report.errors {
                     eprintln!("rho: {line}");
+                }
+                // A directory that cannot be used at all is the command's failure, not a quiet
+                // empty tool list.
+                if report.dir_error.is_some() {
+                    return Err(ExitCode::from(1));
                 }
                 dirs.push(plugin_dir);
             }

@@ -24,9 +24,9 @@ pub struct Args {
     /// Print every bus event as one JSON object per line.
     #[arg(long)]
     json: bool,
-    /// Calls of one turn that run at once (default: the config's, else 8).
-    #[arg(long)]
-    max_parallel: Option<usize>,
+    /// Calls of one turn that run at once, 1 to 1024 (default: the config's, else 8).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=crate::host::MAX_PARALLEL))]
+    max_parallel: Option<u64>,
 }
 
 pub async fn main(args: Args, config: Config) -> ExitCode {
@@ -35,7 +35,7 @@ pub async fn main(args: Args, config: Config) -> ExitCode {
         config,
         plugins: args.plugins,
         run: args.run,
-        max_parallel: args.max_parallel,
+        max_parallel: args.max_parallel.map(|n| n as usize),
     };
     session.run(&args.script, detail).await
 }

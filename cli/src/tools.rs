@@ -29,6 +29,7 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
     if !print(&registry.tools(), args.json) {
         return ExitCode::from(1);
     }
+    // `print` says "no tools" for an empty list: that is a result, not a failure.
     if !args.watch {
         return ExitCode::SUCCESS;
     }

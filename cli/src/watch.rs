@@ -5,12 +5,13 @@
 //! It runs a scripted session, follows plugin directories, or attaches to a running `rho serve`
 //! through its journal (`rho serve --journal PATH`, then `rho watch --attach PATH`).
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use rho_core::{BusItem, Event};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio_stream::StreamExt;
 
 use crate::config::Config;
@@ -35,11 +36,11 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Seconds between health tables (0: only at the end).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     summary_secs: u64,
     /// Calls of one turn that run at once.
-    #[arg(long)]
-    max_parallel: Option<usize>,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=crate::host::MAX_PARALLEL))]
+    max_parallel: Option<u64>,
 }
 
 pub async fn main(args: Args, config: Config) -> ExitCode {
@@ -54,7 +55,7 @@ pub async fn main(args: Args, config: Config) -> ExitCode {
         config,
         plugins: args.plugins,
         run: args.run,
-        max_parallel: args.max_parallel,
+        max_parallel: args.max_parallel.map(|n| n as usize),
     };
     session.run(script, detail).await
 }
@@ -125,10 +126,23 @@ fn ticker(every: u64) -> tokio::time::Interval {
     tick
 }
 
+/// The longest journal line read: 256 MiB.
+const MAX_JOURNAL_LINE: usize = 256 << 20;
+
 /// Follows a journal file as it grows (like `tail -f`), printing each event, until Ctrl-C.
 async fn follow_journal(path: &Path, detail: Option<Detail>, every: u64) -> ExitCode {
-    let file = match tokio::fs::File::open(path).await {
-        Ok(file) => file,
+    // Only a regular file: a FIFO or a device (`/dev/zero`) would hang or grow without bound.
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .and_then(|f| f.metadata().map(|m| (f, m)));
+    let file = match opened {
+        Ok((file, meta)) if meta.is_file() => tokio::fs::File::from_std(file),
+        Ok(_) => {
+            eprintln!("rho: {}: not a regular file", path.display());
+            return ExitCode::from(1);
+        }
         Err(e) => {
             eprintln!("rho: cannot open the journal {}: {e}", path.display());
             return ExitCode::from(1);
@@ -143,8 +157,10 @@ async fn follow_journal(path: &Path, detail: Option<Detail>, every: u64) -> Exit
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     loop {
+        let room = MAX_JOURNAL_LINE + 1 - line.len().min(MAX_JOURNAL_LINE);
+        let mut limited = (&mut reader).take(room as u64);
         tokio::select! {
-            read = reader.read_line(&mut line) => match read {
+            read = limited.read_line(&mut line) => match read {
                 Ok(0) => tokio::time::sleep(Duration::from_millis(50)).await,
                 Ok(_) if line.ends_with('\n') => {
                     if let Ok(event) = serde_json::from_str::<Event>(&line) {
@@ -157,6 +173,13 @@ async fn follow_journal(path: &Path, detail: Option<Detail>, every: u64) -> Exit
                         }
                     }
                     line.clear();
+                }
+                Ok(_) if line.len() > MAX_JOURNAL_LINE => {
+                    eprintln!(
+                        "rho: {}: a line of more than {MAX_JOURNAL_LINE} bytes: not a journal",
+                        path.display()
+                    );
+                    return ExitCode::from(1);
                 }
                 // A line still being written: keep it and read the rest later.
                 Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,

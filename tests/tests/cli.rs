@@ -351,3 +351,144 @@ async fn watch_attaches_to_a_journal_and_shows_health() {
         "{stdout}"
     );
 }
+
+/// Runs rho with a deadline: a command that hangs fails the test instead of the suite.
+fn rho_within(args: &[&str], secs: u64) -> Output {
+    let mut child = Command::new(rho_bin())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("rho {args:?} still runs after {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn numbers_out_of_range_are_usage_errors_not_panics() {
+    let dir = plugin_dir(&["echo"]);
+    let plugins = dir.path().to_str().unwrap();
+    let huge = "18446744073709551615";
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        config.path(),
+        "[runner]\nmax_parallel = 18446744073709551615\n",
+    )
+    .unwrap();
+    let zero = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(zero.path(), "[runner]\ndefault_timeout_ms = 0\n").unwrap();
+    let script = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(script.path(), "[]").unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["watch", "--summary-secs", huge], "summary-secs"),
+        (
+            vec![
+                "run",
+                script.path().to_str().unwrap(),
+                "--plugins",
+                plugins,
+                "--max-parallel",
+                huge,
+            ],
+            "max-parallel",
+        ),
+        (
+            vec![
+                "call",
+                "echo",
+                r#"{"text":"x"}"#,
+                "--plugins",
+                plugins,
+                "--timeout-ms",
+                "0",
+            ],
+            "timeout-ms",
+        ),
+        (
+            vec![
+                "--config",
+                config.path().to_str().unwrap(),
+                "tools",
+                "--plugins",
+                plugins,
+            ],
+            "runner.max_parallel",
+        ),
+        (
+            vec![
+                "--config",
+                zero.path().to_str().unwrap(),
+                "tools",
+                "--plugins",
+                plugins,
+            ],
+            "runner.default_timeout_ms",
+        ),
+    ];
+    for (args, names) in cases {
+        let out = rho_within(&args, 20);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(names), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
+fn special_files_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("rho.toml");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    for config in ["/dev/zero", fifo.to_str().unwrap()] {
+        let out = rho_within(&["--config", config, "tools", "--plugins", "."], 10);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{config}: {stderr}");
+        assert!(stderr.contains("not a regular file"), "{stderr}");
+    }
+    let out = rho_within(&["watch", "--attach", "/dev/zero"], 10);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"));
+}
+
+#[test]
+fn an_unusable_plugin_directory_or_a_failed_save_exits_non_zero() {
+    let missing = rho(&["tools", "--plugins", "/no/such/dir"]);
+    assert_eq!(missing.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("does not exist"), "{stderr}");
+    let dir = plugin_dir(&["picture"]);
+    let file = dir.path().join("libpicture.so");
+    let given_a_file = rho(&["tools", "--plugins", file.to_str().unwrap()]);
+    assert_eq!(given_a_file.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&given_a_file.stderr).contains("pass the directory"),
+        "{}",
+        String::from_utf8_lossy(&given_a_file.stderr)
+    );
+    let call = rho(&[
+        "call",
+        "checkerboard",
+        r#"{"size":8}"#,
+        "--plugins",
+        dir.path().to_str().unwrap(),
+        "--save-images",
+        "/dev/null/images",
+    ]);
+    assert_eq!(
+        call.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&call.stderr)
+    );
+}

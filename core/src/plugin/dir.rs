@@ -92,6 +92,9 @@ pub struct ScanReport {
     pub removed: Vec<String>,
     /// One line per file (or directory) that failed or was refused.
     pub errors: Vec<String>,
+    /// The directory itself could not be used (gone, refused, unreadable): its one line, also
+    /// in `errors`.
+    pub dir_error: Option<String>,
     /// Events to publish once the registry shows the scan's result.
     events: Vec<EventKind>,
     /// Versions to retire once the registry no longer hands them out.
@@ -101,6 +104,11 @@ pub struct ScanReport {
 impl ScanReport {
     fn event(&mut self, kind: EventKind) {
         self.events.push(kind);
+    }
+
+    fn fail_dir(&mut self, error: &LoadError) {
+        self.dir_error = Some(error.to_string());
+        self.fail(error);
     }
 
     fn fail(&mut self, error: &LoadError) {
@@ -266,14 +274,14 @@ impl PluginDir {
         })
         .await;
         match listed {
-            Err(_) => report.fail(&LoadError::Read {
+            Err(_) => report.fail_dir(&LoadError::Read {
                 path: inner.dir.clone(),
                 reason: "the task listing the plugin directory failed".into(),
             }),
-            Ok(Err(DirError::Unusable(error))) => report.fail(&error),
+            Ok(Err(DirError::Unusable(error))) => report.fail_dir(&error),
             Ok(Err(DirError::Gone(error))) => {
                 if !state.gone {
-                    report.fail(&error);
+                    report.fail_dir(&error);
                     state.gone = true;
                 }
                 self.drop_deleted(&mut state, &mut report, &[]);
