@@ -162,6 +162,14 @@ pub struct ServeSection {
     pub ask_fallback: Action,
     /// Write every event to this JSON-lines journal (for `rho watch --attach`).
     pub journal: Option<PathBuf>,
+    /// The largest answer sent to a client, bytes (text, base64 images and structured content
+    /// together); a larger one is cut with a note. Below the 10 MiB common clients accept.
+    #[serde(default = "default_max_result_bytes")]
+    pub max_result_bytes: usize,
+}
+
+fn default_max_result_bytes() -> usize {
+    8 << 20
 }
 
 fn deny() -> Action {
@@ -173,6 +181,7 @@ impl Default for ServeSection {
         ServeSection {
             ask_fallback: Action::Deny,
             journal: None,
+            max_result_bytes: default_max_result_bytes(),
         }
     }
 }
@@ -294,6 +303,12 @@ impl Config {
             millis(self.quarantine.window),
             1,
             7 * MAX_TIMEOUT_MS,
+        )?;
+        within(
+            "serve.max_result_bytes",
+            self.serve.max_result_bytes as u64,
+            1 << 10,
+            1 << 30,
         )?;
         for source in &self.plugins {
             if let Some(n) = source.max_versions {

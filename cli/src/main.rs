@@ -15,6 +15,7 @@ mod host;
 mod render;
 mod run;
 mod serve;
+mod stdio;
 mod tools;
 mod view;
 mod watch;

@@ -43,6 +43,7 @@ pub struct Args {
 #[derive(Clone)]
 pub struct RhoServer {
     runner: ToolRunner,
+    max_result_bytes: usize,
     rules: Arc<Vec<GateRule>>,
     fallback: Action,
     peer: Arc<Mutex<Option<Peer<RoleServer>>>>,
@@ -115,23 +116,72 @@ fn mcp_tool(spec: &rho_core::ToolSpec) -> Tool {
 
 /// A rho result as MCP returns it: text -> text content, images -> image content (base64),
 /// details -> `structuredContent`, every outcome but ok -> `isError: true`; the outcome itself
-/// in `_meta["rho/outcome"]`.
-pub fn mcp_result(result: &ToolResult) -> CallToolResult {
+/// in `_meta["rho/outcome"]`. At most `max_bytes` of text, base64 images and structured content
+/// together: past it images and details that do not fit are left out and the text is cut, with a
+/// note saying so and `_meta["rho/truncated"]` (the whole result is in the host's journal).
+pub fn mcp_result(result: &ToolResult, max_bytes: usize) -> CallToolResult {
     let mut content = Vec::new();
-    if !result.text().is_empty() || result.output.images().is_empty() {
-        content.push(Content::text(result.text()));
-    }
+    let mut left = max_bytes;
+    let mut dropped = Vec::new();
+    let mut images = Vec::new();
     for image in result.output.images() {
-        let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
-        content.push(Content::image(data, image.mime_type.clone()));
+        let encoded = image.bytes.len().div_ceil(3) * 4;
+        if encoded <= left {
+            left -= encoded;
+            let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
+            images.push(Content::image(data, image.mime_type.clone()));
+        } else {
+            dropped.push(format!("an image of {} bytes", image.bytes.len()));
+        }
     }
+    let details = match &result.details {
+        Some(details) => {
+            let size = details.to_string().len();
+            if size <= left {
+                left -= size;
+                Some(details.clone())
+            } else {
+                dropped.push(format!("details of {size} bytes"));
+                None
+            }
+        }
+        None => None,
+    };
+    let text = result.text();
+    if text.len() > left {
+        let at = (0..=left.saturating_sub(256))
+            .rev()
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(0);
+        dropped.insert(
+            0,
+            format!("{} of {} bytes of text", text.len() - at, text.len()),
+        );
+        left = at;
+    }
+    let cut = !dropped.is_empty();
+    if !text.is_empty() || images.is_empty() || cut {
+        let mut shown = text[..left.min(text.len())].to_owned();
+        if cut {
+            shown.push_str(&format!(
+                "\n[rho: the answer is larger than this client is sent ({max_bytes} bytes, \
+                 serve.max_result_bytes); left out: {}]",
+                dropped.join(", ")
+            ));
+        }
+        content.push(Content::text(shown));
+    }
+    content.extend(images);
     let mut out = if result.is_error() {
         CallToolResult::error(content)
     } else {
         CallToolResult::success(content)
     };
-    out.structured_content = result.details.clone();
+    out.structured_content = details;
     let mut meta = serde_json::Map::new();
+    if cut {
+        meta.insert("rho/truncated".into(), json!(true));
+    }
     meta.insert("rho/outcome".into(), json!(result.outcome));
     meta.insert(
         "rho/duration_ms".into(),
@@ -169,26 +219,29 @@ impl RhoServer {
             request.name.to_string(),
             Value::Object(request.arguments.unwrap_or_default()),
         );
+        // Progress: every update of this call, in order, sent before the response. The
+        // forwarder runs until the call's own end event (no update follows it).
         let progress = context.meta.get_progress_token().map(|token| {
-            let mut updates = self
-                .runner
-                .bus()
-                .subscribe_filtered(Filter::default().types(["tool_execution_update"]));
+            let mut updates = self.runner.bus().subscribe_filtered(
+                Filter::default().types(["tool_execution_update", "tool_execution_end"]),
+            );
             let peer = context.peer.clone();
             let id = call_id.clone();
             tokio::spawn(async move {
                 let mut n = 0u32;
                 while let Some(item) = updates.next().await {
-                    if let BusItem::Event(e) = item
-                        && let EventKind::ToolExecutionUpdate {
+                    let BusItem::Event(e) = item else { continue };
+                    match &e.kind {
+                        EventKind::ToolExecutionUpdate {
                             call_id, partial, ..
-                        } = &e.kind
-                        && *call_id == id
-                    {
-                        n += 1;
-                        let note = ProgressNotificationParam::new(token.clone(), f64::from(n))
-                            .with_message(partial.clone());
-                        let _ = peer.notify_progress(note).await;
+                        } if *call_id == id => {
+                            n += 1;
+                            let note = ProgressNotificationParam::new(token.clone(), f64::from(n))
+                                .with_message(partial.clone());
+                            let _ = peer.notify_progress(note).await;
+                        }
+                        EventKind::ToolExecutionEnd { call_id, .. } if *call_id == id => return,
+                        _ => {}
                     }
                 }
             })
@@ -210,16 +263,23 @@ impl RhoServer {
         let joined =
             tokio::spawn(async move { runner.run(&task_call, &gate, &options).await }).await;
         if let Some(forwarder) = progress {
-            forwarder.abort();
+            // Bounded: a client that does not read cannot hold the answer forever.
+            let drained = tokio::time::timeout(std::time::Duration::from_secs(5), forwarder).await;
+            if drained.is_err() {
+                tracing::warn!(call = %call_id, "progress notifications still pending at the answer");
+            }
         }
         match joined {
-            Ok(result) => mcp_result(&result),
-            Err(_) => mcp_result(&ToolResult::failed(
-                &call.id,
-                &call.name,
-                Outcome::Crashed,
-                "rho: the call's task failed inside the server",
-            )),
+            Ok(result) => mcp_result(&result, self.max_result_bytes),
+            Err(_) => mcp_result(
+                &ToolResult::failed(
+                    &call.id,
+                    &call.name,
+                    Outcome::Crashed,
+                    "rho: the call's task failed inside the server",
+                ),
+                self.max_result_bytes,
+            ),
         }
     }
 }
@@ -317,7 +377,7 @@ fn protocol_stdout() -> std::io::Result<tokio::fs::File> {
 pub async fn main(args: Args, config: Config) -> ExitCode {
     let bus = Bus::default();
     let journal_path = args.journal.clone().or(config.serve.journal.clone());
-    let _journal = match &journal_path {
+    let journal = match &journal_path {
         Some(path) => match rho_core::Journal::attach(&bus, path) {
             Ok(journal) => Some(journal),
             Err(e) => {
@@ -339,8 +399,10 @@ pub async fn main(args: Args, config: Config) -> ExitCode {
         },
         None => config.gate.clone(),
     };
+    let runner = host::runner(registry, &config, &args.run);
     let server = RhoServer {
-        runner: host::runner(registry, &config, &args.run),
+        runner: runner.clone(),
+        max_result_bytes: config.serve.max_result_bytes,
         rules: Arc::new(rules),
         fallback: config.serve.ask_fallback,
         peer: Arc::new(Mutex::new(None)),
@@ -354,18 +416,72 @@ pub async fn main(args: Args, config: Config) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let service = match server.serve((tokio::io::stdin(), stdout)).await {
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(e) => {
+                eprintln!("rho: cannot handle SIGTERM: {e}");
+                return ExitCode::from(1);
+            }
+        };
+    let guard = crate::stdio::start(stdout);
+    let mut closed = guard.closed;
+    let service = match server.serve((guard.to_rmcp, guard.from_rmcp)).await {
         Ok(service) => service,
         Err(e) => {
             eprintln!("rho: the MCP session did not start: {e}");
             return ExitCode::from(1);
         }
     };
-    match service.waiting().await {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rho: the MCP session ended with an error: {e}");
-            ExitCode::from(1)
-        }
+    let session = service.cancellation_token();
+    let waiting = service.waiting();
+    tokio::pin!(waiting);
+    let (reason, code) = tokio::select! {
+        ended = &mut waiting => match ended {
+            Ok(_) => ("the MCP session ended", ExitCode::SUCCESS),
+            Err(e) => {
+                eprintln!("rho: the MCP session ended with an error: {e}");
+                ("the MCP session failed", ExitCode::from(1))
+            }
+        },
+        closed = closed.recv() => match closed {
+            Some(crate::stdio::Closed::Output) => ("the client closed its output", ExitCode::SUCCESS),
+            _ => ("the client closed its input", ExitCode::SUCCESS),
+        },
+        _ = terminate.recv() => ("SIGTERM", ExitCode::SUCCESS),
+        _ = tokio::signal::ctrl_c() => ("SIGINT", ExitCode::SUCCESS),
+    };
+    shut_down(&runner, reason, journal.as_ref(), &dirs).await;
+    session.cancel();
+    code
+}
+
+/// The one way `rho serve` ends, whatever ended it: calls in flight end at once with a text
+/// saying the host is stopping (their answers still go out while the client reads), each end
+/// event reaches the journal, workers stop and the private copies are removed. Bounded: about
+/// a second when no tool ignores cancellation, three at most.
+async fn shut_down(
+    runner: &ToolRunner,
+    reason: &str,
+    journal: Option<&rho_core::Journal>,
+    dirs: &[rho_core::PluginDir],
+) {
+    tracing::info!(reason, "rho serve is stopping");
+    runner.stop(reason);
+    if !runner.stopped(std::time::Duration::from_secs(2)).await {
+        tracing::warn!(
+            in_flight = runner.in_flight(),
+            "calls still running at shutdown"
+        );
+    }
+    // Let the answers of the stopped calls reach the client.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    if let Some(journal) = journal
+        && let Err(e) = journal.sync(std::time::Duration::from_secs(1))
+    {
+        eprintln!("rho: {e}");
+    }
+    for dir in dirs {
+        dir.shut_down().await;
     }
 }

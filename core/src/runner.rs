@@ -55,12 +55,52 @@ enum TaskEnd {
     GateCrashed(String),
 }
 
-/// Runs tool calls. Cheap to clone; clones share the registry, the bus and the task tracker.
+/// Runs tool calls. Cheap to clone; clones share the registry, the bus, the task tracker and the
+/// stop switch.
 #[derive(Clone)]
 pub struct ToolRunner {
     registry: ToolRegistry,
     config: Arc<RunnerConfig>,
     tracker: TaskTracker,
+    stop: Arc<Stop>,
+}
+
+/// The runner's stop switch and the calls in flight.
+#[derive(Default)]
+struct Stop {
+    token: CancellationToken,
+    reason: std::sync::Mutex<String>,
+    in_flight: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+impl Stop {
+    fn text(&self, tool: &str) -> String {
+        let reason = self
+            .reason
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        format!("call of tool `{tool}` abandoned: the host is stopping ({reason})")
+    }
+}
+
+/// Counts a run in flight until its end event is out.
+struct InFlight(Arc<Stop>);
+
+impl InFlight {
+    fn new(stop: &Arc<Stop>) -> Self {
+        stop.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(stop.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 /// Options of one run.
@@ -80,7 +120,43 @@ impl ToolRunner {
             registry,
             config: Arc::new(config),
             tracker: TaskTracker::new(),
+            stop: Arc::default(),
         }
+    }
+
+    /// Stops the runner: every call in flight ends at once `error` with a text saying the host is
+    /// stopping and why (`reason`: "SIGTERM", "the client closed its input"), its tool cancelled;
+    /// calls started from now on end the same way. Each still publishes its one end event. Wait
+    /// for them with [`ToolRunner::stopped`].
+    pub fn stop(&self, reason: &str) {
+        *self
+            .stop
+            .reason
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = reason.to_owned();
+        self.stop.token.cancel();
+    }
+
+    /// Waits up to `within` until no call is in flight (each has published its end event);
+    /// `false` if some still are.
+    pub async fn stopped(&self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let idle = self.stop.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.stop.in_flight.load(Ordering::Acquire) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return self.stop.in_flight.load(Ordering::Acquire) == 0;
+            }
+        }
+    }
+
+    /// Calls in flight now (started, end event not yet published).
+    pub fn in_flight(&self) -> usize {
+        self.stop.in_flight.load(Ordering::Acquire)
     }
 
     /// The registry the runner resolves tools in.
@@ -133,6 +209,7 @@ impl ToolRunner {
         options: &RunOptions,
     ) -> ToolResult {
         let started = Instant::now();
+        let _in_flight = InFlight::new(&self.stop);
         let session = options.session_id.as_deref();
         self.bus()
             .emit(
@@ -146,6 +223,12 @@ impl ToolRunner {
             .await;
         let resolved = self.registry.lookup(&call.name);
         let mut result = match &resolved {
+            _ if self.stop.token.is_cancelled() => ToolResult::failed(
+                &call.id,
+                &call.name,
+                Outcome::Error,
+                self.stop.text(&call.name),
+            ),
             None => ToolResult::failed(
                 &call.id,
                 &call.name,
@@ -334,6 +417,11 @@ impl ToolRunner {
                         call_id: call.id.clone(),
                         tool: call.name.clone(),
                     }).await;
+                }
+                () = self.stop.token.cancelled() => {
+                    ctx.cancel();
+                    task.abort();
+                    break Err((Outcome::Error, self.stop.text(&call.name)));
                 }
                 () = cancel.cancelled() => {
                     ctx.cancel();

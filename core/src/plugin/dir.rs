@@ -151,6 +151,8 @@ struct State {
     finished: Vec<Finished>,
     /// The directory was gone at the last scan (reported once).
     gone: bool,
+    /// Shut down: scans do nothing.
+    shut: bool,
 }
 
 /// A stalled load that finished: the file, its identity and content then, and the result.
@@ -210,6 +212,7 @@ impl PluginDir {
                     stalled: HashMap::new(),
                     finished: Vec::new(),
                     gone: false,
+                    shut: false,
                 }),
                 rescan: Arc::new(tokio::sync::Notify::new()),
             }),
@@ -249,6 +252,15 @@ impl PluginDir {
         state.failed.clear();
     }
 
+    /// Closes the directory for good, as its host stops: [`PluginDir::close`], then the private
+    /// copies' directory is removed; later scans do nothing.
+    pub async fn shut_down(&self) {
+        self.close().await;
+        let mut state = self.inner.state.lock().await;
+        state.shut = true;
+        self.inner.copies.remove();
+    }
+
     /// The plugins loaded now.
     pub async fn plugins(&self) -> Vec<PluginInfo> {
         let state = self.inner.state.lock().await;
@@ -265,6 +277,9 @@ impl PluginDir {
         let inner = &self.inner;
         let mut state = inner.state.lock().await;
         let mut report = ScanReport::default();
+        if state.shut {
+            return report;
+        }
         let dir = inner.dir.clone();
         let trust = inner.options.trust;
         let listed = tokio::task::spawn_blocking(move || {

@@ -211,6 +211,13 @@ impl CopyDir {
     }
 }
 
+impl CopyDir {
+    /// Removes the directory and whatever is in it (the host is stopping); later copies fail.
+    pub fn remove(&self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 impl Drop for CopyDir {
     fn drop(&mut self) {
         // Mapped libraries stay valid after their file is removed.

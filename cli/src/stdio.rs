@@ -1,0 +1,450 @@
+//! The MCP stdio framing, owned by rho: every line from the client gets exactly the answer
+//! JSON-RPC 2.0 prescribes, and nothing rmcp would drop is lost.
+//!
+//! rmcp (3.11) keeps the protocol; in front of it this guard reads stdin on a thread of its own,
+//! one bounded line at a time, and answers itself what rmcp would drop or answer without an id:
+//!
+//! | the client sends | the guard answers |
+//! |---|---|
+//! | a line over [`MAX_LINE`] bytes | -32600, `"id": null` (the line is skipped, not buffered) |
+//! | a line that is not JSON (a lone surrogate escape included) | -32700, `"id": null` |
+//! | JSON nested deeper than 128 levels (rmcp's parser gives up) | -32600, with the id when it can be read |
+//! | not an object (a batch, a number) | -32600, `"id": null` |
+//! | `"jsonrpc"` other than `"2.0"`, `params` that are not an object, a method that is not a string | -32600 with the id |
+//! | `tools/call` without a string `name` or with `arguments` that are not an object | -32602 with the id |
+//! | a request whose id is still in flight | -32600 with the id (the first request is answered) |
+//!
+//! Notifications (no id) never get an answer, as JSON-RPC says. On the way out, an error response
+//! without an `id` member gets `"id": null`. If a fix belongs upstream in rmcp, it is one of these
+//! checks; the guard stays this small.
+
+use std::collections::HashSet;
+use std::io::BufRead;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
+use tokio::sync::mpsc;
+
+/// The longest line read from the client: 16 MiB.
+pub const MAX_LINE: usize = 16 << 20;
+
+/// How deep a message may nest for rmcp's parser.
+const MAX_DEPTH: usize = 128;
+
+/// What the guard tells its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// The client closed stdin.
+    Input,
+    /// stdout is closed (the client went away).
+    Output,
+}
+
+/// The guard's ends: rmcp's transport, and a receiver told when the client's side closes.
+pub struct Guard {
+    /// rmcp reads the client's checked messages here.
+    pub to_rmcp: DuplexStream,
+    /// rmcp writes its messages here.
+    pub from_rmcp: DuplexStream,
+    /// Told once when stdin or stdout closes.
+    pub closed: mpsc::Receiver<Closed>,
+}
+
+type InFlight = Arc<Mutex<HashSet<String>>>;
+
+/// Starts the guard between the client (stdin, and `stdout`) and rmcp.
+pub fn start(stdout: tokio::fs::File) -> Guard {
+    let (rmcp_in, guard_in) = tokio::io::duplex(1 << 16);
+    let (rmcp_out, guard_out) = tokio::io::duplex(1 << 16);
+    let (closed_tx, closed) = mpsc::channel(2);
+    let (lines_tx, mut lines) = mpsc::channel::<Line>(16);
+    let (out_tx, mut out) = mpsc::channel::<String>(64);
+    let in_flight: InFlight = Arc::default();
+
+    // stdin, on a thread of its own: tokio's stdin would hold the runtime's shutdown.
+    let reader = std::thread::Builder::new()
+        .name("rho-stdin".into())
+        .spawn(move || read_lines(std::io::stdin().lock(), &lines_tx));
+    if let Err(e) = reader {
+        tracing::error!(error = %e, "cannot start the stdin reader");
+    }
+
+    // Client -> checks -> rmcp (or an answer of the guard's own).
+    let checked_flight = in_flight.clone();
+    let answers = out_tx.clone();
+    let input_closed = closed_tx.clone();
+    tokio::spawn(async move {
+        let mut to_rmcp = guard_in;
+        while let Some(line) = lines.recv().await {
+            let verdict = match line {
+                Line::TooLong => Verdict::Answer(error(
+                    Value::Null,
+                    -32600,
+                    &format!("the message is larger than {MAX_LINE} bytes"),
+                )),
+                Line::Text(text) => check(&text, &checked_flight),
+            };
+            match verdict {
+                Verdict::Forward(mut text) => {
+                    text.push('\n');
+                    if to_rmcp.write_all(text.as_bytes()).await.is_err() {
+                        break;
+                    }
+                }
+                Verdict::Answer(answer) => {
+                    if answers.send(answer).await.is_err() {
+                        break;
+                    }
+                }
+                Verdict::Ignore => {}
+            }
+        }
+        let _ = input_closed.send(Closed::Input).await;
+        // rmcp's input stays open: the owner stops the calls first, then ends the session.
+        std::future::pending::<()>().await;
+        drop(to_rmcp);
+    });
+
+    // rmcp -> stdout, noting answered requests.
+    let answered = in_flight;
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(guard_out).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let line = settle(line, &answered);
+            if out_tx.send(line).await.is_err() {
+                break;
+            }
+        }
+    });
+
+    // The one writer of stdout.
+    tokio::spawn(async move {
+        let mut stdout = stdout;
+        while let Some(mut line) = out.recv().await {
+            line.push('\n');
+            let written = match stdout.write_all(line.as_bytes()).await {
+                Ok(()) => stdout.flush().await,
+                Err(e) => Err(e),
+            };
+            if written.is_err() {
+                let _ = closed_tx.send(Closed::Output).await;
+                break;
+            }
+        }
+    });
+
+    Guard {
+        to_rmcp: rmcp_in,
+        from_rmcp: rmcp_out,
+        closed,
+    }
+}
+
+enum Line {
+    Text(String),
+    TooLong,
+}
+
+/// Reads lines of at most [`MAX_LINE`] bytes; a longer one is skipped to its end, never held.
+fn read_lines(mut input: impl BufRead, lines: &mpsc::Sender<Line>) {
+    loop {
+        let mut line = Vec::new();
+        let mut too_long = false;
+        loop {
+            let buf = match input.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            };
+            if buf.is_empty() {
+                if line.is_empty() && !too_long {
+                    return;
+                }
+                break;
+            }
+            let (part, used, done) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (&buf[..i], i + 1, true),
+                None => (buf, buf.len(), false),
+            };
+            if !too_long && line.len() + part.len() <= MAX_LINE {
+                line.extend_from_slice(part);
+            } else {
+                too_long = true;
+                line = Vec::new();
+            }
+            input.consume(used);
+            if done {
+                break;
+            }
+        }
+        let item = if too_long {
+            Line::TooLong
+        } else {
+            // Not UTF-8 is not JSON: the checks answer it.
+            Line::Text(String::from_utf8(line).unwrap_or_else(|_| "\u{0}".into()))
+        };
+        if lines.blocking_send(item).is_err() {
+            return;
+        }
+    }
+}
+
+enum Verdict {
+    Forward(String),
+    Answer(String),
+    Ignore,
+}
+
+fn error(id: Value, code: i64, message: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
+}
+
+/// The key of a request id in the in-flight set (`1` and `"1"` differ).
+fn id_key(id: &Value) -> String {
+    id.to_string()
+}
+
+/// How deep a JSON text nests (brackets outside strings), stopping early past `limit`.
+fn depth(text: &str, limit: usize) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for b in text.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+                if deepest > limit {
+                    return deepest;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// Parses `text` as JSON whatever its depth up to rho's details bound (serde_json's own bound is
+/// 128); `None` if it is not JSON.
+fn parse(text: &str) -> Option<Value> {
+    if depth(text, rho_core::details::MAX_DETAILS_DEPTH) > rho_core::details::MAX_DETAILS_DEPTH {
+        return None;
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    de.disable_recursion_limit();
+    let value = Value::deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    Some(value)
+}
+
+/// The checks of the module doc.
+fn check(text: &str, in_flight: &InFlight) -> Verdict {
+    if text.trim().is_empty() {
+        return Verdict::Ignore;
+    }
+    let too_deep = depth(text, MAX_DEPTH) > MAX_DEPTH;
+    let Some(message) = parse(text) else {
+        if too_deep {
+            return Verdict::Answer(error(
+                Value::Null,
+                -32600,
+                &format!("the message nests deeper than {MAX_DEPTH} levels"),
+            ));
+        }
+        return Verdict::Answer(error(Value::Null, -32700, "parse error: not JSON"));
+    };
+    let Value::Object(fields) = &message else {
+        let what = if message.is_array() {
+            "batches are not supported"
+        } else {
+            "a message must be a JSON object"
+        };
+        return Verdict::Answer(error(Value::Null, -32600, what));
+    };
+    let id = fields.get("id").cloned();
+    let id_ok = matches!(id, None | Some(Value::String(_) | Value::Number(_)));
+    if !id_ok {
+        return Verdict::Answer(error(
+            Value::Null,
+            -32600,
+            "an id must be a string or a number",
+        ));
+    }
+    // Notifications get no answer, even when they are wrong.
+    let invalid = |message: &str| match &id {
+        Some(id) => Verdict::Answer(error(id.clone(), -32600, message)),
+        None => Verdict::Ignore,
+    };
+    if fields.get("jsonrpc") != Some(&json!("2.0")) {
+        return invalid("`jsonrpc` must be \"2.0\"");
+    }
+    if too_deep {
+        return invalid(&format!("the message nests deeper than {MAX_DEPTH} levels"));
+    }
+    let Some(method) = fields.get("method") else {
+        // A response to one of the server's requests (elicitation).
+        if id.is_some() && (fields.contains_key("result") || fields.contains_key("error")) {
+            return Verdict::Forward(text.to_owned());
+        }
+        return invalid("neither a request, a notification nor a response");
+    };
+    let Some(method) = method.as_str() else {
+        return invalid("`method` must be a string");
+    };
+    let params = fields.get("params");
+    if params.is_some_and(|p| !p.is_object()) {
+        return invalid("`params` must be an object");
+    }
+    if method == "tools/call" {
+        let name_ok = params
+            .and_then(|p| p.get("name"))
+            .is_some_and(Value::is_string);
+        let args_ok = params
+            .and_then(|p| p.get("arguments"))
+            .is_none_or(|a| a.is_object() || a.is_null());
+        if !(name_ok && args_ok) {
+            return match &id {
+                Some(id) => Verdict::Answer(error(
+                    id.clone(),
+                    -32602,
+                    "invalid params: tools/call needs a string `name` and object `arguments`",
+                )),
+                None => Verdict::Ignore,
+            };
+        }
+    }
+    if let Some(id) = &id {
+        let mut flight = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+        if !flight.insert(id_key(id)) {
+            return Verdict::Answer(error(
+                id.clone(),
+                -32600,
+                &format!("a request with id {id} is still in flight"),
+            ));
+        }
+    }
+    Verdict::Forward(text.to_owned())
+}
+
+/// An outgoing line: a response frees its id; an error response without an id gets `"id": null`.
+fn settle(line: String, in_flight: &InFlight) -> String {
+    let Some(Value::Object(mut fields)) = parse(&line) else {
+        return line;
+    };
+    let is_response = fields.contains_key("result") || fields.contains_key("error");
+    if !is_response {
+        return line;
+    }
+    match fields.get("id") {
+        Some(id) => {
+            in_flight
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&id_key(id));
+            line
+        }
+        None => {
+            fields.insert("id".into(), Value::Null);
+            Value::Object(fields).to_string()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(text: &str) -> Value {
+        match check(text, &InFlight::default()) {
+            Verdict::Answer(a) => serde_json::from_str(&a).unwrap(),
+            Verdict::Forward(_) => panic!("forwarded {text}"),
+            Verdict::Ignore => panic!("ignored {text}"),
+        }
+    }
+
+    #[test]
+    fn each_malformed_message_gets_its_code_and_id() {
+        let cases = [
+            ("not json", -32700, json!(null)),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":"\ud800"}}"#,
+                -32700,
+                json!(null),
+            ),
+            ("[1,2]", -32600, json!(null)),
+            (
+                r#"{"jsonrpc":"1.0","id":7,"method":"ping"}"#,
+                -32600,
+                json!(7),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"a","method":"ping","params":[]}"#,
+                -32600,
+                json!("a"),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":[1]}}"#,
+                -32602,
+                json!(3),
+            ),
+        ];
+        for (text, code, id) in cases {
+            let a = answer(text);
+            assert_eq!(a["error"]["code"], code, "{text}: {a}");
+            assert_eq!(a["id"], id, "{text}: {a}");
+            assert!(a.as_object().unwrap().contains_key("id"));
+        }
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":9,"method":"x","params":{{"a":{}{}}}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let a = answer(&deep);
+        assert_eq!(
+            (a["error"]["code"].clone(), a["id"].clone()),
+            (json!(-32600), json!(9))
+        );
+    }
+
+    #[test]
+    fn duplicate_ids_in_flight_are_refused_until_answered() {
+        let flight = InFlight::default();
+        let request = r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#;
+        assert!(matches!(check(request, &flight), Verdict::Forward(_)));
+        assert!(matches!(check(request, &flight), Verdict::Answer(_)));
+        // `"5"` is another id.
+        let other = r#"{"jsonrpc":"2.0","id":"5","method":"ping"}"#;
+        assert!(matches!(check(other, &flight), Verdict::Forward(_)));
+        settle(r#"{"jsonrpc":"2.0","id":5,"result":{}}"#.into(), &flight);
+        assert!(matches!(check(request, &flight), Verdict::Forward(_)));
+        let fixed = settle(
+            r#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"x"}}"#.into(),
+            &flight,
+        );
+        assert_eq!(
+            serde_json::from_str::<Value>(&fixed).unwrap()["id"],
+            Value::Null
+        );
+    }
+
+    #[test]
+    fn long_lines_are_skipped_not_held() {
+        let mut input = vec![b'x'; MAX_LINE + 10];
+        input.extend_from_slice(b"\n{\"a\":1}\n");
+        let (tx, mut rx) = mpsc::channel(4);
+        read_lines(&input[..], &tx);
+        assert!(matches!(rx.try_recv(), Ok(Line::TooLong)));
+        assert!(matches!(rx.try_recv(), Ok(Line::Text(t)) if t == "{\"a\":1}"));
+    }
+}
