@@ -28,6 +28,63 @@ pub struct Args {
     save_images: Option<PathBuf>,
 }
 
+/// What the exit hook reports if the process ends during the call (an in-process plugin called
+/// `exit`): the call, and the descriptor its result goes to.
+struct InFlight {
+    call_id: String,
+    tool: String,
+    json: bool,
+    out: i32,
+}
+
+static IN_FLIGHT: std::sync::Mutex<Option<InFlight>> = std::sync::Mutex::new(None);
+
+/// Runs at `exit`: if a call is in flight, its plugin ended the process. The call's result is
+/// written as `crashed` (JSON or the error line) and the process ends with status 1: an exit
+/// during a call never looks like success.
+extern "C" fn exit_during_call() {
+    let Ok(slot) = IN_FLIGHT.try_lock() else {
+        // SAFETY: _exit ends the process at once; nothing else runs.
+        unsafe { libc::_exit(1) }
+    };
+    let Some(call) = slot.as_ref() else { return };
+    let text = format!(
+        "tool `{}` ended the host process during the call (an in-process plugin called exit; \
+         run it with --isolate)",
+        call.tool
+    );
+    let (fd, line) = if call.json {
+        let result = rho_core::ToolResult::failed(
+            &call.call_id,
+            &call.tool,
+            rho_core::Outcome::Crashed,
+            text,
+        );
+        (call.out, format!("{}\n", render::result_json(&result)))
+    } else {
+        (2, format!("rho: crashed: {text}\n"))
+    };
+    // SAFETY: writes a buffer we own to a descriptor, then ends the process at once.
+    unsafe {
+        libc::write(fd, line.as_ptr().cast(), line.len());
+        libc::_exit(1);
+    }
+}
+
+/// The descriptor results are written to: a private duplicate of stdout, fd 1 itself pointed at
+/// stderr, so a plugin that prints or closes fd 1 cannot lose or corrupt the result.
+fn result_out() -> Option<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: dup/dup2 on the standard descriptors; the duplicate is owned by the File.
+    unsafe {
+        let fd = libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3);
+        if fd < 0 || libc::dup2(2, 1) < 0 {
+            return None;
+        }
+        Some(std::fs::File::from_raw_fd(fd))
+    }
+}
+
 pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
     let arguments: Value = match args.args.as_deref() {
         None => Value::Object(Default::default()),
@@ -49,7 +106,36 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
     };
     let runner = host::runner(registry, &config, &args.run);
     let call = ToolCall::new("call-1", args.tool, arguments);
+    let mut out = result_out();
+    {
+        use std::os::fd::AsRawFd;
+        static HOOK: std::sync::Once = std::sync::Once::new();
+        // SAFETY: registers a plain function; atexit has no other precondition.
+        HOOK.call_once(|| unsafe {
+            libc::atexit(exit_during_call);
+        });
+        *IN_FLIGHT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(InFlight {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            json: args.json,
+            out: out.as_ref().map_or(1, |f| f.as_raw_fd()),
+        });
+    }
     let result = runner.run(&call, &gate, &RunOptions::default()).await;
+    *IN_FLIGHT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    let mut print = |line: &str| {
+        use std::io::Write;
+        match out.as_mut() {
+            Some(out) => {
+                let _ = writeln!(out, "{line}");
+            }
+            None => outln!("{line}"),
+        }
+    };
     let mut saved = true;
     if let Some(dir) = &args.save_images {
         match render::save_images(&result.output, &call.id, dir) {
@@ -65,18 +151,18 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
         }
     }
     if args.json {
-        outln!("{}", render::result_json(&result));
+        print(&render::result_json(&result).to_string());
     } else if result.is_error() {
         let text = render::terminal_safe(result.text());
         eprintln!("rho: {}: {text}", result.outcome);
     } else {
-        outln!("{}", render::terminal_safe(result.text()));
+        print(&render::terminal_safe(result.text()));
         for image in result.output.images() {
             let mime = render::terminal_safe(&image.mime_type);
-            outln!("[image {mime} {} bytes]", image.bytes.len());
+            print(&format!("[image {mime} {} bytes]", image.bytes.len()));
         }
         if let Some(details) = &result.details {
-            outln!("details: {details}");
+            print(&format!("details: {details}"));
         }
     }
     if result.is_error() || !saved {

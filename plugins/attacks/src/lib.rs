@@ -673,6 +673,16 @@ fn prlimit_init(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     Ok(Answer::text("ok: changed pid 1"))
 }
 
+/// `close_stdio`: closes the process's stdout and stderr (in process: the host's).
+fn close_stdio(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    // SAFETY: closes two descriptors; nothing of this plugin uses them afterwards.
+    unsafe {
+        libc::close(1);
+        libc::close(2);
+    }
+    Ok(Answer::text("ok: closed"))
+}
+
 /// `cwd`: the working directory.
 fn cwd(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     let dir = std::env::current_dir().map_err(denied)?;
@@ -763,6 +773,7 @@ export_plugin! {
     Tool::new("ansi", "Answers with terminal escape sequences.", ansi),
     Tool::new("prlimit_init", "Sets a resource limit of pid 1.", prlimit_init),
     Tool::new("cwd", "Answers the working directory.", cwd),
+    Tool::new("close_stdio", "Closes stdout and stderr.", close_stdio),
     Tool::new("bad_text", "Answers with a field that is not UTF-8.", bad_text),
     Tool::new("deep_details", "Answers with details nested depth deep.", deep_details),
     Tool::new("panic_display", "Panics with a message whose formatting panics.", panic_display),

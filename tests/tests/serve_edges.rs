@@ -1,0 +1,413 @@
+//! [3/9]: `rho serve` at its edges, driven by a raw JSON-RPC client (the SDKs hide these): every
+//! malformed message gets exactly one answer with the right code and id, progress arrives before
+//! its response, a huge answer is cut and the session goes on, and however the server ends,
+//! every call ends exactly once in the journal, with no worker or copy left behind.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rho_tests::{install, profile_dir, rho_bin};
+use serde_json::{Value, json};
+
+/// A `rho serve` child and its lines.
+struct Raw {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<Value>,
+}
+
+impl Raw {
+    fn start(dir: &Path, extra: &[&str], journal: Option<&Path>) -> Raw {
+        let mut cmd = Command::new(rho_bin());
+        cmd.args(["serve", "--plugins"]).arg(dir).args(extra);
+        if let Some(journal) = journal {
+            cmd.arg("--journal").arg(journal);
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                let value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("not JSON from the server ({e}): {line}"));
+                if tx.send(value).is_err() {
+                    return;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        let mut raw = Raw {
+            child,
+            stdin,
+            lines,
+        };
+        raw.send(
+            &json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}})
+            .to_string(),
+        );
+        assert!(
+            raw.next(Duration::from_secs(20))
+                .is_some_and(|m| m["id"] == "init")
+        );
+        raw.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        raw
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn next(&self, within: Duration) -> Option<Value> {
+        self.lines.recv_timeout(within).ok()
+    }
+
+    /// Every message until the response with `id` (which is last).
+    fn until(&self, id: &Value, within: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + within;
+        let mut got = Vec::new();
+        while let Some(m) = self.next(deadline.saturating_duration_since(Instant::now())) {
+            let done = m["id"] == *id && m.get("method").is_none();
+            got.push(m);
+            if done {
+                return got;
+            }
+        }
+        panic!("no response with id {id} within {within:?}; got {got:?}");
+    }
+
+    /// Nothing more arrives within `quiet`.
+    fn silent(&self, quiet: Duration) -> Option<Value> {
+        self.next(quiet)
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plugin directory outside /tmp (an isolated plugin's /tmp is its own).
+fn dir(names: &[&str]) -> tempfile::TempDir {
+    let base = profile_dir().join("rho-serve-tests");
+    std::fs::create_dir_all(&base).unwrap();
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    for name in names {
+        install(dir.path(), name);
+    }
+    dir
+}
+
+#[test]
+fn every_malformed_message_gets_exactly_one_answer_with_its_code_and_id() {
+    let plugins = dir(&["echo"]);
+    let mut raw = Raw::start(plugins.path(), &[], None);
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":"deep","method":"ping","params":{{"a":{}{}}}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let cases: Vec<(String, i64, Value)> = vec![
+        ("this is not JSON".into(), -32700, Value::Null),
+        (
+            r#"{"jsonrpc":"2.0","id":11,"method":"ping","params":{"s":"\ud800"}}"#.into(),
+            -32700,
+            Value::Null,
+        ),
+        (deep, -32600, json!("deep")),
+        ("[1, 2, 3]".into(), -32600, Value::Null),
+        (
+            r#"{"jsonrpc":"2.0","id":12,"method":"ping","params":[]}"#.into(),
+            -32600,
+            json!(12),
+        ),
+        (
+            r#"{"jsonrpc":"1.0","id":"v1","method":"ping"}"#.into(),
+            -32600,
+            json!("v1"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":"echo","arguments":"text"}}"#
+                .into(),
+            -32602,
+            json!(13),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":{"an":"object"},"method":"ping"}"#.into(),
+            -32600,
+            Value::Null,
+        ),
+    ];
+    for (line, code, id) in cases {
+        raw.send(&line);
+        let answer = raw
+            .next(Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("no answer to {line:.80}"));
+        assert_eq!(answer["error"]["code"], code, "{line:.80}: {answer}");
+        assert!(answer.as_object().unwrap().contains_key("id"), "{answer}");
+        assert_eq!(answer["id"], id, "{line:.80}: {answer}");
+        assert_eq!(
+            raw.silent(Duration::from_millis(100)),
+            None,
+            "a second answer to {line:.80}"
+        );
+    }
+    // A line over 16 MiB: one answer, and the session goes on.
+    let huge = format!(
+        r#"{{"jsonrpc":"2.0","id":14,"method":"ping","pad":"{}"}}"#,
+        "x".repeat(17 << 20)
+    );
+    raw.send(&huge);
+    let answer = raw.next(Duration::from_secs(20)).unwrap();
+    assert_eq!(
+        (answer["error"]["code"].clone(), answer["id"].clone()),
+        (json!(-32600), Value::Null)
+    );
+    // A wrong notification gets no answer.
+    raw.send(r#"{"jsonrpc":"2.0","method":"notifications/whatever","params":[]}"#);
+    assert_eq!(raw.silent(Duration::from_millis(300)), None);
+    // Two requests with one id in flight: the second is refused, the first answered.
+    raw.send(r#"{"jsonrpc":"2.0","id":20,"method":"tools/call","params":{"name":"echo","arguments":{"text":"first"}}}"#);
+    raw.send(r#"{"jsonrpc":"2.0","id":20,"method":"tools/call","params":{"name":"echo","arguments":{"text":"second"}}}"#);
+    let mut answers = vec![
+        raw.next(Duration::from_secs(10)).unwrap(),
+        raw.next(Duration::from_secs(10)).unwrap(),
+    ];
+    answers.sort_by_key(|a| a.get("error").is_some());
+    assert_eq!(
+        answers[0]["result"]["content"][0]["text"], "first",
+        "{answers:?}"
+    );
+    assert_eq!(answers[1]["error"]["code"], -32600, "{answers:?}");
+    assert_eq!(answers[1]["id"], 20);
+    // And the session still serves.
+    raw.send(r#"{"jsonrpc":"2.0","id":21,"method":"tools/call","params":{"name":"echo","arguments":{"text":"alive"}}}"#);
+    let r = raw.until(&json!(21), Duration::from_secs(10));
+    assert_eq!(r.last().unwrap()["result"]["content"][0]["text"], "alive");
+}
+
+#[test]
+fn every_update_arrives_as_progress_before_the_response() {
+    let plugins = dir(&["faults"]);
+    let mut raw = Raw::start(plugins.path(), &[], None);
+    for run in 0..5 {
+        let id = json!(100 + run);
+        raw.send(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "updates", "arguments": {"count": 50, "interval_ms": 0},
+            "_meta": {"progressToken": format!("p{run}")}}})
+            .to_string(),
+        );
+        let got = raw.until(&id, Duration::from_secs(20));
+        let progress: Vec<&Value> = got
+            .iter()
+            .filter(|m| m["method"] == "notifications/progress")
+            .collect();
+        assert_eq!(progress.len(), 50, "run {run}: {} of 50", progress.len());
+        for (i, p) in progress.iter().enumerate() {
+            assert_eq!(p["params"]["message"], format!("update {}/50", i + 1));
+        }
+        assert_eq!(
+            got.last().unwrap()["result"]["content"][0]["text"],
+            "sent 50 updates"
+        );
+    }
+}
+
+#[test]
+fn a_huge_answer_is_cut_and_the_session_serves_on() {
+    let plugins = dir(&["faults", "echo"]);
+    let mut raw = Raw::start(plugins.path(), &[], None);
+    raw.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"big_output","arguments":{"bytes":12000000}}}"#);
+    let got = raw.until(&json!(1), Duration::from_secs(30));
+    let answer = got.last().unwrap();
+    let size = answer.to_string().len();
+    assert!(size < 10 << 20, "{size} bytes sent");
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("[rho: the answer is larger than this client is sent"),
+        "{:.200}",
+        &text[text.len() - 300..]
+    );
+    assert_eq!(answer["result"]["_meta"]["rho/truncated"], true);
+    raw.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"next"}}}"#);
+    let got = raw.until(&json!(2), Duration::from_secs(10));
+    assert_eq!(got.last().unwrap()["result"]["content"][0]["text"], "next");
+}
+
+/// Processes (not zombies) whose command line names `marker`.
+fn processes_naming(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            let zombie = stat
+                .rfind(')')
+                .is_some_and(|i| stat[i + 2..].starts_with('Z'));
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            !zombie && String::from_utf8_lossy(&cmd).contains(marker)
+        })
+        .count()
+}
+
+fn copies_of(pid: u32) -> usize {
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("rho-plugins-{pid}-"))
+        })
+        .count()
+}
+
+#[test]
+fn however_the_server_ends_every_call_ends_once_and_nothing_is_left() {
+    let plugins = dir(&["faults"]);
+    let marker = plugins.path().to_str().unwrap().to_owned();
+    let ways = ["stdin", "stdout", "SIGTERM", "SIGINT"];
+    for way in ways {
+        for run in 0..20 {
+            let isolated = run % 2 == 1;
+            let journal = tempfile::NamedTempFile::new().unwrap();
+            let extra: &[&str] = if isolated { &["--isolate"] } else { &[] };
+            let mut raw = Raw::start(plugins.path(), extra, Some(journal.path()));
+            let pid = raw.child.id();
+            // Two calls in flight, one that honours cancellation and one that does not.
+            raw.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":30000}}}"#);
+            raw.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"spin","arguments":{}}}"#);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while std::fs::read_to_string(journal.path())
+                .unwrap()
+                .matches("tool_running")
+                .count()
+                < 2
+            {
+                assert!(Instant::now() < deadline, "{way}: the calls never ran");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let stopped = Instant::now();
+            match way {
+                "stdin" => drop(raw.stdin.take()),
+                // The client stops reading (its reader closes the pipe at the next line): the
+                // server's next write fails.
+                "stdout" => raw.lines = mpsc::channel().1,
+                signal => {
+                    let number = if signal == "SIGTERM" {
+                        libc::SIGTERM
+                    } else {
+                        libc::SIGINT
+                    };
+                    // SAFETY: signals our own child.
+                    unsafe { libc::kill(pid as i32, number) };
+                }
+            }
+            let mut n = 100;
+            let status = loop {
+                if let Some(status) = raw.child.try_wait().unwrap() {
+                    break status;
+                }
+                if way == "stdout" {
+                    n += 1;
+                    let ping = format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"ping"}}"#);
+                    let stdin = raw.stdin.as_mut().unwrap();
+                    let _ = writeln!(stdin, "{ping}").and_then(|()| stdin.flush());
+                }
+                assert!(
+                    stopped.elapsed() < Duration::from_secs(5),
+                    "{way} run {run}: the server did not exit"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            let took = stopped.elapsed();
+            assert!(
+                took < Duration::from_secs(3),
+                "{way} run {run}: exit took {took:?}"
+            );
+            let _ = status;
+            let text = std::fs::read_to_string(journal.path()).unwrap();
+            let events: Vec<Value> = text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            let started: Vec<&Value> = events
+                .iter()
+                .filter(|e| e["type"] == "tool_execution_start")
+                .collect();
+            for start in &started {
+                let ends: Vec<&Value> = events
+                    .iter()
+                    .filter(|e| {
+                        e["type"] == "tool_execution_end" && e["call_id"] == start["call_id"]
+                    })
+                    .collect();
+                assert_eq!(ends.len(), 1, "{way} run {run}: {}", start["call_id"]);
+                let end_text = ends[0]["output"]["text"].as_str().unwrap_or_default();
+                assert!(
+                    end_text.contains("the host is stopping"),
+                    "{way} run {run}: {end_text}"
+                );
+            }
+            assert_eq!(started.len(), 2, "{way} run {run}");
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while processes_naming(&marker) > 0 {
+                assert!(Instant::now() < deadline, "{way} run {run}: workers left");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert_eq!(copies_of(pid), 0, "{way} run {run}: private copies left");
+        }
+    }
+}
+
+#[test]
+fn rho_call_in_process_cannot_be_ended_or_silenced_by_its_plugin() {
+    let plugins = dir(&["faults", "attacks"]);
+    let out = Command::new(rho_bin())
+        .args([
+            "call",
+            "exit_process",
+            r#"{"code":0}"#,
+            "--json",
+            "--plugins",
+        ])
+        .arg(plugins.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["outcome"], "crashed", "{result}");
+    assert!(
+        result["text"]
+            .as_str()
+            .unwrap()
+            .contains("ended the host process")
+    );
+    let out = Command::new(rho_bin())
+        .args(["call", "close_stdio", "--json", "--plugins"])
+        .arg(plugins.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["text"], "ok: closed");
+}
