@@ -411,3 +411,61 @@ fn rho_call_in_process_cannot_be_ended_or_silenced_by_its_plugin() {
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(result["text"], "ok: closed");
 }
+
+/// The official MCP Python SDK of `requirement` (`mcp>=2`, `mcp<2`), installed from PyPI into the
+/// target directory when missing; the directory to put on `PYTHONPATH`.
+fn python_sdk(requirement: &str, name: &str) -> std::path::PathBuf {
+    let target = profile_dir().join("python").join(name);
+    let present = Command::new("python3")
+        .args(["-c", "import mcp"])
+        .env("PYTHONPATH", &target)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !present {
+        let status = Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--target",
+            ])
+            .arg(&target)
+            .arg(requirement)
+            .status()
+            .expect("run pip");
+        assert!(status.success(), "pip install {requirement}");
+    }
+    target
+}
+
+#[test]
+fn the_python_sdk_gets_every_progress_update_and_a_bounded_answer() {
+    let plugins = dir(&["faults", "echo"]);
+    for (requirement, name) in [("mcp>=2,<3", "mcp2"), ("mcp>=1.9,<2", "mcp1")] {
+        let sdk = python_sdk(requirement, name);
+        let out = Command::new("python3")
+            .arg(rho_tests::workspace_dir().join("tests/python/progress.py"))
+            .arg(rho_bin())
+            .arg(plugins.path())
+            .env("PYTHONPATH", &sdk)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{requirement}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        for run in report["runs"].as_array().unwrap() {
+            let progress = run["progress"].as_array().unwrap();
+            assert_eq!(progress.len(), 50, "{requirement}: {run}");
+            assert_eq!(progress[49], "update 50/50");
+            assert_eq!(run["text"], "sent 50 updates");
+        }
+        assert_eq!(report["big_truncated"], true, "{requirement}");
+        assert_eq!(report["after"], "still here", "{requirement}");
+    }
+}
