@@ -22,6 +22,7 @@ use std::collections::HashSet;
 use std::io::BufRead;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use rho_core::details::text_depth;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
@@ -206,39 +207,11 @@ fn id_key(id: &Value) -> String {
     id.to_string()
 }
 
-/// How deep a JSON text nests (brackets outside strings), stopping early past `limit`.
-fn depth(text: &str, limit: usize) -> usize {
-    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
-    for b in text.bytes() {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-                if deepest > limit {
-                    return deepest;
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    deepest
-}
-
 /// Parses `text` as JSON whatever its depth up to rho's details bound (serde_json's own bound is
 /// 128); `None` if it is not JSON.
 fn parse(text: &str) -> Option<Value> {
-    if depth(text, rho_core::details::MAX_DETAILS_DEPTH) > rho_core::details::MAX_DETAILS_DEPTH {
+    if text_depth(text, rho_core::details::MAX_DETAILS_DEPTH) > rho_core::details::MAX_DETAILS_DEPTH
+    {
         return None;
     }
     let mut de = serde_json::Deserializer::from_str(text);
@@ -253,7 +226,7 @@ fn check(text: &str, in_flight: &InFlight) -> Verdict {
     if text.trim().is_empty() {
         return Verdict::Ignore;
     }
-    let too_deep = depth(text, MAX_DEPTH) > MAX_DEPTH;
+    let too_deep = text_depth(text, MAX_DEPTH) > MAX_DEPTH;
     let Some(message) = parse(text) else {
         if too_deep {
             return Verdict::Answer(error(

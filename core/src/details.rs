@@ -10,8 +10,8 @@ use serde_json::Value;
 pub use rho_plugin_api::MAX_DETAILS_DEPTH;
 
 /// How deep a JSON text nests, counted over its brackets outside strings, without recursion.
-/// Stops counting past [`MAX_DETAILS_DEPTH`].
-pub fn text_depth(json: &str) -> usize {
+/// Stops counting past `limit`.
+pub fn text_depth(json: &str, limit: usize) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
     let (mut in_string, mut escaped) = (false, false);
     for b in json.bytes() {
@@ -29,7 +29,7 @@ pub fn text_depth(json: &str) -> usize {
             b'[' | b'{' => {
                 depth += 1;
                 deepest = deepest.max(depth);
-                if deepest > MAX_DETAILS_DEPTH {
+                if deepest > limit {
                     return deepest;
                 }
             }
@@ -43,7 +43,7 @@ pub fn text_depth(json: &str) -> usize {
 /// Parses details: `Err` is the rest of a sentence (`that are not JSON: ...`, `nested deeper than
 /// 512 levels`).
 pub fn parse(json: &str) -> Result<Value, String> {
-    if text_depth(json) > MAX_DETAILS_DEPTH {
+    if text_depth(json, MAX_DETAILS_DEPTH) > MAX_DETAILS_DEPTH {
         return Err(format!("nested deeper than {MAX_DETAILS_DEPTH} levels"));
     }
     let mut de = serde_json::Deserializer::from_str(json);
@@ -63,7 +63,10 @@ mod tests {
 
     #[test]
     fn the_bound_is_exact_and_strings_do_not_count() {
-        assert_eq!(text_depth(r#"{"a": "[[[[", "b": [1, {"c": "\"]"}]}"#), 3);
+        assert_eq!(
+            text_depth(r#"{"a": "[[[[", "b": [1, {"c": "\"]"}]}"#, 10),
+            3
+        );
         let at_bound = nested(MAX_DETAILS_DEPTH);
         // A thread with a small stack, as plugin and runtime threads have: parsing, printing and
         // dropping the deepest details allowed stay within it.

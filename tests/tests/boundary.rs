@@ -13,6 +13,12 @@ use rho_core::{
 use rho_tests::{attacks_bad_names, call, install, plugin_dir, rho_bin, runner};
 use serde_json::{Value, json};
 
+async fn run(runner: &rho_core::ToolRunner, tool: &str, args: Value) -> rho_core::ToolResult {
+    runner
+        .run(&call("c", tool, args), &allow_all(), &RunOptions::default())
+        .await
+}
+
 async fn registry(dir: &Path, isolated: bool) -> (ToolRegistry, rho_core::PluginDir, Vec<String>) {
     let registry = ToolRegistry::new(Bus::default());
     // These tests crash tools on purpose, more than a quarantine allows.
@@ -50,13 +56,7 @@ async fn strings_that_are_not_utf8_end_the_call_crashed_naming_the_field() {
             ("update", "sent a partial update that is not UTF-8"),
             ("details", "answered with details that are not UTF-8"),
         ] {
-            let r = runner
-                .run(
-                    &call("c", "bad_text", json!({ "field": field })),
-                    &allow_all(),
-                    &RunOptions::default(),
-                )
-                .await;
+            let r = run(&runner, "bad_text", json!({ "field": field })).await;
             assert_eq!(r.outcome, Outcome::Crashed, "{field}: {}", r.text());
             assert!(r.text().contains(says), "{field}: {}", r.text());
             let r = runner
@@ -98,20 +98,9 @@ async fn details_nest_up_to_the_bound_and_deeper_ones_are_refused_without_harm()
     for isolated in [false, true] {
         let (registry, plugins, _) = registry(dir.path(), isolated).await;
         let runner = runner(&registry, 10_000);
-        let run = |depth: usize| {
-            let runner = runner.clone();
-            async move {
-                runner
-                    .run(
-                        &call("c", "deep_details", json!({ "depth": depth })),
-                        &allow_all(),
-                        &RunOptions::default(),
-                    )
-                    .await
-            }
-        };
+        let deep = |depth: usize| run(&runner, "deep_details", json!({ "depth": depth }));
         // 200 deep: past serde_json's own 128, within rho's bound.
-        let r = run(200).await;
+        let r = deep(200).await;
         assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
         let mut depth = 0;
         let mut at = r.details.as_ref().unwrap();
@@ -120,10 +109,10 @@ async fn details_nest_up_to_the_bound_and_deeper_ones_are_refused_without_harm()
             at = &items[0];
         }
         assert_eq!(depth, 200);
-        let r = run(rho_core::details::MAX_DETAILS_DEPTH).await;
+        let r = deep(rho_core::details::MAX_DETAILS_DEPTH).await;
         assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
         for too_deep in [rho_core::details::MAX_DETAILS_DEPTH + 1, 100_000] {
-            let r = run(too_deep).await;
+            let r = deep(too_deep).await;
             assert_eq!(r.outcome, Outcome::Crashed, "{too_deep}: {}", r.text());
             assert!(
                 r.text()

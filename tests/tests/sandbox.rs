@@ -512,23 +512,9 @@ async fn sixty_four_workers_start_while_the_host_holds_300_descriptors() {
         max_workers: 64,
         ..options(Grants::default())
     };
-    let dir = plugin_dir(&["faults"]);
-    let bus = Bus::default();
-    let registry = ToolRegistry::new(bus.clone());
-    let (plugins, report) = registry
-        .add_plugin_dir(
-            dir.path(),
-            DirOptions {
-                isolation: Isolation::Process(options),
-                ..DirOptions::default()
-            },
-        )
-        .await
-        .unwrap();
-    assert!(report.errors.is_empty(), "{:?}", report.errors);
-    let runner = runner(&registry, 60_000);
+    let host = Host::with(&["faults"], options, 60_000).await;
     let calls = (0..64).map(|i| {
-        let runner = runner.clone();
+        let runner = host.runner.clone();
         async move {
             runner
                 .run(
@@ -552,7 +538,7 @@ async fn sixty_four_workers_start_while_the_host_holds_300_descriptors() {
         failed.first()
     );
     drop(held);
-    plugins.close().await;
+    host.plugins.close().await;
 }
 
 #[test]

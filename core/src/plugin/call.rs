@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
-use abi_stable::std_types::{RResult, RStr, RString};
+use abi_stable::std_types::{ROption, RResult, RStr, RString};
 use rho_plugin_api::ffi::{FfiCtx, FfiFailureKind, FfiOutcome, FfiOutputKind, PluginModRef};
 use rho_plugin_api::{Answer, Image, Output, ToolError};
 use serde_json::Value;
@@ -27,15 +27,16 @@ pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome) -> Result<Answer, Failur
             "tool `{tool}` answered with {what} not UTF-8"
         )))
     };
+    let details = |json: ROption<RString>| match json.into_option() {
+        None => Ok(None),
+        Some(json) => {
+            let json = plain_text(json).ok_or_else(|| broken("details that are"))?;
+            parse_details(tool, &json).map(Some)
+        }
+    };
     match outcome {
         RResult::ROk(answer) => {
-            let details = match answer.details_json.into_option() {
-                None => None,
-                Some(json) => Some(parse_details(
-                    tool,
-                    &plain_text(json).ok_or_else(|| broken("details that are"))?,
-                )?),
-            };
+            let details = details(answer.details_json)?;
             let text = plain_text(answer.text).ok_or_else(|| broken("a text that is"))?;
             let mut images = Vec::with_capacity(answer.images.len());
             for image in answer.images {
@@ -58,13 +59,7 @@ pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome) -> Result<Answer, Failur
                 plain_text(failure.message).ok_or_else(|| broken("an error message that is"))?;
             match failure.kind {
                 FfiFailureKind::Error => {
-                    let details = match failure.details_json.into_option() {
-                        None => None,
-                        Some(json) => Some(parse_details(
-                            tool,
-                            &plain_text(json).ok_or_else(|| broken("details that are"))?,
-                        )?),
-                    };
+                    let details = details(failure.details_json)?;
                     Err(Failure::Tool(ToolError { message, details }))
                 }
                 FfiFailureKind::Panic => Err(Failure::Crash(CrashReason::Formatted(format!(

@@ -14,21 +14,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use super::{Ctx, Figure, median};
 use crate::bench::reload::rss_kib;
 
-async fn host(
-    ctx: &Ctx,
-    timeout: Duration,
-) -> Result<
-    (
-        ToolRegistry,
-        ToolRunner,
-        rho_core::PluginDir,
-        std::path::PathBuf,
-    ),
-    String,
-> {
-    host_with(ctx, timeout, true, 2).await
-}
-
+/// A host of `echo` and `faults` in worker processes (with or without the sandbox, `spares` warm
+/// workers), quarantine off.
 async fn host_with(
     ctx: &Ctx,
     timeout: Duration,
@@ -137,7 +124,8 @@ fn line_of(bytes: usize) -> Vec<u8> {
 
 /// `isolated_call*`, `isolated_calls_per_s_8`, `crash_detect`, `timeout_kill`, `mem_worker`.
 pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Figure>, String> {
-    let (_registry, runner, plugins, dir) = host(ctx, Duration::from_millis(200)).await?;
+    let (_registry, runner, plugins, dir) =
+        host_with(ctx, Duration::from_millis(200), true, 2).await?;
     let n = if ctx.quick { 300 } else { 2000 };
     let runs = ctx.runs();
     let mut cat = Cat::start()?;
