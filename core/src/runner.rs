@@ -199,10 +199,40 @@ impl ToolRunner {
     /// `tool_execution_end`. Never panics and never hangs past the tool's timeout once the gate
     /// has allowed.
     ///
-    /// Drive the returned future to completion (spawn it if the caller may go away): dropping it
-    /// midway leaves the call's task running without its timeout and publishes no end event. To
-    /// stop a call early, cancel `options.cancel` instead; the call then ends at once.
+    /// Cancellation-safe: the call is driven by a task of its own, so dropping the returned future
+    /// midway does not lose it: the call is cancelled as by `options.cancel` and ends at once
+    /// (`error`), its tool cancelled (an isolated worker is cancelled, then killed), with its one
+    /// end event. To stop a call and still get its result, cancel `options.cancel`.
     pub async fn run(
+        &self,
+        call: &ToolCall,
+        gate: &Arc<dyn Gate>,
+        options: &RunOptions,
+    ) -> ToolResult {
+        // Cancelled when this future is dropped before the call ended.
+        let abandoned = match &options.cancel {
+            Some(outer) => outer.child_token(),
+            None => CancellationToken::new(),
+        };
+        let drop_guard = abandoned.clone().drop_guard();
+        let runner = self.clone();
+        let (call, gate) = (call.clone(), gate.clone());
+        let options = RunOptions {
+            session_id: options.session_id.clone(),
+            cancel: Some(abandoned),
+        };
+        let failed = |call: &ToolCall, text: &str| {
+            ToolResult::failed(&call.id, &call.name, Outcome::Crashed, text)
+        };
+        let fallback = call.clone();
+        let joined =
+            tokio::spawn(async move { runner.run_to_end(&call, &gate, &options).await }).await;
+        drop_guard.disarm();
+        joined
+            .unwrap_or_else(|_| failed(&fallback, "rho: the call's task failed inside the runner"))
+    }
+
+    async fn run_to_end(
         &self,
         call: &ToolCall,
         gate: &Arc<dyn Gate>,

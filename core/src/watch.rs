@@ -116,6 +116,8 @@ impl PluginDir {
         }
         let dir = self.clone();
         let task = tokio::spawn(async move {
+            // What landed between the directory's first scan and this watch.
+            dir.scan().await;
             loop {
                 let poll = !watching || !watching_parent;
                 tokio::select! {

@@ -390,3 +390,23 @@ async fn load_time_code_that_hangs_is_bounded() {
     assert!(has(&registry, "echo"));
     plugins.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_landing_before_the_watch_starts_is_loaded() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    for _ in 0..5 {
+        let dir = plugin_dir(&["echo"]);
+        let (registry, plugins, _errors) = open(dir.path(), DirOptions::default()).await;
+        // Lands after the first scan, before the watcher exists: no event will ever tell.
+        install(dir.path(), "faults");
+        let _watcher = plugins.watch(Duration::from_millis(50)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !has(&registry, "segfault") {
+            assert!(
+                Instant::now() < deadline,
+                "the file that landed first is never loaded"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

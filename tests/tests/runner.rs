@@ -540,3 +540,41 @@ async fn a_tool_cannot_declare_itself_out_of_the_hosts_timeout() {
     assert!(r.text().contains("200 ms"), "{}", r.text());
     assert!(started.elapsed() < Duration::from_secs(3));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_call_midway_still_ends_it_once_and_stops_its_tool() {
+    let dir = plugin_dir(&["faults"]);
+    let (bus, registry, _errors, _plugins) = load_dir(dir.path()).await;
+    let mut events = bus.subscribe();
+    let runner = runner(&registry, 30_000);
+    // `sleep` stops when cancelled: dropped at 100 ms, it ends at once, not at 5 s.
+    let started = Instant::now();
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(100),
+        runner.run(
+            &call("dropped", "sleep", json!({"ms": 5000})),
+            &allow_all(),
+            &RunOptions::default(),
+        ),
+    )
+    .await;
+    assert!(dropped.is_err());
+    let mut ends = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while let Ok(Some(item)) = tokio::time::timeout_at(deadline, events.next()).await {
+        if let rho_core::BusItem::Event(e) = item
+            && let EventKind::ToolExecutionEnd {
+                call_id, outcome, ..
+            } = &e.kind
+            && call_id == "dropped"
+        {
+            ends.push(*outcome);
+            // Another end would follow within this window if there were one.
+            if started.elapsed() > Duration::from_secs(1) {
+                break;
+            }
+        }
+    }
+    assert_eq!(ends, [Outcome::Error], "exactly one end, at once");
+    assert!(started.elapsed() < Duration::from_secs(4));
+}
