@@ -166,6 +166,13 @@ pub struct ServeSection {
     /// together); a larger one is cut with a note. Below the 10 MiB common clients accept.
     #[serde(default = "default_max_result_bytes")]
     pub max_result_bytes: usize,
+    /// Calls running at once at most; further requests wait for a turn.
+    #[serde(default = "default_max_calls")]
+    pub max_calls: usize,
+}
+
+fn default_max_calls() -> usize {
+    64
 }
 
 fn default_max_result_bytes() -> usize {
@@ -182,6 +189,7 @@ impl Default for ServeSection {
             ask_fallback: Action::Deny,
             journal: None,
             max_result_bytes: default_max_result_bytes(),
+            max_calls: default_max_calls(),
         }
     }
 }
@@ -304,6 +312,7 @@ impl Config {
             1,
             7 * MAX_TIMEOUT_MS,
         )?;
+        within("serve.max_calls", self.serve.max_calls as u64, 1, 4096)?;
         within(
             "serve.max_result_bytes",
             self.serve.max_result_bytes as u64,

@@ -44,6 +44,9 @@ pub struct Args {
 pub struct RhoServer {
     runner: ToolRunner,
     max_result_bytes: usize,
+    /// Calls running at once at most; more wait for a turn (a client cannot start a thread per
+    /// request without bound).
+    turns: Arc<tokio::sync::Semaphore>,
     rules: Arc<Vec<GateRule>>,
     fallback: Action,
     peer: Arc<Mutex<Option<Peer<RoleServer>>>>,
@@ -260,6 +263,21 @@ impl RhoServer {
         };
         let task_call = call.clone();
         let gate: Arc<dyn rho_core::Gate> = gate;
+        let turn = tokio::select! {
+            turn = self.turns.clone().acquire_owned() => turn.ok(),
+            () = context.ct.cancelled() => None,
+        };
+        let Some(_turn) = turn else {
+            return mcp_result(
+                &ToolResult::failed(
+                    &call.id,
+                    &call.name,
+                    Outcome::Error,
+                    "rho: the call was cancelled before it started",
+                ),
+                self.max_result_bytes,
+            );
+        };
         let joined =
             tokio::spawn(async move { runner.run(&task_call, &gate, &options).await }).await;
         if let Some(forwarder) = progress {
@@ -403,6 +421,7 @@ pub async fn main(args: Args, config: Config) -> ExitCode {
     let server = RhoServer {
         runner: runner.clone(),
         max_result_bytes: config.serve.max_result_bytes,
+        turns: Arc::new(tokio::sync::Semaphore::new(config.serve.max_calls)),
         rules: Arc::new(rules),
         fallback: config.serve.ask_fallback,
         peer: Arc::new(Mutex::new(None)),

@@ -13,6 +13,7 @@
 //! | `"jsonrpc"` other than `"2.0"`, `params` that are not an object, a method that is not a string | -32600 with the id |
 //! | `tools/call` without a string `name` or with `arguments` that are not an object | -32602 with the id |
 //! | a request whose id is still in flight | -32600 with the id (the first request is answered) |
+//! | an id that is not a string or an integer (an object, `null`, `1.5`) | -32600, with the number if it is one |
 //!
 //! Notifications (no id) never get an answer, as JSON-RPC says. On the way out, an error response
 //! without an `id` member gets `"id": null`. If a fix belongs upstream in rmcp, it is one of these
@@ -246,12 +247,21 @@ fn check(text: &str, in_flight: &InFlight) -> Verdict {
         return Verdict::Answer(error(Value::Null, -32600, what));
     };
     let id = fields.get("id").cloned();
-    let id_ok = matches!(id, None | Some(Value::String(_) | Value::Number(_)));
+    let id_ok = match &id {
+        None | Some(Value::String(_)) => true,
+        // rmcp keeps numeric ids as i64: another number would come back as another id.
+        Some(Value::Number(n)) => n.is_i64(),
+        Some(_) => false,
+    };
     if !id_ok {
+        let echoed = match &id {
+            Some(n @ Value::Number(_)) => n.clone(),
+            _ => Value::Null,
+        };
         return Verdict::Answer(error(
-            Value::Null,
+            echoed,
             -32600,
-            "an id must be a string or a number",
+            "an id must be a string or an integer",
         ));
     }
     // Notifications get no answer, even when they are wrong.
@@ -370,6 +380,16 @@ mod tests {
                 r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":[1]}}"#,
                 -32602,
                 json!(3),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+                -32600,
+                json!(1.5),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+                -32600,
+                json!(null),
             ),
         ];
         for (text, code, id) in cases {

@@ -48,6 +48,26 @@ impl Default for RunnerConfig {
     }
 }
 
+/// The longest partial update published, bytes: a plugin cannot make the host write (journal,
+/// subscribers, clients) without bound by sending huge updates.
+pub const MAX_UPDATE_BYTES: usize = 64 << 10;
+
+/// `partial`, cut at [`MAX_UPDATE_BYTES`] with a note.
+fn bounded_update(partial: &str) -> String {
+    if partial.len() <= MAX_UPDATE_BYTES {
+        return partial.to_owned();
+    }
+    let at = (0..=MAX_UPDATE_BYTES)
+        .rev()
+        .find(|&i| partial.is_char_boundary(i))
+        .unwrap_or(0);
+    format!(
+        "{}... [rho: update cut from {} bytes]",
+        &partial[..at],
+        partial.len()
+    )
+}
+
 /// What ended a call's task, as the task reports it.
 enum TaskEnd {
     Blocked(String),
@@ -334,7 +354,7 @@ impl ToolRunner {
                     EventKind::ToolExecutionUpdate {
                         call_id: update_call.clone(),
                         tool: update_tool.clone(),
-                        partial: partial.to_owned(),
+                        partial: bounded_update(partial),
                     },
                 );
             }),

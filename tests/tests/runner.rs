@@ -51,8 +51,12 @@ impl Tool for Native {
             json!({"type": "object", "properties": {"mode": {"type": "string"}, "n": {"type": "integer"}}, "required": ["mode"]}),
         )
     }
-    async fn call(&self, args: Value, _ctx: ToolCtx) -> Result<Answer, ToolError> {
+    async fn call(&self, args: Value, ctx: ToolCtx) -> Result<Answer, ToolError> {
         match args["mode"].as_str() {
+            Some("big_update") => {
+                ctx.update(&"u".repeat(args["n"].as_u64().unwrap_or(0) as usize));
+                Ok(Answer::text("updated"))
+            }
             Some("panic_any") => std::panic::panic_any(42_i64),
             Some("panic") => panic!("native boom"),
             Some("details") => {
@@ -577,4 +581,32 @@ async fn dropping_a_call_midway_still_ends_it_once_and_stops_its_tool() {
     }
     assert_eq!(ends, [Outcome::Error], "exactly one end, at once");
     assert!(started.elapsed() < Duration::from_secs(4));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_partial_update_is_cut_before_it_is_published() {
+    let (bus, registry, _dir, _plugins) = faults_host().await;
+    let mut events =
+        bus.subscribe_filtered(rho_core::Filter::default().types(["tool_execution_update"]));
+    let runner = runner(&registry, 5_000);
+    let r = runner
+        .run(
+            &call("1", "native", json!({"mode": "big_update", "n": 8 << 20})),
+            &allow_all(),
+            &RunOptions::default(),
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Ok);
+    let Some(rho_core::BusItem::Event(e)) = events.next().await else {
+        panic!("no update")
+    };
+    let EventKind::ToolExecutionUpdate { partial, .. } = &e.kind else {
+        unreachable!()
+    };
+    assert!(
+        partial.len() <= rho_core::runner::MAX_UPDATE_BYTES + 100,
+        "{}",
+        partial.len()
+    );
+    assert!(partial.ends_with("[rho: update cut from 8388608 bytes]"));
 }

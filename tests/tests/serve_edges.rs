@@ -469,3 +469,37 @@ fn the_python_sdk_gets_every_progress_update_and_a_bounded_answer() {
         assert_eq!(report["after"], "still here", "{requirement}");
     }
 }
+
+#[test]
+fn calls_beyond_the_bound_wait_for_a_turn() {
+    let plugins = dir(&["faults"]);
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config.path(), "[serve]\nmax_calls = 2\n").unwrap();
+    let mut raw = Raw::start(
+        plugins.path(),
+        &["--config", config.path().to_str().unwrap()],
+        None,
+    );
+    let started = Instant::now();
+    for id in 1..=4 {
+        raw.send(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "sleep", "arguments": {"ms": 400}}})
+            .to_string(),
+        );
+    }
+    let mut answered = 0;
+    while answered < 4 {
+        let m = raw.next(Duration::from_secs(10)).expect("an answer");
+        if m.get("result").is_some() {
+            assert_eq!(m["result"]["_meta"]["rho/outcome"], "ok", "{m}");
+            answered += 1;
+        }
+    }
+    // Two turns of two 400 ms calls.
+    assert!(
+        started.elapsed() >= Duration::from_millis(780),
+        "{:?}",
+        started.elapsed()
+    );
+}
