@@ -445,11 +445,33 @@ pub async fn main(args: Args, config: Config) -> ExitCode {
         };
     let guard = crate::stdio::start(stdout);
     let mut closed = guard.closed;
-    let service = match server.serve((guard.to_rmcp, guard.from_rmcp)).await {
+    let drain = guard.drain;
+    let serving = server.serve((guard.to_rmcp, guard.from_rmcp));
+    tokio::pin!(serving);
+    // The session starts with the client's `initialize`; a client may go before it does.
+    let early = tokio::select! {
+        started = &mut serving => match started {
+            Ok(service) => Ok(service),
+            Err(e) => Err((format!("the MCP session did not start: {e}"), ExitCode::from(1))),
+        },
+        closed = closed.recv() => Err((
+            match closed {
+                Some(crate::stdio::Closed::Output) => "the client closed its output before the MCP session started",
+                _ => "the client closed its input before the MCP session started",
+            }.to_owned(),
+            ExitCode::from(1),
+        )),
+        _ = terminate.recv() => Err(("SIGTERM before the MCP session started".into(), ExitCode::SUCCESS)),
+        _ = tokio::signal::ctrl_c() => Err(("SIGINT before the MCP session started".into(), ExitCode::SUCCESS)),
+    };
+    let service = match early {
         Ok(service) => service,
-        Err(e) => {
-            eprintln!("rho: the MCP session did not start: {e}");
-            return ExitCode::from(1);
+        Err((reason, code)) => {
+            if code != ExitCode::SUCCESS {
+                eprintln!("rho: {reason}");
+            }
+            shut_down(&runner, &reason, journal.as_ref(), &dirs).await;
+            return code;
         }
     };
     let session = service.cancellation_token();
@@ -471,6 +493,12 @@ pub async fn main(args: Args, config: Config) -> ExitCode {
         _ = tokio::signal::ctrl_c() => ("SIGINT", ExitCode::SUCCESS),
     };
     shut_down(&runner, reason, journal.as_ref(), &dirs).await;
+    // The stopped calls' answers reach a client that still reads (bounded: one that does not
+    // cannot hold the exit).
+    let reading = reason != "the client closed its output";
+    if reading && !drain.flushed(std::time::Duration::from_secs(1)).await {
+        tracing::warn!("answers still owed to the client at exit");
+    }
     session.cancel();
     code
 }
@@ -493,8 +521,6 @@ async fn shut_down(
             "calls still running at shutdown"
         );
     }
-    // Let the answers of the stopped calls reach the client.
-    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     if let Some(journal) = journal
         && let Err(e) = journal.sync(std::time::Duration::from_secs(1))
     {

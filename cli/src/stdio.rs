@@ -52,6 +52,38 @@ pub struct Guard {
     pub from_rmcp: DuplexStream,
     /// Told once when stdin or stdout closes.
     pub closed: mpsc::Receiver<Closed>,
+    /// Whether everything owed to the client is written.
+    pub drain: Drain,
+}
+
+/// What is still owed to the client: requests not yet answered, lines not yet written.
+#[derive(Clone)]
+pub struct Drain {
+    in_flight: InFlight,
+    unwritten: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Drain {
+    /// Waits up to `within` until every request has its answer written to stdout; `false` if
+    /// some is still owed.
+    pub async fn flushed(&self, within: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let owed = !self
+                .in_flight
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_empty()
+                || self.unwritten.load(std::sync::atomic::Ordering::Acquire) > 0;
+            if !owed {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
 }
 
 type InFlight = Arc<Mutex<HashSet<String>>>;
@@ -64,6 +96,11 @@ pub fn start(stdout: tokio::fs::File) -> Guard {
     let (lines_tx, mut lines) = mpsc::channel::<Line>(16);
     let (out_tx, mut out) = mpsc::channel::<String>(64);
     let in_flight: InFlight = Arc::default();
+    let unwritten = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let drain = Drain {
+        in_flight: in_flight.clone(),
+        unwritten: unwritten.clone(),
+    };
 
     // stdin, on a thread of its own: tokio's stdin would hold the runtime's shutdown.
     let reader = std::thread::Builder::new()
@@ -109,11 +146,13 @@ pub fn start(stdout: tokio::fs::File) -> Guard {
         drop(to_rmcp);
     });
 
-    // rmcp -> stdout, noting answered requests.
+    // rmcp -> stdout, noting answered requests (owed until written).
     let answered = in_flight;
+    let queued = unwritten.clone();
     tokio::spawn(async move {
         let mut lines = BufReader::new(guard_out).lines();
         while let Ok(Some(line)) = lines.next_line().await {
+            queued.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             let line = settle(line, &answered);
             if out_tx.send(line).await.is_err() {
                 break;
@@ -130,6 +169,13 @@ pub fn start(stdout: tokio::fs::File) -> Guard {
                 Ok(()) => stdout.flush().await,
                 Err(e) => Err(e),
             };
+            unwritten
+                .fetch_update(
+                    std::sync::atomic::Ordering::AcqRel,
+                    std::sync::atomic::Ordering::Acquire,
+                    |n| Some(n.saturating_sub(1)),
+                )
+                .ok();
             if written.is_err() {
                 let _ = closed_tx.send(Closed::Output).await;
                 break;
@@ -141,6 +187,7 @@ pub fn start(stdout: tokio::fs::File) -> Guard {
         to_rmcp: rmcp_in,
         from_rmcp: rmcp_out,
         closed,
+        drain,
     }
 }
 
@@ -208,11 +255,10 @@ fn id_key(id: &Value) -> String {
     id.to_string()
 }
 
-/// Parses `text` as JSON whatever its depth up to rho's details bound (serde_json's own bound is
-/// 128); `None` if it is not JSON.
-fn parse(text: &str) -> Option<Value> {
-    if text_depth(text, rho_core::details::MAX_DETAILS_DEPTH) > rho_core::details::MAX_DETAILS_DEPTH
-    {
+/// Parses `text` as JSON whatever its depth up to `limit` (serde_json's own bound is 128);
+/// `None` if it is not JSON.
+fn parse(text: &str, limit: usize) -> Option<Value> {
+    if text_depth(text, limit) > limit {
         return None;
     }
     let mut de = serde_json::Deserializer::from_str(text);
@@ -228,7 +274,7 @@ fn check(text: &str, in_flight: &InFlight) -> Verdict {
         return Verdict::Ignore;
     }
     let too_deep = text_depth(text, MAX_DEPTH) > MAX_DEPTH;
-    let Some(message) = parse(text) else {
+    let Some(message) = parse(text, rho_core::details::MAX_DETAILS_DEPTH) else {
         if too_deep {
             return Verdict::Answer(error(
                 Value::Null,
@@ -247,6 +293,13 @@ fn check(text: &str, in_flight: &InFlight) -> Verdict {
         return Verdict::Answer(error(Value::Null, -32600, what));
     };
     let id = fields.get("id").cloned();
+    // A client's error response to something it could not read carries `"id": null`: nothing
+    // to answer, nothing rmcp could match.
+    let response = !fields.contains_key("method")
+        && (fields.contains_key("result") || fields.contains_key("error"));
+    if response && id == Some(Value::Null) {
+        return Verdict::Ignore;
+    }
     let id_ok = match &id {
         None | Some(Value::String(_)) => true,
         // rmcp keeps numeric ids as i64: another number would come back as another id.
@@ -285,7 +338,8 @@ fn check(text: &str, in_flight: &InFlight) -> Verdict {
     let Some(method) = method.as_str() else {
         return invalid("`method` must be a string");
     };
-    let params = fields.get("params");
+    // `null` params are absent params.
+    let params = fields.get("params").filter(|p| !p.is_null());
     if params.is_some_and(|p| !p.is_object()) {
         return invalid("`params` must be an object");
     }
@@ -307,6 +361,19 @@ fn check(text: &str, in_flight: &InFlight) -> Verdict {
             };
         }
     }
+    // What rmcp cannot decode it would answer without an id: answered here, with it.
+    if let Err(e) = serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(message.clone()) {
+        return invalid(&format!("invalid request: {e}"));
+    }
+    // A cancelled request gets no response from rmcp: its id is free again.
+    if method == "notifications/cancelled"
+        && let Some(request) = params.and_then(|p| p.get("requestId"))
+    {
+        in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id_key(request));
+    }
     if let Some(id) = &id {
         let mut flight = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
         if !flight.insert(id_key(id)) {
@@ -322,7 +389,9 @@ fn check(text: &str, in_flight: &InFlight) -> Verdict {
 
 /// An outgoing line: a response frees its id; an error response without an id gets `"id": null`.
 fn settle(line: String, in_flight: &InFlight) -> String {
-    let Some(Value::Object(mut fields)) = parse(&line) else {
+    // Results carry details up to their bound, a few levels inside the response.
+    let limit = rho_core::details::MAX_DETAILS_DEPTH + 16;
+    let Some(Value::Object(mut fields)) = parse(&line, limit) else {
         return line;
     };
     let is_response = fields.contains_key("result") || fields.contains_key("error");

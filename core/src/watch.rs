@@ -56,7 +56,8 @@ impl PluginDir {
         let (tx, mut rx) = mpsc::channel::<()>(1);
         let bus = self.registry_bus();
         let shown = self.path().display().to_string();
-        let dir_path = self.path().to_owned();
+        // notify reports absolute paths: compare with the absolute directory.
+        let dir_path = std::path::absolute(self.path()).unwrap_or_else(|_| self.path().to_owned());
         let warn = {
             let bus = bus.clone();
             let shown = shown.clone();

@@ -410,3 +410,27 @@ async fn a_file_landing_before_the_watch_starts_is_loaded() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_given_by_a_relative_path_is_watched() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    // Integration tests run in their package's directory; `./.tmpXXXX` is relative.
+    let dir = tempfile::tempdir_in(".").unwrap();
+    let relative = std::path::PathBuf::from(".").join(dir.path().file_name().unwrap());
+    assert!(relative.is_relative());
+    install(&relative, "echo");
+    let (registry, plugins, errors) = open(&relative, DirOptions::default()).await;
+    assert!(errors.is_empty() && has(&registry, "echo"), "{errors:?}");
+    let _watcher = plugins.watch(Duration::from_millis(50)).unwrap();
+    // Past the watcher's own first scan.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    install(&relative, "faults");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !has(&registry, "segfault") {
+        assert!(
+            Instant::now() < deadline,
+            "a change in a relative directory is never seen"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

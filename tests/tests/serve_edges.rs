@@ -197,6 +197,12 @@ fn every_malformed_message_gets_exactly_one_answer_with_its_code_and_id() {
     );
     assert_eq!(answers[1]["error"]["code"], -32600, "{answers:?}");
     assert_eq!(answers[1]["id"], 20);
+    // `null` params are no params; a cancelled request's id is free again.
+    raw.send(r#"{"jsonrpc":"2.0","id":22,"method":"tools/list","params":null}"#);
+    let r = raw.until(&json!(22), Duration::from_secs(10));
+    assert!(r.last().unwrap()["result"]["tools"].is_array(), "{r:?}");
+    raw.send(r#"{"jsonrpc":"2.0","id":23,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}"#);
+    raw.until(&json!(23), Duration::from_secs(10));
     // And the session still serves.
     raw.send(r#"{"jsonrpc":"2.0","id":21,"method":"tools/call","params":{"name":"echo","arguments":{"text":"alive"}}}"#);
     let r = raw.until(&json!(21), Duration::from_secs(10));
@@ -502,4 +508,33 @@ fn calls_beyond_the_bound_wait_for_a_turn() {
         "{:?}",
         started.elapsed()
     );
+}
+
+#[test]
+fn a_cancelled_request_frees_its_id_and_a_client_gone_before_initialize_ends_the_server() {
+    let plugins = dir(&["faults"]);
+    let mut raw = Raw::start(plugins.path(), &[], None);
+    raw.send(r#"{"jsonrpc":"2.0","id":30,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":20000}}}"#);
+    std::thread::sleep(Duration::from_millis(300));
+    raw.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":30}}"#);
+    std::thread::sleep(Duration::from_millis(300));
+    raw.send(r#"{"jsonrpc":"2.0","id":30,"method":"ping"}"#);
+    let got = raw.until(&json!(30), Duration::from_secs(10));
+    assert!(got.last().unwrap().get("result").is_some(), "{got:?}");
+
+    // A client that closes its input before `initialize`: the server ends, at once.
+    let started = Instant::now();
+    let out = Command::new(rho_bin())
+        .args(["serve", "--plugins"])
+        .arg(plugins.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("before the MCP session started"));
 }

@@ -591,7 +591,13 @@ pub(crate) fn confine(spec: &SandboxSpec, report: &mut SandboxReport) {
             Err(e) => report.missing.push(e),
         }
     }
-    if let Err(e) = apply_limits(&spec.limits) {
+    // The process count is per sandbox only in a user namespace of its own; outside one it
+    // would count every process of the user, the host's included.
+    let mut limits = spec.limits.clone();
+    if !report.user_ns {
+        limits.processes = None;
+    }
+    if let Err(e) = apply_limits(&limits) {
         report.missing.push(e);
     }
     // The host's working directory would be a handle into its view of the file system.
@@ -677,6 +683,17 @@ fn apply_limits(limits: &WorkerLimits) -> Result<(), String> {
 
 fn landlock(spec: &SandboxSpec, report: &mut SandboxReport) {
     let (net_ns, scratch) = (report.net_ns, report.scratch);
+    let mut unusable = Vec::new();
+    // Beneath /tmp a grant would name the plugin's own scratch tmpfs, not the host's path.
+    for path in spec.grants.read.iter().chain(&spec.grants.write) {
+        if scratch && path.starts_with("/tmp") {
+            report.missing.push(format!(
+                "the grant of {} (under /tmp, which is the plugin's own scratch space inside the \
+                 sandbox; grant a path outside /tmp)",
+                path.display()
+            ));
+        }
+    }
     use landlock::{
         ABI, Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr,
         RulesetCreatedAttr, RulesetStatus, Scope,
@@ -693,13 +710,15 @@ fn landlock(spec: &SandboxSpec, report: &mut SandboxReport) {
             ruleset = ruleset.handle_access(AccessNet::from_all(abi))?;
         }
         let mut created = ruleset.scope(Scope::from_all(abi))?.create()?;
-        let readable = SYSTEM_READ
-            .iter()
-            .map(PathBuf::from)
-            .chain(grants.read.iter().cloned());
-        for path in readable {
-            if let Ok(fd) = PathFd::new(&path) {
+        for path in SYSTEM_READ {
+            if let Ok(fd) = PathFd::new(path) {
                 created = created.add_rule(PathBeneath::new(fd, read))?;
+            }
+        }
+        for path in &grants.read {
+            match PathFd::new(path) {
+                Ok(fd) => created = created.add_rule(PathBeneath::new(fd, read))?,
+                Err(_) => unusable.push(path.clone()),
             }
         }
         for device in DEVICES {
@@ -708,8 +727,9 @@ fn landlock(spec: &SandboxSpec, report: &mut SandboxReport) {
             }
         }
         for path in &grants.write {
-            if let Ok(fd) = PathFd::new(path) {
-                created = created.add_rule(PathBeneath::new(fd, all))?;
+            match PathFd::new(path) {
+                Ok(fd) => created = created.add_rule(PathBeneath::new(fd, all))?,
+                Err(_) => unusable.push(path.clone()),
             }
         }
         if scratch && let Ok(fd) = PathFd::new("/tmp") {
@@ -717,6 +737,11 @@ fn landlock(spec: &SandboxSpec, report: &mut SandboxReport) {
         }
         created.restrict_self()
     })();
+    for path in unusable {
+        report
+            .missing
+            .push(format!("the grant of {} (no such path)", path.display()));
+    }
     match built {
         Ok(status) => {
             report.no_new_privs |= status.no_new_privs;
@@ -877,14 +902,19 @@ fn seccomp(grants: &Grants) -> Result<(), String> {
         libc::SYS_prlimit64,
         vec![rule(vec![not(0, SeccompCmpArgLen::Dword, 0)?])?],
     );
-    // x32 numbers of the same calls: refused alike where the kernel has that ABI.
+    // x32 numbers of the same calls, and the calls x32 numbers apart (execve, ptrace, ...):
+    // refused alike where the kernel has that ABI.
     #[cfg(target_arch = "x86_64")]
     {
         const X32: i64 = 0x4000_0000;
-        let x32: Vec<(i64, Vec<SeccompRule>)> = rules
+        let mut x32: Vec<(i64, Vec<SeccompRule>)> = rules
             .iter()
             .map(|(call, rules)| (call | X32, rules.clone()))
             .collect();
+        // x32's own numbers: execve, ptrace, kexec_load, process_vm_readv/writev, execveat.
+        for own in [520, 521, 528, 539, 540, 545] {
+            x32.push((X32 | own, Vec::new()));
+        }
         rules.extend(x32);
     }
     let denied = SeccompFilter::new(
@@ -928,11 +958,6 @@ pub(crate) fn thread_count() -> Option<usize> {
 /// left the process damaged: no descriptor can be opened, or threads it started still run (plugin
 /// code must not run between calls; threads started at load time are the `threads` baseline).
 pub(crate) fn after_call(report: &SandboxReport, threads: Option<usize>) -> bool {
-    if let (Some(baseline), Some(now)) = (threads, thread_count())
-        && now > baseline
-    {
-        return true;
-    }
     // SAFETY: kill, waitpid, fcntl and close on this process's own namespace and descriptors.
     unsafe {
         if report.pid_ns && libc::kill(-1, libc::SIGKILL) == 0 {
@@ -956,7 +981,7 @@ pub(crate) fn after_call(report: &SandboxReport, threads: Option<usize>) -> bool
         }
         libc::close(probe);
     }
-    false
+    matches!((threads, thread_count()), (Some(baseline), Some(now)) if now > baseline)
 }
 
 /// A note naming the capability the sandbox denies, for a failure text that shows the OS

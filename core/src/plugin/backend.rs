@@ -263,10 +263,11 @@ impl Backend {
         source: &mut File,
         path: &Path,
         copies: &CopyDir,
+        max: u64,
     ) -> Result<PluginFile, LoadError> {
         match self {
-            Backend::InProcess(_) => copies.copy_from(source, path),
-            Backend::Isolated(_) => memfd_copy(source, path),
+            Backend::InProcess(_) => copies.copy_from(source, path, max),
+            Backend::Isolated(_) => memfd_copy(source, path, max),
         }
     }
 

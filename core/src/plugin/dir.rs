@@ -255,10 +255,16 @@ impl PluginDir {
     /// Closes the directory for good, as its host stops: [`PluginDir::close`], then the private
     /// copies' directory is removed; later scans do nothing.
     pub async fn shut_down(&self) {
-        self.close().await;
-        let mut state = self.inner.state.lock().await;
+        let inner = &self.inner;
+        // One lock for all of it: no scan queued meanwhile can load anything again.
+        let mut state = inner.state.lock().await;
         state.shut = true;
-        self.inner.copies.remove();
+        inner.registry.set_source_tools(inner.source, Vec::new());
+        for (_, slot) in std::mem::take(&mut state.slots) {
+            inner.backend.retire(&slot.info);
+        }
+        state.failed.clear();
+        inner.copies.remove();
     }
 
     /// The plugins loaded now.
@@ -330,7 +336,22 @@ impl PluginDir {
         let inner = &self.inner;
         let paths: Vec<PathBuf> = names.iter().map(|n| handle.path_of(n)).collect();
         self.drop_deleted(state, report, &paths);
-        let finished = std::mem::take(&mut state.finished);
+        // Stalled loads that finished, first: each is used if its file is still the one it
+        // loaded (the slot or the failure then carries that identity, so the file is not loaded
+        // again below; a file that changed meanwhile loads anew).
+        for done in std::mem::take(&mut state.finished) {
+            let current = state.slots.get(&done.path).and_then(|s| s.stamp);
+            if paths.contains(&done.path) && current != Some(done.stamp) {
+                self.finish(
+                    state,
+                    report,
+                    &done.path,
+                    done.stamp,
+                    &done.sha256,
+                    done.result,
+                );
+            }
+        }
         let mut isolated = Vec::new();
         for name in names {
             let path = handle.path_of(&name);
@@ -350,20 +371,6 @@ impl PluginDir {
                 continue;
             }
             self.load_in_process(state, report, file, stamp).await;
-        }
-        // Stalled loads that finished: used if their file is still the one they loaded.
-        for done in finished {
-            let current = state.slots.get(&done.path).and_then(|s| s.stamp);
-            if paths.contains(&done.path) && current != Some(done.stamp) {
-                self.finish(
-                    state,
-                    report,
-                    &done.path,
-                    done.stamp,
-                    &done.sha256,
-                    done.result,
-                );
-            }
         }
         // Isolated files load at once, each within its bound.
         let bound = inner.options.load_timeout;
@@ -432,7 +439,7 @@ impl PluginDir {
         let copied = tokio::task::spawn_blocking(move || {
             inner
                 .backend
-                .private_copy(&mut source, &copying, &inner.copies)
+                .private_copy(&mut source, &copying, &inner.copies, max)
         })
         .await;
         let file = match copied {
@@ -503,8 +510,6 @@ impl PluginDir {
             LoadOutcome::Done(result) => self.finish(state, report, &path, stamp, &sha256, result),
             LoadOutcome::Stalled(rx) => {
                 state.stalled.insert(path.clone(), stamp);
-                // It will be mapped when it finishes.
-                *state.mapped.entry(path.clone()).or_insert(0) += 1;
                 report.fail(&LoadError::Refused {
                     path: path.clone(),
                     reason: format!(
@@ -549,7 +554,7 @@ impl PluginDir {
     ) {
         match result {
             Ok(loaded) => {
-                if loaded.mapped_new && !state.stalled.contains_key(path) {
+                if loaded.mapped_new {
                     *state.mapped.entry(path.to_owned()).or_insert(0) += 1;
                 }
                 state.failed.remove(path);

@@ -94,7 +94,7 @@ impl PluginFile {
                 reason: format!("{} bytes, over the largest plugin file loaded", meta.len()),
             });
         }
-        copies.copy_from(&mut file, path)
+        copies.copy_from(&mut file, path, crate::plugin::open::DEFAULT_MAX_FILE_SIZE)
     }
 }
 
@@ -167,6 +167,7 @@ impl CopyDir {
         &self,
         source: &mut std::fs::File,
         path: &Path,
+        max: u64,
     ) -> Result<PluginFile, LoadError> {
         use std::os::unix::fs::OpenOptionsExt;
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
@@ -198,7 +199,7 @@ impl CopyDir {
             copy: PrivateCopy::File(copy),
         };
         let (sha256, len) =
-            crate::plugin::open::copy_and_hash(source, &mut dest).map_err(copy_error)?;
+            crate::plugin::open::copy_and_hash(source, &mut dest, max).map_err(copy_error)?;
         check_elf_of(path, &dest, len)?;
         file.sha256 = sha256;
         file.len = len;
@@ -240,7 +241,11 @@ pub struct Loaded {
 
 /// Copies `source` into a sealed memfd (an isolated plugin's private copy), hashes it and checks
 /// its ELF structure.
-pub(crate) fn memfd_copy(source: &mut std::fs::File, path: &Path) -> Result<PluginFile, LoadError> {
+pub(crate) fn memfd_copy(
+    source: &mut std::fs::File,
+    path: &Path,
+    max: u64,
+) -> Result<PluginFile, LoadError> {
     use crate::isolate::sandbox::{plugin_memfd, seal};
     let copy_error = |e: std::io::Error| LoadError::Copy {
         path: path.to_owned(),
@@ -262,7 +267,7 @@ pub(crate) fn memfd_copy(source: &mut std::fs::File, path: &Path) -> Result<Plug
         .collect();
     let mut dest = plugin_memfd(&name).map_err(copy_error)?;
     let (sha256, len) =
-        crate::plugin::open::copy_and_hash(source, &mut dest).map_err(copy_error)?;
+        crate::plugin::open::copy_and_hash(source, &mut dest, max).map_err(copy_error)?;
     check_elf_of(path, &dest, len)?;
     seal(&dest).map_err(copy_error)?;
     Ok(PluginFile {

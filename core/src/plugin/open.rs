@@ -358,8 +358,18 @@ use std::os::unix::ffi::OsStringExt;
 
 /// Copies `source` into `dest` (the kernel copies where it can) and hashes what `dest` holds,
 /// reading it back in chunks: what is hashed is the private copy that loads.
-pub(crate) fn copy_and_hash(source: &mut File, dest: &mut File) -> std::io::Result<(String, u64)> {
-    std::io::copy(source, dest)?;
+pub(crate) fn copy_and_hash(
+    source: &mut File,
+    dest: &mut File,
+    max: u64,
+) -> std::io::Result<(String, u64)> {
+    // A file that grows past the bound after it was checked is not copied past it.
+    let copied = std::io::copy(&mut source.take(max.saturating_add(1)), dest)?;
+    if copied > max {
+        return Err(std::io::Error::other(format!(
+            "it grew past the largest plugin file loaded ({max} bytes) while it was copied"
+        )));
+    }
     dest.rewind()?;
     let mut hasher = Sha256::new();
     let mut chunk = vec![0u8; 1 << 20];
