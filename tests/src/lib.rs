@@ -84,6 +84,20 @@ pub fn workspace_dir() -> &'static Path {
         .expect("the tests crate sits in the workspace")
 }
 
+/// A directory `name` for test files a sandboxed plugin must see by their host path: in the
+/// profile directory, unless that is under `/tmp` (inside the sandbox `/tmp` is the plugin's own
+/// tmpfs), then under `/var/tmp`. Made if missing.
+pub fn host_dir(name: &str) -> PathBuf {
+    let base = if profile_dir().starts_with("/tmp") {
+        PathBuf::from("/var/tmp/rho-tests")
+    } else {
+        profile_dir().to_owned()
+    };
+    let dir = base.join(name);
+    std::fs::create_dir_all(&dir).expect("test directory");
+    dir
+}
+
 /// A fresh private directory (mode 0700) holding copies of the named plugins.
 pub fn plugin_dir(names: &[&str]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");

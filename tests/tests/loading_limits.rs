@@ -126,8 +126,7 @@ async fn a_symlink_through_a_directory_others_can_write_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_directory_under_a_parent_others_can_write_is_refused() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let base = rho_tests::profile_dir().join("rho-loading-tests");
-    std::fs::create_dir_all(&base).unwrap();
+    let base = rho_tests::host_dir("rho-loading-tests");
     let parent = tempfile::tempdir_in(&base).unwrap();
     // World-writable and not sticky: anyone could swap `plugins` for a directory of theirs.
     std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o777)).unwrap();

@@ -234,8 +234,7 @@ async fn an_isolated_crash_is_an_error_result_and_the_server_serves_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_plugin_cannot_end_stop_or_rewrite_the_server() {
     // Outside /tmp: inside the sandbox /tmp is the plugin's scratch directory.
-    let base = rho_tests::profile_dir().join("rho-mcp-tests");
-    std::fs::create_dir_all(&base).unwrap();
+    let base = rho_tests::host_dir("rho-mcp-tests");
     let dir = tempfile::tempdir_in(&base).unwrap();
     for name in ["echo", "attacks"] {
         rho_tests::install(dir.path(), name);

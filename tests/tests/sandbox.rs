@@ -13,7 +13,7 @@ use rho_core::{
     Bus, DirOptions, Grants, Isolation, Outcome, RunOptions, ToolRegistry, ToolRunner,
     WorkerOptions, allow_all,
 };
-use rho_tests::{call, install, plugin_lib, profile_dir, rho_bin, runner};
+use rho_tests::{call, install, plugin_lib, rho_bin, runner};
 use serde_json::{Value, json};
 
 /// Where the plugin directories of these tests are made (workers name their plugin's path).
@@ -26,8 +26,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 /// directory, so a plugin directory under `/tmp` would not even be visible), readable by the
 /// plugins' identity.
 fn plugin_dir(names: &[&str]) -> tempfile::TempDir {
-    let base = profile_dir().join(TEST_DIRS);
-    std::fs::create_dir_all(&base).unwrap();
+    let base = rho_tests::host_dir(TEST_DIRS);
     let dir = tempfile::tempdir_in(&base).unwrap();
     for name in names {
         install(dir.path(), name);
@@ -256,8 +255,7 @@ async fn the_hosts_environment_descriptors_and_processes_stay_hidden() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_directories_are_read_only_and_grants_open_exactly_their_paths() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let base = profile_dir().join("rho-sandbox-tests");
-    std::fs::create_dir_all(&base).unwrap();
+    let base = rho_tests::host_dir(TEST_DIRS);
     let granted = tempfile::tempdir_in(&base).unwrap();
     let other = tempfile::tempdir_in(&base).unwrap();
     let readable = tempfile::tempdir_in(&base).unwrap();
@@ -544,8 +542,7 @@ async fn sixty_four_workers_start_while_the_host_holds_300_descriptors() {
 #[test]
 fn an_unsafe_tmpdir_is_avoided() {
     let _one = ONE_AT_A_TIME.blocking_lock();
-    let base = profile_dir().join("rho-sandbox-tests");
-    std::fs::create_dir_all(&base).unwrap();
+    let base = rho_tests::host_dir(TEST_DIRS);
     let unsafe_tmp = tempfile::tempdir_in(&base).unwrap();
     // World-writable and not sticky: anyone could swap what the host puts there.
     std::fs::set_permissions(unsafe_tmp.path(), PermissionsExt::from_mode(0o777)).unwrap();
@@ -580,8 +577,7 @@ fn an_unsafe_tmpdir_is_avoided() {
 async fn the_hosts_tmp_sockets_and_other_families_are_out_of_reach() {
     let _one = ONE_AT_A_TIME.lock().await;
     // A unix socket of a host service, open to everyone, outside /tmp and /run.
-    let base = profile_dir().join(TEST_DIRS);
-    std::fs::create_dir_all(&base).unwrap();
+    let base = rho_tests::host_dir(TEST_DIRS);
     let service = tempfile::tempdir_in(&base).unwrap();
     std::fs::set_permissions(service.path(), PermissionsExt::from_mode(0o755)).unwrap();
     let socket = service.path().join("service.sock");

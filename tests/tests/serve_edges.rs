@@ -106,8 +106,7 @@ impl Drop for Raw {
 
 /// A plugin directory outside /tmp (an isolated plugin's /tmp is its own).
 fn dir(names: &[&str]) -> tempfile::TempDir {
-    let base = profile_dir().join("rho-serve-tests");
-    std::fs::create_dir_all(&base).unwrap();
+    let base = rho_tests::host_dir("rho-serve-tests");
     let dir = tempfile::tempdir_in(&base).unwrap();
     for name in names {
         install(dir.path(), name);
