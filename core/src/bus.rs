@@ -213,6 +213,13 @@ pub struct Subscription {
 }
 
 impl Subscription {
+    /// The next item: an event the filter lets through, or a lag notice. `None` once the bus is
+    /// gone (every [`Bus`] clone dropped: for a `Host`, when it is dropped).
+    pub async fn recv(&mut self) -> Option<BusItem> {
+        use tokio_stream::StreamExt;
+        self.next().await
+    }
+
     /// The seq of the last event this subscription saw or was told it missed.
     pub fn last_seq(&self) -> u64 {
         self.last_seq

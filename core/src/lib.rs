@@ -1,24 +1,23 @@
 //! rho's host library: plugin loading, the tool runner, the agent loop and the event bus.
 //!
-//! ```no_run
-//! use std::path::Path;
-//! use rho_core::{Bus, ToolCall, ToolRegistry, ToolRunner, RunnerConfig, RunOptions, allow_all};
+//! [`Host`] is the façade you'll be talking to:
 //!
-//! # async fn demo() {
-//! let bus = Bus::default();
-//! let registry = ToolRegistry::new(bus.clone());
-//! let (_dir, report) = registry
-//!     .add_plugin_dir(Path::new("plugins-dir"), Default::default())
-//!     .await
-//!     .expect("a private copy directory");
-//! for line in &report.errors {
-//!     eprintln!("{line}"); // one line per plugin that failed; the others serve
-//! }
-//! let runner = ToolRunner::new(registry, RunnerConfig::default());
-//! let call = ToolCall::new("c1", "echo", serde_json::json!({"text": "hi"}));
-//! let result = runner.run(&call, &allow_all(), &RunOptions::default()).await;
-//! println!("{}: {}", result.outcome, result.text());
-//! # }
+//! ```no_run
+//! use rho_core::{DirOptions, Host, Verdict, gate_fn};
+//!
+//! # async fn demo() -> Result<(), rho_core::HostError> {
+//! let (host, reports) = Host::builder()
+//!     .plugin_dir("plugins", DirOptions::default()) // Isolation::Process for untrusted plugins
+//!     .watch(true)                                  // hot reload
+//!     .gate(gate_fn(|call| if call.name == "rm_rf" { Verdict::Block("no".into()) } else { Verdict::Allow }))
+//!     .build()
+//!     .await?;
+//! reports.iter().flat_map(|r| &r.errors).for_each(|e| eprintln!("{e}")); // the others serve
+//! let mut events = host.subscribe();                                        // every event
+//! let result = host.call("echo", serde_json::json!({"text": "hi"})).await;
+//! println!("{}: {} ({:?})", result.outcome, result.text(), events.recv().await);
+//! host.shutdown().await;
+//! # Ok(()) }
 //! ```
 //!
 //! Every call ends exactly once, with a typed [`Outcome`] and one `tool_execution_end` event,
@@ -31,6 +30,7 @@ pub mod error;
 pub mod events;
 pub mod gate;
 mod health;
+mod host;
 pub mod invoke;
 pub mod isolate;
 pub mod journal;
@@ -50,6 +50,7 @@ pub use error::LoadError;
 pub use events::{Event, EventKind, OutputView};
 pub use gate::{AllowAll, DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};
 pub use health::{QuarantinePolicy, ToolStats, percentile};
+pub use host::{Host, HostBuilder, HostError, async_gate_fn, gate_fn};
 pub use invoke::{Tool, ToolCtx};
 pub use isolate::sandbox::{Grants, Identity, SandboxReport};
 pub use isolate::{WorkerLimits, WorkerOptions};
