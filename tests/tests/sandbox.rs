@@ -300,7 +300,9 @@ async fn plugin_directories_are_read_only_and_grants_open_exactly_their_paths() 
             target.display(),
             r.text()
         );
-        assert!(r.text().contains("[sandbox: "), "{}", r.text());
+        // Under /tmp (a checkout there) the host's path is not even visible in the sandbox.
+        let hidden = target.starts_with("/tmp") && r.text().contains("No such file");
+        assert!(hidden || r.text().contains("[sandbox: "), "{}", r.text());
     }
     assert_eq!(
         std::fs::read(&plugin).unwrap(),
