@@ -424,6 +424,7 @@ fn python_sdk(requirement: &str, name: &str) -> std::path::PathBuf {
     let present = Command::new("python3")
         .args(["-c", "import mcp"])
         .env("PYTHONPATH", &target)
+        .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     if !present {
@@ -434,6 +435,8 @@ fn python_sdk(requirement: &str, name: &str) -> std::path::PathBuf {
                 "install",
                 "--quiet",
                 "--disable-pip-version-check",
+                "--no-warn-conflicts",
+                "--root-user-action=ignore",
                 "--target",
             ])
             .arg(&target)
