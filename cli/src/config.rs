@@ -38,7 +38,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use rho_core::{Grants, KeepDetails, QuarantinePolicy, WorkerOptions};
+use rho_core::{Action, GateRule, Grants, KeepDetails, QuarantinePolicy, WorkerOptions};
 use serde::Deserialize;
 
 /// The whole file.
@@ -131,28 +131,6 @@ impl Default for RunnerSection {
     }
 }
 
-/// What a gate rule does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Action {
-    /// Run the call.
-    Allow,
-    /// Block it.
-    Deny,
-    /// Ask a person (the terminal, or the MCP client's user).
-    Ask,
-}
-
-/// One gate rule: a tool name pattern (`*` matches any run of characters) and an action.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GateRule {
-    /// The pattern.
-    pub tool: String,
-    /// The action.
-    pub action: Action,
-}
-
 /// `[serve]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -192,26 +170,6 @@ impl Default for ServeSection {
             max_calls: default_max_calls(),
         }
     }
-}
-
-/// Whether `name` matches `pattern`, where `*` matches any run of characters.
-pub fn matches(pattern: &str, name: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == name;
-    }
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !name.starts_with(first) || name.len() < first.len() + last.len() || !name.ends_with(last) {
-        return false;
-    }
-    let mut rest = &name[first.len()..name.len() - last.len()];
-    for part in &parts[1..parts.len() - 1] {
-        match rest.find(part) {
-            Some(at) => rest = &rest[at + part.len()..],
-            None => return false,
-        }
-    }
-    true
 }
 
 impl Config {
@@ -480,7 +438,7 @@ mod tests {
             config
                 .gate
                 .iter()
-                .find(|r| matches(&r.tool, tool))
+                .find(|r| rho_core::pattern_matches(&r.tool, tool))
                 .map(|r| r.action)
         };
         assert_eq!(action("exit_process"), Some(Action::Deny));
@@ -506,16 +464,5 @@ mod tests {
         );
         let err = Config::parse("[runner\n").unwrap_err();
         assert!(err.starts_with("line 1: "), "{err}");
-    }
-
-    #[test]
-    fn patterns() {
-        assert!(matches("exit_*", "exit_process"));
-        assert!(matches("*", "anything"));
-        assert!(matches("*_image", "raw_image"));
-        assert!(matches("a*b*c", "aXXbYYc"));
-        assert!(!matches("a*b*c", "aXXcYYb"));
-        assert!(matches("echo", "echo"));
-        assert!(!matches("echo", "echo2"));
     }
 }

@@ -1,55 +1,10 @@
-//! The gates the CLI builds: rules by tool-name pattern (allow, deny, ask), where "ask" goes to a
-//! person through an [`Asker`]: the terminal for `rho call`/`rho run`, the MCP client's user for
-//! `rho serve`.
+//! The CLI's side of gates: the `--gate` flag, and the terminal as the person "ask" rules ask
+//! (`rho call`, `rho run`); the rules themselves are core's ([`rho_core::RuleGate`]).
 
 use std::io::{BufRead, Write};
-use std::sync::Arc;
 
-use rho_core::{Gate, GateCtx, ToolCall, Verdict};
+use rho_core::{Action, Asker, GateRule, ToolCall, Verdict};
 use tokio::sync::Mutex;
-
-use crate::config::{Action, GateRule, matches};
-
-/// Asks a person whether a call may run.
-#[async_trait::async_trait]
-pub trait Asker: Send + Sync {
-    /// The person's answer.
-    async fn ask(&self, call: &ToolCall) -> Verdict;
-}
-
-/// Applies the first matching rule; no match allows.
-pub struct RuleGate {
-    rules: Vec<GateRule>,
-    asker: Arc<dyn Asker>,
-}
-
-impl RuleGate {
-    /// A gate of `rules` asking through `asker`.
-    pub fn new(rules: Vec<GateRule>, asker: Arc<dyn Asker>) -> Self {
-        RuleGate { rules, asker }
-    }
-}
-
-#[async_trait::async_trait]
-impl Gate for RuleGate {
-    async fn check(&self, call: &ToolCall, _ctx: &GateCtx) -> Verdict {
-        match self.rules.iter().find(|r| matches(&r.tool, &call.name)) {
-            None => Verdict::Allow,
-            Some(rule) => match rule.action {
-                Action::Allow => Verdict::Allow,
-                Action::Deny => Verdict::Block(if rule.tool == call.name {
-                    format!("tool `{}` is denied by the host's gate", call.name)
-                } else {
-                    format!(
-                        "tool `{}` is denied by the host's gate (rule `{}`)",
-                        call.name, rule.tool
-                    )
-                }),
-                Action::Ask => self.asker.ask(call).await,
-            },
-        }
-    }
-}
 
 /// Parses `--gate`: `allow`, `ask`, or `deny:TOOL,TOOL...` into rules.
 pub fn parse_flag(spec: &str) -> Result<Vec<GateRule>, String> {

@@ -11,7 +11,8 @@ use rho_core::{
 };
 
 use crate::config::{Config, PluginSource};
-use crate::gates::{Asker, RuleGate, parse_flag};
+use crate::gates::parse_flag;
+use rho_core::{Asker, RuleGate};
 
 /// Exit status of a usage error.
 pub const USAGE: u8 = 2;

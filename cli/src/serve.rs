@@ -23,9 +23,9 @@ use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 
-use crate::config::{Action, Config, GateRule};
-use crate::gates::{Asker, RuleGate};
+use crate::config::Config;
 use crate::host::{self, PluginFlags, RunFlags};
+use rho_core::{Action, Asker, GateRule, RuleGate};
 
 /// `rho serve` flags.
 #[derive(clap::Args)]

@@ -39,6 +39,7 @@ pub mod outcome;
 mod panic;
 pub mod plugin;
 pub mod registry;
+mod rules;
 pub mod runner;
 pub mod session;
 pub mod spec;
@@ -64,6 +65,7 @@ pub use registry::{RegistryError, ResolvedTool, ToolRegistry};
 /// The plugin API this host speaks, for hosts and tools that need its ABI types.
 pub use rho_plugin_api as plugin_api;
 pub use rho_plugin_api::{Answer, Image, Output, ToolError};
+pub use rules::{Action, Asker, GateRule, RuleGate, pattern_matches};
 pub use runner::{RunOptions, RunnerConfig, ToolRunner};
 pub use session::{KeepDetails, KeptDetails, Loop, LoopConfig, Message, RunSummary};
 pub use spec::ToolSpec;
