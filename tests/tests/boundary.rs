@@ -59,13 +59,7 @@ async fn strings_that_are_not_utf8_end_the_call_crashed_naming_the_field() {
             let r = run(&runner, "bad_text", json!({ "field": field })).await;
             assert_eq!(r.outcome, Outcome::Crashed, "{field}: {}", r.text());
             assert!(r.text().contains(says), "{field}: {}", r.text());
-            let r = runner
-                .run(
-                    &call("c", "ids", json!({})),
-                    &allow_all(),
-                    &RunOptions::default(),
-                )
-                .await;
+            let r = run(&runner, "ids", json!({})).await;
             assert_eq!(r.outcome, Outcome::Ok, "after {field}: {}", r.text());
         }
         plugins.close().await;
@@ -133,22 +127,10 @@ async fn a_panic_whose_message_panics_is_an_isolated_crash() {
     let dir = plugin_dir(&["attacks"]);
     let (registry, plugins, _) = registry(dir.path(), true).await;
     let runner = runner(&registry, 10_000);
-    let r = runner
-        .run(
-            &call("c", "panic_display", json!({})),
-            &allow_all(),
-            &RunOptions::default(),
-        )
-        .await;
+    let r = run(&runner, "panic_display", json!({})).await;
     assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
     assert!(r.text().contains("SIGABRT"), "{}", r.text());
-    let r = runner
-        .run(
-            &call("c", "ids", json!({})),
-            &allow_all(),
-            &RunOptions::default(),
-        )
-        .await;
+    let r = run(&runner, "ids", json!({})).await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
     plugins.close().await;
 }

@@ -288,6 +288,19 @@ fn write_file(args: WriteArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     Ok(Answer::text(format!("ok: wrote {} bytes", args.text.len())))
 }
 
+/// Forks with a pipe for the child to report a grandchild's pid: (read end, write end, pid).
+fn fork_with_pipe() -> Result<(i32, i32, i32), ToolError> {
+    let (rd, wr) = pipe()?;
+    match fork() {
+        Ok(pid) => Ok((rd, wr, pid)),
+        Err(e) => {
+            close(rd);
+            close(wr);
+            Err(e)
+        }
+    }
+}
+
 /// Leaves processes running after the call returns.
 fn spawn(args: SpawnArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     let ms = args.sleep_ms;
@@ -305,15 +318,7 @@ fn spawn(args: SpawnArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
             Ok(Answer::text(format!("ok: pid {pid}")))
         }
         "fork" => {
-            let (rd, wr) = pipe()?;
-            let pid = match fork() {
-                Ok(pid) => pid,
-                Err(e) => {
-                    close(rd);
-                    close(wr);
-                    return Err(e);
-                }
-            };
+            let (rd, wr, pid) = fork_with_pipe()?;
             if pid == 0 {
                 close(rd);
                 // SAFETY: the grandchild too runs only async-signal-safe code and `_exit`s.
@@ -334,15 +339,7 @@ fn spawn(args: SpawnArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
             )))
         }
         "double_fork" => {
-            let (rd, wr) = pipe()?;
-            let pid = match fork() {
-                Ok(pid) => pid,
-                Err(e) => {
-                    close(rd);
-                    close(wr);
-                    return Err(e);
-                }
-            };
+            let (rd, wr, pid) = fork_with_pipe()?;
             if pid == 0 {
                 close(rd);
                 // SAFETY: the grandchild too runs only async-signal-safe code and `_exit`s.
