@@ -17,7 +17,10 @@ use rho_tests::{call, install, plugin_lib, rho_bin, runner};
 use serde_json::{Value, json};
 
 /// Where the plugin directories of these tests are made (workers name their plugin's path).
-const TEST_DIRS: &str = "rho-sandbox-tests";
+/// (With this process's pid: two test runs at once count only their own sandboxes.)
+fn test_dirs() -> String {
+    format!("rho-sandbox-tests-{}", std::process::id())
+}
 
 /// These tests count processes: one at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -26,7 +29,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 /// directory, so a plugin directory under `/tmp` would not even be visible), readable by the
 /// plugins' identity.
 fn plugin_dir(names: &[&str]) -> tempfile::TempDir {
-    let base = rho_tests::host_dir(TEST_DIRS);
+    let base = rho_tests::host_dir(&test_dirs());
     let dir = tempfile::tempdir_in(&base).unwrap();
     for name in names {
         install(dir.path(), name);
@@ -132,7 +135,7 @@ fn sandboxed_processes() -> Vec<(i32, String)> {
             pid,
             name: field("Name:"),
             ns: ns.to_string_lossy().into_owned(),
-            ours: String::from_utf8_lossy(&cmdline).contains(TEST_DIRS),
+            ours: String::from_utf8_lossy(&cmdline).contains(&test_dirs()),
         });
     }
     let ours: Vec<String> = seen
@@ -255,7 +258,7 @@ async fn the_hosts_environment_descriptors_and_processes_stay_hidden() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_directories_are_read_only_and_grants_open_exactly_their_paths() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let base = rho_tests::host_dir(TEST_DIRS);
+    let base = rho_tests::host_dir(&test_dirs());
     let granted = tempfile::tempdir_in(&base).unwrap();
     let other = tempfile::tempdir_in(&base).unwrap();
     let readable = tempfile::tempdir_in(&base).unwrap();
@@ -544,7 +547,7 @@ async fn sixty_four_workers_start_while_the_host_holds_300_descriptors() {
 #[test]
 fn an_unsafe_tmpdir_is_avoided() {
     let _one = ONE_AT_A_TIME.blocking_lock();
-    let base = rho_tests::host_dir(TEST_DIRS);
+    let base = rho_tests::host_dir(&test_dirs());
     let unsafe_tmp = tempfile::tempdir_in(&base).unwrap();
     // World-writable and not sticky: anyone could swap what the host puts there.
     std::fs::set_permissions(unsafe_tmp.path(), PermissionsExt::from_mode(0o777)).unwrap();
@@ -579,7 +582,7 @@ fn an_unsafe_tmpdir_is_avoided() {
 async fn the_hosts_tmp_sockets_and_other_families_are_out_of_reach() {
     let _one = ONE_AT_A_TIME.lock().await;
     // A unix socket of a host service, open to everyone, outside /tmp and /run.
-    let base = rho_tests::host_dir(TEST_DIRS);
+    let base = rho_tests::host_dir(&test_dirs());
     let service = tempfile::tempdir_in(&base).unwrap();
     std::fs::set_permissions(service.path(), PermissionsExt::from_mode(0o755)).unwrap();
     let socket = service.path().join("service.sock");
