@@ -120,3 +120,40 @@ async fn shutdown_ends_calls_in_flight_and_stops_the_workers() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[test]
+fn the_example_host_builds_and_runs() {
+    let profile = rho_tests::built();
+    let mut build =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    build
+        .args(["build", "--quiet", "-p", "rho-core", "--example", "host"])
+        .env("CARGO_TARGET_DIR", profile.parent().unwrap())
+        .current_dir(rho_tests::workspace_dir());
+    if profile.file_name().is_some_and(|n| n == "release") {
+        build.arg("--release");
+    }
+    assert!(
+        build.status().unwrap().success(),
+        "building the example host"
+    );
+    let dir = plugin_dir(&["echo", "faults"]);
+    let run = |tool: &str, args: &str| {
+        let out = std::process::Command::new(profile.join("examples").join("host"))
+            .arg(dir.path())
+            .args([tool, args])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(run("echo", r#"{"text":"hi"}"#).trim(), "ok: hi");
+    assert_eq!(
+        run("exit_process", r#"{"code":0}"#).trim(),
+        "blocked: not in this host"
+    );
+}
