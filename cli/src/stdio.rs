@@ -160,6 +160,27 @@ pub fn start(stdout: tokio::fs::File) -> Guard {
         }
     });
 
+    // A client that stops reading is seen even when nothing is written: the pipe (or terminal)
+    // reports an error or a hang-up on our end.
+    let watched = std::os::fd::AsRawFd::as_raw_fd(&stdout);
+    let hung_up = closed_tx.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            let mut poll = libc::pollfd {
+                fd: watched,
+                events: 0,
+                revents: 0,
+            };
+            // SAFETY: polls a descriptor the writer task keeps open for the server's life.
+            let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+            if ready > 0 && poll.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+                let _ = hung_up.send(Closed::Output).await;
+                return;
+            }
+        }
+    });
+
     // The one writer of stdout.
     tokio::spawn(async move {
         let mut stdout = stdout;

@@ -540,3 +540,67 @@ fn a_cancelled_request_frees_its_id_and_a_client_gone_before_initialize_ends_the
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("before the MCP session started"));
 }
+
+#[test]
+fn a_client_that_stops_reading_stops_the_calls_even_when_nothing_is_written() {
+    use std::os::fd::FromRawFd;
+    let plugins = dir(&["faults"]);
+    let journal = tempfile::NamedTempFile::new().unwrap();
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two descriptors (close-on-exec: the server gets only its stdout).
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: each descriptor is owned once, here.
+    let (read_end, write_end) = unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    };
+    let mut child = Command::new(rho_bin())
+        .args(["serve", "--plugins"])
+        .arg(plugins.path())
+        .arg("--journal")
+        .arg(journal.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::from(write_end))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(read_end);
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"raw","version":"1"}}}}}}"#).unwrap();
+    let mut line = String::new();
+    lines.read_line(&mut line).unwrap();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .unwrap();
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"sleep","arguments":{{"ms":30000}}}}}}"#).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(journal.path())
+        .unwrap()
+        .contains("tool_running")
+    {
+        assert!(Instant::now() < deadline, "the call never ran");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The client stops reading; it writes nothing more, and the server has nothing to write.
+    drop(lines);
+    let stopped = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(5),
+            "the server runs on"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let text = std::fs::read_to_string(journal.path()).unwrap();
+    assert!(
+        text.contains("the host is stopping (the client closed its output)"),
+        "{text}"
+    );
+}
