@@ -433,3 +433,46 @@ async fn a_directory_given_by_a_relative_path_is_watched() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[test]
+fn the_copies_of_a_killed_host_are_removed_by_the_next_one() {
+    let dir = plugin_dir(&["echo", "faults"]);
+    let rho = rho_tests::rho_bin();
+    // A host killed mid-call by SIGKILL leaves its private copy directory.
+    let mut killed = std::process::Command::new(&rho)
+        .args(["call", "sleep", r#"{"ms":30000}"#, "--plugins"])
+        .arg(dir.path())
+        .spawn()
+        .unwrap();
+    let mut killed_dir = None;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while killed_dir.is_none() {
+        assert!(Instant::now() < deadline, "no copy directory appeared");
+        killed_dir = std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("rho-plugins-{}.", killed.id())))
+            });
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let killed_dir = killed_dir.unwrap();
+    assert!(killed_dir.exists());
+    // The next host removes it.
+    let out = std::process::Command::new(&rho)
+        .args(["tools", "--plugins"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(
+        !killed_dir.exists(),
+        "{} is still there",
+        killed_dir.display()
+    );
+}

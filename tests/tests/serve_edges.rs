@@ -281,7 +281,7 @@ fn copies_of(pid: u32) -> usize {
         .filter(|e| {
             e.file_name()
                 .to_string_lossy()
-                .starts_with(&format!("rho-plugins-{pid}-"))
+                .starts_with(&format!("rho-plugins-{pid}."))
         })
         .count()
 }

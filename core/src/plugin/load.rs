@@ -130,13 +130,14 @@ impl CopyDir {
             path: std::env::temp_dir(),
             reason: e.to_string(),
         })?;
+        static SWEEP: std::sync::Once = std::sync::Once::new();
+        SWEEP.call_once(|| sweep_stale_copies(&base));
+        let me = std::process::id();
+        let started = process_start(me).unwrap_or(0);
         let mut last_error = String::new();
         for _ in 0..64 {
             let n = INSTANCE.fetch_add(1, Ordering::Relaxed);
-            let dir = base.join(format!(
-                "rho-plugins-{}-{nanos:08x}-{n}",
-                std::process::id()
-            ));
+            let dir = base.join(format!("{COPY_PREFIX}{me}.{started}-{nanos:08x}-{n}"));
             match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
                 Ok(()) => {
                     return Ok(CopyDir {
@@ -209,6 +210,51 @@ impl CopyDir {
     /// The directory's path.
     pub fn path(&self) -> &Path {
         &self.dir
+    }
+}
+
+/// The name every private copy directory starts with: then `PID.START-` (the owner's pid and its
+/// start time, so a directory outlives neither its process nor a reuse of its pid unnoticed).
+const COPY_PREFIX: &str = "rho-plugins-";
+
+/// When process `pid` started (clock ticks since boot, `/proc/PID/stat`), if it runs.
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.get(stat.rfind(')')? + 2..)?;
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Removes private copy directories whose process is gone (a host killed by SIGKILL cannot
+/// remove its own): ours by owner and name, their process not running, or another process now
+/// bearing their pid.
+fn sweep_stale_copies(base: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(COPY_PREFIX)) else {
+            continue;
+        };
+        let owner = rest.split('-').next().unwrap_or_default();
+        let (pid, start) = match owner.split_once('.') {
+            Some((pid, start)) => (pid.parse::<u32>().ok(), start.parse::<u64>().ok()),
+            None => (owner.parse::<u32>().ok(), None),
+        };
+        let Some(pid) = pid else { continue };
+        let alive = match start {
+            Some(start) => process_start(pid) == Some(start),
+            None => process_start(pid).is_some(),
+        };
+        let ours = entry
+            .metadata()
+            .is_ok_and(|m| m.is_dir() && m.uid() == me && !m.file_type().is_symlink());
+        if !alive && ours {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
