@@ -35,7 +35,7 @@ fn bytes_read() -> u64 {
 
 /// Distinct private copies of plugins mapped into this process.
 fn mapped_copies() -> usize {
-    let me = format!("rho-plugins-{}-", std::process::id());
+    let me = format!("rho-plugins-{}.", std::process::id());
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     let mut files: Vec<&str> = maps
         .lines()
