@@ -24,7 +24,6 @@ use std::io::BufRead;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rho_core::details::text_depth;
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
 use tokio::sync::mpsc;
@@ -276,17 +275,9 @@ fn id_key(id: &Value) -> String {
     id.to_string()
 }
 
-/// Parses `text` as JSON whatever its depth up to `limit` (serde_json's own bound is 128);
-/// `None` if it is not JSON.
+/// `text` as JSON nested at most `limit` levels; `None` if it is not JSON (or deeper).
 fn parse(text: &str, limit: usize) -> Option<Value> {
-    if text_depth(text, limit) > limit {
-        return None;
-    }
-    let mut de = serde_json::Deserializer::from_str(text);
-    de.disable_recursion_limit();
-    let value = Value::deserialize(&mut de).ok()?;
-    de.end().ok()?;
-    Some(value)
+    rho_core::details::parse_within(text, limit).ok()
 }
 
 /// The checks of the module doc.

@@ -43,11 +43,17 @@ pub fn text_depth(json: &str, limit: usize) -> usize {
 /// Parses details: `Err` is the rest of a sentence (`that are not JSON: ...`, `nested deeper than
 /// 512 levels`).
 pub fn parse(json: &str) -> Result<Value, String> {
-    if text_depth(json, MAX_DETAILS_DEPTH) > MAX_DETAILS_DEPTH {
-        return Err(format!("nested deeper than {MAX_DETAILS_DEPTH} levels"));
+    parse_within(json, MAX_DETAILS_DEPTH)
+}
+
+/// Parses any JSON text nested at most `limit` levels (serde_json's own bound is 128): the depth
+/// is measured first, without recursion. `Err` is the rest of a sentence, as for [`parse`].
+pub fn parse_within(json: &str, limit: usize) -> Result<Value, String> {
+    if text_depth(json, limit) > limit {
+        return Err(format!("nested deeper than {limit} levels"));
     }
     let mut de = serde_json::Deserializer::from_str(json);
-    // The depth is bounded above; serde_json's own bound (128) is lower than ours.
+    // The depth is bounded above; serde_json's own bound (128) may be lower.
     de.disable_recursion_limit();
     let value = Value::deserialize(&mut de).and_then(|v| de.end().map(|()| v));
     value.map_err(|e| format!("that are not JSON: {e}"))

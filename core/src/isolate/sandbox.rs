@@ -715,20 +715,16 @@ fn landlock(spec: &SandboxSpec, report: &mut SandboxReport) {
                 created = created.add_rule(PathBeneath::new(fd, read))?;
             }
         }
-        for path in &grants.read {
-            match PathFd::new(path) {
-                Ok(fd) => created = created.add_rule(PathBeneath::new(fd, read))?,
-                Err(_) => unusable.push(path.clone()),
-            }
-        }
         for device in DEVICES {
             if let Ok(fd) = PathFd::new(device) {
                 created = created.add_rule(PathBeneath::new(fd, file_rw))?;
             }
         }
-        for path in &grants.write {
+        let granted =
+            (grants.read.iter().map(|p| (p, read))).chain(grants.write.iter().map(|p| (p, all)));
+        for (path, access) in granted {
             match PathFd::new(path) {
-                Ok(fd) => created = created.add_rule(PathBeneath::new(fd, all))?,
+                Ok(fd) => created = created.add_rule(PathBeneath::new(fd, access))?,
                 Err(_) => unusable.push(path.clone()),
             }
         }

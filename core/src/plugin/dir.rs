@@ -405,6 +405,11 @@ impl PluginDir {
         let (trust, max) = (inner.options.trust, inner.options.max_file_size);
         let opened =
             tokio::task::spawn_blocking(move || opening.open_entry(&name, trust, max)).await;
+        // A blocking task that died: the file counts as failed, what serves keeps serving.
+        let task_failed = |what: &str| LoadError::Read {
+            path: path.clone(),
+            reason: format!("the task {what} it failed"),
+        };
         let (mut source, stamp) = match opened {
             Ok(Ok(opened)) => opened,
             Ok(Err(LoadError::Read { .. })) if !path.exists() => {
@@ -416,11 +421,7 @@ impl PluginDir {
                 return None;
             }
             Err(_) => {
-                let error = LoadError::Read {
-                    path: path.clone(),
-                    reason: "the task reading it failed".into(),
-                };
-                self.failed(state, report, &path, None, None, &error);
+                self.failed(state, report, &path, None, None, &task_failed("reading"));
                 return None;
             }
         };
@@ -449,11 +450,7 @@ impl PluginDir {
                 return None;
             }
             Err(_) => {
-                let error = LoadError::Read {
-                    path: path.clone(),
-                    reason: "the task copying it failed".into(),
-                };
-                self.failed(state, report, &path, None, None, &error);
+                self.failed(state, report, &path, None, None, &task_failed("copying"));
                 return None;
             }
         };
