@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rho_core::{Bus, RunOptions, ToolCall};
+use rho_core::{Bus, CallOptions, ToolCall};
 use serde_json::Value;
 
 use crate::host::{self, PluginFlags, RunFlags};
@@ -123,7 +123,7 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
             out: out.as_ref().map_or(1, |f| f.as_raw_fd()),
         });
     }
-    let result = runner.run(&call, &gate, &RunOptions::default()).await;
+    let result = runner.run(&call, &gate, &CallOptions::default()).await;
     *IN_FLIGHT
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = None;

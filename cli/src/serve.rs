@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use base64::Engine;
 use rho_core::{
-    Bus, BusItem, EventKind, Filter, Outcome, RunOptions, ToolCall, ToolResult, ToolRunner, Verdict,
+    Bus, BusItem, EventKind, Filter, Outcome, CallOptions, ToolCall, ToolResult, ToolRunner, Verdict,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock as Content,
@@ -257,7 +257,7 @@ impl RhoServer {
             }),
         ));
         let runner = self.runner.clone();
-        let options = RunOptions {
+        let options = CallOptions {
             session_id: None,
             cancel: Some(context.ct.clone()),
         };

@@ -36,18 +36,22 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::agent::session::{Loop, LoopConfig};
 use crate::bus::{Bus, Filter, Subscription};
+use crate::call::rules::{Asker, GateRule, RuleGate};
+use crate::config::HostConfig;
 use crate::error::LoadError;
-use crate::gate::{Gate, GateCtx, ToolCall, Verdict, allow_all};
-use crate::health::{QuarantinePolicy, ToolStats};
-use crate::invoke::Tool;
-use crate::journal::{Journal, JournalError};
-use crate::outcome::ToolResult;
+use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict, allow_all};
+use crate::registry::health::{QuarantinePolicy, ToolStats};
+use crate::call::invoke::Tool;
+use crate::bus::journal::{Journal, JournalError};
+use crate::call::outcome::ToolResult;
 use crate::plugin::dir::{DirOptions, PluginDir, ScanReport};
+use crate::plugin::load::PluginInfo;
 use crate::registry::{RegistryError, ToolRegistry};
-use crate::runner::{RunOptions, RunnerConfig, ToolRunner};
-use crate::spec::ToolSpec;
-use crate::watch::{DEFAULT_DEBOUNCE, DirWatcher};
+use crate::call::runner::{CallOptions, RunnerConfig, ToolRunner};
+use crate::registry::spec::ToolSpec;
+use crate::plugin::watch::{DEFAULT_DEBOUNCE, DirWatcher};
 
 /// A gate from a closure: `gate_fn(|call| Verdict::Allow)`. For a gate that waits (a person's
 /// approval), see [`async_gate_fn`].
@@ -90,32 +94,47 @@ where
 }
 
 /// Builds a [`Host`]: plugin directories, hot reload, the gate, the runner's settings, the
-/// quarantine policy and host-native tools. Every setting has a default; `build` loads.
+/// quarantine policy, a journal and host-native tools. Every setting has a default; `build` loads.
+#[must_use = "a builder does nothing until `build`"]
 pub struct HostBuilder {
     dirs: Vec<(PathBuf, DirOptions)>,
     watch: bool,
-    gate: Arc<dyn Gate>,
+    gate: Option<Arc<dyn Gate>>,
+    rules: Vec<GateRule>,
+    asker: Option<Arc<dyn Asker>>,
     runner: RunnerConfig,
+    agent: LoopConfig,
     quarantine: Option<QuarantinePolicy>,
+    journal: Option<PathBuf>,
     tools: Vec<Arc<dyn Tool>>,
 }
 
 impl HostBuilder {
-    /// Adds a plugin directory (in process or isolated, per `options`).
+    /// Adds a plugin directory (in process or isolated, per `options`). Directories rank in the
+    /// order they are added: the first to offer a tool name serves it.
     pub fn plugin_dir(mut self, dir: impl AsRef<Path>, options: DirOptions) -> Self {
         self.dirs.push((dir.as_ref().to_owned(), options));
         self
     }
 
-    /// Watches the directories and reloads what changes (default: off).
+    /// Watches the directories and reloads what changes (default: off). A file that lands at
+    /// any time after `build` starts is loaded.
     pub fn watch(mut self, on: bool) -> Self {
         self.watch = on;
         self
     }
 
-    /// The gate every call passes (default: [`allow_all`]).
+    /// The gate every call passes (default: the configuration's rules, else [`allow_all`]).
+    /// A call may bring its own ([`CallOptions::gate`]).
     pub fn gate(mut self, gate: Arc<dyn Gate>) -> Self {
-        self.gate = gate;
+        self.gate = Some(gate);
+        self
+    }
+
+    /// Who "ask" rules of the configuration ask (default: nobody, so they deny). Any async
+    /// closure `Fn(ToolCall) -> impl Future<Output = Verdict>` is an [`Asker`].
+    pub fn asker(mut self, asker: Arc<dyn Asker>) -> Self {
+        self.asker = Some(asker);
         self
     }
 
@@ -131,17 +150,49 @@ impl HostBuilder {
         self
     }
 
+    /// Writes every event to the JSON-lines journal at `path` from the start (plugin loads
+    /// included); appends to an existing file.
+    pub fn journal(mut self, path: impl AsRef<Path>) -> Self {
+        self.journal = Some(path.as_ref().to_owned());
+        self
+    }
+
     /// A host-native tool (it ranks before plugin tools of the same name).
     pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
         self.tools.push(tool);
         self
     }
 
+    /// Everything a [`HostConfig`] states: its plugin directories (after those added so far),
+    /// the runner and loop settings, quarantine, gate rules (asking through
+    /// [`asker`](Self::asker)) and the journal of its `serve` section. Call
+    /// [`HostConfig::check`] first: `config` is taken as it is.
+    pub fn config(mut self, config: &HostConfig) -> Self {
+        for source in &config.plugins {
+            self.dirs
+                .push((source.dir.clone(), source.dir_options(&config.workers)));
+        }
+        self.runner = config.runner_config();
+        self.agent = config.loop_config();
+        self.quarantine = Some(config.quarantine);
+        self.rules = config.gate.clone();
+        if let Some(journal) = &config.serve.journal {
+            self.journal = Some(journal.clone());
+        }
+        self
+    }
+
     /// Loads every directory and starts the watchers. Returns the host and one report per
-    /// directory (a plugin that failed is a line there; the others serve). `Err` only when a
-    /// directory's private copy directory cannot be made, or a native tool's name is taken.
+    /// directory, in order (a plugin that failed is a line there, the others serve; a directory
+    /// that cannot be used at all has its `dir_error`). `Err` only when the journal cannot be
+    /// opened, a directory's private copy directory cannot be made, or a native tool's name is
+    /// taken.
     pub async fn build(self) -> Result<(Host, Vec<ScanReport>), HostError> {
         let bus = Bus::default();
+        let journal = match &self.journal {
+            Some(path) => Some(Journal::attach(&bus, path)?),
+            None => None,
+        };
         let registry = ToolRegistry::new(bus.clone());
         if let Some(policy) = self.quarantine {
             registry.set_quarantine_policy(policy);
@@ -161,29 +212,64 @@ impl HostBuilder {
             for dir in &dirs {
                 match dir.watch(DEFAULT_DEBOUNCE) {
                     Ok(watcher) => watchers.push(watcher),
-                    Err(e) => tracing::warn!(error = %e, "a plugin directory is not watched"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a plugin directory is not watched");
+                        bus.publish(
+                            None,
+                            crate::bus::events::EventKind::Warning {
+                                subject: dir.path().display().to_string(),
+                                message: format!("not watched, changes are not loaded: {e}"),
+                            },
+                        );
+                    }
                 }
             }
         }
+        let gate = match (self.gate, self.rules.is_empty()) {
+            (Some(gate), _) => gate,
+            (None, true) => allow_all(),
+            (None, false) => Arc::new(RuleGate::new(
+                self.rules,
+                self.asker.unwrap_or_else(|| Arc::new(Nobody)),
+            )),
+        };
         let runner = ToolRunner::new(registry.clone(), self.runner);
+        let inner = Inner {
+            bus,
+            registry,
+            runner,
+            gate,
+            agent: self.agent,
+            dirs,
+            watchers: Mutex::new(watchers),
+            journal: Mutex::new(journal),
+            calls: AtomicU64::new(0),
+        };
         Ok((
             Host {
-                bus,
-                registry,
-                runner,
-                gate: self.gate,
-                dirs,
-                _watchers: watchers,
-                journal: Mutex::new(None),
-                calls: AtomicU64::new(0),
+                inner: Arc::new(inner),
             },
             reports,
         ))
     }
 }
 
+/// The asker when a host has none: "ask" rules deny.
+struct Nobody;
+
+#[async_trait::async_trait]
+impl Asker for Nobody {
+    async fn ask(&self, call: &ToolCall) -> Verdict {
+        Verdict::Block(format!(
+            "tool `{}` needs approval and this host has no one to ask",
+            call.name
+        ))
+    }
+}
+
 /// Why a host could not be built. One line.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HostError {
     /// A plugin directory could not be set up.
     #[error(transparent)]
@@ -191,19 +277,40 @@ pub enum HostError {
     /// A native tool could not be added.
     #[error(transparent)]
     Tool(#[from] RegistryError),
+    /// The journal could not be opened.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
 }
 
 /// A rho host: plugin directories loaded (and watched), a runner, a gate and a bus. Built by
 /// [`Host::builder`].
+///
+/// Cheap to clone: clones share one host. It stops when the last clone is dropped (watchers end,
+/// isolated workers are stopped, the journal closes; calls in flight still end with their end
+/// event) or, in order and awaited, at [`Host::shutdown`].
+#[derive(Clone)]
 pub struct Host {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     bus: Bus,
     registry: ToolRegistry,
     runner: ToolRunner,
     gate: Arc<dyn Gate>,
+    agent: LoopConfig,
     dirs: Vec<PluginDir>,
-    _watchers: Vec<DirWatcher>,
+    watchers: Mutex<Vec<DirWatcher>>,
     journal: Mutex<Option<Journal>>,
     calls: AtomicU64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Calls in flight end at once (each still with its end event); the directories'
+        // workers stop with their pools.
+        self.runner.stop("the host was dropped");
+    }
 }
 
 impl Host {
@@ -213,70 +320,109 @@ impl Host {
         HostBuilder {
             dirs: Vec::new(),
             watch: false,
-            gate: allow_all(),
+            gate: None,
+            rules: Vec::new(),
+            asker: None,
             runner: RunnerConfig::default(),
+            agent: LoopConfig::default(),
             quarantine: None,
+            journal: None,
             tools: Vec::new(),
         }
     }
 
-    /// Calls `tool` with `args` (id `call-N`) through the gate and the runner: ends exactly once,
-    /// with one `tool_execution_end` event.
+    /// Calls `tool` with `args` (id `call-N`) through the host's gate and the runner. Ends
+    /// exactly once, with one `tool_execution_end` event.
     pub async fn call(&self, tool: &str, args: Value) -> ToolResult {
-        let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        let n = self.inner.calls.fetch_add(1, Ordering::Relaxed) + 1;
         let call = ToolCall::new(format!("call-{n}"), tool, args);
-        self.call_with(&call, &RunOptions::default()).await
+        self.call_with(&call, &CallOptions::default()).await
     }
 
-    /// Runs `call` with `options` (its session, its cancellation).
-    pub async fn call_with(&self, call: &ToolCall, options: &RunOptions) -> ToolResult {
-        self.runner.run(call, &self.gate, options).await
+    /// Runs `call` (its own id) with `options`: its session, its cancellation, its own gate, a
+    /// hook for its partial updates.
+    ///
+    /// Ends exactly once, with one `tool_execution_end` event, and is cancellation-safe: the call
+    /// runs in a task of its own, so dropping this future midway cancels the call (as
+    /// `options.cancel` would: it ends `error`, its tool is cancelled, an isolated worker stopped)
+    /// and its end event still follows.
+    pub async fn call_with(&self, call: &ToolCall, options: &CallOptions) -> ToolResult {
+        let gate = options.gate.as_ref().unwrap_or(&self.inner.gate);
+        self.inner.runner.run(call, gate, options).await
     }
 
-    /// The tools served now.
+    /// The tools served now, by name.
     pub fn tools(&self) -> Vec<ToolSpec> {
-        self.registry.tools()
+        self.inner.registry.tools()
+    }
+
+    /// The plugins loaded now, directory by directory.
+    pub async fn plugins(&self) -> Vec<PluginInfo> {
+        let mut plugins = Vec::new();
+        for dir in &self.inner.dirs {
+            plugins.extend(dir.plugins().await);
+        }
+        plugins
     }
 
     /// Per-tool statistics (outcomes, latency, quarantine).
     pub fn stats(&self) -> Vec<ToolStats> {
-        self.registry.stats()
+        self.inner.registry.stats()
     }
 
-    /// Every event from now on. Ends when the host is dropped.
+    /// Lifts the quarantine of `tool`; returns whether it was quarantined.
+    pub fn lift_quarantine(&self, tool: &str) -> bool {
+        self.inner.registry.lift_quarantine(tool)
+    }
+
+    /// Every event from now on. The subscription ends (`recv` gives `None`) when the host is
+    /// gone: its last clone dropped and every call it ran ended.
     pub fn subscribe(&self) -> Subscription {
-        self.bus.subscribe()
+        self.inner.bus.subscribe()
     }
 
-    /// The events `filter` lets through, from now on.
+    /// The events `filter` lets through, from now on; ends as [`Host::subscribe`] does.
     pub fn subscribe_filtered(&self, filter: Filter) -> Subscription {
-        self.bus.subscribe_filtered(filter)
+        self.inner.bus.subscribe_filtered(filter)
     }
 
-    /// Writes every event from now on to the JSON-lines journal at `path` (kept by the host).
+    /// Writes every event from now on to the JSON-lines journal at `path` (kept by the host;
+    /// replaces an earlier one). To journal the plugin loads too, see [`HostBuilder::journal`].
     pub fn journal(&self, path: &Path) -> Result<(), JournalError> {
-        let journal = Journal::attach(&self.bus, path)?;
-        *self.journal.lock().unwrap_or_else(PoisonError::into_inner) = Some(journal);
+        let journal = Journal::attach(&self.inner.bus, path)?;
+        *self
+            .inner
+            .journal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(journal);
         Ok(())
     }
 
-    /// Rescans every directory now (what watching does on a change).
+    /// Rescans every directory now (what watching does on a change); one report per directory.
     pub async fn reload(&self) -> Vec<ScanReport> {
         let mut reports = Vec::new();
-        for dir in &self.dirs {
+        for dir in &self.inner.dirs {
             reports.push(dir.scan().await);
         }
         reports
     }
 
-    /// Stops the host: calls in flight end at once ("the host is stopping"), each with its end
-    /// event (2 s at most), the journal is synced, workers stop and private copies are removed.
-    pub async fn shutdown(&self) {
-        self.runner.stop("the host shut down");
-        if !self.runner.stopped(Duration::from_secs(2)).await {
-            tracing::warn!(in_flight = self.runner.in_flight(), "calls still running");
+    /// An agent loop for session `session_id` over this host's tools and gate, with the loop
+    /// settings of the builder's configuration.
+    pub fn agent_loop(&self, session_id: impl Into<String>) -> Loop {
+        Loop::new(session_id, self.clone(), self.inner.agent.clone())
+    }
+
+    /// Stops the host, saying why: calls in flight end at once (`error`, "the host is stopping
+    /// (`reason`)"), each with its end event (2 s at most), the journal is synced, watchers
+    /// stop, workers stop and private copies are removed. Later calls end `error` at once.
+    pub async fn shutdown_because(&self, reason: &str) {
+        let inner = &self.inner;
+        inner.runner.stop(reason);
+        if !inner.runner.stopped(Duration::from_secs(2)).await {
+            tracing::warn!(in_flight = inner.runner.in_flight(), "calls still running");
         }
-        let journal = self
+        let journal = inner
             .journal
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -286,23 +432,29 @@ impl Host {
         {
             tracing::warn!(error = %e, "syncing the journal");
         }
-        for dir in &self.dirs {
+        inner
+            .watchers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        for dir in &inner.dirs {
             dir.shut_down().await;
         }
     }
 
-    /// The bus (for subscribers that need more than [`Host::subscribe`]).
+    /// [`Host::shutdown_because`] "the host shut down".
+    pub async fn shutdown(&self) {
+        self.shutdown_because("the host shut down").await;
+    }
+
+    /// The bus, for subscribers that take it (a [`Journal`] of their own) and for publishing
+    /// a host's own events.
     pub fn bus(&self) -> &Bus {
-        &self.bus
+        &self.inner.bus
     }
 
-    /// The registry.
-    pub fn registry(&self) -> &ToolRegistry {
-        &self.registry
-    }
-
-    /// The runner.
-    pub fn runner(&self) -> &ToolRunner {
-        &self.runner
+    /// Calls running now (their end event not yet out).
+    pub fn in_flight(&self) -> usize {
+        self.inner.runner.in_flight()
     }
 }

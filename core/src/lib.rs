@@ -24,49 +24,58 @@
 //! whatever the plugin, the gate or the operating system does.
 #![warn(missing_docs)]
 
-pub mod bus;
-pub mod details;
-pub mod error;
-pub mod events;
-pub mod gate;
-mod health;
+mod agent;
+mod bus;
+mod call;
+mod config;
+mod error;
 mod host;
-pub mod invoke;
-pub mod isolate;
-pub mod journal;
-pub mod model;
-pub mod outcome;
-mod panic;
-pub mod plugin;
-pub mod registry;
-mod rules;
-pub mod runner;
-pub mod session;
-pub mod spec;
-mod validate;
-pub mod watch;
+mod isolate;
+mod plugin;
+mod registry;
 
+pub use agent::model::{AssistantTurn, KeptDetails, Message, Model, ModelError, ScriptedModel};
+pub use agent::session::{KeepDetails, Loop, LoopConfig, RunSummary};
+pub use bus::events::{CallRef, Event, EventKind, ImageView, OutputView};
+pub use bus::journal::{Journal, JournalError, read_range};
 pub use bus::{Bus, BusItem, Filter, Subscription};
+pub use call::details::text_depth;
+pub use call::gate::{DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};
+pub use call::invoke::{Tool, ToolCtx};
+pub use call::outcome::{Outcome, ToolResult};
+pub use call::rules::{Action, Asker, GateRule, RuleGate, pattern_matches};
+pub use call::runner::{CallOptions, CancellationToken, MAX_UPDATE_BYTES, RunnerConfig, UpdateHook};
+pub use config::{
+    ConfigError, HostConfig, MAX_PARALLEL, MAX_TIMEOUT_MS, PluginSource, RunnerSettings, ServeConfig,
+};
 pub use error::LoadError;
-pub use events::{Event, EventKind, OutputView};
-pub use gate::{AllowAll, DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};
-pub use health::{QuarantinePolicy, ToolStats, percentile};
 pub use host::{Host, HostBuilder, HostError, async_gate_fn, gate_fn};
-pub use invoke::{Tool, ToolCtx};
 pub use isolate::sandbox::{Grants, Identity, SandboxReport};
 pub use isolate::{WorkerLimits, WorkerOptions};
-pub use journal::Journal;
-pub use model::{AssistantTurn, Model, ModelError, ScriptedModel};
-pub use outcome::{CrashReason, Outcome, Reply, ToolResult, crash_text, timeout_text, to_result};
-pub use plugin::dir::{DirOptions, Isolation, PluginDir, ScanReport};
-pub use plugin::load::PluginInfo;
+pub use plugin::dir::{DirOptions, Isolation, ScanReport};
+pub use plugin::load::{PluginInfo, sha256_hex};
 pub use plugin::trust::Trust;
-pub use registry::{RegistryError, ResolvedTool, ToolRegistry};
+pub use registry::RegistryError;
+pub use registry::health::{HealthView, QuarantinePolicy, ToolStats};
+pub use registry::spec::ToolSpec;
 /// The plugin API this host speaks, for hosts and tools that need its ABI types.
 pub use rho_plugin_api as plugin_api;
 pub use rho_plugin_api::{Answer, Image, Output, ToolError};
-pub use rules::{Action, Asker, GateRule, RuleGate, pattern_matches};
-pub use runner::{RunOptions, RunnerConfig, ToolRunner};
-pub use session::{KeepDetails, KeptDetails, Loop, LoopConfig, Message, RunSummary};
-pub use spec::ToolSpec;
-pub use watch::{DEFAULT_DEBOUNCE, DirWatcher, WatchError};
+
+/// The loader's low-level surface, for tools that load one plugin file outside a host
+/// (`cargo xtask check-plugin`, the benchmarks' baselines). Hosts use [`Host`]: it adds the
+/// directory's trust checks, hot reload, isolation and supervision that these leave out.
+pub mod loader {
+    pub use crate::plugin::call::call_module;
+    pub use crate::plugin::load::{CopyDir, Loaded, PluginFile, load_in_process};
+}
+
+/// The isolated worker's side, for the `rho-worker` binary.
+pub mod worker {
+    /// The body of the `rho-worker` executable: reads its `Start` frame on fd 3, confines itself
+    /// (the sandbox), loads the plugin handed over on fd 5 and serves calls until the host goes.
+    /// Not for hosts: they find `rho-worker` through [`WorkerOptions::executable`](crate::WorkerOptions).
+    pub fn main() -> std::process::ExitCode {
+        crate::isolate::worker::main()
+    }
+}

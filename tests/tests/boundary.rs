@@ -8,14 +8,14 @@ use std::path::Path;
 use std::process::Command;
 
 use rho_core::{
-    Bus, DirOptions, Isolation, Outcome, RunOptions, ToolRegistry, WorkerOptions, allow_all,
+    Bus, DirOptions, Isolation, Outcome, CallOptions, ToolRegistry, WorkerOptions, allow_all,
 };
 use rho_tests::{attacks_bad_names, call, install, plugin_dir, rho_bin, runner};
 use serde_json::{Value, json};
 
 async fn run(runner: &rho_core::ToolRunner, tool: &str, args: Value) -> rho_core::ToolResult {
     runner
-        .run(&call("c", tool, args), &allow_all(), &RunOptions::default())
+        .run(&call("c", tool, args), &allow_all(), &CallOptions::default())
         .await
 }
 

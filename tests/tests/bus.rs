@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rho_core::{
-    Bus, BusItem, Event, EventKind, Filter, Gate, GateCtx, Journal, Outcome, RunOptions, ToolCall,
+    Bus, BusItem, Event, EventKind, Filter, Gate, GateCtx, Journal, Outcome, CallOptions, ToolCall,
     Verdict, allow_all,
 };
 use rho_tests::{call, load_dir, plugin_dir, runner};
@@ -106,7 +106,7 @@ async fn events_in_order_for_a_call_of_each_outcome() {
             vec!["tool_execution_start", "tool_execution_end"],
         ),
     ];
-    let opts = RunOptions {
+    let opts = CallOptions {
         session_id: Some("s9".into()),
         cancel: None,
     };
@@ -275,7 +275,7 @@ async fn a_panicking_or_dropped_subscriber_harms_no_one() {
                 .run(
                     &call(&i.to_string(), "echo", json!({"text": "x"})),
                     &allow_all(),
-                    &RunOptions::default(),
+                    &CallOptions::default(),
                 )
                 .await,
         );

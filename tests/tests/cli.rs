@@ -313,7 +313,7 @@ async fn watch_attaches_to_a_journal_and_shows_health() {
             .run(
                 &rho_tests::call(&i.to_string(), tool, args),
                 &gate,
-                &rho_core::RunOptions::default(),
+                &rho_core::CallOptions::default(),
             )
             .await;
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rho_core::{
-    Bus, BusItem, DirOptions, EventKind, Gate, GateCtx, Isolation, Outcome, RunOptions, ToolCall,
+    Bus, BusItem, DirOptions, EventKind, Gate, GateCtx, Isolation, Outcome, CallOptions, ToolCall,
     ToolRegistry, ToolRunner, Verdict, WorkerOptions, allow_all,
 };
 use rho_tests::{call, plugin_dir, runner};
@@ -56,7 +56,7 @@ async fn host(
 
 async fn run(runner: &ToolRunner, id: &str, tool: &str, args: Value) -> rho_core::ToolResult {
     runner
-        .run(&call(id, tool, args), &allow_all(), &RunOptions::default())
+        .run(&call(id, tool, args), &allow_all(), &CallOptions::default())
         .await
 }
 
@@ -235,7 +235,7 @@ async fn gate_and_timeout_clock_behave_as_in_process() {
         .run(
             &call("1", "sleep", json!({"ms": 200})),
             &gate,
-            &RunOptions::default(),
+            &CallOptions::default(),
         )
         .await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
@@ -319,7 +319,7 @@ async fn a_thousand_mixed_faults_eight_at_a_time() {
                 (call(&format!("{batch}-{i}"), tool, args.clone()), *outcome)
             })
             .collect();
-        let (gate, opts) = (allow_all(), RunOptions::default());
+        let (gate, opts) = (allow_all(), CallOptions::default());
         let runs = calls.iter().map(|(c, _)| runner.run(c, &gate, &opts));
         let results = futures_util::future::join_all(runs).await;
         for ((c, outcome), r) in calls.iter().zip(results) {
@@ -403,7 +403,7 @@ async fn a_reload_moves_new_calls_to_new_workers_and_the_old_ones_exit() {
             .run(
                 &call("slow", "sleep", json!({"ms": 500})),
                 &allow_all(),
-                &RunOptions::default(),
+                &CallOptions::default(),
             )
             .await
     });

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly
 
-use rho_core::{Outcome, RunOptions, allow_all};
+use rho_core::{Outcome, CallOptions, allow_all};
 use rho_tests::{call, install, load_dir, plugin_dir, plugin_lib, runner};
 use serde_json::json;
 
@@ -50,7 +50,7 @@ async fn calls_each_example_tool() {
     let (_bus, registry, _, _d) = load_dir(dir.path()).await;
     let runner = runner(&registry, 5_000);
     let gate = allow_all();
-    let opts = RunOptions::default();
+    let opts = CallOptions::default();
 
     let echo = runner
         .run(&call("1", "echo", json!({"text": "héllo"})), &gate, &opts)
@@ -129,7 +129,7 @@ async fn two_plugins_sharing_the_interface_stay_distinct() {
         .run(
             &call("1", "echo", json!({"text": "a"})),
             &allow_all(),
-            &RunOptions::default(),
+            &CallOptions::default(),
         )
         .await;
     assert_eq!(r.text(), "a");
@@ -140,7 +140,7 @@ async fn two_plugins_sharing_the_interface_stay_distinct() {
         .run(
             &call("1", "echo", json!({"text": "b"})),
             &allow_all(),
-            &RunOptions::default(),
+            &CallOptions::default(),
         )
         .await;
     assert_eq!(r2.text(), "b");
@@ -219,7 +219,7 @@ async fn each_bad_file_gives_one_line_and_the_good_plugins_serve() {
         .run(
             &call("1", "echo", json!({"text": "still here"})),
             &allow_all(),
-            &RunOptions::default(),
+            &CallOptions::default(),
         )
         .await;
     assert_eq!((r.outcome, r.text()), (Outcome::Ok, "still here"));
@@ -230,7 +230,7 @@ async fn a_panicking_plugin_tool_crashes_the_call_not_the_host() {
     let dir = plugin_dir(&["faults"]);
     let (_bus, registry, _, _d) = load_dir(dir.path()).await;
     let runner = runner(&registry, 5_000);
-    let opts = RunOptions::default();
+    let opts = CallOptions::default();
     let r = runner
         .run(
             &call("1", "panic", json!({"message": "boom"})),
@@ -324,7 +324,7 @@ async fn a_name_offered_twice_follows_the_rule_and_is_reported() {
         .run(
             &call("1", "echo", json!({})),
             &allow_all(),
-            &RunOptions::default(),
+            &CallOptions::default(),
         )
         .await;
     assert_eq!(r.text(), "from the host");

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rho_core::{
-    Bus, DirOptions, EventKind, Outcome, RunOptions, ToolRegistry, ToolRunner, Trust, allow_all,
+    Bus, DirOptions, EventKind, Outcome, CallOptions, ToolRegistry, ToolRunner, Trust, allow_all,
 };
 use rho_tests::{call, faults_variants, install_bytes, plugin_lib, runner, wait_for};
 use serde_json::json;
@@ -40,7 +40,7 @@ async fn tag(runner: &ToolRunner) -> (Outcome, String) {
         .run(
             &call("t", "build_tag", json!({})),
             &allow_all(),
-            &RunOptions::default(),
+            &CallOptions::default(),
         )
         .await;
     (r.outcome, r.text().to_owned())
@@ -149,7 +149,7 @@ async fn running_calls_finish_on_the_old_version() {
             .run(
                 &call("slow", "sleep", json!({"ms": 600})),
                 &allow_all(),
-                &RunOptions::default(),
+                &CallOptions::default(),
             )
             .await
     });
@@ -197,7 +197,7 @@ async fn a_hundred_reloads_while_calls_run_and_every_call_is_ok() {
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
                 let c = call(&format!("w{w}-{n}"), "build_tag", json!({}));
-                let r = runner.run(&c, &allow_all(), &RunOptions::default()).await;
+                let r = runner.run(&c, &allow_all(), &CallOptions::default()).await;
                 calls.fetch_add(1, Ordering::Relaxed);
                 if r.outcome != Outcome::Ok {
                     bad.push(format!("{}: {} {}", c.id, r.outcome, r.text()));
@@ -252,7 +252,7 @@ async fn quarantine_after_three_crashes_is_lifted_by_a_reload() {
     let panic = |i: u32| call(&format!("p{i}"), "panic", json!({"message": "again"}));
     for i in 0..3 {
         let r = runner
-            .run(&panic(i), &allow_all(), &RunOptions::default())
+            .run(&panic(i), &allow_all(), &CallOptions::default())
             .await;
         assert_eq!(r.outcome, Outcome::Crashed);
     }
@@ -270,7 +270,7 @@ async fn quarantine_after_three_crashes_is_lifted_by_a_reload() {
         "{reason}"
     );
     let r = runner
-        .run(&panic(4), &allow_all(), &RunOptions::default())
+        .run(&panic(4), &allow_all(), &CallOptions::default())
         .await;
     assert_eq!(r.outcome, Outcome::Quarantined);
     assert_eq!(r.text(), reason);
@@ -300,7 +300,7 @@ async fn quarantine_after_three_crashes_is_lifted_by_a_reload() {
         ("panic", "a new version of its plugin was loaded")
     );
     let r = runner
-        .run(&panic(5), &allow_all(), &RunOptions::default())
+        .run(&panic(5), &allow_all(), &CallOptions::default())
         .await;
     assert_eq!(
         r.outcome,

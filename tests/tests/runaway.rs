@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use rho_core::{Outcome, RunOptions, allow_all};
+use rho_core::{Outcome, CallOptions, allow_all};
 use rho_tests::{call, load_dir, plugin_dir, runner};
 use serde_json::json;
 
@@ -20,7 +20,7 @@ async fn a_spin_times_out_and_the_next_call_on_the_plugin_answers() {
         .run(
             &call("1", "spin", json!({})),
             &allow_all(),
-            &RunOptions::default(),
+            &CallOptions::default(),
         )
         .await;
     let took = started.elapsed();
@@ -34,7 +34,7 @@ async fn a_spin_times_out_and_the_next_call_on_the_plugin_answers() {
         .run(
             &call("2", "sleep", json!({"ms": 5})),
             &allow_all(),
-            &RunOptions::default(),
+            &CallOptions::default(),
         )
         .await;
     assert_eq!((next.outcome, next.text()), (Outcome::Ok, "slept 5 ms"));
@@ -52,7 +52,7 @@ async fn a_spin_times_out_and_the_next_call_on_the_plugin_answers() {
         .run(
             &call("3", "spin_cancellable", json!({})),
             &allow_all(),
-            &RunOptions::default(),
+            &CallOptions::default(),
         )
         .await;
     assert_eq!(r.outcome, Outcome::TimedOut);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use rho_core::{
     Answer, EventKind, Gate, GateCtx, KeepDetails, KeptDetails, Loop, LoopConfig, Message, Outcome,
-    RunOptions, Tool, ToolCall, ToolCtx, ToolError, ToolSpec, Verdict, allow_all,
+    CallOptions, Tool, ToolCall, ToolCtx, ToolError, ToolSpec, Verdict, allow_all,
 };
 use rho_tests::{call, load_dir, plugin_dir, runner};
 use serde_json::{Value, json};
@@ -89,7 +89,7 @@ async fn every_outcome_through_the_public_api() {
         window: Duration::from_secs(60),
     });
     let runner = runner(&registry, 400);
-    let opts = RunOptions::default();
+    let opts = CallOptions::default();
     let deny: Arc<dyn Gate> = Arc::new(rho_core::DenyList::new(["echo"]));
     let all = allow_all();
     let cases: Vec<(ToolCall, &Arc<dyn Gate>, Outcome, &str)> = vec![
@@ -266,7 +266,7 @@ async fn gate_time_never_counts_against_the_timeout() {
         .run(
             &call("1", "sleep", json!({"ms": 200})),
             &gate,
-            &RunOptions::default(),
+            &CallOptions::default(),
         )
         .await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
@@ -277,7 +277,7 @@ async fn gate_time_never_counts_against_the_timeout() {
 async fn host_tool_and_gate_panics_are_crashes_with_texts() {
     let (_bus, registry, _dir, _p) = faults_host().await;
     let runner = runner(&registry, 5_000);
-    let opts = RunOptions::default();
+    let opts = CallOptions::default();
     let r = runner
         .run(
             &call("1", "native", json!({"mode": "panic_any"})),
@@ -426,7 +426,7 @@ async fn every_call_ends_exactly_once() {
         .run(
             &call("z", "echo", json!({"text": "x"})),
             &gate,
-            &RunOptions::default(),
+            &CallOptions::default(),
         )
         .await;
     assert_eq!(r.outcome, Outcome::Crashed);
@@ -445,7 +445,7 @@ async fn every_call_ends_exactly_once() {
 async fn a_cancelled_call_ends_at_once() {
     let (_bus, registry, _dir, _p) = faults_host().await;
     let token = tokio_util_cancel();
-    let opts = RunOptions {
+    let opts = CallOptions {
         session_id: None,
         cancel: Some(token.clone()),
     };
@@ -537,7 +537,7 @@ async fn a_tool_cannot_declare_itself_out_of_the_hosts_timeout() {
         .run(
             &call("1", "slow", json!({"ms": 5000})),
             &allow_all(),
-            &RunOptions::default(),
+            &CallOptions::default(),
         )
         .await;
     assert_eq!(r.outcome, Outcome::TimedOut, "{}", r.text());
@@ -558,7 +558,7 @@ async fn dropping_a_call_midway_still_ends_it_once_and_stops_its_tool() {
         runner.run(
             &call("dropped", "sleep", json!({"ms": 5000})),
             &allow_all(),
-            &RunOptions::default(),
+            &CallOptions::default(),
         ),
     )
     .await;
@@ -593,7 +593,7 @@ async fn a_huge_partial_update_is_cut_before_it_is_published() {
         .run(
             &call("1", "native", json!({"mode": "big_update", "n": 8 << 20})),
             &allow_all(),
-            &RunOptions::default(),
+            &CallOptions::default(),
         )
         .await;
     assert_eq!(r.outcome, Outcome::Ok);

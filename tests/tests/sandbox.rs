@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rho_core::{
-    Bus, DirOptions, Grants, Isolation, Outcome, RunOptions, ToolRegistry, ToolRunner,
+    Bus, DirOptions, Grants, Isolation, Outcome, CallOptions, ToolRegistry, ToolRunner,
     WorkerOptions, allow_all,
 };
 use rho_tests::{call, install, plugin_lib, rho_bin, runner};
@@ -78,7 +78,7 @@ impl Host {
 
     async fn run(&self, tool: &str, args: Value) -> rho_core::ToolResult {
         self.runner
-            .run(&call("c", tool, args), &allow_all(), &RunOptions::default())
+            .run(&call("c", tool, args), &allow_all(), &CallOptions::default())
             .await
     }
 }
@@ -523,7 +523,7 @@ async fn sixty_four_workers_start_while_the_host_holds_300_descriptors() {
                 .run(
                     &call(&format!("c{i}"), "sleep", json!({"ms": 1500})),
                     &allow_all(),
-                    &RunOptions::default(),
+                    &CallOptions::default(),
                 )
                 .await
         }

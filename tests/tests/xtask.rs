@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use rho_core::{Outcome, RunOptions, allow_all};
+use rho_core::{Outcome, CallOptions, allow_all};
 use rho_tests::{built, call, load_dir, plugin_lib, runner, workspace_dir, xtask_bin};
 use serde_json::json;
 
@@ -99,7 +99,7 @@ async fn new_plugin_makes_a_crate_that_builds_loads_and_answers() {
         .run(
             &call("1", "hello-world", json!({"name": "Ada"})),
             &allow_all(),
-            &RunOptions::default(),
+            &CallOptions::default(),
         )
         .await;
     assert_eq!((r.outcome, r.text()), (Outcome::Ok, "Hello, Ada!"));

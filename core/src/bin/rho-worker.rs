@@ -1,5 +1,5 @@
-//! `rho-worker`: runs one isolated plugin for a rho host (see `rho_core::isolate`).
+//! `rho-worker`: runs one isolated plugin for a rho host (see `rho_core::worker`).
 
 fn main() -> std::process::ExitCode {
-    rho_core::isolate::worker::main()
+    rho_core::worker::main()
 }

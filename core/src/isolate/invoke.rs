@@ -8,10 +8,10 @@ use std::sync::Arc;
 use rho_plugin_api::{Answer, Image, Output, ToolError};
 use serde_json::Value;
 
-use crate::invoke::{CallFuture, Failure, Invoke, ToolCtx};
+use crate::call::invoke::{CallFuture, Failure, Invoke, ToolCtx};
 use crate::isolate::pool::{Pool, Worker};
 use crate::isolate::protocol::{Frame, FrameError, FromWorker, ImageHead, ToWorker};
-use crate::outcome::CrashReason;
+use crate::call::outcome::CrashReason;
 
 /// One tool of an isolated plugin version.
 pub(crate) struct IsolatedInvoke {
@@ -205,7 +205,7 @@ impl Invoke for IsolatedInvoke {
 fn details_of(tool: &str, details: Option<String>) -> Result<Option<Value>, Failure> {
     match details {
         None => Ok(None),
-        Some(json) => crate::details::parse(&json)
+        Some(json) => crate::call::details::parse(&json)
             .map(Some)
             .map_err(|e| Failure::Crash(CrashReason::Protocol(format!("details of `{tool}` {e}")))),
     }

@@ -8,11 +8,11 @@
 //! retires the old one, whose busy workers finish their call and exit.
 
 pub(crate) mod invoke;
-pub mod pool;
-pub mod protocol;
-pub mod sandbox;
+pub(crate) mod pool;
+pub(crate) mod protocol;
+pub(crate) mod sandbox;
 pub(crate) mod spawn;
-pub mod worker;
+pub(crate) mod worker;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -70,13 +70,13 @@ pub struct WorkerOptions {
     /// none free waits for one, within its timeout.
     pub max_workers: usize,
     /// An idle worker beyond the spares is stopped after this long.
-    #[serde(with = "crate::health::millis", rename = "idle_timeout_ms")]
+    #[serde(with = "crate::config::millis", rename = "idle_timeout_ms")]
     pub idle_timeout: Duration,
     /// After a timeout, how long a worker gets to stop on the cancel message before SIGKILL.
-    #[serde(with = "crate::health::millis", rename = "cancel_grace_ms")]
+    #[serde(with = "crate::config::millis", rename = "cancel_grace_ms")]
     pub cancel_grace: Duration,
     /// How long a new worker may take to load its plugin.
-    #[serde(with = "crate::health::millis", rename = "start_timeout_ms")]
+    #[serde(with = "crate::config::millis", rename = "start_timeout_ms")]
     pub start_timeout: Duration,
     /// The largest frame accepted from a worker, bytes.
     pub max_frame: usize,

@@ -14,7 +14,7 @@ use crate::isolate::protocol::{Frame, FrameError, FromWorker, ToWorker, encode, 
 use crate::isolate::sandbox::SandboxReport;
 use crate::isolate::spawn::{Payload, Process, kill_group, start};
 use crate::plugin::load::PluginInfo;
-use crate::spec::ToolSpec;
+use crate::registry::spec::ToolSpec;
 
 /// One worker process. Dropping it kills its process group.
 pub(crate) struct Worker {

@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::isolate::WorkerLimits;
 use crate::isolate::sandbox::{Grants, SandboxReport};
-use crate::spec::ToolSpec;
+use crate::registry::spec::ToolSpec;
 
 /// The fd the worker finds its channel on: calls go in, updates and answers come out.
 pub const CHANNEL_FD: i32 = 3;

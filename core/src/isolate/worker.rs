@@ -17,13 +17,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rho_plugin_api::{Answer, Output};
 
-use crate::invoke::Failure;
+use crate::call::invoke::Failure;
 use crate::isolate::protocol::{
     CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, ImageHead, PLUGIN_FD, ToWorker,
     read_frame, write_frame,
 };
 use crate::isolate::sandbox;
-use crate::outcome::crash_text;
+use crate::call::outcome::crash_text;
 use crate::plugin::call::call_module;
 use crate::plugin::load::load_checked_copy;
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use crate::error::LoadError;
-use crate::invoke::Invoke;
+use crate::call::invoke::Invoke;
 use crate::isolate::WorkerOptions;
 use crate::isolate::invoke::IsolatedInvoke;
 use crate::isolate::pool::Pool;
@@ -21,7 +21,7 @@ use crate::plugin::load::{
     CopyDir, PluginFile, PluginInfo, PrivateCopy, RawTool, check_identity, check_tools,
     load_in_process, memfd_copy,
 };
-use crate::spec::ToolSpec;
+use crate::registry::spec::ToolSpec;
 
 /// A plugin version loaded by a backend, ready to register.
 pub(crate) struct LoadedVersion {

@@ -9,8 +9,8 @@ use rho_plugin_api::ffi::{FfiCtx, FfiFailureKind, FfiOutcome, FfiOutputKind, Plu
 use rho_plugin_api::{Answer, Image, Output, ToolError};
 use serde_json::Value;
 
-use crate::invoke::{CallFuture, Failure, Invoke, ToolCtx};
-use crate::outcome::CrashReason;
+use crate::call::invoke::{CallFuture, Failure, Invoke, ToolCtx};
+use crate::call::outcome::CrashReason;
 
 /// A plugin's string as host data, refused unless it is UTF-8: abi_stable's `RString` takes its
 /// maker's word for it, and text that is not UTF-8 must never reach a client.
@@ -19,7 +19,7 @@ pub(crate) fn plain_text(s: RString) -> Option<String> {
 }
 
 /// Copies a plugin's answer into host-owned data. Text, mime types, messages or details that are
-/// not UTF-8, and details that are not JSON (or nest deeper than [`MAX_DETAILS_DEPTH`]), make the
+/// not UTF-8, and details that are not JSON (or nest deeper than [`MAX_DETAILS_DEPTH`](rho_plugin_api::MAX_DETAILS_DEPTH)), make the
 /// call crash with a text naming the field: the plugin broke its contract.
 pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome) -> Result<Answer, Failure> {
     let broken = |what: &str| {
@@ -73,14 +73,13 @@ pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome) -> Result<Answer, Failur
 }
 
 fn parse_details(tool: &str, json: &str) -> Result<Value, Failure> {
-    crate::details::parse(json).map_err(|e| {
+    crate::call::details::parse(json).map_err(|e| {
         Failure::Crash(CrashReason::Formatted(format!(
             "tool `{tool}` answered with details {e}"
         )))
     })
 }
 
-pub use crate::details::MAX_DETAILS_DEPTH;
 
 /// Calls `tool` of `module` on the current thread and copies the answer. A partial update that
 /// is not UTF-8 is not forwarded and makes the call crash when it ends.

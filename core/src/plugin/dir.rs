@@ -1,6 +1,6 @@
 //! A plugin directory as a registry source: every plugin file in it loaded, and each [`PluginDir::scan`]
 //! bringing the registry in line with the directory (new files load, changed files reload, deleted
-//! files' tools go). The watcher in [`crate::watch`] calls `scan` when the directory changes.
+//! files' tools go). The watcher in [`crate::plugin::watch`] calls `scan` when the directory changes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::LoadError;
-use crate::events::EventKind;
+use crate::bus::events::EventKind;
 use crate::plugin::backend::{Backend, LoadOutcome, LoadedVersion};
 use crate::plugin::load::{CopyDir, PluginFile, PluginInfo};
 use crate::plugin::open::{DirError, DirHandle, Stamp, open_dir};
@@ -51,7 +51,7 @@ pub struct DirOptions {
     /// files load at once, each within this bound.
     #[serde(
         default = "default_load_timeout",
-        with = "crate::health::millis",
+        with = "crate::config::millis",
         rename = "load_timeout_ms"
     )]
     pub load_timeout: std::time::Duration,
@@ -240,19 +240,8 @@ impl PluginDir {
         self.inner.registry.bus().clone()
     }
 
-    /// Stops serving the directory: its tools leave the registry and every version is retired
-    /// (isolated workers stop; in process, images stay mapped). A later `scan` loads it again.
-    pub async fn close(&self) {
-        let inner = &self.inner;
-        let mut state = inner.state.lock().await;
-        inner.registry.set_source_tools(inner.source, Vec::new());
-        for (_, slot) in std::mem::take(&mut state.slots) {
-            inner.backend.retire(&slot.info);
-        }
-        state.failed.clear();
-    }
-
-    /// Closes the directory for good, as its host stops: [`PluginDir::close`], then the private
+    /// Closes the directory for good, as its host stops: its tools leave the registry, every
+    /// version is retired (isolated workers stop; in process, images stay mapped), the private
     /// copies' directory is removed; later scans do nothing.
     pub async fn shut_down(&self) {
         let inner = &self.inner;

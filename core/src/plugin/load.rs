@@ -12,7 +12,7 @@ use crate::plugin::call::plain_text;
 use sha2::{Digest, Sha256};
 
 use crate::error::LoadError;
-use crate::spec::ToolSpec;
+use crate::registry::spec::ToolSpec;
 
 /// What a host knows about one loaded plugin version.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,13 +1,14 @@
 //! Plugins: loading files (in process or isolated), the directory source, and its trust policy.
 
 pub(crate) mod backend;
-pub mod call;
-pub mod dir;
-pub mod elf;
-pub mod load;
+pub(crate) mod call;
+pub(crate) mod dir;
+pub(crate) mod elf;
+pub(crate) mod load;
 pub(crate) mod open;
 pub(crate) mod pool;
-pub mod trust;
+pub(crate) mod trust;
+pub(crate) mod watch;
 
 use std::path::Path;
 

@@ -6,7 +6,7 @@ use std::time::Instant;
 use rho_core::plugin::call::call_module;
 use rho_core::plugin::load::{CopyDir, PluginFile, load_in_process};
 use rho_core::plugin_api::ffi::{PluginModRef, ROOT_SYMBOL};
-use rho_core::{Bus, RunOptions, RunnerConfig, ToolCall, ToolRegistry, ToolRunner, allow_all};
+use rho_core::{Bus, CallOptions, RunnerConfig, ToolCall, ToolRegistry, ToolRunner, allow_all};
 use serde_json::json;
 use tokio_stream::StreamExt;
 
@@ -95,7 +95,7 @@ pub async fn calls(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         let rho = tokio::spawn(async move {
             let started = Instant::now();
             for _ in 0..n {
-                r.run(&c, &gate, &RunOptions::default()).await;
+                r.run(&c, &gate, &CallOptions::default()).await;
             }
             per_iter_us(n, started)
         });
@@ -168,7 +168,7 @@ async fn throughput(runner: &ToolRunner, concurrency: usize, total: usize) -> f6
                 let gate = allow_all();
                 let call = ToolCall::new(format!("c{w}"), "echo", json!({"text": "hello"}));
                 for _ in 0..total / concurrency {
-                    runner.run(&call, &gate, &RunOptions::default()).await;
+                    runner.run(&call, &gate, &CallOptions::default()).await;
                 }
             })
         })

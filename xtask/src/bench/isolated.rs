@@ -5,7 +5,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rho_core::{
-    Bus, DirOptions, Isolation, QuarantinePolicy, RunOptions, RunnerConfig, ToolCall, ToolRegistry,
+    Bus, DirOptions, Isolation, QuarantinePolicy, CallOptions, RunnerConfig, ToolCall, ToolRegistry,
     ToolRunner, WorkerOptions, allow_all,
 };
 use serde_json::{Value, json};
@@ -74,7 +74,7 @@ async fn timed(runner: &ToolRunner, tool: &str, args: &Value) -> (f64, rho_core:
     let call = ToolCall::new("c", tool, args.clone());
     let started = Instant::now();
     let result = runner
-        .run(&call, &allow_all(), &RunOptions::default())
+        .run(&call, &allow_all(), &CallOptions::default())
         .await;
     (started.elapsed().as_secs_f64() * 1e6, result)
 }

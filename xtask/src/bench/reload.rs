@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use rho_core::plugin::load::{CopyDir, PluginFile, load_in_process};
 use rho_core::{
-    Bus, DirOptions, RunOptions, RunnerConfig, ToolCall, ToolRegistry, ToolRunner, allow_all,
+    Bus, DirOptions, CallOptions, RunnerConfig, ToolCall, ToolRegistry, ToolRunner, allow_all,
 };
 use serde_json::json;
 
@@ -34,7 +34,7 @@ fn install(bytes: &[u8], dest: &Path) {
 async fn tag(runner: &ToolRunner) -> String {
     let call = ToolCall::new("t", "build_tag", json!({}));
     runner
-        .run(&call, &allow_all(), &RunOptions::default())
+        .run(&call, &allow_all(), &CallOptions::default())
         .await
         .text()
         .to_owned()

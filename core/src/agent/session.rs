@@ -6,15 +6,15 @@ use std::sync::Arc;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use rho_plugin_api::Output;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use crate::events::{CallRef, EventKind};
-use crate::gate::{Gate, ToolCall};
-use crate::model::{Model, ModelError};
-use crate::outcome::{Outcome, ToolResult};
-use crate::runner::{RunOptions, ToolRunner};
+use crate::bus::events::{CallRef, EventKind};
+use crate::call::gate::ToolCall;
+use crate::agent::model::{KeptDetails, Message, Model, ModelError};
+use crate::call::outcome::ToolResult;
+use crate::call::runner::CallOptions;
+use crate::host::Host;
 
 /// How much of each result's details the session keeps (subscribers always get them whole).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -27,20 +27,6 @@ pub enum KeepDetails {
     All,
     /// Keep details up to this many bytes of JSON; larger ones are dropped and marked.
     UpTo(usize),
-}
-
-/// The details a session kept of one result.
-#[derive(Debug, Clone, PartialEq)]
-pub enum KeptDetails {
-    /// The tool gave none, or `KeepDetails::None` keeps none.
-    None,
-    /// Kept whole.
-    Kept(Value),
-    /// Dropped for size: they were this many bytes of JSON.
-    Dropped {
-        /// Their size.
-        bytes: usize,
-    },
 }
 
 impl KeepDetails {
@@ -61,35 +47,6 @@ impl KeepDetails {
     }
 }
 
-/// A message of the session.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Message {
-    /// What the user said.
-    User {
-        /// Its text.
-        text: String,
-    },
-    /// An assistant turn.
-    Assistant {
-        /// Its text.
-        text: String,
-        /// The calls it asked for.
-        tool_calls: Vec<ToolCall>,
-    },
-    /// A tool call's result.
-    Tool {
-        /// The call's id.
-        call_id: String,
-        /// The tool.
-        tool: String,
-        /// How it ended.
-        outcome: Outcome,
-        /// What the model reads.
-        output: Output,
-        /// What the session keeps of the details.
-        details: KeptDetails,
-    },
-}
 
 /// A loop's settings.
 #[derive(Debug, Clone)]
@@ -125,24 +82,17 @@ pub struct RunSummary {
 /// One session's loop.
 pub struct Loop {
     session_id: String,
-    runner: ToolRunner,
-    gate: Arc<dyn Gate>,
+    host: Host,
     config: LoopConfig,
     messages: Vec<Message>,
 }
 
 impl Loop {
-    /// A loop for session `session_id` that runs calls through `runner` behind `gate`.
-    pub fn new(
-        session_id: impl Into<String>,
-        runner: ToolRunner,
-        gate: Arc<dyn Gate>,
-        config: LoopConfig,
-    ) -> Self {
+    /// A loop for session `session_id` that runs calls on `host` (behind its gate).
+    pub fn new(session_id: impl Into<String>, host: Host, config: LoopConfig) -> Self {
         Loop {
             session_id: session_id.into(),
-            runner,
-            gate,
+            host,
             config,
             messages: Vec::new(),
         }
@@ -167,7 +117,7 @@ impl Loop {
     /// `max_turns` is reached. Publishes `agent_start`, per turn `turn_start`, `message_end`,
     /// the calls' events and `turn_end`, then `agent_end`.
     pub async fn run(&mut self, model: &dyn Model) -> Result<RunSummary, ModelError> {
-        let bus = self.runner.bus().clone();
+        let bus = self.host.bus().clone();
         let session_id = self.session_id.clone();
         let session = Some(session_id.as_str());
         bus.emit(session, EventKind::AgentStart {}).await;
@@ -176,7 +126,7 @@ impl Loop {
             if turns >= self.config.max_turns {
                 break Ok("max_turns".to_owned());
             }
-            let specs = self.runner.registry().tools();
+            let specs = self.host.tools();
             let turn = match model.next_turn(&self.messages, &specs).await {
                 Ok(Some(turn)) => turn,
                 Ok(None) => break Ok("done".to_owned()),
@@ -234,21 +184,20 @@ impl Loop {
     /// session as soon as its call ends, and returns the results in the order of `calls`.
     pub async fn run_batch(&mut self, calls: &[ToolCall]) -> Vec<ToolResult> {
         let permits = Arc::new(Semaphore::new(self.config.max_parallel.max(1)));
-        let options = RunOptions {
+        let options = CallOptions {
             session_id: Some(self.session_id.clone()),
-            cancel: None,
+            ..CallOptions::default()
         };
         let mut pending: FuturesUnordered<_> = calls
             .iter()
             .enumerate()
             .map(|(i, call)| {
-                let runner = self.runner.clone();
-                let gate = self.gate.clone();
+                let host = self.host.clone();
                 let permits = permits.clone();
                 let options = options.clone();
                 async move {
                     let _permit = permits.acquire_owned().await.ok();
-                    (i, runner.run(call, &gate, &options).await)
+                    (i, host.call_with(call, &options).await)
                 }
             })
             .collect();

@@ -5,6 +5,9 @@
 //! within a plugin directory plugins rank by file name; the first offer of a name serves it. Each
 //! conflict is published once as `tool_name_conflict`, naming both origins.
 
+pub(crate) mod health;
+pub(crate) mod spec;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -12,12 +15,12 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use serde_json::Value;
 
 use crate::bus::Bus;
-use crate::events::EventKind;
-use crate::health::{CallEnd, Change, Health, QuarantinePolicy, ToolKey, ToolStats};
-use crate::invoke::{Invoke, NativeInvoke, Tool};
-use crate::outcome::ToolResult;
-use crate::spec::ToolSpec;
-use crate::validate::ArgsValidator;
+use crate::bus::events::EventKind;
+use crate::registry::health::{CallEnd, Change, Health, QuarantinePolicy, ToolKey, ToolStats};
+use crate::call::invoke::{Invoke, NativeInvoke, Tool};
+use crate::call::outcome::ToolResult;
+use crate::registry::spec::ToolSpec;
+use crate::call::validate::ArgsValidator;
 
 /// A source's place in the registry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,12 +1,13 @@
 //! Per-tool accounting: call counts by outcome, durations, and quarantine after repeated crashes
 //! or timeouts within a window.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::outcome::Outcome;
+use crate::bus::events::{Event, EventKind};
+use crate::call::outcome::Outcome;
 
 /// When a tool is quarantined: `max_failures` crashes or timeouts within `window`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -15,7 +16,7 @@ pub struct QuarantinePolicy {
     /// Crashes plus timeouts that quarantine a tool (0 disables quarantine).
     pub max_failures: u32,
     /// The window they must fall within.
-    #[serde(with = "crate::health::millis", rename = "window_ms")]
+    #[serde(with = "crate::config::millis", rename = "window_ms")]
     pub window: Duration,
 }
 
@@ -26,19 +27,6 @@ impl Default for QuarantinePolicy {
             max_failures: 3,
             window: Duration::from_secs(300),
         }
-    }
-}
-
-pub(crate) mod millis {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(d.as_millis() as u64)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_millis)
     }
 }
 
@@ -78,10 +66,55 @@ pub struct ToolStats {
 /// How many recent durations the percentiles are computed from.
 const RECENT: usize = 1024;
 
+/// One tool's counts and recent durations: the one fold of call ends, used by the registry (from
+/// its own accounting) and by [`HealthView`] (from events).
 #[derive(Default)]
-struct Entry {
+struct Tally {
     stats: ToolStats,
     recent: VecDeque<f64>,
+}
+
+impl Tally {
+    /// Counts one call's end.
+    fn count(&mut self, outcome: Outcome, duration_ms: f64) {
+        let s = &mut self.stats;
+        s.calls += 1;
+        match outcome {
+            Outcome::Ok => s.ok += 1,
+            Outcome::Error => s.errors += 1,
+            Outcome::Crashed => s.crashed += 1,
+            Outcome::TimedOut => s.timed_out += 1,
+            Outcome::Blocked => s.blocked += 1,
+            Outcome::InvalidArguments => s.invalid_arguments += 1,
+            Outcome::Quarantined => s.quarantined_calls += 1,
+            Outcome::UnknownTool => {}
+        }
+        // Calls the tool never ran do not count towards its latency.
+        if !matches!(
+            outcome,
+            Outcome::Quarantined | Outcome::Blocked | Outcome::InvalidArguments
+        ) {
+            if self.recent.len() == RECENT {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(duration_ms);
+        }
+    }
+
+    /// The figures, with percentiles computed now.
+    fn snapshot(&self) -> ToolStats {
+        let mut stats = self.stats.clone();
+        let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        stats.p50_ms = percentile(&sorted, 0.50);
+        stats.p99_ms = percentile(&sorted, 0.99);
+        stats
+    }
+}
+
+#[derive(Default)]
+struct Entry {
+    tally: Tally,
     failures: VecDeque<(Instant, String)>,
     /// The generation whose failures are counted.
     generation: u64,
@@ -150,29 +183,11 @@ impl Health {
             entry.generation = generation;
             entry.failures.clear();
         }
-        let s = &mut entry.stats;
-        s.tool = tool.to_owned();
-        s.origin = origin.to_owned();
-        s.calls += 1;
-        match outcome {
-            Outcome::Ok => s.ok += 1,
-            Outcome::Error => s.errors += 1,
-            Outcome::Crashed => s.crashed += 1,
-            Outcome::TimedOut => s.timed_out += 1,
-            Outcome::Blocked => s.blocked += 1,
-            Outcome::InvalidArguments => s.invalid_arguments += 1,
-            Outcome::Quarantined => s.quarantined_calls += 1,
-            Outcome::UnknownTool => {}
-        }
-        if !matches!(
-            outcome,
-            Outcome::Quarantined | Outcome::Blocked | Outcome::InvalidArguments
-        ) {
-            if entry.recent.len() == RECENT {
-                entry.recent.pop_front();
-            }
-            entry.recent.push_back(duration.as_secs_f64() * 1000.0);
-        }
+        entry.tally.stats.tool = tool.to_owned();
+        entry.tally.stats.origin = origin.to_owned();
+        entry
+            .tally
+            .count(outcome, duration.as_secs_f64() * 1000.0);
         if !matches!(outcome, Outcome::Crashed | Outcome::TimedOut) || policy.max_failures == 0 {
             return Change::None;
         }
@@ -232,18 +247,96 @@ impl Health {
     /// The figures of `tool`, with percentiles computed now.
     pub fn stats(&self, tool: &str) -> Option<ToolStats> {
         let entry = self.entries.get(tool)?;
-        let mut stats = entry.stats.clone();
-        let mut sorted: Vec<f64> = entry.recent.iter().copied().collect();
-        sorted.sort_by(f64::total_cmp);
-        stats.p50_ms = percentile(&sorted, 0.50);
-        stats.p99_ms = percentile(&sorted, 0.99);
+        let mut stats = entry.tally.snapshot();
         stats.quarantine = entry.quarantined.as_ref().map(|(_, r)| r.clone());
         Some(stats)
     }
 }
 
+/// Every tool's health as a subscriber sees it: [`ToolStats`] folded from events (a host's bus or
+/// a journal read back), with the same counting as [`Host::stats`](crate::Host::stats): calls by
+/// outcome, p50/p99 of recent durations (calls the tool never ran left out), the origin
+/// (`plugin@version`, following reloads) and the quarantine. `runaway_threads` is the host's own
+/// and stays 0 here.
+///
+/// ```
+/// use rho_core::{Bus, BusItem, HealthView};
+/// # async fn demo(bus: Bus) {
+/// let mut view = HealthView::default();
+/// let mut events = bus.subscribe();
+/// while let Some(BusItem::Event(event)) = events.recv().await {
+///     if view.observe(&event) {
+///         for tool in view.stats() {
+///             println!("{} {} calls, p99 {:.1} ms", tool.tool, tool.calls, tool.p99_ms);
+///         }
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Default)]
+pub struct HealthView {
+    tools: BTreeMap<String, Tally>,
+}
+
+impl HealthView {
+    /// Takes one event into account; returns whether it changed any tool's figures.
+    pub fn observe(&mut self, event: &Event) -> bool {
+        match &event.kind {
+            EventKind::PluginLoaded {
+                plugin,
+                version,
+                tools,
+                ..
+            } => {
+                for tool in tools {
+                    self.tally(tool).stats.origin = format!("{plugin}@{version}");
+                }
+            }
+            EventKind::PluginReloaded {
+                plugin,
+                new_version,
+                ..
+            } => {
+                let prefix = format!("{plugin}@");
+                for tally in self.tools.values_mut() {
+                    if tally.stats.origin.starts_with(&prefix) {
+                        tally.stats.origin = format!("{plugin}@{new_version}");
+                    }
+                }
+            }
+            EventKind::ToolExecutionEnd {
+                tool,
+                outcome,
+                duration_ms,
+                ..
+            } => {
+                if *outcome != Outcome::UnknownTool {
+                    self.tally(tool).count(*outcome, *duration_ms);
+                }
+            }
+            EventKind::ToolQuarantined { tool, reason, .. } => {
+                self.tally(tool).stats.quarantine = Some(reason.clone())
+            }
+            EventKind::ToolRestored { tool, .. } => self.tally(tool).stats.quarantine = None,
+            _ => return false,
+        }
+        true
+    }
+
+    /// The figures of every tool seen so far, by name, percentiles computed now.
+    pub fn stats(&self) -> Vec<ToolStats> {
+        self.tools.values().map(Tally::snapshot).collect()
+    }
+
+    fn tally(&mut self, tool: &str) -> &mut Tally {
+        let tally = self.tools.entry(tool.to_owned()).or_default();
+        tally.stats.tool = tool.to_owned();
+        tally
+    }
+}
+
 /// The `q` quantile (0..=1) of `sorted` values, by nearest rank; 0 for none.
-pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

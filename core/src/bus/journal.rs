@@ -16,7 +16,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::bus::{Bus, Sink};
-use crate::events::Event;
+use crate::bus::events::Event;
 
 /// Why a journal could not be opened or read.
 #[derive(Debug, thiserror::Error)]

@@ -4,22 +4,18 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use rho_core::{Action, Asker, GateRule, RuleGate, ToolCall, Verdict};
+//! use rho_core::{Action, GateRule, RuleGate, ToolCall, Verdict};
 //!
-//! struct Never;
-//! #[async_trait::async_trait]
-//! impl Asker for Never {
-//!     async fn ask(&self, call: &ToolCall) -> Verdict {
-//!         Verdict::Block(format!("nobody approves `{}`", call.name))
-//!     }
-//! }
-//!
+//! // Any async closure from the call to a verdict is an `Asker`.
+//! let asker = |call: ToolCall| async move {
+//!     Verdict::Block(format!("nobody approves `{}`", call.name))
+//! };
 //! let gate = RuleGate::new(
 //!     vec![
 //!         GateRule { tool: "exit_*".into(), action: Action::Deny },
 //!         GateRule { tool: "write_*".into(), action: Action::Ask },
 //!     ],
-//!     Arc::new(Never),
+//!     Arc::new(asker),
 //! );
 //! # let _ = gate;
 //! ```
@@ -28,7 +24,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gate::{Gate, GateCtx, ToolCall, Verdict};
+use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 
 /// What a gate rule does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,11 +68,24 @@ pub fn pattern_matches(pattern: &str, name: &str) -> bool {
     true
 }
 
-/// Asks a person whether a call may run.
+/// Asks a person whether a call may run. Implemented by every async closure
+/// `Fn(ToolCall) -> impl Future<Output = Verdict>`; implement it on a type (with `async_trait`)
+/// when the asker has state of its own.
 #[async_trait::async_trait]
 pub trait Asker: Send + Sync {
     /// The person's answer.
     async fn ask(&self, call: &ToolCall) -> Verdict;
+}
+
+#[async_trait::async_trait]
+impl<F, Fut> Asker for F
+where
+    F: Fn(ToolCall) -> Fut + Send + Sync,
+    Fut: std::future::Future<Output = Verdict> + Send,
+{
+    async fn ask(&self, call: &ToolCall) -> Verdict {
+        self(call.clone()).await
+    }
 }
 
 /// A gate of rules: the first rule whose pattern matches decides; no match allows.

@@ -6,6 +6,9 @@
 //! silent gap. Must-see consumers (the [`crate::Journal`]) are fed inside the publish itself, in
 //! `seq` order, through an unbounded channel, so they see every event without slowing the loop.
 
+pub(crate) mod events;
+pub(crate) mod journal;
+
 use std::collections::HashSet;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -17,7 +20,7 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
-use crate::events::{Event, EventKind};
+use crate::bus::events::{Event, EventKind};
 
 /// The default number of events a subscriber may fall behind before it lags.
 pub const DEFAULT_CAPACITY: usize = 4096;

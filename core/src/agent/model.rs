@@ -5,9 +5,11 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gate::ToolCall;
-use crate::session::Message;
-use crate::spec::ToolSpec;
+use crate::call::gate::ToolCall;
+use crate::call::outcome::Outcome;
+use rho_plugin_api::Output;
+use serde_json::Value;
+use crate::registry::spec::ToolSpec;
 
 /// One assistant turn: text, and the tool calls it asks for (none ends the session).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -79,4 +81,49 @@ impl Model for ScriptedModel {
             .map_err(|_| ModelError("script lock poisoned".into()))?
             .pop_front())
     }
+}
+
+/// The details a session kept of one result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeptDetails {
+    /// The tool gave none, or `KeepDetails::None` keeps none.
+    None,
+    /// Kept whole.
+    Kept(Value),
+    /// Dropped for size: they were this many bytes of JSON.
+    Dropped {
+        /// Their size.
+        bytes: usize,
+    },
+}
+
+
+/// A message of the session.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// What the user said.
+    User {
+        /// Its text.
+        text: String,
+    },
+    /// An assistant turn.
+    Assistant {
+        /// Its text.
+        text: String,
+        /// The calls it asked for.
+        tool_calls: Vec<ToolCall>,
+    },
+    /// A tool call's result.
+    Tool {
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// How it ended.
+        outcome: Outcome,
+        /// What the model reads.
+        output: Output,
+        /// What the session keeps of the details.
+        details: KeptDetails,
+    },
 }

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rho_plugin_api::{Answer, ToolError};
 use serde_json::Value;
 
-use crate::outcome::CrashReason;
-use crate::spec::ToolSpec;
+use crate::call::outcome::CrashReason;
+use crate::registry::spec::ToolSpec;
 
 /// Why a tool produced no answer, before it is turned into a [`crate::ToolResult`].
 #[derive(Debug, Clone, PartialEq)]

@@ -14,11 +14,11 @@ pub use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bus::Bus;
-use crate::events::EventKind;
-use crate::gate::{Gate, GateCtx, ToolCall, Verdict};
-use crate::invoke::{Failure, ToolCtx};
-use crate::outcome::{CrashReason, Outcome, ToolResult, crash_text, timeout_text, to_result};
-use crate::panic::{catch, payload_message};
+use crate::bus::events::EventKind;
+use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
+use crate::call::invoke::{Failure, ToolCtx};
+use crate::call::outcome::{CrashReason, Outcome, ToolResult, crash_text, timeout_text, to_result};
+use crate::call::panic::{catch, payload_message};
 use crate::registry::{ResolvedTool, ToolRegistry};
 
 /// The runner's settings.
@@ -123,14 +123,38 @@ impl Drop for InFlight {
     }
 }
 
-/// Options of one run.
+/// Receives one call's partial updates, in order, each cut at [`MAX_UPDATE_BYTES`]: see
+/// [`CallOptions::on_update`].
+pub type UpdateHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Options of one call beyond its id, tool and arguments. Every field is optional; the default
+/// runs the call in no session, behind the host's gate, cancelled by nothing but its timeout.
+///
+/// ```
+/// use rho_core::{CallOptions, CancellationToken};
+/// let cancel = CancellationToken::new();
+/// let options = CallOptions {
+///     session_id: Some("s1".into()),
+///     cancel: Some(cancel.clone()),
+///     on_update: Some(std::sync::Arc::new(|partial: &str| eprintln!("{partial}"))),
+///     ..CallOptions::default()
+/// };
+/// # let _ = options;
+/// ```
 #[derive(Clone, Default)]
-pub struct RunOptions {
-    /// The session the call belongs to.
+pub struct CallOptions {
+    /// The session the call belongs to (its events carry it).
     pub session_id: Option<String>,
     /// Cancels the call from outside (a client's cancellation): it ends `error`, the tool's
     /// cancellation flag is set and its task aborted.
     pub cancel: Option<CancellationToken>,
+    /// The gate of this call instead of the host's (for example one that asks the client that
+    /// sent it).
+    pub gate: Option<Arc<dyn Gate>>,
+    /// Called with each partial update of this call as its `tool_execution_update` event is
+    /// published; never after the call's `tool_execution_end`. It runs on the plugin's thread (or the worker's
+    /// reader): hand the text on (a channel) and return.
+    pub on_update: Option<UpdateHook>,
 }
 
 impl ToolRunner {
@@ -179,25 +203,11 @@ impl ToolRunner {
         self.stop.in_flight.load(Ordering::Acquire)
     }
 
-    /// The registry the runner resolves tools in.
-    pub fn registry(&self) -> &ToolRegistry {
-        &self.registry
-    }
-
     /// The bus the runner publishes on.
     pub fn bus(&self) -> &Bus {
         self.registry.bus()
     }
 
-    /// The runner's settings.
-    pub fn config(&self) -> &RunnerConfig {
-        &self.config
-    }
-
-    /// Call tasks still running (including those abandoned at a timeout, until they notice).
-    pub fn tasks_in_flight(&self) -> usize {
-        self.tracker.len()
-    }
 
     /// The timeout that applies to `tool`: the host's override, else the tool's own (at most
     /// `max_tool_timeout`), else the default.
@@ -227,7 +237,7 @@ impl ToolRunner {
         &self,
         call: &ToolCall,
         gate: &Arc<dyn Gate>,
-        options: &RunOptions,
+        options: &CallOptions,
     ) -> ToolResult {
         // Cancelled when this future is dropped before the call ended.
         let abandoned = match &options.cancel {
@@ -237,9 +247,9 @@ impl ToolRunner {
         let drop_guard = abandoned.clone().drop_guard();
         let runner = self.clone();
         let (call, gate) = (call.clone(), gate.clone());
-        let options = RunOptions {
-            session_id: options.session_id.clone(),
+        let options = CallOptions {
             cancel: Some(abandoned),
+            ..options.clone()
         };
         let failed = |call: &ToolCall, text: &str| {
             ToolResult::failed(&call.id, &call.name, Outcome::Crashed, text)
@@ -256,7 +266,7 @@ impl ToolRunner {
         &self,
         call: &ToolCall,
         gate: &Arc<dyn Gate>,
-        options: &RunOptions,
+        options: &CallOptions,
     ) -> ToolResult {
         let started = Instant::now();
         let _in_flight = InFlight::new(&self.stop);
@@ -322,7 +332,7 @@ impl ToolRunner {
         call: &ToolCall,
         tool: &ResolvedTool,
         gate: &Arc<dyn Gate>,
-        options: &RunOptions,
+        options: &CallOptions,
     ) -> ToolResult {
         let fail = |outcome, text: String| ToolResult::failed(&call.id, &call.name, outcome, text);
         if let Some(reason) = self.registry.quarantined(tool) {
@@ -343,18 +353,23 @@ impl ToolRunner {
         // not put events after the call's `tool_execution_end`.
         let ended = Arc::new(AtomicBool::new(false));
         let ended_for_updates = ended.clone();
+        let hook = options.on_update.clone();
         let ctx = ToolCtx::new(
             &call.id,
             Arc::new(move |partial: &str| {
                 if ended_for_updates.load(Ordering::Acquire) {
                     return;
                 }
+                let partial = bounded_update(partial);
+                if let Some(hook) = &hook {
+                    hook(&partial);
+                }
                 bus.publish(
                     session.as_deref(),
                     EventKind::ToolExecutionUpdate {
                         call_id: update_call.clone(),
                         tool: update_tool.clone(),
-                        partial: bounded_update(partial),
+                        partial,
                     },
                 );
             }),
@@ -382,7 +397,7 @@ impl ToolRunner {
         call: &ToolCall,
         tool: &ResolvedTool,
         gate: &Arc<dyn Gate>,
-        options: &RunOptions,
+        options: &CallOptions,
         args: Arc<Value>,
         ctx: ToolCtx,
         running_tx: oneshot::Sender<Instant>,
@@ -430,7 +445,7 @@ impl ToolRunner {
         &self,
         call: &ToolCall,
         tool: &ResolvedTool,
-        options: &RunOptions,
+        options: &CallOptions,
         mut task: tokio::task::JoinHandle<TaskEnd>,
         mut running_rx: oneshot::Receiver<Instant>,
         ctx: &ToolCtx,

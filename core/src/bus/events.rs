@@ -6,7 +6,7 @@ use rho_plugin_api::Output;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::outcome::Outcome;
+use crate::call::outcome::Outcome;
 
 /// One event as subscribers receive it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

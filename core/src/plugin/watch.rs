@@ -12,7 +12,7 @@ use notify_debouncer_full::notify::RecursiveMode;
 use notify_debouncer_full::{DebounceEventResult, new_debouncer};
 use tokio::sync::mpsc;
 
-use crate::events::EventKind;
+use crate::bus::events::EventKind;
 use crate::plugin::dir::PluginDir;
 
 /// The default quiet time before a burst of file-system events triggers a scan.

@@ -1,0 +1,5 @@
+//! The agent loop: a model's turns, their tool calls run through the runner, the session's
+//! messages.
+
+pub(crate) mod model;
+pub(crate) mod session;

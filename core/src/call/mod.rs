@@ -1,0 +1,11 @@
+//! One tool call, from request to result: the gate and its rules, the runner (task, timeout,
+//! cancellation), argument validation, panics, the typed outcome and the answer's details.
+
+pub(crate) mod details;
+pub(crate) mod gate;
+pub(crate) mod invoke;
+pub(crate) mod outcome;
+pub(crate) mod panic;
+pub(crate) mod rules;
+pub(crate) mod runner;
+pub(crate) mod validate;

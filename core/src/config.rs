@@ -1,0 +1,357 @@
+//! [`HostConfig`]: a host's settings as a configuration file states them (`rho.toml` is one),
+//! deserialisable with serde from any format, with every number range-checked and relative paths
+//! resolved against the file's directory. [`HostBuilder::config`](crate::HostBuilder::config)
+//! applies it.
+//!
+//! ```
+//! let config: rho_core::HostConfig = serde_json::from_str(r#"{
+//!     "plugins": [{ "dir": "plugins", "isolate": true }],
+//!     "runner": { "default_timeout_ms": 5000 },
+//!     "gate": [{ "tool": "exit_*", "action": "deny" }]
+//! }"#).unwrap();
+//! config.check().unwrap();
+//! assert_eq!(config.runner_config().default_timeout.as_millis(), 5000);
+//! ```
+//!
+//! Every section and key is optional; an unknown key is an error (a typo never passes silently).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::session::{KeepDetails, LoopConfig};
+use crate::call::rules::{Action, GateRule};
+use crate::call::runner::RunnerConfig;
+use crate::isolate::WorkerOptions;
+use crate::isolate::sandbox::Grants;
+use crate::plugin::dir::{DirOptions, Isolation};
+use crate::plugin::trust::Trust;
+use crate::registry::health::QuarantinePolicy;
+
+/// The longest timeout a configuration may give, milliseconds (a day).
+pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
+/// The most calls of one turn at once a configuration may give.
+pub const MAX_PARALLEL: u64 = 1024;
+
+/// A host's settings: plugin directories, the runner and the loop, per-tool timeouts, quarantine,
+/// isolated workers, gate rules, and serving over MCP.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    /// Plugin directories, in rank order.
+    #[serde(default)]
+    pub plugins: Vec<PluginSource>,
+    /// The runner and the agent loop.
+    #[serde(default)]
+    pub runner: RunnerSettings,
+    /// Per-tool timeouts, milliseconds; they win over the tools' own.
+    #[serde(default)]
+    pub timeouts: HashMap<String, u64>,
+    /// When a tool is quarantined.
+    #[serde(default)]
+    pub quarantine: QuarantinePolicy,
+    /// Worker processes of isolated plugins (grants included, for every directory).
+    #[serde(default)]
+    pub workers: WorkerOptions,
+    /// Gate rules, in order: the first whose pattern matches decides; no match allows.
+    #[serde(default)]
+    pub gate: Vec<GateRule>,
+    /// Serving the host's tools to MCP clients (`rho serve`).
+    #[serde(default)]
+    pub serve: ServeConfig,
+}
+
+/// One plugin directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginSource {
+    /// The directory (relative paths are relative to the configuration file).
+    pub dir: PathBuf,
+    /// Run its plugins out of process, in sandboxed workers.
+    #[serde(default)]
+    pub isolate: bool,
+    /// Load files other users can write.
+    #[serde(default)]
+    pub trust_any_writer: bool,
+    /// How many versions of one plugin file may stay mapped in process.
+    pub max_versions: Option<usize>,
+    /// The largest plugin file loaded, bytes.
+    pub max_file_size: Option<u64>,
+    /// How long loading one file may take, milliseconds.
+    pub load_timeout_ms: Option<u64>,
+    /// What its isolated plugins may do; replaces `workers.grants` for this directory.
+    pub grants: Option<Grants>,
+}
+
+impl PluginSource {
+    /// A source for `dir` with every other setting at its default (in process, owner-only trust).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        PluginSource {
+            dir: dir.into(),
+            isolate: false,
+            trust_any_writer: false,
+            max_versions: None,
+            max_file_size: None,
+            load_timeout_ms: None,
+            grants: None,
+        }
+    }
+
+    /// The directory's options; isolated directories run with `workers`, their grants replaced
+    /// by the source's own when it has some.
+    pub fn dir_options(&self, workers: &WorkerOptions) -> DirOptions {
+        let defaults = DirOptions::default();
+        DirOptions {
+            trust: if self.trust_any_writer {
+                Trust::AnyWriter
+            } else {
+                Trust::OwnerOnly
+            },
+            isolation: if self.isolate {
+                let mut workers = workers.clone();
+                if let Some(grants) = &self.grants {
+                    workers.grants = grants.clone();
+                }
+                Isolation::Process(workers)
+            } else {
+                Isolation::InProcess
+            },
+            max_versions: self.max_versions.unwrap_or(defaults.max_versions),
+            max_file_size: self.max_file_size.unwrap_or(defaults.max_file_size),
+            load_timeout: self
+                .load_timeout_ms
+                .map(Duration::from_millis)
+                .unwrap_or(defaults.load_timeout),
+        }
+    }
+}
+
+/// `runner`: timeouts and the agent loop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunnerSettings {
+    /// The timeout of tools that have none of their own, milliseconds.
+    pub default_timeout_ms: u64,
+    /// Calls of one turn that run at once.
+    pub max_parallel: usize,
+    /// Turns after which a loop stops even if the model goes on.
+    pub max_turns: u32,
+    /// What a session keeps of the details.
+    pub keep_details: KeepDetails,
+    /// The longest timeout a tool may declare for itself, milliseconds.
+    pub max_tool_timeout_ms: u64,
+}
+
+impl Default for RunnerSettings {
+    /// The defaults of [`RunnerConfig`] and [`LoopConfig`].
+    fn default() -> Self {
+        let runner = RunnerConfig::default();
+        let agent = LoopConfig::default();
+        RunnerSettings {
+            default_timeout_ms: millis_of(runner.default_timeout),
+            max_parallel: agent.max_parallel,
+            max_turns: agent.max_turns,
+            keep_details: agent.keep_details,
+            max_tool_timeout_ms: millis_of(runner.max_tool_timeout),
+        }
+    }
+}
+
+/// `serve`: serving the host's tools to MCP clients.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServeConfig {
+    /// What an "ask" rule does when the client cannot ask its user: deny or allow.
+    pub ask_fallback: Action,
+    /// Write every event to this JSON-lines journal.
+    pub journal: Option<PathBuf>,
+    /// The largest answer sent to a client, bytes (text, base64 images and structured content
+    /// together); a larger one is cut with a note. Below the 10 MiB common clients accept.
+    pub max_result_bytes: usize,
+    /// Calls running at once at most; further requests wait for a turn.
+    pub max_calls: usize,
+}
+
+impl Default for ServeConfig {
+    /// Deny when nobody can be asked, no journal, 8 MiB answers, 64 calls at once.
+    fn default() -> Self {
+        ServeConfig {
+            ask_fallback: Action::Deny,
+            journal: None,
+            max_result_bytes: 8 << 20,
+            max_calls: 64,
+        }
+    }
+}
+
+/// A setting out of its range: one line naming the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{key}`: {problem}")]
+pub struct ConfigError {
+    /// The key, dotted (`runner.default_timeout_ms`).
+    pub key: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl HostConfig {
+    /// Checks every number against its range and every choice against what it allows.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let within = |key: &str, value: u64, low: u64, high: u64| {
+            if (low..=high).contains(&value) {
+                Ok(())
+            } else {
+                Err(ConfigError {
+                    key: key.to_owned(),
+                    problem: format!("{value} is out of range ({low} to {high})"),
+                })
+            }
+        };
+        let r = &self.runner;
+        within(
+            "runner.default_timeout_ms",
+            r.default_timeout_ms,
+            1,
+            MAX_TIMEOUT_MS,
+        )?;
+        within(
+            "runner.max_parallel",
+            r.max_parallel as u64,
+            1,
+            MAX_PARALLEL,
+        )?;
+        within("runner.max_turns", u64::from(r.max_turns), 1, 1 << 20)?;
+        within(
+            "runner.max_tool_timeout_ms",
+            r.max_tool_timeout_ms,
+            1,
+            MAX_TIMEOUT_MS,
+        )?;
+        for (tool, ms) in &self.timeouts {
+            within(&format!("timeouts.{tool}"), *ms, 1, MAX_TIMEOUT_MS)?;
+        }
+        let w = &self.workers;
+        within("workers.max_workers", w.max_workers as u64, 1, 1024)?;
+        within("workers.spares", w.spares as u64, 0, w.max_workers as u64)?;
+        within("workers.max_frame", w.max_frame as u64, 1 << 10, 1 << 30)?;
+        within(
+            "workers.idle_timeout_ms",
+            millis_of(w.idle_timeout),
+            1,
+            MAX_TIMEOUT_MS,
+        )?;
+        within(
+            "workers.cancel_grace_ms",
+            millis_of(w.cancel_grace),
+            1,
+            60_000,
+        )?;
+        within(
+            "workers.start_timeout_ms",
+            millis_of(w.start_timeout),
+            1,
+            MAX_TIMEOUT_MS,
+        )?;
+        within(
+            "workers.limits.scratch_bytes",
+            w.limits.scratch_bytes,
+            1 << 16,
+            1 << 40,
+        )?;
+        within(
+            "quarantine.window_ms",
+            millis_of(self.quarantine.window),
+            1,
+            7 * MAX_TIMEOUT_MS,
+        )?;
+        within("serve.max_calls", self.serve.max_calls as u64, 1, 4096)?;
+        within(
+            "serve.max_result_bytes",
+            self.serve.max_result_bytes as u64,
+            1 << 10,
+            1 << 30,
+        )?;
+        if self.serve.ask_fallback == Action::Ask {
+            return Err(ConfigError {
+                key: "serve.ask_fallback".into(),
+                problem: "expected \"deny\" or \"allow\", not \"ask\"".into(),
+            });
+        }
+        for source in &self.plugins {
+            if let Some(n) = source.max_versions {
+                within("plugins.max_versions", n as u64, 1, 1 << 20)?;
+            }
+            if let Some(ms) = source.load_timeout_ms {
+                within("plugins.load_timeout_ms", ms, 1, MAX_TIMEOUT_MS)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes every relative path (plugin directories, granted paths, the journal) relative to
+    /// `base`, the configuration file's directory.
+    pub fn resolve_paths(&mut self, base: &Path) {
+        let absolute = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        fn grant_paths(g: &mut Grants) -> impl Iterator<Item = &mut PathBuf> {
+            g.read.iter_mut().chain(g.write.iter_mut())
+        }
+        grant_paths(&mut self.workers.grants).for_each(absolute);
+        if let Some(journal) = &mut self.serve.journal {
+            absolute(journal);
+        }
+        for source in &mut self.plugins {
+            absolute(&mut source.dir);
+            if let Some(grants) = &mut source.grants {
+                grant_paths(grants).for_each(absolute);
+            }
+        }
+    }
+
+    /// The runner's settings: the default timeout, the per-tool ones and the cap on a tool's own.
+    pub fn runner_config(&self) -> RunnerConfig {
+        RunnerConfig {
+            default_timeout: Duration::from_millis(self.runner.default_timeout_ms),
+            timeout_overrides: self
+                .timeouts
+                .iter()
+                .map(|(tool, ms)| (tool.clone(), Duration::from_millis(*ms)))
+                .collect(),
+            max_tool_timeout: Duration::from_millis(self.runner.max_tool_timeout_ms),
+            ..RunnerConfig::default()
+        }
+    }
+
+    /// The agent loop's settings.
+    pub fn loop_config(&self) -> LoopConfig {
+        LoopConfig {
+            max_parallel: self.runner.max_parallel,
+            max_turns: self.runner.max_turns,
+            keep_details: self.runner.keep_details,
+        }
+    }
+}
+
+fn millis_of(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `Duration` as integer milliseconds in configuration files (`*_ms` keys).
+pub(crate) mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(super::millis_of(*d))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
