@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rho_core::{Bus, CallOptions, ToolCall};
+use rho_core::{CallOptions, ToolCall};
 use serde_json::Value;
 
 use crate::host::{self, PluginFlags, RunFlags};
@@ -85,7 +85,7 @@ fn result_out() -> Option<std::fs::File> {
     }
 }
 
-pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
+pub async fn main(args: Args, config: rho_core::HostConfig) -> ExitCode {
     let arguments: Value = match args.args.as_deref() {
         None => Value::Object(Default::default()),
         Some(text) => match serde_json::from_str(text) {
@@ -95,16 +95,11 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
         },
     };
     let asker = std::sync::Arc::new(crate::gates::TerminalAsker::default());
-    let gate = match host::gate(&config, &args.run, asker) {
-        Ok(gate) => gate,
-        Err(message) => return host::usage(&message),
-    };
-    let bus = Bus::default();
-    let (registry, _dirs) = match host::registry(&bus, &config, &args.plugins).await {
-        Ok(loaded) => loaded,
+    let built = host::build(&config, &args.plugins, Some(&args.run), |b| b.asker(asker)).await;
+    let (host, _) = match built {
+        Ok(built) => built,
         Err(code) => return code,
     };
-    let runner = host::runner(registry, &config, &args.run);
     let call = ToolCall::new("call-1", args.tool, arguments);
     let mut out = result_out();
     {
@@ -123,7 +118,7 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
             out: out.as_ref().map_or(1, |f| f.as_raw_fd()),
         });
     }
-    let result = runner.run(&call, &gate, &CallOptions::default()).await;
+    let result = host.call_with(&call, &CallOptions::default()).await;
     *IN_FLIGHT
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = None;

@@ -1,6 +1,6 @@
 //! How results and events look for a person, and as JSON.
 
-use rho_core::events::{Event, EventKind, OutputView};
+use rho_core::{Event, EventKind, OutputView};
 use rho_core::{Output, ToolResult};
 use serde_json::{Value, json};
 
@@ -15,7 +15,7 @@ pub fn result_json(result: &ToolResult) -> Value {
             json!({
                 "mime_type": i.mime_type,
                 "bytes": i.bytes.len(),
-                "sha256": rho_core::plugin::load::sha256_hex(&i.bytes),
+                "sha256": rho_core::sha256_hex(&i.bytes),
             })
         })
         .collect();

@@ -4,10 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use rho_core::{Bus, BusItem, Gate, Loop, LoopConfig, ScriptedModel};
+use rho_core::{Bus, BusItem, ScriptedModel};
 use tokio_stream::StreamExt;
 
-use crate::config::Config;
+use rho_core::HostConfig;
 use crate::gates::TerminalAsker;
 use crate::host::{self, PluginFlags, RunFlags};
 use crate::render::{self, Detail};
@@ -25,11 +25,11 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Calls of one turn that run at once, 1 to 1024 (default: the config's, else 8).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=crate::host::MAX_PARALLEL))]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=rho_core::MAX_PARALLEL))]
     max_parallel: Option<u64>,
 }
 
-pub async fn main(args: Args, config: Config) -> ExitCode {
+pub async fn main(args: Args, config: HostConfig) -> ExitCode {
     let detail = if args.json { None } else { Some(Detail::Calls) };
     let session = Session {
         config,
@@ -42,7 +42,7 @@ pub async fn main(args: Args, config: Config) -> ExitCode {
 
 /// A scripted session over the plugins, printed as it happens. Shared with `rho watch`.
 pub struct Session {
-    pub config: Config,
+    pub config: HostConfig,
     pub plugins: PluginFlags,
     pub run: RunFlags,
     pub max_parallel: Option<usize>,
@@ -55,27 +55,23 @@ impl Session {
             Ok(model) => model,
             Err(e) => return host::usage(&e.to_string()),
         };
-        let gate: Arc<dyn Gate> =
-            match host::gate(&self.config, &self.run, Arc::new(TerminalAsker::default())) {
-                Ok(gate) => gate,
-                Err(message) => return host::usage(&message),
-            };
         let bus = Bus::default();
         let subscription = bus.subscribe();
         let printer = tokio::spawn(print_events(subscription, detail));
-        let (registry, dirs) = match host::registry(&bus, &self.config, &self.plugins).await {
-            Ok(loaded) => loaded,
+        let mut config = self.config;
+        if let Some(n) = self.max_parallel {
+            config.runner.max_parallel = n;
+        }
+        let asker = Arc::new(TerminalAsker::default());
+        // Reloads during the session are shown (and served) as they happen.
+        let built = host::build(&config, &self.plugins, Some(&self.run), |b| {
+            b.bus(bus).asker(asker).watch(true)
+        });
+        let (host, _) = match built.await {
+            Ok(built) => built,
             Err(code) => return code,
         };
-        // Reloads during the session are shown (and served) as they happen.
-        let _watchers = host::watch(&dirs);
-        let runner = host::runner(registry, &self.config, &self.run);
-        let loop_config = LoopConfig {
-            max_parallel: self.max_parallel.unwrap_or(self.config.runner.max_parallel),
-            keep_details: self.config.runner.keep_details,
-            ..LoopConfig::default()
-        };
-        let mut session = Loop::new("session-1", runner, gate, loop_config);
+        let mut session = host.agent_loop("session-1");
         let result = session.run(&model).await;
         // The printer stops at agent_end.
         let _ = printer.await;

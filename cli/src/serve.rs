@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use base64::Engine;
 use rho_core::{
-    Bus, BusItem, EventKind, Filter, Outcome, CallOptions, ToolCall, ToolResult, ToolRunner, Verdict,
+    BusItem, CallOptions, Filter, Host, Outcome, ToolCall, ToolResult, UpdateHook, Verdict,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock as Content,
@@ -23,9 +23,8 @@ use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 
-use crate::config::Config;
 use crate::host::{self, PluginFlags, RunFlags};
-use rho_core::{Action, Asker, GateRule, RuleGate};
+use rho_core::{Action, Asker, GateRule, HostConfig, RuleGate};
 
 /// `rho serve` flags.
 #[derive(clap::Args)]
@@ -42,7 +41,7 @@ pub struct Args {
 /// The MCP server.
 #[derive(Clone)]
 pub struct RhoServer {
-    runner: ToolRunner,
+    host: Host,
     max_result_bytes: usize,
     /// Calls running at once at most; more wait for a turn (a client cannot start a thread per
     /// request without bound).
@@ -196,8 +195,7 @@ pub fn mcp_result(result: &ToolResult, max_bytes: usize) -> CallToolResult {
 
 impl RhoServer {
     fn quarantined(&self) -> Vec<String> {
-        self.runner
-            .registry()
+        self.host
             .stats()
             .into_iter()
             .filter(|s| s.quarantine.is_some())
@@ -222,33 +220,40 @@ impl RhoServer {
             request.name.to_string(),
             Value::Object(request.arguments.unwrap_or_default()),
         );
-        // Progress: every update of this call, in order, sent before the response. The
-        // forwarder runs until the call's own end event (no update follows it).
-        let progress = context.meta.get_progress_token().map(|token| {
-            let mut updates = self.runner.bus().subscribe_filtered(
-                Filter::default().types(["tool_execution_update", "tool_execution_end"]),
-            );
-            let peer = context.peer.clone();
-            let id = call_id.clone();
-            tokio::spawn(async move {
-                let mut n = 0u32;
-                while let Some(item) = updates.next().await {
-                    let BusItem::Event(e) = item else { continue };
-                    match &e.kind {
-                        EventKind::ToolExecutionUpdate {
-                            call_id, partial, ..
-                        } if *call_id == id => {
-                            n += 1;
-                            let note = ProgressNotificationParam::new(token.clone(), f64::from(n))
-                                .with_message(partial.clone());
-                            let _ = peer.notify_progress(note).await;
+        // Progress: every update of this call, in order, sent before the response (the hook is
+        // never called after the call's end). Bounded: past 1024 unsent updates, the newest
+        // are dropped, as a lagging subscriber's would be.
+        let (on_update, progress) = match context.meta.get_progress_token() {
+            None => (None, None),
+            Some(token) => {
+                let (updates, mut pending) = tokio::sync::mpsc::channel::<String>(1024);
+                let (ended, mut end) = tokio::sync::oneshot::channel::<()>();
+                let peer = context.peer.clone();
+                let forwarder = tokio::spawn(async move {
+                    let mut n = 0u32;
+                    let mut send = async |partial: String| {
+                        n += 1;
+                        let note = ProgressNotificationParam::new(token.clone(), f64::from(n))
+                            .with_message(partial);
+                        let _ = peer.notify_progress(note).await;
+                    };
+                    loop {
+                        tokio::select! {
+                            biased;
+                            Some(partial) = pending.recv() => send(partial).await,
+                            _ = &mut end => break,
                         }
-                        EventKind::ToolExecutionEnd { call_id, .. } if *call_id == id => return,
-                        _ => {}
                     }
-                }
-            })
-        });
+                    while let Ok(partial) = pending.try_recv() {
+                        send(partial).await;
+                    }
+                });
+                let hook: UpdateHook = Arc::new(move |partial: &str| {
+                    let _ = updates.try_send(partial.to_owned());
+                });
+                (Some(hook), Some((ended, forwarder)))
+            }
+        };
         let gate = Arc::new(RuleGate::new(
             (*self.rules).clone(),
             Arc::new(ElicitAsker {
@@ -256,13 +261,12 @@ impl RhoServer {
                 fallback: self.fallback,
             }),
         ));
-        let runner = self.runner.clone();
         let options = CallOptions {
-            session_id: None,
             cancel: Some(context.ct.clone()),
+            gate: Some(gate),
+            on_update,
+            ..CallOptions::default()
         };
-        let task_call = call.clone();
-        let gate: Arc<dyn rho_core::Gate> = gate;
         let turn = tokio::select! {
             turn = self.turns.clone().acquire_owned() => turn.ok(),
             () = context.ct.cancelled() => None,
@@ -278,27 +282,16 @@ impl RhoServer {
                 self.max_result_bytes,
             );
         };
-        let joined =
-            tokio::spawn(async move { runner.run(&task_call, &gate, &options).await }).await;
-        if let Some(forwarder) = progress {
+        let result = self.host.call_with(&call, &options).await;
+        if let Some((ended, forwarder)) = progress {
+            let _ = ended.send(());
             // Bounded: a client that does not read cannot hold the answer forever.
             let drained = tokio::time::timeout(std::time::Duration::from_secs(5), forwarder).await;
             if drained.is_err() {
                 tracing::warn!(call = %call_id, "progress notifications still pending at the answer");
             }
         }
-        match joined {
-            Ok(result) => mcp_result(&result, self.max_result_bytes),
-            Err(_) => mcp_result(
-                &ToolResult::failed(
-                    &call.id,
-                    &call.name,
-                    Outcome::Crashed,
-                    "rho: the call's task failed inside the server",
-                ),
-                self.max_result_bytes,
-            ),
-        }
+        mcp_result(&result, self.max_result_bytes)
     }
 }
 
@@ -328,8 +321,7 @@ impl ServerHandler for RhoServer {
     ) -> Result<ListToolsResult, McpError> {
         let hidden = self.quarantined();
         let tools = self
-            .runner
-            .registry()
+            .host
             .tools()
             .iter()
             .filter(|t| !hidden.contains(&t.name))
@@ -354,8 +346,8 @@ impl ServerHandler for RhoServer {
 }
 
 /// Tells the client the tool list changed after every reload, removal and quarantine change.
-fn announce_changes(bus: &Bus, peer: Arc<Mutex<Option<Peer<RoleServer>>>>) {
-    let mut events = bus.subscribe_filtered(Filter::default().types([
+fn announce_changes(host: &Host, peer: Arc<Mutex<Option<Peer<RoleServer>>>>) {
+    let mut events = host.subscribe_filtered(Filter::default().types([
         "plugin_loaded",
         "plugin_reloaded",
         "plugin_removed",
@@ -392,42 +384,29 @@ fn protocol_stdout() -> std::io::Result<tokio::fs::File> {
     }
 }
 
-pub async fn main(args: Args, config: Config) -> ExitCode {
-    let bus = Bus::default();
-    let journal_path = args.journal.clone().or(config.serve.journal.clone());
-    let journal = match &journal_path {
-        Some(path) => match rho_core::Journal::attach(&bus, path) {
-            Ok(journal) => Some(journal),
-            Err(e) => {
-                eprintln!("rho: {e}");
-                return ExitCode::from(1);
-            }
-        },
-        None => None,
-    };
-    let (registry, dirs) = match host::registry(&bus, &config, &args.plugins).await {
-        Ok(loaded) => loaded,
+pub async fn main(args: Args, config: HostConfig) -> ExitCode {
+    let journal = args.journal.clone();
+    let built = host::build(&config, &args.plugins, Some(&args.run), |b| {
+        let b = b.watch(true);
+        match journal {
+            Some(path) => b.journal(path),
+            None => b,
+        }
+    });
+    let (host, config) = match built.await {
+        Ok(built) => built,
         Err(code) => return code,
     };
-    let _watchers = host::watch(&dirs);
-    let rules = match &args.run.gate {
-        Some(spec) => match crate::gates::parse_flag(spec) {
-            Ok(rules) => rules,
-            Err(message) => return host::usage(&message),
-        },
-        None => config.gate.clone(),
-    };
-    let runner = host::runner(registry, &config, &args.run);
     let server = RhoServer {
-        runner: runner.clone(),
+        host: host.clone(),
         max_result_bytes: config.serve.max_result_bytes,
         turns: Arc::new(tokio::sync::Semaphore::new(config.serve.max_calls)),
-        rules: Arc::new(rules),
+        rules: Arc::new(config.gate.clone()),
         fallback: config.serve.ask_fallback,
         peer: Arc::new(Mutex::new(None)),
         calls: Arc::new(std::sync::atomic::AtomicU64::new(0)),
     };
-    announce_changes(&bus, server.peer.clone());
+    announce_changes(&host, server.peer.clone());
     let stdout = match protocol_stdout() {
         Ok(stdout) => stdout,
         Err(e) => {
@@ -470,7 +449,7 @@ pub async fn main(args: Args, config: Config) -> ExitCode {
             if code != ExitCode::SUCCESS {
                 eprintln!("rho: {reason}");
             }
-            shut_down(&runner, &reason, journal.as_ref(), &dirs).await;
+            shut_down(&host, &reason).await;
             return code;
         }
     };
@@ -492,7 +471,7 @@ pub async fn main(args: Args, config: Config) -> ExitCode {
         _ = terminate.recv() => ("SIGTERM", ExitCode::SUCCESS),
         _ = tokio::signal::ctrl_c() => ("SIGINT", ExitCode::SUCCESS),
     };
-    shut_down(&runner, reason, journal.as_ref(), &dirs).await;
+    shut_down(&host, reason).await;
     // The stopped calls' answers reach a client that still reads (bounded: one that does not
     // cannot hold the exit).
     let reading = reason != "the client closed its output";
@@ -507,26 +486,7 @@ pub async fn main(args: Args, config: Config) -> ExitCode {
 /// saying the host is stopping (their answers still go out while the client reads), each end
 /// event reaches the journal, workers stop and the private copies are removed. Bounded: about
 /// a second when no tool ignores cancellation, three at most.
-async fn shut_down(
-    runner: &ToolRunner,
-    reason: &str,
-    journal: Option<&rho_core::Journal>,
-    dirs: &[rho_core::PluginDir],
-) {
+async fn shut_down(host: &Host, reason: &str) {
     tracing::info!(reason, "rho serve is stopping");
-    runner.stop(reason);
-    if !runner.stopped(std::time::Duration::from_secs(2)).await {
-        tracing::warn!(
-            in_flight = runner.in_flight(),
-            "calls still running at shutdown"
-        );
-    }
-    if let Some(journal) = journal
-        && let Err(e) = journal.sync(std::time::Duration::from_secs(1))
-    {
-        eprintln!("rho: {e}");
-    }
-    for dir in dirs {
-        dir.shut_down().await;
-    }
+    host.shutdown_because(reason).await;
 }

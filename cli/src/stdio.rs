@@ -23,7 +23,7 @@ use std::collections::HashSet;
 use std::io::BufRead;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use rho_core::details::text_depth;
+use rho_core::text_depth;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
 use tokio::sync::mpsc;
@@ -277,7 +277,7 @@ fn id_key(id: &Value) -> String {
 
 /// `text` as JSON nested at most `limit` levels; `None` if it is not JSON (or deeper).
 fn parse(text: &str, limit: usize) -> Option<Value> {
-    rho_core::details::parse_within(text, limit).ok()
+    rho_core::parse_within(text, limit).ok()
 }
 
 /// The checks of the module doc.
@@ -286,7 +286,7 @@ fn check(text: &str, in_flight: &InFlight) -> Verdict {
         return Verdict::Ignore;
     }
     let too_deep = text_depth(text, MAX_DEPTH) > MAX_DEPTH;
-    let Some(message) = parse(text, rho_core::details::MAX_DETAILS_DEPTH) else {
+    let Some(message) = parse(text, rho_core::plugin_api::MAX_DETAILS_DEPTH) else {
         if too_deep {
             return Verdict::Answer(error(
                 Value::Null,
@@ -402,7 +402,7 @@ fn check(text: &str, in_flight: &InFlight) -> Verdict {
 /// An outgoing line: a response frees its id; an error response without an id gets `"id": null`.
 fn settle(line: String, in_flight: &InFlight) -> String {
     // Results carry details up to their bound, a few levels inside the response.
-    let limit = rho_core::details::MAX_DETAILS_DEPTH + 16;
+    let limit = rho_core::plugin_api::MAX_DETAILS_DEPTH + 16;
     let Some(Value::Object(mut fields)) = parse(&line, limit) else {
         return line;
     };

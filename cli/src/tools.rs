@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-use rho_core::Bus;
 use tokio_stream::StreamExt;
 
 use crate::host::{self, PluginFlags};
@@ -20,20 +19,20 @@ pub struct Args {
     watch: bool,
 }
 
-pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
-    let bus = Bus::default();
-    let (registry, _dirs) = match host::registry(&bus, &config, &args.plugins).await {
-        Ok(loaded) => loaded,
+pub async fn main(args: Args, config: rho_core::HostConfig) -> ExitCode {
+    let watch = args.watch;
+    let (host, _) = match host::build(&config, &args.plugins, None, |b| b.watch(watch)).await {
+        Ok(built) => built,
         Err(code) => return code,
     };
-    if !print(&registry.tools(), args.json) {
+    if !print(&host.tools(), args.json) {
         return ExitCode::from(1);
     }
     // `print` says "no tools" for an empty list: that is a result, not a failure.
     if !args.watch {
         return ExitCode::SUCCESS;
     }
-    let mut events = bus.subscribe_filtered(rho_core::Filter::default().types([
+    let mut events = host.subscribe_filtered(rho_core::Filter::default().types([
         "plugin_loaded",
         "plugin_reloaded",
         "plugin_removed",
@@ -41,7 +40,6 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
         "tool_name_conflict",
         "warning",
     ]));
-    let _watchers = host::watch(&_dirs);
     // One future for the whole loop: a signal between two iterations is not lost.
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
@@ -55,7 +53,7 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
                     if matches!(event.kind, rho_core::EventKind::PluginLoaded { .. }
                         | rho_core::EventKind::PluginReloaded { .. }
                         | rho_core::EventKind::PluginRemoved { .. })
-                        && !print(&registry.tools(), args.json)
+                        && !print(&host.tools(), args.json)
                     {
                         return ExitCode::from(1);
                     }

@@ -1,88 +1,20 @@
-//! The live view's per-tool health, built from the events a view sees (a session's bus or a
-//! `rho serve` journal): calls by outcome, p50/p99 durations, origins and quarantines.
+//! The live view's per-tool health table, drawn from core's [`HealthView`] (the one fold of
+//! events into per-tool figures), fed by what a view sees: a session's bus or a `rho serve`
+//! journal.
 
-use std::collections::BTreeMap;
+use rho_core::{Event, HealthView};
 
-use rho_core::{Event, EventKind, Outcome};
-
-#[derive(Default)]
-struct ToolHealth {
-    origin: String,
-    calls: u64,
-    ok: u64,
-    errors: u64,
-    crashed: u64,
-    timed_out: u64,
-    other: u64,
-    durations: Vec<f64>,
-    quarantined: bool,
-}
-
-/// Health of every tool seen so far.
+/// Health of every tool seen so far, and whether it changed since the last table.
 #[derive(Default)]
 pub struct Health {
-    tools: BTreeMap<String, ToolHealth>,
+    view: HealthView,
     changed: bool,
 }
-
-/// How many recent durations the percentiles use.
-const RECENT: usize = 1024;
 
 impl Health {
     /// Takes one event into account.
     pub fn observe(&mut self, event: &Event) {
-        match &event.kind {
-            EventKind::PluginLoaded {
-                plugin,
-                version,
-                tools,
-                ..
-            } => {
-                for tool in tools {
-                    self.tools.entry(tool.clone()).or_default().origin =
-                        format!("{plugin}@{version}");
-                }
-            }
-            EventKind::PluginReloaded {
-                plugin,
-                new_version,
-                ..
-            } => {
-                for t in self.tools.values_mut() {
-                    if t.origin.split('@').next() == Some(plugin.as_str()) {
-                        t.origin = format!("{plugin}@{new_version}");
-                    }
-                }
-            }
-            EventKind::ToolExecutionEnd {
-                tool,
-                outcome,
-                duration_ms,
-                ..
-            } => {
-                let t = self.tools.entry(tool.clone()).or_default();
-                t.calls += 1;
-                match outcome {
-                    Outcome::Ok => t.ok += 1,
-                    Outcome::Error => t.errors += 1,
-                    Outcome::Crashed => t.crashed += 1,
-                    Outcome::TimedOut => t.timed_out += 1,
-                    _ => t.other += 1,
-                }
-                if t.durations.len() == RECENT {
-                    t.durations.remove(0);
-                }
-                t.durations.push(*duration_ms);
-            }
-            EventKind::ToolQuarantined { tool, .. } => {
-                self.tools.entry(tool.clone()).or_default().quarantined = true
-            }
-            EventKind::ToolRestored { tool, .. } => {
-                self.tools.entry(tool.clone()).or_default().quarantined = false
-            }
-            _ => return,
-        }
-        self.changed = true;
+        self.changed |= self.view.observe(event);
     }
 
     /// Whether anything changed since the last table.
@@ -97,26 +29,28 @@ impl Health {
             "{:<20} {:<18} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9}  state\n",
             "tool", "origin", "calls", "ok", "error", "crash", "t/out", "other", "p50 ms", "p99 ms"
         );
-        for (name, t) in &self.tools {
-            if t.calls == 0 && !t.quarantined {
+        for t in self.view.stats() {
+            if t.calls == 0 && t.quarantine.is_none() {
                 continue;
             }
-            let mut sorted = t.durations.clone();
-            sorted.sort_by(f64::total_cmp);
-            let pct = |q: f64| rho_core::percentile(&sorted, q);
+            let other = t.blocked + t.invalid_arguments + t.quarantined_calls;
             out.push_str(&format!(
                 "{:<20} {:<18} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9.1} {:>9.1}  {}\n",
-                name,
-                t.origin,
+                crate::render::terminal_safe(&t.tool),
+                crate::render::terminal_safe(&t.origin),
                 t.calls,
                 t.ok,
                 t.errors,
                 t.crashed,
                 t.timed_out,
-                t.other,
-                pct(0.5),
-                pct(0.99),
-                if t.quarantined { "QUARANTINED" } else { "" }
+                other,
+                t.p50_ms,
+                t.p99_ms,
+                if t.quarantine.is_some() {
+                    "QUARANTINED"
+                } else {
+                    ""
+                }
             ));
         }
         out
@@ -126,6 +60,7 @@ impl Health {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rho_core::{EventKind, Outcome};
     use rho_core::OutputView;
 
     fn end(tool: &str, outcome: Outcome, ms: f64) -> Event {

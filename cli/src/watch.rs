@@ -14,7 +14,7 @@ use rho_core::{BusItem, Event};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio_stream::StreamExt;
 
-use crate::config::Config;
+use rho_core::HostConfig;
 use crate::host::{self, PluginFlags, RunFlags};
 use crate::render::{self, Detail};
 use crate::view::Health;
@@ -39,11 +39,11 @@ pub struct Args {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     summary_secs: u64,
     /// Calls of one turn that run at once.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=crate::host::MAX_PARALLEL))]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=rho_core::MAX_PARALLEL))]
     max_parallel: Option<u64>,
 }
 
-pub async fn main(args: Args, config: Config) -> ExitCode {
+pub async fn main(args: Args, config: HostConfig) -> ExitCode {
     let detail = if args.json { None } else { Some(Detail::All) };
     if let Some(journal) = &args.attach {
         return follow_journal(journal, detail, args.summary_secs).await;
@@ -78,18 +78,17 @@ fn summary(health: &mut Health, json: bool) {
 
 /// Loads and watches the directories and prints their events until Ctrl-C.
 async fn follow_dirs(
-    config: &Config,
+    config: &HostConfig,
     plugins: &PluginFlags,
     detail: Option<Detail>,
     every: u64,
 ) -> ExitCode {
     let bus = rho_core::Bus::default();
     let mut events = bus.subscribe();
-    let (_registry, dirs) = match host::registry(&bus, config, plugins).await {
-        Ok(loaded) => loaded,
+    let _host = match host::build(config, plugins, None, |b| b.bus(bus).watch(true)).await {
+        Ok(built) => built,
         Err(code) => return code,
     };
-    let _watchers = host::watch(&dirs);
     let mut health = Health::default();
     let mut tick = ticker(every);
     // One future for the whole loop: a signal between two iterations is not lost.

@@ -107,6 +107,7 @@ pub struct HostBuilder {
     quarantine: Option<QuarantinePolicy>,
     journal: Option<PathBuf>,
     tools: Vec<Arc<dyn Tool>>,
+    bus: Option<Bus>,
 }
 
 impl HostBuilder {
@@ -157,6 +158,13 @@ impl HostBuilder {
         self
     }
 
+    /// Publishes on `bus` (default: a new one): subscribe to it before `build` to see the
+    /// first loads' events as well.
+    pub fn bus(mut self, bus: Bus) -> Self {
+        self.bus = Some(bus);
+        self
+    }
+
     /// A host-native tool (it ranks before plugin tools of the same name).
     pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
         self.tools.push(tool);
@@ -188,7 +196,7 @@ impl HostBuilder {
     /// opened, a directory's private copy directory cannot be made, or a native tool's name is
     /// taken.
     pub async fn build(self) -> Result<(Host, Vec<ScanReport>), HostError> {
-        let bus = Bus::default();
+        let bus = self.bus.unwrap_or_default();
         let journal = match &self.journal {
             Some(path) => Some(Journal::attach(&bus, path)?),
             None => None,
@@ -328,6 +336,7 @@ impl Host {
             quarantine: None,
             journal: None,
             tools: Vec::new(),
+            bus: None,
         }
     }
 

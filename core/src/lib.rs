@@ -39,7 +39,7 @@ pub use agent::session::{KeepDetails, Loop, LoopConfig, RunSummary};
 pub use bus::events::{CallRef, Event, EventKind, ImageView, OutputView};
 pub use bus::journal::{Journal, JournalError, read_range};
 pub use bus::{Bus, BusItem, Filter, Subscription};
-pub use call::details::text_depth;
+pub use call::details::{parse_within, text_depth};
 pub use call::gate::{DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};
 pub use call::invoke::{Tool, ToolCtx};
 pub use call::outcome::{Outcome, ToolResult};
