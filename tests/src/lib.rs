@@ -115,32 +115,54 @@ pub fn install(dir: &Path, name: &str) -> PathBuf {
     to
 }
 
-/// A registry on a fresh bus with `dir` loaded in process; panics on a directory that cannot be
-/// used at all. Returns the load report's error lines too.
-pub async fn load_dir(
+/// A host serving `dir` in process, with the defaults of [`rho_core::Host::builder`] changed by
+/// `configure` (a gate, runner settings, quarantine, native tools, watching...). Panics when the
+/// host cannot be built or the directory cannot be used at all; returns the host and the
+/// directory's load report (its `errors` are the plugins that failed).
+pub async fn host_with(
     dir: &Path,
-) -> (
-    rho_core::Bus,
-    rho_core::ToolRegistry,
-    Vec<String>,
-    rho_core::PluginDir,
-) {
-    let bus = rho_core::Bus::default();
-    let registry = rho_core::ToolRegistry::new(bus.clone());
-    let (plugin_dir, report) = registry
-        .add_plugin_dir(dir, rho_core::DirOptions::default())
+    options: rho_core::DirOptions,
+    configure: impl FnOnce(rho_core::HostBuilder) -> rho_core::HostBuilder,
+) -> (rho_core::Host, rho_core::ScanReport) {
+    let (host, mut reports) = configure(rho_core::Host::builder().plugin_dir(dir, options))
+        .build()
         .await
-        .expect("plugin directory");
-    (bus, registry, report.errors, plugin_dir)
+        .expect("host");
+    let report = reports.remove(0);
+    assert!(report.dir_error.is_none(), "{:?}", report.dir_error);
+    (host, report)
 }
 
-/// A runner over `registry` with `timeout_ms` as the default timeout.
-pub fn runner(registry: &rho_core::ToolRegistry, timeout_ms: u64) -> rho_core::ToolRunner {
-    let config = rho_core::RunnerConfig {
+/// A host serving `dir` in process with every default (allow all, 60 s timeout); panics when a
+/// plugin fails to load.
+pub async fn host(dir: &Path) -> rho_core::Host {
+    let (host, report) = host_with(dir, rho_core::DirOptions::default(), |b| b).await;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    host
+}
+
+/// Directory options that run its plugins isolated, with default worker settings.
+pub fn isolated() -> rho_core::DirOptions {
+    rho_core::DirOptions {
+        isolation: rho_core::Isolation::Process(rho_core::WorkerOptions::default()),
+        ..rho_core::DirOptions::default()
+    }
+}
+
+/// Runner settings with `timeout_ms` as the default timeout.
+pub fn timeout(timeout_ms: u64) -> rho_core::RunnerConfig {
+    rho_core::RunnerConfig {
         default_timeout: std::time::Duration::from_millis(timeout_ms),
         ..Default::default()
-    };
-    rho_core::ToolRunner::new(registry.clone(), config)
+    }
+}
+
+/// Call options that put the call behind `gate` instead of the host's.
+pub fn gated(gate: std::sync::Arc<dyn rho_core::Gate>) -> rho_core::CallOptions {
+    rho_core::CallOptions {
+        gate: Some(gate),
+        ..Default::default()
+    }
 }
 
 /// A call with id `id` of `tool` with `args`.
