@@ -90,7 +90,9 @@ fn with_flags(
         config.plugins = plugins.plugins.iter().map(PluginSource::new).collect();
     }
     if config.plugins.is_empty() {
-        return Err("no plugin directory: pass --plugins DIR or list [[plugins]] in rho.toml".into());
+        return Err(
+            "no plugin directory: pass --plugins DIR or list [[plugins]] in rho.toml".into(),
+        );
     }
     for source in &mut config.plugins {
         source.isolate |= plugins.isolate;

@@ -277,6 +277,8 @@ pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
             reason,
         } => format!("restored `{tool}` ({origin}): {reason}"),
         EventKind::Warning { subject, message } => format!("warning ({subject}): {message}"),
+        // A kind newer than this view: its type name says what it is.
+        other => other.type_name().to_owned(),
     };
     Some(if all {
         format!("{} {body}", clock(event.ts_ms))

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use rho_core::{Bus, BusItem, ScriptedModel};
 use tokio_stream::StreamExt;
 
-use rho_core::HostConfig;
 use crate::gates::TerminalAsker;
 use crate::host::{self, PluginFlags, RunFlags};
 use crate::render::{self, Detail};
+use rho_core::HostConfig;
 
 /// `rho run` flags.
 #[derive(clap::Args)]

@@ -60,8 +60,8 @@ impl Health {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rho_core::{EventKind, Outcome};
     use rho_core::OutputView;
+    use rho_core::{EventKind, Outcome};
 
     fn end(tool: &str, outcome: Outcome, ms: f64) -> Event {
         Event {

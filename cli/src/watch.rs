@@ -14,10 +14,10 @@ use rho_core::{BusItem, Event};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio_stream::StreamExt;
 
-use rho_core::HostConfig;
 use crate::host::{self, PluginFlags, RunFlags};
 use crate::render::{self, Detail};
 use crate::view::Health;
+use rho_core::HostConfig;
 
 /// `rho watch` flags.
 #[derive(clap::Args)]

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 /// Why a plugin file did not load. The other plugins of its directory load and serve regardless.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoadError {
     /// The file could not be read.
     #[error("{}: cannot read: {}", shown(path), one_line(reason))]

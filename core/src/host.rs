@@ -37,21 +37,21 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::agent::session::{Loop, LoopConfig};
+use crate::bus::journal::{Journal, JournalError};
 use crate::bus::{Bus, Filter, Subscription};
+use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict, allow_all};
+use crate::call::invoke::Tool;
+use crate::call::outcome::ToolResult;
 use crate::call::rules::{Asker, GateRule, RuleGate};
+use crate::call::runner::{CallOptions, RunnerConfig, ToolRunner};
 use crate::config::HostConfig;
 use crate::error::LoadError;
-use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict, allow_all};
-use crate::registry::health::{QuarantinePolicy, ToolStats};
-use crate::call::invoke::Tool;
-use crate::bus::journal::{Journal, JournalError};
-use crate::call::outcome::ToolResult;
 use crate::plugin::dir::{DirOptions, PluginDir, ScanReport};
 use crate::plugin::load::PluginInfo;
-use crate::registry::{RegistryError, ToolRegistry};
-use crate::call::runner::{CallOptions, RunnerConfig, ToolRunner};
-use crate::registry::spec::ToolSpec;
 use crate::plugin::watch::{DEFAULT_DEBOUNCE, DirWatcher};
+use crate::registry::health::{QuarantinePolicy, ToolStats};
+use crate::registry::spec::ToolSpec;
+use crate::registry::{RegistryError, ToolRegistry};
 
 /// A gate from a closure: `gate_fn(|call| Verdict::Allow)`. For a gate that waits (a person's
 /// approval), see [`async_gate_fn`].

@@ -44,9 +44,12 @@ pub use call::gate::{DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};
 pub use call::invoke::{Tool, ToolCtx};
 pub use call::outcome::{Outcome, ToolResult};
 pub use call::rules::{Action, Asker, GateRule, RuleGate, pattern_matches};
-pub use call::runner::{CallOptions, CancellationToken, MAX_UPDATE_BYTES, RunnerConfig, UpdateHook};
+pub use call::runner::{
+    CallOptions, CancellationToken, MAX_UPDATE_BYTES, RunnerConfig, UpdateHook,
+};
 pub use config::{
-    ConfigError, HostConfig, MAX_PARALLEL, MAX_TIMEOUT_MS, PluginSource, RunnerSettings, ServeConfig,
+    ConfigError, HostConfig, MAX_PARALLEL, MAX_TIMEOUT_MS, PluginSource, RunnerSettings,
+    ServeConfig,
 };
 pub use error::LoadError;
 pub use host::{Host, HostBuilder, HostError, async_gate_fn, gate_fn};

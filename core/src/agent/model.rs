@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::call::gate::ToolCall;
 use crate::call::outcome::Outcome;
+use crate::registry::spec::ToolSpec;
 use rho_plugin_api::Output;
 use serde_json::Value;
-use crate::registry::spec::ToolSpec;
 
 /// One assistant turn: text, and the tool calls it asks for (none ends the session).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -97,9 +97,9 @@ pub enum KeptDetails {
     },
 }
 
-
 /// A message of the session.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Message {
     /// What the user said.
     User {

@@ -9,9 +9,9 @@ use futures_util::stream::FuturesUnordered;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
+use crate::agent::model::{KeptDetails, Message, Model, ModelError};
 use crate::bus::events::{CallRef, EventKind};
 use crate::call::gate::ToolCall;
-use crate::agent::model::{KeptDetails, Message, Model, ModelError};
 use crate::call::outcome::ToolResult;
 use crate::call::runner::CallOptions;
 use crate::host::Host;
@@ -46,7 +46,6 @@ impl KeepDetails {
         }
     }
 }
-
 
 /// A loop's settings.
 #[derive(Debug, Clone)]

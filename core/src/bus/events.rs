@@ -70,6 +70,7 @@ pub struct CallRef {
 /// What happened. The variant's name, in snake case, is the event's `"type"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum EventKind {
     /// A session's loop started.
     AgentStart {},
@@ -165,8 +166,7 @@ pub enum EventKind {
         tools: Vec<String>,
         /// Whether it runs out of process.
         isolated: bool,
-        /// Isolated plugins: what of the sandbox is in force (see
-        /// [`crate::isolate::sandbox`]).
+        /// Isolated plugins: what of the sandbox is in force (see [`SandboxReport`](crate::SandboxReport)).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sandbox: Option<crate::isolate::sandbox::SandboxReport>,
     },

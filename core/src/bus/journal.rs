@@ -15,11 +15,12 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::bus::{Bus, Sink};
 use crate::bus::events::Event;
+use crate::bus::{Bus, Sink};
 
 /// Why a journal could not be opened or read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum JournalError {
     /// The file could not be created, written or read.
     #[error("journal {}: {reason}", path.display())]

@@ -47,7 +47,7 @@ pub fn parse(json: &str) -> Result<Value, String> {
 }
 
 /// Parses any JSON text nested at most `limit` levels (serde_json's own bound is 128): the depth
-/// is measured first, without recursion. `Err` is the rest of a sentence, as for [`parse`].
+/// is measured first, without recursion. `Err` is the rest of a sentence (`nested deeper than N levels`, or serde_json's own).
 pub fn parse_within(json: &str, limit: usize) -> Result<Value, String> {
     if text_depth(json, limit) > limit {
         return Err(format!("nested deeper than {limit} levels"));

@@ -1,6 +1,7 @@
 //! One tool call, from request to result: the gate and its rules, the runner (task, timeout,
 //! cancellation), argument validation, panics, the typed outcome and the answer's details.
 
+pub(crate) mod answer;
 pub(crate) mod details;
 pub(crate) mod gate;
 pub(crate) mod invoke;

@@ -10,6 +10,7 @@ use serde_json::Value;
 /// How a call ended. Every call ends with exactly one of these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Outcome {
     /// The tool answered.
     Ok,

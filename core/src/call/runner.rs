@@ -208,7 +208,6 @@ impl ToolRunner {
         self.registry.bus()
     }
 
-
     /// The timeout that applies to `tool`: the host's override, else the tool's own (at most
     /// `max_tool_timeout`), else the default.
     pub fn timeout_for(&self, tool: &ResolvedTool) -> Duration {

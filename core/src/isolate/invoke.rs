@@ -5,13 +5,15 @@
 
 use std::sync::Arc;
 
-use rho_plugin_api::{Answer, Image, Output, ToolError};
+use rho_plugin_api::{Answer, Image};
+
+use crate::call::answer::{self, OutputKind};
 use serde_json::Value;
 
 use crate::call::invoke::{CallFuture, Failure, Invoke, ToolCtx};
+use crate::call::outcome::CrashReason;
 use crate::isolate::pool::{Pool, Worker};
 use crate::isolate::protocol::{Frame, FrameError, FromWorker, ImageHead, ToWorker};
-use crate::call::outcome::CrashReason;
 
 /// One tool of an isolated plugin version.
 pub(crate) struct IsolatedInvoke {
@@ -151,7 +153,7 @@ impl Invoke for IsolatedInvoke {
                             },
                         blobs,
                     }) if a == id => {
-                        let answer = to_answer(&tool, &kind, text_len, &images, blobs, details);
+                        let answer = to_answer(&tool, kind, text_len, &images, blobs, details);
                         match &answer {
                             Err(Failure::Crash(CrashReason::Protocol(_))) => guard.kill(),
                             // Damaged by the call: a fresh worker serves the next one.
@@ -171,7 +173,7 @@ impl Invoke for IsolatedInvoke {
                             },
                         ..
                     }) if f == id => {
-                        let failure = to_failure(&tool, &kind, message, details);
+                        let failure = answer::failure(kind, message, || details_of(&tool, details));
                         match &failure {
                             Failure::Crash(CrashReason::Protocol(_)) => guard.kill(),
                             _ if spent => guard.kill(),
@@ -213,7 +215,7 @@ fn details_of(tool: &str, details: Option<String>) -> Result<Option<Value>, Fail
 
 fn to_answer(
     tool: &str,
-    kind: &str,
+    kind: OutputKind,
     text_len: usize,
     heads: &[ImageHead],
     mut blobs: Vec<u8>,
@@ -248,36 +250,8 @@ fn to_answer(
         ));
         at += head.len;
     }
-    let output = match (kind, images.len()) {
-        ("text", 0) => Output::Text(text),
-        ("image", 1) => match images.pop() {
-            Some(image) => Output::Image { image, text },
-            None => Output::Text(text),
-        },
-        ("images", _) => Output::Images { images, text },
-        (other, n) => {
-            return Err(Failure::Crash(CrashReason::Protocol(format!(
-                "an answer of kind `{other}` with {n} image(s)"
-            ))));
-        }
-    };
     Ok(Answer {
-        output,
+        output: answer::output(kind, text, images)?,
         details: details_of(tool, details)?,
     })
-}
-
-fn to_failure(tool: &str, kind: &str, message: String, details: Option<String>) -> Failure {
-    match kind {
-        "error" => match details_of(tool, details) {
-            Ok(details) => Failure::Tool(ToolError { message, details }),
-            Err(failure) => failure,
-        },
-        "panic" => Failure::Crash(CrashReason::Formatted(message)),
-        "invalid_arguments" => Failure::InvalidArguments(message),
-        "unknown_tool" => Failure::UnknownTool(message),
-        other => Failure::Crash(CrashReason::Protocol(format!(
-            "a failure of unknown kind `{other}`"
-        ))),
-    }
 }

@@ -87,7 +87,7 @@ pub struct WorkerOptions {
     pub grants: Grants,
     /// Who the plugins run as.
     pub identity: Identity,
-    /// The sandbox (see [`sandbox`]); `false` leaves plugins the worker's own rights (only the
+    /// The sandbox (see [`Grants`] and ARCHITECTURE.md's threat model); `false` leaves plugins the worker's own rights (only the
     /// resource limits apply): for measuring its cost, never for untrusted plugins.
     pub sandbox: bool,
 }

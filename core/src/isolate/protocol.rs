@@ -12,6 +12,7 @@ use std::io::{Read, Write};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use crate::call::answer::{FailureKind, OutputKind};
 use crate::isolate::WorkerLimits;
 use crate::isolate::sandbox::{Grants, SandboxReport};
 use crate::registry::spec::ToolSpec;
@@ -105,8 +106,8 @@ pub enum FromWorker {
     Answer {
         /// The host's number for the call.
         id: u64,
-        /// `text`, `image` or `images`.
-        kind: String,
+        /// The answer's shape.
+        kind: OutputKind,
         /// The length of the text blob.
         text_len: usize,
         /// The images' heads.
@@ -122,8 +123,8 @@ pub enum FromWorker {
     Failure {
         /// The host's number for the call.
         id: u64,
-        /// `error`, `panic`, `unknown_tool` or `invalid_arguments`.
-        kind: String,
+        /// Why there is no answer.
+        kind: FailureKind,
         /// The message.
         message: String,
         /// Details, JSON text.
@@ -296,7 +297,7 @@ mod tests {
     fn round_trip_with_blobs_and_limits() {
         let msg = FromWorker::Answer {
             id: 7,
-            kind: "images".into(),
+            kind: OutputKind::Images,
             text_len: 0,
             images: vec![
                 ImageHead {

@@ -15,15 +15,15 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use rho_plugin_api::{Answer, Output};
+use rho_plugin_api::Answer;
 
+use crate::call::answer::{FailureKind, OutputKind};
 use crate::call::invoke::Failure;
 use crate::isolate::protocol::{
     CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, ImageHead, PLUGIN_FD, ToWorker,
     read_frame, write_frame,
 };
 use crate::isolate::sandbox;
-use crate::call::outcome::crash_text;
 use crate::plugin::call::call_module;
 use crate::plugin::load::load_checked_copy;
 
@@ -186,7 +186,7 @@ fn serve(
         let Ok(args) = String::from_utf8(frame.blobs) else {
             let failure = FromWorker::Failure {
                 id,
-                kind: "invalid_arguments".into(),
+                kind: FailureKind::InvalidArguments,
                 message: "the arguments are not UTF-8 text".into(),
                 details: None,
                 spent: false,
@@ -225,11 +225,8 @@ fn answer(
     };
     let (message, blobs): (FromWorker, Vec<&[u8]>) = match &result {
         Ok(answer) => {
-            let (kind, text) = match &answer.output {
-                Output::Text(text) => ("text", text),
-                Output::Image { text, .. } => ("image", text),
-                Output::Images { text, .. } => ("images", text),
-            };
+            let kind = OutputKind::of(&answer.output);
+            let text = answer.output.text();
             let images = answer.output.images();
             let heads = images
                 .iter()
@@ -240,7 +237,7 @@ fn answer(
                 .collect();
             let message = FromWorker::Answer {
                 id,
-                kind: kind.into(),
+                kind,
                 text_len: text.len(),
                 images: heads,
                 details: answer.details.as_ref().map(|d| d.to_string()),
@@ -252,20 +249,16 @@ fn answer(
             (message, blobs)
         }
         Err(failure) => {
-            let (kind, message, details) = match failure {
-                Failure::Tool(e) => (
-                    "error",
-                    noted(e.message.clone()),
-                    e.details.as_ref().map(|d| d.to_string()),
-                ),
-                Failure::Crash(reason) => ("panic", noted(crash_text(reason)), None),
-                Failure::InvalidArguments(m) => ("invalid_arguments", m.clone(), None),
-                Failure::UnknownTool(m) => ("unknown_tool", m.clone(), None),
+            let (kind, message) = FailureKind::of(failure);
+            let (message, details) = match failure {
+                Failure::Tool(e) => (noted(message), e.details.as_ref().map(|d| d.to_string())),
+                Failure::Crash(_) => (noted(message), None),
+                _ => (message, None),
             };
             (
                 FromWorker::Failure {
                     id,
-                    kind: kind.into(),
+                    kind,
                     message,
                     details,
                     spent,

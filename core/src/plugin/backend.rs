@@ -8,8 +8,8 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use crate::error::LoadError;
 use crate::call::invoke::Invoke;
+use crate::error::LoadError;
 use crate::isolate::WorkerOptions;
 use crate::isolate::invoke::IsolatedInvoke;
 use crate::isolate::pool::Pool;

@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 use abi_stable::std_types::{ROption, RResult, RStr, RString};
-use rho_plugin_api::ffi::{FfiCtx, FfiFailureKind, FfiOutcome, FfiOutputKind, PluginModRef};
-use rho_plugin_api::{Answer, Image, Output, ToolError};
+use rho_plugin_api::ffi::{FfiCtx, FfiOutcome, PluginModRef};
+use rho_plugin_api::{Answer, Image};
 use serde_json::Value;
 
+use crate::call::answer::{self, FailureKind};
 use crate::call::invoke::{CallFuture, Failure, Invoke, ToolCtx};
 use crate::call::outcome::CrashReason;
 
@@ -44,30 +45,21 @@ pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome) -> Result<Answer, Failur
                     plain_text(image.mime_type).ok_or_else(|| broken("a mime type that is"))?;
                 images.push(Image::new(mime, image.bytes.as_slice()));
             }
-            let output = match (answer.kind, images.len()) {
-                (FfiOutputKind::Text, _) => Output::Text(text),
-                (FfiOutputKind::Image, 1) => match images.pop() {
-                    Some(image) => Output::Image { image, text },
-                    None => Output::Text(text),
-                },
-                _ => Output::Images { images, text },
-            };
+            let output = answer::output(answer.kind.into(), text, images)?;
             Ok(Answer { output, details })
         }
         RResult::RErr(failure) => {
             let message =
                 plain_text(failure.message).ok_or_else(|| broken("an error message that is"))?;
-            match failure.kind {
-                FfiFailureKind::Error => {
-                    let details = details(failure.details_json)?;
-                    Err(Failure::Tool(ToolError { message, details }))
-                }
-                FfiFailureKind::Panic => Err(Failure::Crash(CrashReason::Formatted(format!(
-                    "tool `{tool}` {message}"
-                )))),
-                FfiFailureKind::UnknownTool => Err(Failure::UnknownTool(message)),
-                FfiFailureKind::InvalidArguments => Err(Failure::InvalidArguments(message)),
-            }
+            let kind = FailureKind::from(failure.kind);
+            // A panic's message from the plugin's glue does not name the tool; the host does.
+            let message = match kind {
+                FailureKind::Panic => format!("tool `{tool}` {message}"),
+                _ => message,
+            };
+            Err(answer::failure(kind, message, || {
+                details(failure.details_json)
+            }))
         }
     }
 }
@@ -79,7 +71,6 @@ fn parse_details(tool: &str, json: &str) -> Result<Value, Failure> {
         )))
     })
 }
-
 
 /// Calls `tool` of `module` on the current thread and copies the answer. A partial update that
 /// is not UTF-8 is not forwarded and makes the call crash when it ends.

@@ -7,8 +7,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::error::LoadError;
 use crate::bus::events::EventKind;
+use crate::error::LoadError;
 use crate::plugin::backend::{Backend, LoadOutcome, LoadedVersion};
 use crate::plugin::load::{CopyDir, PluginFile, PluginInfo};
 use crate::plugin::open::{DirError, DirHandle, Stamp, open_dir};
@@ -179,6 +179,9 @@ struct Inner {
     state: tokio::sync::Mutex<State>,
     /// Asks for a scan (a stalled load finished); served by a task of its own.
     rescan: Arc<tokio::sync::Notify>,
+    /// Fault injection: the next listings panic.
+    #[cfg(test)]
+    listing_panics: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Inner {
@@ -215,6 +218,8 @@ impl PluginDir {
                     shut: false,
                 }),
                 rescan: Arc::new(tokio::sync::Notify::new()),
+                #[cfg(test)]
+                listing_panics: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         let rescan = plugin_dir.inner.rescan.clone();
@@ -277,7 +282,13 @@ impl PluginDir {
         }
         let dir = inner.dir.clone();
         let trust = inner.options.trust;
+        #[cfg(test)]
+        let injected = inner
+            .listing_panics
+            .load(std::sync::atomic::Ordering::Relaxed);
         let listed = tokio::task::spawn_blocking(move || {
+            #[cfg(test)]
+            assert!(!injected, "injected: the listing panics");
             let handle = open_dir(&dir, trust)?;
             let names = handle.list().map_err(DirError::Unusable)?;
             Ok::<_, DirError>((handle, names))
@@ -703,5 +714,65 @@ impl PluginDir {
                 });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bus::Bus;
+    use crate::call::invoke::{NativeInvoke, Tool, ToolCtx};
+    use crate::registry::ResolvedTool;
+    use crate::registry::spec::ToolSpec;
+    use rho_plugin_api::{Answer, ToolError};
+
+    struct Kept;
+
+    #[async_trait::async_trait]
+    impl Tool for Kept {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec::native(
+                "kept",
+                "a tool of the directory",
+                serde_json::json!({"type": "object"}),
+            )
+        }
+        async fn call(&self, _args: serde_json::Value, _ctx: ToolCtx) -> Result<Answer, ToolError> {
+            Ok(Answer::text("kept"))
+        }
+    }
+
+    /// A listing task that panics is the directory's error for this scan; the plugins loaded
+    /// before it keep serving (they were dropped as deleted before [2/9]).
+    #[tokio::test]
+    async fn a_listing_that_panics_drops_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let registry = ToolRegistry::new(Bus::default());
+        let backend = Backend::new(&Isolation::InProcess);
+        let (dir, report) = PluginDir::open(&registry, tmp.path(), DirOptions::default(), backend)
+            .await
+            .unwrap();
+        assert!(report.dir_error.is_none() && report.errors.is_empty());
+        let tool = ResolvedTool::new(
+            Kept.spec(),
+            1,
+            "kept@1",
+            Arc::new(NativeInvoke(Arc::new(Kept))),
+        )
+        .unwrap();
+        registry.set_source_tools(dir.inner.source, vec![tool]);
+        dir.inner
+            .listing_panics
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let report = dir.scan().await;
+        assert!(report.dir_error.is_some(), "{report:?}");
+        assert_eq!(registry.names(), ["kept"]);
+        // The next listing that works brings the registry in line with the directory again.
+        dir.inner
+            .listing_panics
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        let report = dir.scan().await;
+        assert!(report.dir_error.is_none(), "{report:?}");
+        assert!(registry.names().is_empty());
     }
 }

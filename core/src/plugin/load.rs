@@ -30,7 +30,7 @@ pub struct PluginInfo {
 }
 
 /// A plugin file opened once and copied into storage private to the host: what loads is the
-/// copy, and the hash is the copy's (see [`crate::plugin::open`]). Dropping it removes a copy
+/// copy, and the hash is the copy's. Dropping it removes a copy
 /// that was not loaded.
 #[derive(Debug)]
 pub struct PluginFile {
@@ -62,9 +62,9 @@ impl Drop for PluginFile {
 
 impl PluginFile {
     /// Opens `path` (a regular file of at most
-    /// [`DEFAULT_MAX_FILE_SIZE`](crate::plugin::open::DEFAULT_MAX_FILE_SIZE) bytes) and copies it
-    /// into `copies`, for tools that load one file (`check-plugin`, benchmarks). Plugin
-    /// directories open their files with the trust checks of [`crate::plugin::open`].
+    /// 256 MiB) and copies it into `copies`, for tools that load one file (`check-plugin`,
+    /// benchmarks). Plugin directories of a [`Host`](crate::Host) add the trust checks (owner,
+    /// mode, symlinks, every directory on the way).
     pub fn open(path: &Path, copies: &CopyDir) -> Result<PluginFile, LoadError> {
         use std::os::unix::fs::OpenOptionsExt;
         let read_error = |e: std::io::Error| LoadError::Read {
@@ -116,9 +116,9 @@ pub struct CopyDir {
 
 impl CopyDir {
     /// Creates a fresh private directory under a safe temporary directory
-    /// ([`secure_temp_dir`](crate::isolate::sandbox::secure_temp_dir): a `$TMPDIR` others could
-    /// tamper with is avoided). The directory must not exist yet (`create_dir`, not `create_dir_all`): another user cannot hand the host
-    /// a directory of theirs to load from; a taken name moves on to the next one.
+    /// (a `$TMPDIR` others could tamper with is avoided). The directory must not exist yet
+    /// (`create_dir`, not `create_dir_all`): another user cannot hand the host a directory of
+    /// theirs to load from; a taken name moves on to the next one.
     pub fn new() -> Result<Self, LoadError> {
         use std::os::unix::fs::DirBuilderExt;
         static INSTANCE: AtomicU64 = AtomicU64::new(0);

@@ -185,9 +185,7 @@ impl Health {
         }
         entry.tally.stats.tool = tool.to_owned();
         entry.tally.stats.origin = origin.to_owned();
-        entry
-            .tally
-            .count(outcome, duration.as_secs_f64() * 1000.0);
+        entry.tally.count(outcome, duration.as_secs_f64() * 1000.0);
         if !matches!(outcome, Outcome::Crashed | Outcome::TimedOut) || policy.max_failures == 0 {
             return Change::None;
         }

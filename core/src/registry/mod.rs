@@ -16,11 +16,11 @@ use serde_json::Value;
 
 use crate::bus::Bus;
 use crate::bus::events::EventKind;
-use crate::registry::health::{CallEnd, Change, Health, QuarantinePolicy, ToolKey, ToolStats};
 use crate::call::invoke::{Invoke, NativeInvoke, Tool};
 use crate::call::outcome::ToolResult;
-use crate::registry::spec::ToolSpec;
 use crate::call::validate::ArgsValidator;
+use crate::registry::health::{CallEnd, Change, Health, QuarantinePolicy, ToolKey, ToolStats};
+use crate::registry::spec::ToolSpec;
 
 /// A source's place in the registry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -66,6 +66,7 @@ impl ResolvedTool {
 
 /// Why a tool could not be added.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RegistryError {
     /// The name does not match `^[a-zA-Z0-9_-]{1,64}$`.
     #[error("tool {0:?} refused: a tool name must match ^[a-zA-Z0-9_-]{{1,64}}$")]
