@@ -165,6 +165,25 @@ pub fn gated(gate: std::sync::Arc<dyn rho_core::Gate>) -> rho_core::CallOptions 
     }
 }
 
+/// Live (not zombie) `rho-worker` processes whose parent is this test process.
+pub fn live_workers() -> usize {
+    let me = std::process::id().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            stat.contains("(rho-worker")
+                && stat.rfind(')').is_some_and(|i| {
+                    let rest: Vec<&str> = stat[i + 2..].split(' ').collect();
+                    rest.first() != Some(&"Z") && rest.get(1) == Some(&me.as_str())
+                })
+        })
+        .count()
+}
+
 /// A call with id `id` of `tool` with `args`.
 pub fn call(id: &str, tool: &str, args: serde_json::Value) -> rho_core::ToolCall {
     rho_core::ToolCall::new(id, tool, args)

@@ -7,25 +7,18 @@
 use std::path::Path;
 use std::process::Command;
 
-use rho_core::{
-    Bus, DirOptions, Isolation, Outcome, CallOptions, ToolRegistry, WorkerOptions, allow_all,
-};
-use rho_tests::{attacks_bad_names, call, install, plugin_dir, rho_bin, runner};
+use rho_core::{CallOptions, DirOptions, Host, Isolation, Outcome, ScanReport, WorkerOptions};
+use rho_tests::{attacks_bad_names, call, host_with, install, plugin_dir, rho_bin, timeout};
 use serde_json::{Value, json};
 
-async fn run(runner: &rho_core::ToolRunner, tool: &str, args: Value) -> rho_core::ToolResult {
-    runner
-        .run(&call("c", tool, args), &allow_all(), &CallOptions::default())
+async fn run(host: &Host, tool: &str, args: Value) -> rho_core::ToolResult {
+    host.call_with(&call("c", tool, args), &CallOptions::default())
         .await
 }
 
-async fn registry(dir: &Path, isolated: bool) -> (ToolRegistry, rho_core::PluginDir, Vec<String>) {
-    let registry = ToolRegistry::new(Bus::default());
-    // These tests crash tools on purpose, more than a quarantine allows.
-    registry.set_quarantine_policy(rho_core::QuarantinePolicy {
-        max_failures: 0,
-        window: std::time::Duration::from_secs(1),
-    });
+/// A host serving `dir` (isolated or in process) with a 10 s timeout and no quarantine, and the
+/// directory's load report.
+async fn serve(dir: &Path, isolated: bool) -> (Host, ScanReport) {
     let options = DirOptions {
         isolation: if isolated {
             Isolation::Process(WorkerOptions {
@@ -37,8 +30,15 @@ async fn registry(dir: &Path, isolated: bool) -> (ToolRegistry, rho_core::Plugin
         },
         ..DirOptions::default()
     };
-    let (plugins, report) = registry.add_plugin_dir(dir, options).await.unwrap();
-    (registry, plugins, report.errors)
+    host_with(dir, options, |b| {
+        // These tests crash tools on purpose, more than a quarantine allows.
+        b.runner(timeout(10_000))
+            .quarantine(rho_core::QuarantinePolicy {
+                max_failures: 0,
+                window: std::time::Duration::from_secs(1),
+            })
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,9 +46,8 @@ async fn strings_that_are_not_utf8_end_the_call_crashed_naming_the_field() {
     attacks_bad_names();
     let dir = plugin_dir(&["attacks"]);
     for isolated in [false, true] {
-        let (registry, plugins, errors) = registry(dir.path(), isolated).await;
-        assert!(errors.is_empty(), "{errors:?}");
-        let runner = runner(&registry, 10_000);
+        let (host, report) = serve(dir.path(), isolated).await;
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
         for (field, says) in [
             ("text", "answered with a text that is not UTF-8"),
             ("error", "answered with an error message that is not UTF-8"),
@@ -56,13 +55,13 @@ async fn strings_that_are_not_utf8_end_the_call_crashed_naming_the_field() {
             ("update", "sent a partial update that is not UTF-8"),
             ("details", "answered with details that are not UTF-8"),
         ] {
-            let r = run(&runner, "bad_text", json!({ "field": field })).await;
+            let r = run(&host, "bad_text", json!({ "field": field })).await;
             assert_eq!(r.outcome, Outcome::Crashed, "{field}: {}", r.text());
             assert!(r.text().contains(says), "{field}: {}", r.text());
-            let r = run(&runner, "ids", json!({})).await;
+            let r = run(&host, "ids", json!({})).await;
             assert_eq!(r.outcome, Outcome::Ok, "after {field}: {}", r.text());
         }
-        plugins.close().await;
+        host.shutdown().await;
     }
 }
 
@@ -90,9 +89,8 @@ async fn details_nest_up_to_the_bound_and_deeper_ones_are_refused_without_harm()
     attacks_bad_names();
     let dir = plugin_dir(&["attacks"]);
     for isolated in [false, true] {
-        let (registry, plugins, _) = registry(dir.path(), isolated).await;
-        let runner = runner(&registry, 10_000);
-        let deep = |depth: usize| run(&runner, "deep_details", json!({ "depth": depth }));
+        let (host, _) = serve(dir.path(), isolated).await;
+        let deep = |depth: usize| run(&host, "deep_details", json!({ "depth": depth }));
         // 200 deep: past serde_json's own 128, within rho's bound.
         let r = deep(200).await;
         assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
@@ -103,9 +101,9 @@ async fn details_nest_up_to_the_bound_and_deeper_ones_are_refused_without_harm()
             at = &items[0];
         }
         assert_eq!(depth, 200);
-        let r = deep(rho_core::details::MAX_DETAILS_DEPTH).await;
+        let r = deep(rho_core::plugin_api::MAX_DETAILS_DEPTH).await;
         assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
-        for too_deep in [rho_core::details::MAX_DETAILS_DEPTH + 1, 100_000] {
+        for too_deep in [rho_core::plugin_api::MAX_DETAILS_DEPTH + 1, 100_000] {
             let r = deep(too_deep).await;
             assert_eq!(r.outcome, Outcome::Crashed, "{too_deep}: {}", r.text());
             assert!(
@@ -115,7 +113,7 @@ async fn details_nest_up_to_the_bound_and_deeper_ones_are_refused_without_harm()
                 r.text()
             );
         }
-        plugins.close().await;
+        host.shutdown().await;
     }
 }
 
@@ -125,14 +123,13 @@ async fn a_panic_whose_message_panics_is_an_isolated_crash() {
     // the worker dies and the host serves on.
     attacks_bad_names();
     let dir = plugin_dir(&["attacks"]);
-    let (registry, plugins, _) = registry(dir.path(), true).await;
-    let runner = runner(&registry, 10_000);
-    let r = run(&runner, "panic_display", json!({})).await;
+    let (host, _) = serve(dir.path(), true).await;
+    let r = run(&host, "panic_display", json!({})).await;
     assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
     assert!(r.text().contains("SIGABRT"), "{}", r.text());
-    let r = run(&runner, "ids", json!({})).await;
+    let r = run(&host, "ids", json!({})).await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
-    plugins.close().await;
+    host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,7 +139,8 @@ async fn tool_names_that_break_the_rules_are_refused_in_one_bounded_line_each() 
     std::fs::copy(&variant, dir.path().join("libattacks.so")).unwrap();
     install(dir.path(), "echo");
     for isolated in [false, true] {
-        let (registry, plugins, errors) = registry(dir.path(), isolated).await;
+        let (host, report) = serve(dir.path(), isolated).await;
+        let errors = report.errors;
         assert_eq!(errors.len(), 3, "{errors:?}");
         for line in &errors {
             assert!(!line.contains('\n'), "{line:?}");
@@ -154,9 +152,9 @@ async fn tool_names_that_break_the_rules_are_refused_in_one_bounded_line_each() 
                 .iter()
                 .any(|l| l.contains(r"forged\nrho: plugin_loaded evil"))
         );
-        let names: Vec<String> = registry.tools().into_iter().map(|t| t.name).collect();
+        let names: Vec<String> = host.tools().into_iter().map(|t| t.name).collect();
         assert!(names.contains(&"ids".to_owned()) && names.contains(&"echo".to_owned()));
-        plugins.close().await;
+        host.shutdown().await;
     }
     // `rho tools` lists the rest and exits 0; stderr has the three refusals, one line each.
     let out = Command::new(rho_bin())
@@ -190,7 +188,8 @@ async fn a_file_name_cannot_split_or_forge_an_error_line() {
         b"not a library",
     )
     .unwrap();
-    let (_registry, plugins, errors) = registry(dir.path(), false).await;
+    let (host, report) = serve(dir.path(), false).await;
+    let errors = report.errors;
     assert_eq!(errors.len(), 2, "{errors:?}");
     for line in &errors {
         assert!(!line.contains('\n'), "{line:?}");
@@ -205,5 +204,5 @@ async fn a_file_name_cannot_split_or_forge_an_error_line() {
             .iter()
             .any(|l| l.contains(r"evil\nrho: plugin_loaded forged.so"))
     );
-    plugins.close().await;
+    host.shutdown().await;
 }

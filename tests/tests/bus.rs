@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rho_core::{
-    Bus, BusItem, Event, EventKind, Filter, Gate, GateCtx, Journal, Outcome, CallOptions, ToolCall,
-    Verdict, allow_all,
+    Bus, BusItem, CallOptions, DirOptions, Event, EventKind, Filter, Gate, GateCtx, Journal,
+    Outcome, ToolCall, Verdict,
 };
-use rho_tests::{call, load_dir, plugin_dir, runner};
+use rho_tests::{call, host_with, plugin_dir, timeout};
 use serde_json::json;
 use tokio_stream::StreamExt;
 
@@ -43,10 +43,11 @@ async fn drain(sub: &mut rho_core::Subscription, quiet: Duration) -> Vec<Arc<Eve
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_in_order_for_a_call_of_each_outcome() {
     let dir = plugin_dir(&["echo", "faults"]);
-    let (bus, registry, _, _p) = load_dir(dir.path()).await;
-    let runner = runner(&registry, 300);
-    let gate: Arc<dyn Gate> = Arc::new(SlowGate);
-    let mut sub = bus.subscribe();
+    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| {
+        b.runner(timeout(300)).gate(Arc::new(SlowGate))
+    })
+    .await;
+    let mut sub = host.subscribe();
     let cases = [
         (
             call("ok", "echo", json!({"text": "x"})),
@@ -108,10 +109,10 @@ async fn events_in_order_for_a_call_of_each_outcome() {
     ];
     let opts = CallOptions {
         session_id: Some("s9".into()),
-        cancel: None,
+        ..CallOptions::default()
     };
     for (c, outcome, _) in &cases {
-        let r = runner.run(c, &gate, &opts).await;
+        let r = host.call_with(c, &opts).await;
         assert_eq!(r.outcome, *outcome, "{}", c.id);
     }
     let events = drain(&mut sub, Duration::from_millis(200)).await;
@@ -261,23 +262,19 @@ async fn a_panicking_or_dropped_subscriber_harms_no_one() {
     let dropped = bus.subscribe();
     let mut healthy = bus.subscribe();
     let dir = plugin_dir(&["echo"]);
-    let registry = rho_core::ToolRegistry::new(bus.clone());
-    registry
-        .add_plugin_dir(dir.path(), Default::default())
-        .await
-        .unwrap();
-    let runner = runner(&registry, 5_000);
+    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| {
+        b.bus(bus.clone()).runner(timeout(5_000))
+    })
+    .await;
     drop(dropped);
     let mut results = Vec::new();
     for i in 0..50 {
         results.push(
-            runner
-                .run(
-                    &call(&i.to_string(), "echo", json!({"text": "x"})),
-                    &allow_all(),
-                    &CallOptions::default(),
-                )
-                .await,
+            host.call_with(
+                &call(&i.to_string(), "echo", json!({"text": "x"})),
+                &CallOptions::default(),
+            )
+            .await,
         );
     }
     assert!(results.iter().all(|r| r.outcome == Outcome::Ok));

@@ -98,25 +98,9 @@ async fn shutdown_ends_calls_in_flight_and_stops_the_workers() {
     assert!(r.text().contains("the host is stopping"), "{}", r.text());
     assert!(started.elapsed() < Duration::from_secs(3));
     // Its workers are gone.
-    let me = std::process::id().to_string();
     let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let workers = std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter(|e| {
-                let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-                stat.contains("(rho-worker")
-                    && stat.rfind(')').is_some_and(|i| {
-                        let rest: Vec<&str> = stat[i + 2..].split(' ').collect();
-                        rest.first() != Some(&"Z") && rest.get(1) == Some(&me.as_str())
-                    })
-            })
-            .count();
-        if workers == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{workers} workers left");
+    while rho_tests::live_workers() > 0 {
+        assert!(Instant::now() < deadline, "workers left after shutdown");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -156,4 +140,57 @@ fn the_example_host_builds_and_runs() {
         run("exit_process", r#"{"code":0}"#).trim(),
         "blocked: not in this host"
     );
+}
+
+/// One worker at most and no spare: a worker still busy with an abandoned call would hold up
+/// every later call.
+fn one_worker() -> DirOptions {
+    DirOptions {
+        isolation: Isolation::Process(WorkerOptions {
+            spares: 0,
+            max_workers: 1,
+            ..WorkerOptions::default()
+        }),
+        ..DirOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_call_midway_in_a_worker_ends_it_once_and_frees_the_worker() {
+    let dir = plugin_dir(&["faults", "echo"]);
+    let (host, report) = rho_tests::host_with(dir.path(), one_worker(), |b| b).await;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let mut events =
+        host.subscribe_filtered(rho_core::Filter::default().types(["tool_execution_end"]));
+    let started = Instant::now();
+    let call = rho_tests::call("dropped", "sleep", json!({"ms": 30_000}));
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(300),
+        host.call_with(&call, &rho_core::CallOptions::default()),
+    )
+    .await;
+    assert!(dropped.is_err(), "the call should still have been running");
+    // The call's one end event, at once.
+    let mut ends = Vec::new();
+    while let Ok(Some(BusItem::Event(e))) =
+        tokio::time::timeout(Duration::from_secs(2), events.recv()).await
+    {
+        if let rho_core::EventKind::ToolExecutionEnd {
+            call_id, outcome, ..
+        } = &e.kind
+        {
+            ends.push((call_id.clone(), *outcome));
+        }
+    }
+    assert_eq!(ends, [("dropped".to_owned(), Outcome::Error)]);
+    // The only worker is free again: the next call does not wait 30 s for `sleep`.
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        host.call("echo", json!({"text": "next"})),
+    )
+    .await
+    .expect("the worker was not freed");
+    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "next"));
+    assert!(started.elapsed() < Duration::from_secs(8));
+    host.shutdown().await;
 }

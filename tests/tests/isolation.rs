@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rho_core::{
-    Bus, BusItem, DirOptions, EventKind, Gate, GateCtx, Isolation, Outcome, CallOptions, ToolCall,
-    ToolRegistry, ToolRunner, Verdict, WorkerOptions, allow_all,
+    BusItem, CallOptions, DirOptions, EventKind, Gate, GateCtx, Host, HostBuilder, Isolation,
+    Outcome, ToolCall, Verdict, WorkerOptions,
 };
-use rho_tests::{call, plugin_dir, runner};
+use rho_tests::{call, gated, host_with, plugin_dir, timeout};
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 
@@ -32,31 +32,26 @@ fn small_frames() -> WorkerOptions {
     }
 }
 
-async fn host(
-    options: WorkerOptions,
-    timeout_ms: u64,
-) -> (
-    Bus,
-    ToolRegistry,
-    ToolRunner,
-    rho_core::PluginDir,
-    tempfile::TempDir,
-) {
-    let dir = plugin_dir(&["echo", "faults", "picture"]);
-    let bus = Bus::default();
-    let registry = ToolRegistry::new(bus.clone());
-    let (plugins, report) = registry
-        .add_plugin_dir(dir.path(), isolated(options))
-        .await
-        .unwrap();
-    assert!(report.errors.is_empty(), "{:?}", report.errors);
-    let runner = runner(&registry, timeout_ms);
-    (bus, registry, runner, plugins, dir)
+/// A host serving isolated copies of `echo`, `faults` and `picture`, and the directory it serves
+/// them from (removed when this is dropped).
+struct Served {
+    host: Host,
+    dir: tempfile::TempDir,
 }
 
-async fn run(runner: &ToolRunner, id: &str, tool: &str, args: Value) -> rho_core::ToolResult {
-    runner
-        .run(&call(id, tool, args), &allow_all(), &CallOptions::default())
+/// Serves the three plugins isolated with `options`, on a host set up by `configure`.
+async fn serve(
+    options: WorkerOptions,
+    configure: impl FnOnce(HostBuilder) -> HostBuilder,
+) -> Served {
+    let dir = plugin_dir(&["echo", "faults", "picture"]);
+    let (host, report) = host_with(dir.path(), isolated(options), configure).await;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    Served { host, dir }
+}
+
+async fn run(host: &Host, id: &str, tool: &str, args: Value) -> rho_core::ToolResult {
+    host.call_with(&call(id, tool, args), &CallOptions::default())
         .await
 }
 
@@ -99,8 +94,8 @@ async fn no_workers_within(limit: Duration) -> Vec<i32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fault_ends_its_call_and_the_next_call_answers() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let (bus, registry, runner, plugins, _dir) = host(small_frames(), 500).await;
-    let mut events = bus.subscribe();
+    let Served { host, dir: _dir } = serve(small_frames(), |b| b.runner(timeout(500))).await;
+    let mut events = host.subscribe();
     let cases: Vec<(&str, Value, Outcome, &str)> = vec![
         (
             "panic",
@@ -172,18 +167,18 @@ async fn every_fault_ends_its_call_and_the_next_call_answers() {
     ];
     for (i, (tool, args, outcome, text)) in cases.iter().enumerate() {
         let id = format!("{tool}-{i}");
-        let r = run(&runner, &id, tool, args.clone()).await;
+        let r = run(&host, &id, tool, args.clone()).await;
         assert_eq!(r.outcome, *outcome, "{tool}: {}", r.text());
         assert!(r.text().starts_with(text), "{tool}: {}", r.text());
         // The host lives and the plugin answers the next call.
-        let next = run(&runner, &format!("next-{i}"), "build_tag", json!({})).await;
+        let next = run(&host, &format!("next-{i}"), "build_tag", json!({})).await;
         assert_eq!(
             (next.outcome, next.text()),
             (Outcome::Ok, "default"),
             "after {tool}"
         );
     }
-    let r = run(&runner, "frame", "big_output", json!({"bytes": 2 << 20})).await;
+    let r = run(&host, "frame", "big_output", json!({"bytes": 2 << 20})).await;
     assert!(
         r.text().ends_with("exceeds the limit of 1048576 bytes"),
         "{}",
@@ -200,7 +195,7 @@ async fn every_fault_ends_its_call_and_the_next_call_answers() {
     }
     assert_eq!(updates, ["update 1/3", "update 2/3", "update 3/3"]);
     // The counters moved, against the plugin's tools.
-    let stats: HashMap<String, rho_core::ToolStats> = registry
+    let stats: HashMap<String, rho_core::ToolStats> = host
         .stats()
         .into_iter()
         .map(|s| (s.tool.clone(), s))
@@ -210,7 +205,7 @@ async fn every_fault_ends_its_call_and_the_next_call_answers() {
     assert_eq!(stats["segfault"].crashed, 1);
     assert_eq!(stats["big_output"].crashed, 2);
     assert!(stats["spin"].origin.starts_with("faults@0.1.0"));
-    plugins.close().await;
+    host.shutdown().await;
     let left = no_workers_within(Duration::from_secs(3)).await;
     assert!(left.is_empty(), "workers left behind: {left:?}");
 }
@@ -229,32 +224,29 @@ impl Gate for SlowGate {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gate_and_timeout_clock_behave_as_in_process() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let (_bus, _registry, runner, plugins, _dir) = host(WorkerOptions::default(), 250).await;
+    let Served { host, dir: _dir } =
+        serve(WorkerOptions::default(), |b| b.runner(timeout(250))).await;
     let gate: Arc<dyn Gate> = Arc::new(SlowGate(Duration::from_millis(300)));
-    let r = runner
-        .run(
-            &call("1", "sleep", json!({"ms": 200})),
-            &gate,
-            &CallOptions::default(),
-        )
+    let r = host
+        .call_with(&call("1", "sleep", json!({"ms": 200})), &gated(gate))
         .await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
     // Cancellation crosses the channel: the tool sees its flag and the call still ends at the timeout.
     let started = Instant::now();
-    let r = run(&runner, "2", "spin_cancellable", json!({})).await;
+    let r = run(&host, "2", "spin_cancellable", json!({})).await;
     assert_eq!(r.outcome, Outcome::TimedOut);
     assert!(
         started.elapsed() < Duration::from_millis(1000),
         "{:?}",
         started.elapsed()
     );
-    let r = run(&runner, "3", "echo", json!({"text": "after"})).await;
+    let r = run(&host, "3", "echo", json!({"text": "after"})).await;
     assert_eq!(r.text(), "after");
     // An image crosses as raw bytes.
-    let r = run(&runner, "4", "checkerboard", json!({"size": 32})).await;
+    let r = run(&host, "4", "checkerboard", json!({"size": 32})).await;
     assert_eq!(r.output.images()[0].mime_type, "image/png");
     assert_eq!(&r.output.images()[0].bytes[..4], b"\x89PNG");
-    plugins.close().await;
+    host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -266,19 +258,20 @@ async fn workers_get_a_clean_environment_and_only_their_channel() {
     // SAFETY: duplicating stdin to a number >= 20 has no memory effects.
     let leaked = unsafe { libc::fcntl(0, libc::F_DUPFD, 20) };
     assert!(leaked >= 20);
-    let (_bus, _registry, runner, plugins, _dir) = host(WorkerOptions::default(), 5_000).await;
-    let r = run(&runner, "1", "getenv", json!({"name": "RHO_TEST_SECRET"})).await;
+    let Served { host, dir: _dir } =
+        serve(WorkerOptions::default(), |b| b.runner(timeout(5_000))).await;
+    let r = run(&host, "1", "getenv", json!({"name": "RHO_TEST_SECRET"})).await;
     assert_eq!(r.text(), "(unset)");
-    let path = run(&runner, "2", "getenv", json!({"name": "PATH"})).await;
+    let path = run(&host, "2", "getenv", json!({"name": "PATH"})).await;
     assert_ne!(path.text(), "(unset)", "PATH is on the allow-list");
-    let fds = run(&runner, "3", "fds", json!({})).await;
+    let fds = run(&host, "3", "fds", json!({})).await;
     // 0-2, the channel (3), the cancel channel (4), the worker's clone of the channel for writing
     // (5), and the handle reading /proc/self/fd (6).
     let fds: Vec<i32> = fds.text().split(',').map(|f| f.parse().unwrap()).collect();
     assert_eq!(fds, [0, 1, 2, 3, 4, 5, 6], "the host leaked fd {leaked}");
     // SAFETY: closes the descriptor dup'ed above.
     unsafe { libc::close(leaked) };
-    plugins.close().await;
+    host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -289,8 +282,16 @@ async fn a_thousand_mixed_faults_eight_at_a_time() {
         cancel_grace: Duration::from_millis(50),
         ..small_frames()
     };
-    let (bus, registry, runner, plugins, _dir) = host(options, 300).await;
-    let mut events = bus.subscribe();
+    // Quarantine would turn repeated crashes into `quarantined`: keep it out of this test.
+    let Served { host, dir: _dir } = serve(options, |b| {
+        b.runner(timeout(300))
+            .quarantine(rho_core::QuarantinePolicy {
+                max_failures: 0,
+                ..Default::default()
+            })
+    })
+    .await;
+    let mut events = host.subscribe();
     let menu: [(&str, Value, Outcome); 8] = [
         ("echo", json!({"text": "x"}), Outcome::Ok),
         ("echo", json!({"text": "y"}), Outcome::Ok),
@@ -301,11 +302,6 @@ async fn a_thousand_mixed_faults_eight_at_a_time() {
         ("sleep", json!({"ms": 5}), Outcome::Ok),
         ("big_output", json!({"bytes": 2 << 20}), Outcome::Crashed),
     ];
-    // Quarantine would turn repeated crashes into `quarantined`: keep it out of this test.
-    registry.set_quarantine_policy(rho_core::QuarantinePolicy {
-        max_failures: 0,
-        ..Default::default()
-    });
     let mut rss_at_200 = 0;
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut expected = HashMap::new();
@@ -319,8 +315,8 @@ async fn a_thousand_mixed_faults_eight_at_a_time() {
                 (call(&format!("{batch}-{i}"), tool, args.clone()), *outcome)
             })
             .collect();
-        let (gate, opts) = (allow_all(), CallOptions::default());
-        let runs = calls.iter().map(|(c, _)| runner.run(c, &gate, &opts));
+        let opts = CallOptions::default();
+        let runs = calls.iter().map(|(c, _)| host.call_with(c, &opts));
         let results = futures_util::future::join_all(runs).await;
         for ((c, outcome), r) in calls.iter().zip(results) {
             assert_eq!(r.outcome, *outcome, "{} {}: {}", c.id, c.name, r.text());
@@ -363,9 +359,8 @@ async fn a_thousand_mixed_faults_eight_at_a_time() {
         growth < 16 * 1024,
         "RSS grew {growth} KiB from call 200 to call 1000"
     );
-    drop((runner, registry));
-    plugins.close().await;
-    drop(plugins);
+    host.shutdown().await;
+    drop(host);
     let left = no_workers_within(Duration::from_secs(3)).await;
     assert!(left.is_empty(), "workers left behind: {left:?}");
 }
@@ -386,23 +381,16 @@ async fn a_reload_moves_new_calls_to_new_workers_and_the_old_ones_exit() {
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("libfaults.so");
     std::fs::copy(default, &target).unwrap();
-    let bus = Bus::default();
-    let registry = ToolRegistry::new(bus.clone());
     let options = WorkerOptions {
         spares: 1,
         ..WorkerOptions::default()
     };
-    let (plugins, _) = registry
-        .add_plugin_dir(dir.path(), isolated(options))
-        .await
-        .unwrap();
-    let runner = runner(&registry, 5_000);
-    let slow_runner = runner.clone();
+    let (host, _) = host_with(dir.path(), isolated(options), |b| b.runner(timeout(5_000))).await;
+    let slow_host = host.clone();
     let slow = tokio::spawn(async move {
-        slow_runner
-            .run(
+        slow_host
+            .call_with(
                 &call("slow", "sleep", json!({"ms": 500})),
-                &allow_all(),
                 &CallOptions::default(),
             )
             .await
@@ -410,9 +398,9 @@ async fn a_reload_moves_new_calls_to_new_workers_and_the_old_ones_exit() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let before = live_workers();
     rho_tests::install_bytes(&target, &std::fs::read(v2).unwrap());
-    let report = plugins.scan().await;
+    let report = host.reload().await.remove(0);
     assert_eq!(report.reloaded, ["faults@0.1.0"]);
-    let r = run(&runner, "t", "build_tag", json!({})).await;
+    let r = run(&host, "t", "build_tag", json!({})).await;
     assert_eq!(r.text(), "v2");
     let slow = slow.await.unwrap();
     assert_eq!(
@@ -427,7 +415,7 @@ async fn a_reload_moves_new_calls_to_new_workers_and_the_old_ones_exit() {
         before.iter().all(|p| !after.contains(p)),
         "old workers {before:?} still alive in {after:?}"
     );
-    plugins.close().await;
+    host.shutdown().await;
     assert!(no_workers_within(Duration::from_secs(3)).await.is_empty());
 }
 
@@ -497,13 +485,13 @@ async fn max_workers_bounds_the_processes_and_calls_wait_their_turn() {
         spares: 0,
         ..WorkerOptions::default()
     };
-    let (_bus, _registry, runner, plugins, _dir) = host(options, 5_000).await;
+    let Served { host, dir: _dir } = serve(options, |b| b.runner(timeout(5_000))).await;
     let started = Instant::now();
     let calls: Vec<_> = (0..3)
         .map(|i| {
-            let runner = runner.clone();
+            let host = host.clone();
             tokio::spawn(
-                async move { run(&runner, &i.to_string(), "sleep", json!({"ms": 200})).await },
+                async move { run(&host, &i.to_string(), "sleep", json!({"ms": 200})).await },
             )
         })
         .collect();
@@ -522,5 +510,5 @@ async fn max_workers_bounds_the_processes_and_calls_wait_their_turn() {
         "the calls did not wait for the one worker: {:?}",
         started.elapsed()
     );
-    plugins.close().await;
+    host.shutdown().await;
 }

@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rho_core::{Bus, DirOptions, EventKind, Grants, Isolation, ToolRegistry, Trust, WorkerOptions};
+use rho_core::{DirOptions, EventKind, Grants, Host, Isolation, ScanReport, Trust, WorkerOptions};
 use rho_tests::{install, plugin_dir, plugin_lib, wait_for};
 
 /// These tests read this process's memory, I/O counters and mappings: one at a time.
@@ -47,14 +47,25 @@ fn mapped_copies() -> usize {
     files.len()
 }
 
-async fn open(dir: &Path, options: DirOptions) -> (ToolRegistry, rho_core::PluginDir, Vec<String>) {
-    let registry = ToolRegistry::new(Bus::default());
-    let (plugins, report) = registry.add_plugin_dir(dir, options).await.unwrap();
-    (registry, plugins, report.errors)
+/// A host serving `dir` with `options` (watched if `watch`), and the errors of its first load
+/// (the directory's own, when it is refused as a whole, among them).
+async fn open(dir: &Path, options: DirOptions, watch: bool) -> (Host, Vec<String>) {
+    let (host, mut reports) = Host::builder()
+        .plugin_dir(dir, options)
+        .watch(watch)
+        .build()
+        .await
+        .unwrap();
+    (host, reports.remove(0).errors)
 }
 
-fn has(registry: &ToolRegistry, tool: &str) -> bool {
-    registry.tools().iter().any(|t| t.name == tool)
+/// Rescans the host's one directory.
+async fn rescan(host: &Host) -> ScanReport {
+    host.reload().await.remove(0)
+}
+
+fn has(host: &Host, tool: &str) -> bool {
+    host.tools().iter().any(|t| t.name == tool)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,9 +79,9 @@ async fn a_file_swapped_by_rename_never_loads_what_was_refused() {
     let good_path = dir.path().join(".good");
     let target = dir.path().join("libecho.so");
     std::fs::write(&target, &good).unwrap();
-    let (registry, plugins, errors) = open(dir.path(), DirOptions::default()).await;
+    let (host, errors) = open(dir.path(), DirOptions::default(), false).await;
     assert!(errors.is_empty(), "{errors:?}");
-    let good_sha = plugins.plugins().await[0].sha256.clone();
+    let good_sha = host.plugins().await[0].sha256.clone();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let swapper = {
         let stop = stop.clone();
@@ -90,14 +101,11 @@ async fn a_file_swapped_by_rename_never_loads_what_was_refused() {
         })
     };
     for _ in 0..30 {
-        plugins.scan().await;
-        for info in plugins.plugins().await {
+        host.reload().await;
+        for info in host.plugins().await {
             assert_eq!(info.sha256, good_sha, "a refused file was loaded");
         }
-        assert!(
-            !has(&registry, "segfault"),
-            "the attacker's tools are served"
-        );
+        assert!(!has(&host, "segfault"), "the attacker's tools are served");
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     swapper.join().unwrap();
@@ -112,7 +120,7 @@ async fn a_symlink_through_a_directory_others_can_write_is_refused() {
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
     install(&shared, "faults");
     std::os::unix::fs::symlink("shared/libfaults.so", dir.path().join("libfaults.so")).unwrap();
-    let (registry, _plugins, errors) = open(dir.path(), DirOptions::default()).await;
+    let (host, errors) = open(dir.path(), DirOptions::default(), false).await;
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
         errors[0]
@@ -120,7 +128,7 @@ async fn a_symlink_through_a_directory_others_can_write_is_refused() {
         "{}",
         errors[0]
     );
-    assert!(has(&registry, "echo") && !has(&registry, "segfault"));
+    assert!(has(&host, "echo") && !has(&host, "segfault"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,25 +141,21 @@ async fn a_plugin_directory_under_a_parent_others_can_write_is_refused() {
     let dir = parent.path().join("plugins");
     std::fs::create_dir(&dir).unwrap();
     install(&dir, "echo");
-    let registry = ToolRegistry::new(Bus::default());
-    let (_plugins, report) = registry
-        .add_plugin_dir(&dir, DirOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+    let (host, errors) = open(&dir, DirOptions::default(), false).await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
-        report.errors[0].contains("is writable by others and not sticky"),
+        errors[0].contains("is writable by others and not sticky"),
         "{}",
-        report.errors[0]
+        errors[0]
     );
-    assert!(!has(&registry, "echo"));
+    assert!(!has(&host, "echo"));
     // Opting in to any writer loads it.
     let trusting = DirOptions {
         trust: Trust::AnyWriter,
         ..DirOptions::default()
     };
-    let (registry, _plugins, errors) = open(&dir, trusting).await;
-    assert!(errors.is_empty() && has(&registry, "echo"), "{errors:?}");
+    let (host, errors) = open(&dir, trusting, false).await;
+    assert!(errors.is_empty() && has(&host, "echo"), "{errors:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,7 +171,7 @@ async fn fifos_huge_and_sparse_files_are_refused_at_once_in_bounded_memory() {
     drop(sparse);
     let peak = status_kib("VmHWM:");
     let started = Instant::now();
-    let (registry, _plugins, errors) = open(dir.path(), DirOptions::default()).await;
+    let (host, errors) = open(dir.path(), DirOptions::default(), false).await;
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "{:?}",
@@ -184,7 +188,7 @@ async fn fifos_huge_and_sparse_files_are_refused_at_once_in_bounded_memory() {
             .iter()
             .any(|e| e.contains("libsparse.so: refused: 4294967296 bytes, over the largest"))
     );
-    assert!(has(&registry, "echo"));
+    assert!(has(&host, "echo"));
     let grew = status_kib("VmHWM:").saturating_sub(peak);
     assert!(grew < 64 << 10, "peak RSS grew by {grew} KiB");
 }
@@ -200,9 +204,9 @@ async fn hundreds_of_hard_links_load_one_image_in_bounded_memory() {
     }
     let peak = status_kib("VmHWM:");
     let mapped = mapped_copies();
-    let (registry, plugins, _errors) = open(dir.path(), DirOptions::default()).await;
-    assert_eq!(plugins.plugins().await.len(), 201);
-    assert!(has(&registry, "echo"));
+    let (host, _errors) = open(dir.path(), DirOptions::default(), false).await;
+    assert_eq!(host.plugins().await.len(), 201);
+    assert!(has(&host, "echo"));
     // One image for the one content, and memory in the order of one file, not of 201.
     assert_eq!(mapped_copies() - mapped, 1);
     let grew = status_kib("VmHWM:").saturating_sub(peak);
@@ -218,11 +222,11 @@ async fn a_failed_file_is_not_read_again_until_it_changes() {
     let dir = plugin_dir(&["echo"]);
     let broken = dir.path().join("libbroken.so");
     std::fs::write(&broken, vec![0u8; 32 << 20]).unwrap();
-    let (_registry, plugins, errors) = open(dir.path(), DirOptions::default()).await;
+    let (host, errors) = open(dir.path(), DirOptions::default(), false).await;
     assert_eq!(errors.len(), 1, "{errors:?}");
     let before = bytes_read();
     for _ in 0..5 {
-        let report = plugins.scan().await;
+        let report = rescan(&host).await;
         assert!(
             report.errors.is_empty(),
             "reported again: {:?}",
@@ -233,7 +237,7 @@ async fn a_failed_file_is_not_read_again_until_it_changes() {
     assert!(read < 1 << 20, "{read} bytes read by five rescans");
     // Changed: read, and reported, again.
     std::fs::write(&broken, vec![1u8; 1 << 20]).unwrap();
-    let report = plugins.scan().await;
+    let report = rescan(&host).await;
     assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
 }
 
@@ -255,12 +259,12 @@ async fn the_version_cap_refuses_before_anything_is_mapped() {
         ..DirOptions::default()
     };
     let before = mapped_copies();
-    let (_registry, plugins, errors) = open(dir.path(), options).await;
+    let (host, errors) = open(dir.path(), options, false).await;
     assert!(errors.is_empty(), "{errors:?}");
     let mut refused = 0;
     for n in 1..=4 {
         rho_tests::install_bytes(&target, &version(n));
-        let report = plugins.scan().await;
+        let report = rescan(&host).await;
         refused += report
             .errors
             .iter()
@@ -271,7 +275,7 @@ async fn the_version_cap_refuses_before_anything_is_mapped() {
     assert_eq!(mapped_copies() - before, 2, "refused versions were mapped");
     // A version already mapped comes back without a new mapping.
     rho_tests::install_bytes(&target, &version(0));
-    let report = plugins.scan().await;
+    let report = rescan(&host).await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert_eq!(report.reloaded.len(), 1);
     assert_eq!(mapped_copies() - before, 2);
@@ -284,17 +288,16 @@ async fn a_directory_deleted_and_made_again_is_followed() {
     let dir = parent.path().join("plugins");
     std::fs::create_dir(&dir).unwrap();
     install(&dir, "echo");
-    let (registry, plugins, errors) = open(&dir, DirOptions::default()).await;
-    assert!(errors.is_empty() && has(&registry, "echo"), "{errors:?}");
-    let mut sub = registry.bus().subscribe();
-    let _watcher = plugins.watch(Duration::from_millis(50)).unwrap();
+    let (host, errors) = open(&dir, DirOptions::default(), true).await;
+    assert!(errors.is_empty() && has(&host, "echo"), "{errors:?}");
+    let mut sub = host.subscribe();
     std::fs::remove_dir_all(&dir).unwrap();
     wait_for(&mut sub, Duration::from_secs(10), |e| {
         matches!(e.kind, EventKind::PluginRemoved { .. })
     })
     .await
     .expect("the tools leave with the directory");
-    assert!(!has(&registry, "echo"));
+    assert!(!has(&host, "echo"));
     std::fs::create_dir(&dir).unwrap();
     install(&dir, "faults");
     wait_for(&mut sub, Duration::from_secs(10), |e| {
@@ -302,7 +305,7 @@ async fn a_directory_deleted_and_made_again_is_followed() {
     })
     .await
     .expect("what lands in the new directory loads");
-    assert!(has(&registry, "segfault"));
+    assert!(has(&host, "segfault"));
     // And it is watched again: a later change is seen too.
     install(&dir, "echo");
     wait_for(
@@ -328,7 +331,7 @@ async fn load_time_code_that_hangs_is_bounded() {
         ..DirOptions::default()
     };
     let started = Instant::now();
-    let (registry, plugins, errors) = open(dir.path(), options).await;
+    let (host, errors) = open(dir.path(), options, false).await;
     let took = started.elapsed();
     assert!(
         took < Duration::from_millis(2500),
@@ -341,11 +344,11 @@ async fn load_time_code_that_hangs_is_bounded() {
         errors[0]
     );
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !(has(&registry, "ids") && has(&registry, "echo")) {
+    while !(has(&host, "ids") && has(&host, "echo")) {
         assert!(Instant::now() < deadline, "the stalled plugin never served");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    drop(plugins);
+    drop(host);
 
     // Isolated: three such files load at once, each within its bound.
     let dir = plugin_dir(&[]);
@@ -364,20 +367,20 @@ async fn load_time_code_that_hangs_is_bounded() {
         ..DirOptions::default()
     };
     let started = Instant::now();
-    let (_registry, plugins, errors) = open(dir.path(), options.clone()).await;
+    let (host, errors) = open(dir.path(), options.clone(), false).await;
     let took = started.elapsed();
     assert!(errors.is_empty(), "{errors:?}");
-    assert_eq!(plugins.plugins().await.len(), 3);
+    assert_eq!(host.plugins().await.len(), 3);
     // One after another they would take 9 s.
     assert!(took < Duration::from_millis(6500), "took {took:?}");
-    plugins.close().await;
+    host.shutdown().await;
     // Past its bound an isolated load fails with one line; the others are not held up.
     let dir = plugin_dir(&["attacks", "echo"]);
     let bounded = DirOptions {
         load_timeout: Duration::from_millis(800),
         ..options
     };
-    let (registry, plugins, errors) = open(dir.path(), bounded).await;
+    let (host, errors) = open(dir.path(), bounded, false).await;
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
         errors[0].contains("loading took longer than 800 ms"),
@@ -386,21 +389,29 @@ async fn load_time_code_that_hangs_is_bounded() {
     );
     // SAFETY: see above.
     unsafe { std::env::remove_var("RHO_ATTACKS_LOAD_SLEEP_MS") };
-    assert!(has(&registry, "echo"));
-    plugins.close().await;
+    assert!(has(&host, "echo"));
+    host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_landing_before_the_watch_starts_is_loaded() {
     let _one = ONE_AT_A_TIME.lock().await;
-    for _ in 0..5 {
+    for attempt in 0..20u64 {
         let dir = plugin_dir(&["echo"]);
-        let (registry, plugins, _errors) = open(dir.path(), DirOptions::default()).await;
-        // Lands after the first scan, before the watcher exists: no event will ever tell.
-        install(dir.path(), "faults");
-        let _watcher = plugins.watch(Duration::from_millis(50)).unwrap();
+        // Lands while the host is built: after its first scan has listed the directory, before
+        // its watcher exists, when no event will ever tell. `build` does both (in some 10 ms),
+        // so the file lands a millisecond later in each attempt.
+        let landing = {
+            let dir = dir.path().to_owned();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(attempt));
+                install(&dir, "faults");
+            })
+        };
+        let (host, _errors) = open(dir.path(), DirOptions::default(), true).await;
+        landing.join().unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
-        while !has(&registry, "segfault") {
+        while !has(&host, "segfault") {
             assert!(
                 Instant::now() < deadline,
                 "the file that landed first is never loaded"
@@ -418,14 +429,13 @@ async fn a_directory_given_by_a_relative_path_is_watched() {
     let relative = std::path::PathBuf::from(".").join(dir.path().file_name().unwrap());
     assert!(relative.is_relative());
     install(&relative, "echo");
-    let (registry, plugins, errors) = open(&relative, DirOptions::default()).await;
-    assert!(errors.is_empty() && has(&registry, "echo"), "{errors:?}");
-    let _watcher = plugins.watch(Duration::from_millis(50)).unwrap();
+    let (host, errors) = open(&relative, DirOptions::default(), true).await;
+    assert!(errors.is_empty() && has(&host, "echo"), "{errors:?}");
     // Past the watcher's own first scan.
     tokio::time::sleep(Duration::from_millis(300)).await;
     install(&relative, "faults");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !has(&registry, "segfault") {
+    while !has(&host, "segfault") {
         assert!(
             Instant::now() < deadline,
             "a change in a relative directory is never seen"

@@ -8,40 +8,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rho_core::{
-    Bus, DirOptions, EventKind, Outcome, CallOptions, ToolRegistry, ToolRunner, Trust, allow_all,
-};
-use rho_tests::{call, faults_variants, install_bytes, plugin_lib, runner, wait_for};
+use rho_core::{CallOptions, DirOptions, EventKind, Host, Outcome, ScanReport, Trust};
+use rho_tests::{call, faults_variants, host_with, install_bytes, plugin_lib, timeout, wait_for};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(10);
-const DEBOUNCE: Duration = Duration::from_millis(50);
 
-async fn watched(
-    dir: &std::path::Path,
-    options: DirOptions,
-) -> (
-    Bus,
-    ToolRegistry,
-    ToolRunner,
-    rho_core::PluginDir,
-    rho_core::DirWatcher,
-) {
-    let bus = Bus::default();
-    let registry = ToolRegistry::new(bus.clone());
-    let (plugins, _) = registry.add_plugin_dir(dir, options).await.unwrap();
-    let watcher = plugins.watch(DEBOUNCE).unwrap();
-    let runner = runner(&registry, 5_000);
-    (bus, registry, runner, plugins, watcher)
+/// A host serving `dir`, watched (the default 50 ms debounce), with a 5 s default timeout.
+async fn watched(dir: &std::path::Path, options: DirOptions) -> Host {
+    let (host, _report) = host_with(dir, options, |b| b.watch(true).runner(timeout(5_000))).await;
+    host
 }
 
-async fn tag(runner: &ToolRunner) -> (Outcome, String) {
-    let r = runner
-        .run(
-            &call("t", "build_tag", json!({})),
-            &allow_all(),
-            &CallOptions::default(),
-        )
+async fn tag(host: &Host) -> (Outcome, String) {
+    let r = host
+        .call_with(&call("t", "build_tag", json!({})), &CallOptions::default())
         .await;
     (r.outcome, r.text().to_owned())
 }
@@ -50,9 +31,9 @@ async fn tag(runner: &ToolRunner) -> (Outcome, String) {
 async fn load_replace_delete_and_garbage() {
     let (default, v2) = faults_variants();
     let dir = tempfile::tempdir().unwrap();
-    let (bus, registry, runner, _plugins, _w) = watched(dir.path(), DirOptions::default()).await;
-    let mut sub = bus.subscribe();
-    assert!(registry.names().is_empty());
+    let host = watched(dir.path(), DirOptions::default()).await;
+    let mut sub = host.subscribe();
+    assert!(host.tools().is_empty());
     let target = dir.path().join("libfaults.so");
 
     // A new file: loaded, its tools appear.
@@ -72,7 +53,7 @@ async fn load_replace_delete_and_garbage() {
     };
     assert_eq!((plugin.as_str(), isolated), ("faults", false));
     assert!(tools.contains(&"build_tag".to_string()));
-    assert_eq!(tag(&runner).await, (Outcome::Ok, "default".into()));
+    assert_eq!(tag(&host).await, (Outcome::Ok, "default".into()));
 
     // A second build: reloaded, the new answer.
     install_bytes(&target, &std::fs::read(v2).unwrap());
@@ -97,7 +78,7 @@ async fn load_replace_delete_and_garbage() {
         ("faults", "0.1.0", "0.1.0")
     );
     assert!(tools_added.is_empty() && tools_removed.is_empty());
-    assert_eq!(tag(&runner).await, (Outcome::Ok, "v2".into()));
+    assert_eq!(tag(&host).await, (Outcome::Ok, "v2".into()));
 
     // Garbage over it: one error, the old version keeps serving.
     install_bytes(&target, b"\x7fELF but not really");
@@ -113,13 +94,13 @@ async fn load_replace_delete_and_garbage() {
         error.contains("libfaults.so: not a loadable library"),
         "{error}"
     );
-    assert_eq!(tag(&runner).await, (Outcome::Ok, "v2".into()));
+    assert_eq!(tag(&host).await, (Outcome::Ok, "v2".into()));
 
     // A garbage file beside it: its own error, nothing else changes.
     std::fs::write(dir.path().join("libjunk.so"), b"junk").unwrap();
     let failed = wait_for(&mut sub, WAIT, |e| matches!(&e.kind, EventKind::PluginLoadFailed { path, .. } if path.ends_with("libjunk.so"))).await;
     assert!(failed.is_some());
-    assert_eq!(tag(&runner).await, (Outcome::Ok, "v2".into()));
+    assert_eq!(tag(&host).await, (Outcome::Ok, "v2".into()));
 
     // Deleted: its tools are gone.
     std::fs::remove_file(&target).unwrap();
@@ -132,7 +113,7 @@ async fn load_replace_delete_and_garbage() {
         unreachable!()
     };
     assert!(tools.contains(&"build_tag".to_string()));
-    assert_eq!(tag(&runner).await.0, Outcome::UnknownTool);
+    assert_eq!(tag(&host).await.0, Outcome::UnknownTool);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -141,14 +122,13 @@ async fn running_calls_finish_on_the_old_version() {
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("libfaults.so");
     std::fs::copy(default, &target).unwrap();
-    let (bus, _registry, runner, _plugins, _w) = watched(dir.path(), DirOptions::default()).await;
-    let mut sub = bus.subscribe();
-    let slow_runner = runner.clone();
+    let host = watched(dir.path(), DirOptions::default()).await;
+    let mut sub = host.subscribe();
+    let slow_host = host.clone();
     let slow = tokio::spawn(async move {
-        slow_runner
-            .run(
+        slow_host
+            .call_with(
                 &call("slow", "sleep", json!({"ms": 600})),
-                &allow_all(),
                 &CallOptions::default(),
             )
             .await
@@ -161,7 +141,7 @@ async fn running_calls_finish_on_the_old_version() {
     .await
     .expect("reloaded");
     assert_eq!(
-        tag(&runner).await,
+        tag(&host).await,
         (Outcome::Ok, "v2".into()),
         "new calls run the new version"
     );
@@ -184,20 +164,20 @@ async fn a_hundred_reloads_while_calls_run_and_every_call_is_ok() {
         max_versions: 200,
         ..DirOptions::default()
     };
-    let (bus, registry, runner, _plugins, _w) = watched(dir.path(), options).await;
-    let mut sub = bus.subscribe();
+    let host = watched(dir.path(), options).await;
+    let mut sub = host.subscribe();
     let stop = Arc::new(AtomicBool::new(false));
     let calls = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
     for w in 0..4 {
-        let (runner, stop, calls) = (runner.clone(), stop.clone(), calls.clone());
+        let (host, stop, calls) = (host.clone(), stop.clone(), calls.clone());
         workers.push(tokio::spawn(async move {
             let mut bad = Vec::new();
             let mut n = 0;
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
                 let c = call(&format!("w{w}-{n}"), "build_tag", json!({}));
-                let r = runner.run(&c, &allow_all(), &CallOptions::default()).await;
+                let r = host.call_with(&c, &CallOptions::default()).await;
                 calls.fetch_add(1, Ordering::Relaxed);
                 if r.outcome != Outcome::Ok {
                     bad.push(format!("{}: {} {}", c.id, r.outcome, r.text()));
@@ -229,10 +209,9 @@ async fn a_hundred_reloads_while_calls_run_and_every_call_is_ok() {
         calls.load(Ordering::Relaxed) > 100,
         "calls ran during the reloads"
     );
-    assert_eq!(tag(&runner).await, (Outcome::Ok, "default".into()));
+    assert_eq!(tag(&host).await, (Outcome::Ok, "default".into()));
     assert_eq!(
-        registry
-            .stats()
+        host.stats()
             .iter()
             .find(|s| s.tool == "build_tag")
             .unwrap()
@@ -247,13 +226,11 @@ async fn quarantine_after_three_crashes_is_lifted_by_a_reload() {
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("libfaults.so");
     std::fs::copy(default, &target).unwrap();
-    let (bus, registry, runner, _plugins, _w) = watched(dir.path(), DirOptions::default()).await;
-    let mut sub = bus.subscribe();
+    let host = watched(dir.path(), DirOptions::default()).await;
+    let mut sub = host.subscribe();
     let panic = |i: u32| call(&format!("p{i}"), "panic", json!({"message": "again"}));
     for i in 0..3 {
-        let r = runner
-            .run(&panic(i), &allow_all(), &CallOptions::default())
-            .await;
+        let r = host.call_with(&panic(i), &CallOptions::default()).await;
         assert_eq!(r.outcome, Outcome::Crashed);
     }
     let q = wait_for(&mut sub, WAIT, |e| {
@@ -269,14 +246,11 @@ async fn quarantine_after_three_crashes_is_lifted_by_a_reload() {
         reason.contains("3 crash(es) and 0 timeout(s) within 300 s"),
         "{reason}"
     );
-    let r = runner
-        .run(&panic(4), &allow_all(), &CallOptions::default())
-        .await;
+    let r = host.call_with(&panic(4), &CallOptions::default()).await;
     assert_eq!(r.outcome, Outcome::Quarantined);
     assert_eq!(r.text(), reason);
     assert_eq!(
-        registry
-            .stats()
+        host.stats()
             .iter()
             .find(|s| s.tool == "panic")
             .unwrap()
@@ -285,7 +259,7 @@ async fn quarantine_after_three_crashes_is_lifted_by_a_reload() {
         Some(reason.as_str())
     );
     // Other tools of the plugin still serve.
-    assert_eq!(tag(&runner).await.0, Outcome::Ok);
+    assert_eq!(tag(&host).await.0, Outcome::Ok);
     install_bytes(&target, &std::fs::read(v2).unwrap());
     let restored = wait_for(&mut sub, WAIT, |e| {
         matches!(e.kind, EventKind::ToolRestored { .. })
@@ -299,9 +273,7 @@ async fn quarantine_after_three_crashes_is_lifted_by_a_reload() {
         (tool.as_str(), reason.as_str()),
         ("panic", "a new version of its plugin was loaded")
     );
-    let r = runner
-        .run(&panic(5), &allow_all(), &CallOptions::default())
-        .await;
+    let r = host.call_with(&panic(5), &CallOptions::default()).await;
     assert_eq!(
         r.outcome,
         Outcome::Crashed,
@@ -319,8 +291,8 @@ async fn the_version_cap_refuses_further_reloads_with_a_warning() {
         max_versions: 2,
         ..DirOptions::default()
     };
-    let (bus, _registry, runner, _plugins, _w) = watched(dir.path(), options).await;
-    let mut sub = bus.subscribe();
+    let host = watched(dir.path(), options).await;
+    let mut sub = host.subscribe();
     install_bytes(&target, &std::fs::read(v2).unwrap());
     wait_for(&mut sub, WAIT, |e| {
         matches!(e.kind, EventKind::PluginReloaded { .. })
@@ -346,7 +318,7 @@ async fn the_version_cap_refuses_further_reloads_with_a_warning() {
         "{message}"
     );
     assert_eq!(
-        tag(&runner).await,
+        tag(&host).await,
         (Outcome::Ok, "v2".into()),
         "the last version keeps serving"
     );
@@ -356,18 +328,24 @@ fn refused(errors: &[String], needle: &str) -> bool {
     errors.iter().any(|e| e.contains(needle))
 }
 
+/// A host serving `dir` with `options`, and the directory's load report (the directory may be
+/// refused as a whole: its line is in the report's errors).
+async fn load(dir: &std::path::Path, options: DirOptions) -> (Host, ScanReport) {
+    let (host, mut reports) = Host::builder()
+        .plugin_dir(dir, options)
+        .build()
+        .await
+        .unwrap();
+    (host, reports.remove(0))
+}
+
 #[tokio::test]
 async fn the_permission_checks() {
-    let bus = Bus::default();
-    let registry = ToolRegistry::new(bus);
     // A group-writable directory is refused, unless the host opts in.
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(plugin_lib("echo"), dir.path().join("libecho.so")).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o770)).unwrap();
-    let (_d, report) = registry
-        .add_plugin_dir(dir.path(), DirOptions::default())
-        .await
-        .unwrap();
+    let (_host, report) = load(dir.path(), DirOptions::default()).await;
     assert!(
         refused(
             &report.errors,
@@ -381,10 +359,7 @@ async fn the_permission_checks() {
         trust: Trust::AnyWriter,
         ..DirOptions::default()
     };
-    let (_d, report) = ToolRegistry::new(Bus::default())
-        .add_plugin_dir(dir.path(), trusting.clone())
-        .await
-        .unwrap();
+    let (_host, report) = load(dir.path(), trusting.clone()).await;
     assert_eq!(report.loaded, ["echo@0.1.0"]);
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
 
@@ -410,10 +385,7 @@ async fn the_permission_checks() {
         dir.path().join("libfaults.so"),
     )
     .unwrap();
-    let (_d, report) = ToolRegistry::new(Bus::default())
-        .add_plugin_dir(dir.path(), DirOptions::default())
-        .await
-        .unwrap();
+    let (_host, report) = load(dir.path(), DirOptions::default()).await;
     assert!(
         refused(&report.errors, "libfiles.so: refused:")
             && refused(&report.errors, "is writable by everyone (mode 666)"),
@@ -433,9 +405,6 @@ async fn the_permission_checks() {
     loaded.sort();
     assert_eq!(loaded, ["echo@0.1.0", "faults@0.1.0"]);
     // Opting in loads the world-writable file (the outside symlink stays refused).
-    let (_d, report) = ToolRegistry::new(Bus::default())
-        .add_plugin_dir(dir.path(), trusting)
-        .await
-        .unwrap();
+    let (_host, report) = load(dir.path(), trusting).await;
     assert_eq!(report.loaded.len(), 3, "{:?}", report);
 }

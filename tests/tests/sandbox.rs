@@ -10,10 +10,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rho_core::{
-    Bus, DirOptions, Grants, Isolation, Outcome, CallOptions, ToolRegistry, ToolRunner,
-    WorkerOptions, allow_all,
+    CallOptions, DirOptions, Grants, Host, HostBuilder, Isolation, Outcome, WorkerOptions,
 };
-use rho_tests::{call, install, plugin_lib, rho_bin, runner};
+use rho_tests::{call, host_with, install, plugin_lib, rho_bin, timeout};
 use serde_json::{Value, json};
 
 /// Where the plugin directories of these tests are made (workers name their plugin's path).
@@ -37,49 +36,51 @@ fn plugin_dir(names: &[&str]) -> tempfile::TempDir {
     dir
 }
 
-struct Host {
-    _bus: Bus,
-    registry: ToolRegistry,
-    runner: ToolRunner,
-    plugins: rho_core::PluginDir,
+/// A host serving isolated copies of some plugins, with the directory it serves them from.
+struct Sandbox {
+    host: Host,
     dir: tempfile::TempDir,
 }
 
-impl Host {
+impl Sandbox {
     /// The `attacks` plugin alone (so the processes counted are its workers' only).
-    async fn new(options: WorkerOptions, timeout_ms: u64) -> Host {
-        Host::with(&["attacks"], options, timeout_ms).await
+    async fn new(options: WorkerOptions, timeout_ms: u64) -> Sandbox {
+        Sandbox::with(&["attacks"], options, timeout_ms).await
     }
 
-    async fn with(names: &[&str], options: WorkerOptions, timeout_ms: u64) -> Host {
+    async fn with(names: &[&str], options: WorkerOptions, timeout_ms: u64) -> Sandbox {
+        Sandbox::build(names, options, |b| b.runner(timeout(timeout_ms))).await
+    }
+
+    /// The plugins `names`, isolated with `options`, on a host set up by `configure`.
+    async fn build(
+        names: &[&str],
+        options: WorkerOptions,
+        configure: impl FnOnce(HostBuilder) -> HostBuilder,
+    ) -> Sandbox {
         let dir = plugin_dir(names);
-        let bus = Bus::default();
-        let registry = ToolRegistry::new(bus.clone());
-        let (plugins, report) = registry
-            .add_plugin_dir(
-                dir.path(),
-                DirOptions {
-                    isolation: Isolation::Process(options),
-                    ..DirOptions::default()
-                },
-            )
-            .await
-            .unwrap();
+        let (host, report) = host_with(
+            dir.path(),
+            DirOptions {
+                isolation: Isolation::Process(options),
+                ..DirOptions::default()
+            },
+            configure,
+        )
+        .await;
         assert!(report.errors.is_empty(), "{:?}", report.errors);
-        let runner = runner(&registry, timeout_ms);
-        Host {
-            _bus: bus,
-            registry,
-            runner,
-            plugins,
-            dir,
-        }
+        Sandbox { host, dir }
     }
 
     async fn run(&self, tool: &str, args: Value) -> rho_core::ToolResult {
-        self.runner
-            .run(&call("c", tool, args), &allow_all(), &CallOptions::default())
+        self.host
+            .call_with(&call("c", tool, args), &CallOptions::default())
             .await
+    }
+
+    /// Stops the host: its workers stop, its private copies go.
+    async fn shutdown(&self) {
+        self.host.shutdown().await;
     }
 }
 
@@ -167,7 +168,7 @@ const MODES: [&str; 5] = ["child", "setsid", "fork", "double_fork", "exec"];
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_plugin_cannot_signal_or_freeze_the_host_or_any_other_process() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let host = Host::with(&["attacks", "echo"], options(Grants::default()), 5_000).await;
+    let host = Sandbox::with(&["attacks", "echo"], options(Grants::default()), 5_000).await;
     let me = std::process::id();
     for signal in ["TERM", "KILL", "STOP"] {
         let r = host.run("signal_parent", json!({"signal": signal})).await;
@@ -190,7 +191,7 @@ async fn the_plugin_cannot_signal_or_freeze_the_host_or_any_other_process() {
     assert!(after.starts_with('R') || after.starts_with('S'), "{after}");
     let r = host.run("echo", json!({"text": "still here"})).await;
     assert_eq!((r.outcome, r.text()), (Outcome::Ok, "still here"));
-    host.plugins.close().await;
+    host.shutdown().await;
 }
 
 #[test]
@@ -227,7 +228,7 @@ async fn the_hosts_environment_descriptors_and_processes_stay_hidden() {
     let _one = ONE_AT_A_TIME.lock().await;
     // SAFETY: set before any worker starts; read by the workers only.
     unsafe { std::env::set_var("RHO_SANDBOX_SECRET", "do-not-leak") };
-    let host = Host::new(options(Grants::default()), 5_000).await;
+    let host = Sandbox::new(options(Grants::default()), 5_000).await;
     let me = std::process::id();
     for (tool, path) in [
         ("read_file", format!("/proc/{me}/environ")),
@@ -252,7 +253,7 @@ async fn the_hosts_environment_descriptors_and_processes_stay_hidden() {
     if unsafe { libc::geteuid() } == 0 {
         assert!(r.text().starts_with("ok: uid=65534 "), "{}", r.text());
     }
-    host.plugins.close().await;
+    host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -273,7 +274,7 @@ async fn plugin_directories_are_read_only_and_grants_open_exactly_their_paths() 
         std::os::unix::fs::chown(readable.path().join("data.txt"), Some(65534), None).unwrap();
         std::os::unix::fs::chown(other.path().join("data.txt"), Some(65534), None).unwrap();
     }
-    let host = Host::new(
+    let host = Sandbox::new(
         options(Grants {
             write: vec![granted.path().to_owned()],
             read: vec![readable.path().to_owned()],
@@ -346,7 +347,7 @@ async fn plugin_directories_are_read_only_and_grants_open_exactly_their_paths() 
         )
         .await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
-    host.plugins.close().await;
+    host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -354,7 +355,7 @@ async fn the_network_is_denied_unless_granted() {
     let _one = ONE_AT_A_TIME.lock().await;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let denied = Host::new(options(Grants::default()), 5_000).await;
+    let denied = Sandbox::new(options(Grants::default()), 5_000).await;
     let r = denied.run("connect", json!({ "addr": addr })).await;
     assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
     assert!(
@@ -363,8 +364,8 @@ async fn the_network_is_denied_unless_granted() {
         "{}",
         r.text()
     );
-    denied.plugins.close().await;
-    let granted = Host::new(
+    denied.shutdown().await;
+    let granted = Sandbox::new(
         options(Grants {
             network: true,
             ..Grants::default()
@@ -374,13 +375,13 @@ async fn the_network_is_denied_unless_granted() {
     .await;
     let r = granted.run("connect", json!({ "addr": addr })).await;
     assert_eq!((r.outcome, r.text()), (Outcome::Ok, "ok: connected"));
-    granted.plugins.close().await;
+    granted.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_need_a_grant_and_die_at_the_end_of_each_call() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let denied = Host::new(options(Grants::default()), 5_000).await;
+    let denied = Sandbox::new(options(Grants::default()), 5_000).await;
     for mode in MODES {
         let r = denied.run("spawn", json!({ "mode": mode })).await;
         assert_eq!(r.outcome, Outcome::Error, "{mode}: {}", r.text());
@@ -390,10 +391,10 @@ async fn processes_need_a_grant_and_die_at_the_end_of_each_call() {
             r.text()
         );
     }
-    denied.plugins.close().await;
+    denied.shutdown().await;
     assert_eq!(settle(0, Duration::from_secs(5)).await, []);
 
-    let host = Host::new(processes_granted(), 5_000).await;
+    let host = Sandbox::new(processes_granted(), 5_000).await;
     for run in 0..20 {
         let mode = MODES[run % MODES.len()];
         let r = host.run("spawn", json!({ "mode": mode })).await;
@@ -402,7 +403,7 @@ async fn processes_need_a_grant_and_die_at_the_end_of_each_call() {
         let left = sandboxed_processes();
         assert_eq!(left.len(), 2, "run {run} ({mode}) left {left:?}");
     }
-    host.plugins.close().await;
+    host.shutdown().await;
     assert_eq!(settle(0, Duration::from_secs(5)).await, []);
 }
 
@@ -413,13 +414,15 @@ async fn processes_die_with_a_worker_killed_at_its_timeout() {
         cancel_grace: Duration::from_millis(50),
         ..processes_granted()
     };
-    let host = Host::new(options, 200).await;
     // Twenty timeouts in a row would quarantine the tool.
-    host.registry
-        .set_quarantine_policy(rho_core::QuarantinePolicy {
-            max_failures: 0,
-            window: Duration::from_secs(1),
-        });
+    let host = Sandbox::build(&["attacks"], options, |b| {
+        b.runner(timeout(200))
+            .quarantine(rho_core::QuarantinePolicy {
+                max_failures: 0,
+                window: Duration::from_secs(1),
+            })
+    })
+    .await;
     for run in 0..20 {
         let mode = MODES[run % MODES.len()];
         let r = host.run("spawn_then_hang", json!({ "mode": mode })).await;
@@ -427,7 +430,7 @@ async fn processes_die_with_a_worker_killed_at_its_timeout() {
         let left = settle(0, Duration::from_secs(5)).await;
         assert_eq!(left, [], "run {run} ({mode})");
     }
-    host.plugins.close().await;
+    host.shutdown().await;
 }
 
 /// Starts `rho call TOOL ARGS --isolate --grant-processes` on a fresh copy of the attacks plugin.
@@ -473,7 +476,7 @@ async fn processes_die_with_their_host_whether_it_exits_or_is_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_after_fork_is_seen_at_once() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let host = Host::new(processes_granted(), 30_000).await;
+    let host = Sandbox::new(processes_granted(), 30_000).await;
     let started = Instant::now();
     let r = host.run("fork_then_crash", json!({})).await;
     let took = started.elapsed();
@@ -484,7 +487,7 @@ async fn a_crash_after_fork_is_seen_at_once() {
     assert_eq!(settle(0, Duration::from_secs(5)).await, []);
     let r = host.run("ids", json!({})).await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
-    host.plugins.close().await;
+    host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -494,7 +497,7 @@ async fn a_worker_left_without_descriptors_is_replaced() {
         max_workers: 1,
         ..options(Grants::default())
     };
-    let host = Host::new(options, 5_000).await;
+    let host = Sandbox::new(options, 5_000).await;
     let r = host.run("exhaust_fds", json!({})).await;
     assert!(r.text().contains("Too many open files"), "{}", r.text());
     // Another tool of the same plugin needs a descriptor: a fresh worker serves it.
@@ -502,7 +505,7 @@ async fn a_worker_left_without_descriptors_is_replaced() {
         .run("read_file", json!({"path": "/etc/hostname"}))
         .await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
-    host.plugins.close().await;
+    host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -515,17 +518,15 @@ async fn sixty_four_workers_start_while_the_host_holds_300_descriptors() {
         max_workers: 64,
         ..options(Grants::default())
     };
-    let host = Host::with(&["faults"], options, 60_000).await;
+    let host = Sandbox::with(&["faults"], options, 60_000).await;
     let calls = (0..64).map(|i| {
-        let runner = host.runner.clone();
+        let host = host.host.clone();
         async move {
-            runner
-                .run(
-                    &call(&format!("c{i}"), "sleep", json!({"ms": 1500})),
-                    &allow_all(),
-                    &CallOptions::default(),
-                )
-                .await
+            host.call_with(
+                &call(&format!("c{i}"), "sleep", json!({"ms": 1500})),
+                &CallOptions::default(),
+            )
+            .await
         }
     });
     let results = futures_util::future::join_all(calls).await;
@@ -541,7 +542,7 @@ async fn sixty_four_workers_start_while_the_host_holds_300_descriptors() {
         failed.first()
     );
     drop(held);
-    host.plugins.close().await;
+    host.shutdown().await;
 }
 
 #[test]
@@ -591,7 +592,7 @@ async fn the_hosts_tmp_sockets_and_other_families_are_out_of_reach() {
     // A file in the host's /tmp.
     let marker = tempfile::NamedTempFile::new().unwrap();
     std::fs::set_permissions(marker.path(), PermissionsExt::from_mode(0o644)).unwrap();
-    let host = Host::new(processes_granted(), 5_000).await;
+    let host = Sandbox::new(processes_granted(), 5_000).await;
     let r = host
         .run("connect_unix", json!({"path": socket.to_str().unwrap()}))
         .await;
@@ -631,7 +632,7 @@ async fn the_hosts_tmp_sockets_and_other_families_are_out_of_reach() {
             r.text()
         );
     }
-    host.plugins.close().await;
+    host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -645,7 +646,7 @@ async fn scratch_space_is_bounded_and_threads_left_running_cost_the_worker() {
         },
         ..options(Grants::default())
     };
-    let host = Host::new(options, 10_000).await;
+    let host = Sandbox::new(options, 10_000).await;
     let r = host.run("fill_tmp", json!({"mib": 64})).await;
     assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
     assert!(r.text().contains("No space left on device"), "{}", r.text());
@@ -655,7 +656,7 @@ async fn scratch_space_is_bounded_and_threads_left_running_cost_the_worker() {
     let r = host.run("background_thread", json!({})).await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
     assert_eq!(host.run("call_counter", json!({})).await.text(), "ok: 1");
-    host.plugins.close().await;
+    host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -664,17 +665,15 @@ async fn what_a_worker_announces_is_checked_by_the_host() {
     let forging = rho_tests::attacks_forging();
     let dir = plugin_dir(&["echo"]);
     std::fs::copy(&forging, dir.path().join("libattacks.so")).unwrap();
-    let registry = ToolRegistry::new(Bus::default());
-    let (plugins, report) = registry
-        .add_plugin_dir(
-            dir.path(),
-            DirOptions {
-                isolation: Isolation::Process(options(Grants::default())),
-                ..DirOptions::default()
-            },
-        )
-        .await
-        .unwrap();
+    let (host, report) = host_with(
+        dir.path(),
+        DirOptions {
+            isolation: Isolation::Process(options(Grants::default())),
+            ..DirOptions::default()
+        },
+        |b| b,
+    )
+    .await;
     let errors = report.errors.join("\n");
     assert!(!errors.contains('\u{1b}'), "{errors:?}");
     for refusal in [
@@ -685,7 +684,7 @@ async fn what_a_worker_announces_is_checked_by_the_host() {
     ] {
         assert!(errors.contains(refusal), "{refusal}: {errors}");
     }
-    for tool in registry.tools() {
+    for tool in host.tools() {
         assert!(
             rho_core::plugin_api::is_valid_tool_name(&tool.name),
             "{:?}",
@@ -697,8 +696,8 @@ async fn what_a_worker_announces_is_checked_by_the_host() {
                 .is_some_and(|p| !p.contains('\u{1b}'))
         );
     }
-    assert!(registry.tools().iter().any(|t| t.name == "echo"));
-    plugins.close().await;
+    assert!(host.tools().iter().any(|t| t.name == "echo"));
+    host.shutdown().await;
 }
 
 #[test]
