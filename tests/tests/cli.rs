@@ -279,13 +279,10 @@ async fn watch_attaches_to_a_journal_and_shows_health() {
     let dir = plugin_dir(&["echo", "faults"]);
     let journal = dir.path().join("serve.jsonl");
     // As `rho serve --journal` does: the journal first, so it holds the plugin loads too.
-    let bus = rho_core::Bus::default();
-    let _journal = rho_core::Journal::attach(&bus, &journal).unwrap();
-    let registry = rho_core::ToolRegistry::new(bus.clone());
-    let _p = registry
-        .add_plugin_dir(dir.path(), Default::default())
-        .await
-        .unwrap();
+    let (host, _) = rho_tests::host_with(dir.path(), rho_core::DirOptions::default(), |b| {
+        b.journal(&journal).runner(rho_tests::timeout(300))
+    })
+    .await;
     let mut watcher = Command::new(rho_bin())
         .args([
             "watch",
@@ -298,8 +295,6 @@ async fn watch_attaches_to_a_journal_and_shows_health() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let runner = rho_tests::runner(&registry, 300);
-    let gate = rho_core::allow_all();
     for (i, (tool, args)) in [
         ("echo", json!({"text": "a"})),
         ("echo", json!({"text": "b"})),
@@ -309,13 +304,11 @@ async fn watch_attaches_to_a_journal_and_shows_health() {
     .into_iter()
     .enumerate()
     {
-        runner
-            .run(
-                &rho_tests::call(&i.to_string(), tool, args),
-                &gate,
-                &rho_core::CallOptions::default(),
-            )
-            .await;
+        host.call_with(
+            &rho_tests::call(&i.to_string(), tool, args),
+            &rho_core::CallOptions::default(),
+        )
+        .await;
     }
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     // SAFETY: signals our own child.
