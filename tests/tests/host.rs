@@ -194,3 +194,37 @@ async fn dropping_a_call_midway_in_a_worker_ends_it_once_and_frees_the_worker() 
     assert!(started.elapsed() < Duration::from_secs(8));
     host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_update_hook_gets_its_updates_in_order_and_none_after_its_end() {
+    let dir = plugin_dir(&["faults"]);
+    for options in [DirOptions::default(), rho_tests::isolated()] {
+        let (host, report) = rho_tests::host_with(dir.path(), options, |b| b).await;
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let hook_seen = seen.clone();
+        let options = rho_core::CallOptions {
+            on_update: Some(std::sync::Arc::new(move |partial: &str| {
+                hook_seen.lock().unwrap().push(partial.to_owned())
+            })),
+            ..Default::default()
+        };
+        // Another call at the same time: its updates do not reach this hook.
+        let other = host.clone();
+        let beside = tokio::spawn(async move {
+            other
+                .call("updates", json!({"count": 5, "interval_ms": 1}))
+                .await
+        });
+        let call = rho_tests::call("hooked", "updates", json!({"count": 20, "interval_ms": 1}));
+        let r = host.call_with(&call, &options).await;
+        assert_eq!((r.outcome, r.text()), (Outcome::Ok, "sent 20 updates"));
+        let expected: Vec<String> = (1..=20).map(|i| format!("update {i}/20")).collect();
+        assert_eq!(*seen.lock().unwrap(), expected);
+        assert_eq!(beside.await.unwrap().outcome, Outcome::Ok);
+        // Nothing arrives after the call's end.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(seen.lock().unwrap().len(), 20);
+        host.shutdown().await;
+    }
+}
