@@ -58,6 +58,7 @@ pub use isolate::{WorkerLimits, WorkerOptions};
 pub use plugin::dir::{DirOptions, Isolation, ScanReport};
 pub use plugin::load::{PluginInfo, sha256_hex};
 pub use plugin::trust::Trust;
+pub use plugin::watch::DEFAULT_DEBOUNCE;
 pub use registry::RegistryError;
 pub use registry::health::{HealthView, QuarantinePolicy, ToolStats};
 pub use registry::spec::ToolSpec;

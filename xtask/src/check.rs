@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use rho_core::plugin::load::{CopyDir, PluginFile, load_in_process};
+use rho_core::loader::{CopyDir, PluginFile, load_in_process};
 use serde_json::json;
 
 /// Loads `path`; prints its identity and tools (or JSON), or the one-line load error. `Ok(true)`

@@ -208,7 +208,13 @@ pub enum BusItem {
     },
 }
 
-/// A subscriber's stream of [`BusItem`]s. Dropping it unsubscribes.
+/// A subscriber's stream of [`BusItem`]s: read it with [`Subscription::recv`] or as a
+/// `futures::Stream`. Dropping it unsubscribes.
+///
+/// It ends (`None`) when the bus is gone: every [`Bus`] clone dropped. For a
+/// [`Host`](crate::Host) that is when its last clone is dropped and every call it ran has
+/// ended, so the end events of calls stopped by the drop still arrive first. A subscription that
+/// falls behind does not end: it gets a [`BusItem::Lagged`] and goes on.
 pub struct Subscription {
     stream: BroadcastStream<Arc<Event>>,
     filter: Filter,
@@ -217,7 +223,7 @@ pub struct Subscription {
 
 impl Subscription {
     /// The next item: an event the filter lets through, or a lag notice. `None` once the bus is
-    /// gone (every [`Bus`] clone dropped: for a `Host`, when it is dropped).
+    /// gone (see [`Subscription`]). Cancellation-safe: dropping the future loses no item.
     pub async fn recv(&mut self) -> Option<BusItem> {
         use tokio_stream::StreamExt;
         self.next().await

@@ -15,7 +15,8 @@ use tokio::sync::mpsc;
 use crate::bus::events::EventKind;
 use crate::plugin::dir::PluginDir;
 
-/// The default quiet time before a burst of file-system events triggers a scan.
+/// The quiet time hot reload waits for after a burst of file-system events before it rescans
+/// ([`HostBuilder::watch`](crate::HostBuilder::watch)).
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(50);
 
 /// Why a directory could not be watched.

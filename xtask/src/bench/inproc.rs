@@ -3,12 +3,10 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use rho_core::plugin::call::call_module;
-use rho_core::plugin::load::{CopyDir, PluginFile, load_in_process};
+use rho_core::loader::{CopyDir, PluginFile, call_module, load_in_process};
 use rho_core::plugin_api::ffi::{PluginModRef, ROOT_SYMBOL};
-use rho_core::{Bus, CallOptions, RunnerConfig, ToolCall, ToolRegistry, ToolRunner, allow_all};
+use rho_core::{CallOptions, DirOptions, Host, ToolCall, allow_all};
 use serde_json::json;
-use tokio_stream::StreamExt;
 
 use super::{Ctx, Figure, median_of, per_iter_us};
 
@@ -61,28 +59,27 @@ fn tempfile_dir() -> Result<std::path::PathBuf, String> {
     Ok(dir)
 }
 
-/// `inproc_call`: the runner's cost per `echo` call (allow_all gate, events on, one subscriber)
+/// `inproc_call`: the host's cost per `echo` call (allow_all gate, events on, one subscriber)
 /// against spawn_blocking + a direct call of the plugin's entry point; and calls/s at 1 and 64
 /// concurrent calls, both ways.
 pub async fn calls(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     let dir = tempfile_dir()?.join("plugins");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     std::fs::copy(ctx.plugin("echo"), dir.join("libecho.so")).map_err(|e| e.to_string())?;
-    let bus = Bus::default();
-    let mut sub = bus.subscribe();
-    let drain = tokio::spawn(async move { while sub.next().await.is_some() {} });
-    let registry = ToolRegistry::new(bus.clone());
-    registry
-        .add_plugin_dir(&dir, Default::default())
+    let (host, reports) = Host::builder()
+        .plugin_dir(&dir, DirOptions::default())
+        .gate(allow_all())
+        .build()
         .await
         .map_err(|e| e.to_string())?;
-    let runner = ToolRunner::new(registry, RunnerConfig::default());
+    super::loaded(&reports)?;
+    let mut sub = host.subscribe();
+    let drain = tokio::spawn(async move { while sub.recv().await.is_some() {} });
     let copies = CopyDir::new().map_err(|e| e.to_string())?;
     let file = PluginFile::open(&dir.join("libecho.so"), &copies).map_err(|e| e.to_string())?;
     let module = load_in_process(&file).map_err(|e| e.to_string())?.module;
     let n = if ctx.quick { 2_000 } else { 10_000 };
     let runs = ctx.runs();
-    let gate = allow_all();
     let call = ToolCall::new("c", "echo", json!({"text": "hello"}));
 
     let mut rho_samples = Vec::new();
@@ -90,12 +87,11 @@ pub async fn calls(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     // Each loop runs in a spawned task, as a host's loop does (not in `block_on`, whose wake-ups
     // go through a thread park).
     for _ in 0..=runs {
-        let (r, c) = (runner.clone(), call.clone());
-        let gate = gate.clone();
+        let (h, c) = (host.clone(), call.clone());
         let rho = tokio::spawn(async move {
             let started = Instant::now();
             for _ in 0..n {
-                r.run(&c, &gate, &CallOptions::default()).await;
+                h.call_with(&c, &CallOptions::default()).await;
             }
             per_iter_us(n, started)
         });
@@ -126,7 +122,7 @@ pub async fn calls(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         let mut rho = Vec::new();
         let mut raw = Vec::new();
         for _ in 0..=runs {
-            rho.push(throughput(&runner, concurrency, total).await);
+            rho.push(throughput(&host, concurrency, total).await);
             raw.push(raw_throughput(module, concurrency, total).await);
         }
         figures.push(Figure {
@@ -139,6 +135,7 @@ pub async fn calls(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         });
     }
     drain.abort();
+    host.shutdown().await;
     let _ = std::fs::remove_dir_all(dir.parent().unwrap_or(&dir));
     Ok(figures)
 }
@@ -159,16 +156,15 @@ async fn direct(module: PluginModRef) {
     .await;
 }
 
-async fn throughput(runner: &ToolRunner, concurrency: usize, total: usize) -> f64 {
+async fn throughput(host: &Host, concurrency: usize, total: usize) -> f64 {
     let started = Instant::now();
     let tasks: Vec<_> = (0..concurrency)
         .map(|w| {
-            let runner = runner.clone();
+            let host = host.clone();
             tokio::spawn(async move {
-                let gate = allow_all();
                 let call = ToolCall::new(format!("c{w}"), "echo", json!({"text": "hello"}));
                 for _ in 0..total / concurrency {
-                    runner.run(&call, &gate, &CallOptions::default()).await;
+                    host.call_with(&call, &CallOptions::default()).await;
                 }
             })
         })

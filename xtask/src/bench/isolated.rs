@@ -5,8 +5,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rho_core::{
-    Bus, DirOptions, Isolation, QuarantinePolicy, CallOptions, RunnerConfig, ToolCall, ToolRegistry,
-    ToolRunner, WorkerOptions, allow_all,
+    CallOptions, DirOptions, Host, Isolation, QuarantinePolicy, RunnerConfig, ToolCall,
+    WorkerOptions, allow_all,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -14,33 +14,36 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use super::{Ctx, Figure, median};
 use crate::bench::reload::rss_kib;
 
+/// A host of `echo` and `faults` in worker processes, and its plugin directory.
+struct Isolated {
+    host: Host,
+    dir: std::path::PathBuf,
+}
+
+impl Isolated {
+    /// Shuts the host down (calls ended, workers stopped, copies removed) and removes its
+    /// directory.
+    async fn close(self) {
+        self.host.shutdown().await;
+        drop(self.host);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A host of `echo` and `faults` in worker processes (with or without the sandbox, `spares` warm
-/// workers), quarantine off.
+/// workers), quarantine off, allow_all.
 async fn host_with(
     ctx: &Ctx,
     timeout: Duration,
     sandbox: bool,
     spares: usize,
-) -> Result<
-    (
-        ToolRegistry,
-        ToolRunner,
-        rho_core::PluginDir,
-        std::path::PathBuf,
-    ),
-    String,
-> {
+) -> Result<Isolated, String> {
     let dir = std::env::temp_dir().join(format!("rho-bench-iso-{}-{sandbox}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     for name in ["echo", "faults"] {
         std::fs::copy(ctx.plugin(name), dir.join(format!("lib{name}.so")))
             .map_err(|e| e.to_string())?;
     }
-    let registry = ToolRegistry::new(Bus::default());
-    registry.set_quarantine_policy(QuarantinePolicy {
-        max_failures: 0,
-        ..Default::default()
-    });
     let workers = WorkerOptions {
         executable: Some(super::plugins_target().join("release").join("rho-worker")),
         spares,
@@ -51,31 +54,29 @@ async fn host_with(
         isolation: Isolation::Process(workers),
         ..DirOptions::default()
     };
-    let (plugins, report) = registry
-        .add_plugin_dir(&dir, options)
-        .await
-        .map_err(|e| e.to_string())?;
-    if !report.errors.is_empty() {
-        return Err(report.errors.join("; "));
-    }
     let config = RunnerConfig {
         default_timeout: timeout,
         ..RunnerConfig::default()
     };
-    Ok((
-        registry.clone(),
-        ToolRunner::new(registry, config),
-        plugins,
-        dir,
-    ))
+    let (host, reports) = Host::builder()
+        .plugin_dir(&dir, options)
+        .quarantine(QuarantinePolicy {
+            max_failures: 0,
+            ..Default::default()
+        })
+        .runner(config)
+        .gate(allow_all())
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
+    super::loaded(&reports)?;
+    Ok(Isolated { host, dir })
 }
 
-async fn timed(runner: &ToolRunner, tool: &str, args: &Value) -> (f64, rho_core::ToolResult) {
+async fn timed(host: &Host, tool: &str, args: &Value) -> (f64, rho_core::ToolResult) {
     let call = ToolCall::new("c", tool, args.clone());
     let started = Instant::now();
-    let result = runner
-        .run(&call, &allow_all(), &CallOptions::default())
-        .await;
+    let result = host.call_with(&call, &CallOptions::default()).await;
     (started.elapsed().as_secs_f64() * 1e6, result)
 }
 
@@ -124,8 +125,8 @@ fn line_of(bytes: usize) -> Vec<u8> {
 
 /// `isolated_call*`, `isolated_calls_per_s_8`, `crash_detect`, `timeout_kill`, `mem_worker`.
 pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Figure>, String> {
-    let (_registry, runner, plugins, dir) =
-        host_with(ctx, Duration::from_millis(200), true, 2).await?;
+    let isolated = host_with(ctx, Duration::from_millis(200), true, 2).await?;
+    let host = &isolated.host;
     let n = if ctx.quick { 300 } else { 2000 };
     let runs = ctx.runs();
     let mut cat = Cat::start()?;
@@ -156,7 +157,7 @@ pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Fig
         for _ in 0..=runs {
             let mut samples = Vec::new();
             for _ in 0..per_run {
-                let (us, r) = timed(&runner, tool, &args).await;
+                let (us, r) = timed(host, tool, &args).await;
                 if r.is_error() {
                     return Err(format!("{name}: {}", r.text()));
                 }
@@ -185,10 +186,10 @@ pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Fig
         let started = Instant::now();
         let tasks: Vec<_> = (0..8)
             .map(|_| {
-                let runner = runner.clone();
+                let host = host.clone();
                 tokio::spawn(async move {
                     for _ in 0..total / 8 {
-                        timed(&runner, "echo", &json!({"text": "hello"})).await;
+                        timed(&host, "echo", &json!({"text": "hello"})).await;
                     }
                 })
             })
@@ -232,13 +233,13 @@ pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Fig
         for _ in 0..=runs {
             // Let the pool's spares come back, so the figure is the crash, not a worker start.
             tokio::time::sleep(Duration::from_millis(150)).await;
-            let (us, r) = timed(&runner, "segfault", &json!({})).await;
+            let (us, r) = timed(host, "segfault", &json!({})).await;
             if r.outcome != rho_core::Outcome::Crashed {
                 return Err(format!("segfault ended {}", r.outcome));
             }
             crash.push(us);
             tokio::time::sleep(Duration::from_millis(150)).await;
-            normal.push(timed(&runner, "echo", &json!({"text": "x"})).await.0);
+            normal.push(timed(host, "echo", &json!({"text": "x"})).await.0);
             let mut child = tokio::process::Command::new("sleep")
                 .arg("10")
                 .kill_on_drop(true)
@@ -268,7 +269,7 @@ pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Fig
         let mut rho = Vec::new();
         let mut raw = Vec::new();
         for _ in 0..=runs.min(7) {
-            let (us, _) = timed(&runner, "spin", &json!({})).await;
+            let (us, _) = timed(host, "spin", &json!({})).await;
             rho.push(us - 200_000.0);
             let started = Instant::now();
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -303,8 +304,7 @@ pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Fig
             runs: workers.len(),
         });
     }
-    plugins.close().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    isolated.close().await;
     let _ = rss_kib();
     Ok(figures)
 }
@@ -320,25 +320,25 @@ pub async fn sandbox_cost(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     let mut mem = [0.0, 0.0];
     let mut bare = Vec::new();
     for (i, sandbox) in [true, false].into_iter().enumerate() {
-        let (_registry, runner, plugins, dir) =
-            host_with(ctx, Duration::from_secs(10), sandbox, 0).await?;
+        let isolated = host_with(ctx, Duration::from_secs(10), sandbox, 0).await?;
+        let host = &isolated.host;
         for _ in 0..=runs {
             // A worker start: a call after the only worker crashed, minus a call on a warm one.
-            let (_, r) = timed(&runner, "segfault", &json!({})).await;
+            let (_, r) = timed(host, "segfault", &json!({})).await;
             if r.outcome != rho_core::Outcome::Crashed {
                 return Err(format!("segfault ended {}", r.outcome));
             }
-            let (cold, r) = timed(&runner, "build_tag", &json!({})).await;
+            let (cold, r) = timed(host, "build_tag", &json!({})).await;
             if r.is_error() {
                 return Err(format!("worker_start: {}", r.text()));
             }
-            let (warm, _) = timed(&runner, "build_tag", &json!({})).await;
+            let (warm, _) = timed(host, "build_tag", &json!({})).await;
             start[i].push(cold - warm);
         }
         for _ in 0..=runs {
             let mut samples = Vec::new();
             for _ in 0..n {
-                samples.push(timed(&runner, "echo", &json!({"text": "hello"})).await.0);
+                samples.push(timed(host, "echo", &json!({"text": "hello"})).await.0);
             }
             call[i].push(median(&mut samples));
         }
@@ -348,8 +348,7 @@ pub async fn sandbox_cost(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             .map(|p| tree_rss_kib(*p) as f64)
             .collect();
         mem[i] = median(&mut trees);
-        plugins.close().await;
-        let _ = std::fs::remove_dir_all(&dir);
+        isolated.close().await;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     for _ in 0..=runs {

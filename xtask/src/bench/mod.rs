@@ -74,6 +74,21 @@ impl Ctx {
     }
 }
 
+/// `Err` with the load errors of a host's scan reports (a directory it cannot use, a plugin
+/// that failed to load), if any.
+pub fn loaded(reports: &[rho_core::ScanReport]) -> Result<(), String> {
+    let errors: Vec<&str> = reports
+        .iter()
+        .flat_map(|r| &r.errors)
+        .map(String::as_str)
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
 /// The target directory (where the release `rho-worker` is).
 pub fn plugins_target() -> PathBuf {
     target_dir()

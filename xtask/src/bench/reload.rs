@@ -4,10 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rho_core::plugin::load::{CopyDir, PluginFile, load_in_process};
-use rho_core::{
-    Bus, DirOptions, CallOptions, RunnerConfig, ToolCall, ToolRegistry, ToolRunner, allow_all,
-};
+use rho_core::loader::{CopyDir, PluginFile, call_module, load_in_process};
+use rho_core::{CallOptions, DirOptions, Host, ToolCall, allow_all};
 use serde_json::json;
 
 use super::{Ctx, Figure, median};
@@ -31,13 +29,29 @@ fn install(bytes: &[u8], dest: &Path) {
     let _ = std::fs::rename(&tmp, dest);
 }
 
-async fn tag(runner: &ToolRunner) -> String {
+async fn tag(host: &Host) -> String {
     let call = ToolCall::new("t", "build_tag", json!({}));
-    runner
-        .run(&call, &allow_all(), &CallOptions::default())
+    host.call_with(&call, &CallOptions::default())
         .await
         .text()
         .to_owned()
+}
+
+/// A host of `dir` (in process, every version kept mapped, allow_all), watching it or not.
+async fn host_of(dir: &Path, watch: bool) -> Result<Host, String> {
+    let options = DirOptions {
+        max_versions: 10_000,
+        ..DirOptions::default()
+    };
+    let (host, reports) = Host::builder()
+        .plugin_dir(dir, options)
+        .watch(watch)
+        .gate(allow_all())
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
+    super::loaded(&reports)?;
+    Ok(host)
 }
 
 /// Figures `reload` (explicit scan: no debounce), `reload_watched` (with the watcher, debounce
@@ -52,16 +66,7 @@ pub async fn reload(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let target = dir.join("libfaults.so");
     std::fs::write(&target, &variants[0]).map_err(|e| e.to_string())?;
-    let registry = ToolRegistry::new(Bus::default());
-    let options = DirOptions {
-        max_versions: 10_000,
-        ..DirOptions::default()
-    };
-    let (plugins, _) = registry
-        .add_plugin_dir(&dir, options)
-        .await
-        .map_err(|e| e.to_string())?;
-    let runner = ToolRunner::new(registry, RunnerConfig::default());
+    let host = host_of(&dir, false).await?;
     let runs = ctx.runs();
 
     // Explicit scans: the reload path itself.
@@ -70,8 +75,8 @@ pub async fn reload(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     for i in 1..=runs * 2 {
         let landed = Instant::now();
         install(&variants[i % 2], &target);
-        plugins.scan().await;
-        let served = tag(&runner).await;
+        host.reload().await;
+        let served = tag(&host).await;
         samples.push(landed.elapsed().as_secs_f64() * 1e3);
         if served != tags[i % 2] {
             return Err(format!("reload {i} served {served:?}"));
@@ -81,17 +86,19 @@ pub async fn reload(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     let mem_per_reload = (rss_kib().saturating_sub(rss_before)) as f64 / reloads;
     let rho = median(&mut samples);
 
-    // With the watcher: landing -> served, debounce included.
-    let watcher = plugins
-        .watch(rho_core::DEFAULT_DEBOUNCE)
-        .map_err(|e| e.to_string())?;
+    host.shutdown().await;
+    drop(host);
+
+    // With the watcher (a watching host of the same directory): landing -> served, debounce
+    // included.
+    let host = host_of(&dir, true).await?;
     let mut watched = Vec::new();
     for i in 1..=runs {
         let want = tags[i % 2];
         let landed = Instant::now();
         install(&variants[i % 2], &target);
         loop {
-            if tag(&runner).await == want {
+            if tag(&host).await == want {
                 break;
             }
             if landed.elapsed() > Duration::from_secs(10) {
@@ -101,7 +108,8 @@ pub async fn reload(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         }
         watched.push(landed.elapsed().as_secs_f64() * 1e3);
     }
-    drop(watcher);
+    host.shutdown().await;
+    drop(host);
 
     // Raw: copy + dlopen + abi_stable init + describe + one call.
     let copies = CopyDir::new().map_err(|e| e.to_string())?;
@@ -119,14 +127,7 @@ pub async fn reload(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         let loaded = load_in_process(&file).map_err(|e| e.to_string())?;
         let cancelled = std::sync::atomic::AtomicBool::new(false);
         let noop = |_: &str| {};
-        let _ = rho_core::plugin::call::call_module(
-            loaded.module,
-            "build_tag",
-            "{}",
-            "c",
-            &cancelled,
-            &noop,
-        );
+        let _ = call_module(loaded.module, "build_tag", "{}", "c", &cancelled, &noop);
         raw.push(started.elapsed().as_secs_f64() * 1e3);
     }
     let _ = std::fs::remove_dir_all(&dir);
