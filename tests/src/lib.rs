@@ -149,6 +149,19 @@ pub fn isolated() -> rho_core::DirOptions {
     }
 }
 
+/// Isolated with one worker at most and no spare: a worker still busy with an abandoned call
+/// holds up every later call, and every crash needs a new worker.
+pub fn one_worker() -> rho_core::DirOptions {
+    rho_core::DirOptions {
+        isolation: rho_core::Isolation::Process(rho_core::WorkerOptions {
+            spares: 0,
+            max_workers: 1,
+            ..rho_core::WorkerOptions::default()
+        }),
+        ..rho_core::DirOptions::default()
+    }
+}
+
 /// Runner settings with `timeout_ms` as the default timeout.
 pub fn timeout(timeout_ms: u64) -> rho_core::RunnerConfig {
     rho_core::RunnerConfig {

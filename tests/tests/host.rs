@@ -142,23 +142,10 @@ fn the_example_host_builds_and_runs() {
     );
 }
 
-/// One worker at most and no spare: a worker still busy with an abandoned call would hold up
-/// every later call.
-fn one_worker() -> DirOptions {
-    DirOptions {
-        isolation: Isolation::Process(WorkerOptions {
-            spares: 0,
-            max_workers: 1,
-            ..WorkerOptions::default()
-        }),
-        ..DirOptions::default()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_call_midway_in_a_worker_ends_it_once_and_frees_the_worker() {
     let dir = plugin_dir(&["faults", "echo"]);
-    let (host, report) = rho_tests::host_with(dir.path(), one_worker(), |b| b).await;
+    let (host, report) = rho_tests::host_with(dir.path(), rho_tests::one_worker(), |b| b).await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     let mut events =
         host.subscribe_filtered(rho_core::Filter::default().types(["tool_execution_end"]));

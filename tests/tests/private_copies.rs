@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use rho_core::{DirOptions, Isolation, Outcome, WorkerOptions};
+use rho_core::Outcome;
 use rho_tests::plugin_dir;
 use serde_json::json;
 
@@ -16,19 +16,7 @@ async fn isolated_workers_start_without_the_private_copy_directory() {
     // once that directory was gone (its last `PluginDir` dropped, a /tmp cleaner), no worker
     // could start again. Workers now get a sealed memfd the pool holds.
     let dir = plugin_dir(&["faults"]);
-    let (host, report) = rho_tests::host_with(
-        dir.path(),
-        DirOptions {
-            isolation: Isolation::Process(WorkerOptions {
-                spares: 0,
-                max_workers: 1,
-                ..WorkerOptions::default()
-            }),
-            ..DirOptions::default()
-        },
-        |b| b,
-    )
-    .await;
+    let (host, report) = rho_tests::host_with(dir.path(), rho_tests::one_worker(), |b| b).await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     let r = host.call("build_tag", json!({})).await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
