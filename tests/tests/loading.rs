@@ -3,16 +3,16 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly
 
-use rho_core::{Outcome, CallOptions, allow_all};
-use rho_tests::{call, install, load_dir, plugin_dir, plugin_lib, runner};
+use rho_core::{CallOptions, DirOptions, Host, Outcome};
+use rho_tests::{call, host_with, install, plugin_dir, plugin_lib, timeout};
 use serde_json::json;
 
 #[tokio::test]
 async fn lists_the_tools_of_every_plugin() {
     let dir = plugin_dir(&["echo", "picture", "files", "faults"]);
-    let (_bus, registry, errors, plugins) = load_dir(dir.path()).await;
-    assert!(errors.is_empty(), "{errors:?}");
-    let names = registry.names();
+    let (host, report) = host_with(dir.path(), DirOptions::default(), |b| b).await;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let names: Vec<String> = host.tools().iter().map(|t| t.name.clone()).collect();
     for expected in [
         "echo",
         "checkerboard",
@@ -26,7 +26,7 @@ async fn lists_the_tools_of_every_plugin() {
             "{expected} missing from {names:?}"
         );
     }
-    let tools = registry.tools();
+    let tools = host.tools();
     let echo = tools.iter().find(|t| t.name == "echo").unwrap();
     assert_eq!(echo.plugin.as_deref(), Some("echo"));
     assert_eq!(echo.plugin_version.as_deref(), Some("0.1.0"));
@@ -34,7 +34,7 @@ async fn lists_the_tools_of_every_plugin() {
     assert_eq!(echo.parameters["required"], json!(["text"]));
     let slow = tools.iter().find(|t| t.name == "slow").unwrap();
     assert_eq!(slow.timeout_ms, Some(1000));
-    let infos = plugins.plugins().await;
+    let infos = host.plugins().await;
     assert_eq!(infos.len(), 4);
     assert!(
         infos
@@ -47,22 +47,19 @@ async fn lists_the_tools_of_every_plugin() {
 #[tokio::test]
 async fn calls_each_example_tool() {
     let dir = plugin_dir(&["echo", "picture", "files"]);
-    let (_bus, registry, _, _d) = load_dir(dir.path()).await;
-    let runner = runner(&registry, 5_000);
-    let gate = allow_all();
+    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| {
+        b.runner(timeout(5_000))
+    })
+    .await;
     let opts = CallOptions::default();
 
-    let echo = runner
-        .run(&call("1", "echo", json!({"text": "héllo"})), &gate, &opts)
+    let echo = host
+        .call_with(&call("1", "echo", json!({"text": "héllo"})), &opts)
         .await;
     assert_eq!((echo.outcome, echo.text()), (Outcome::Ok, "héllo"));
 
-    let picture = runner
-        .run(
-            &call("2", "checkerboard", json!({"size": 40})),
-            &gate,
-            &opts,
-        )
+    let picture = host
+        .call_with(&call("2", "checkerboard", json!({"size": 40})), &opts)
         .await;
     assert_eq!(picture.outcome, Outcome::Ok);
     let image = &picture.output.images()[0];
@@ -79,8 +76,8 @@ async fn calls_each_example_tool() {
     let text_file = dir.path().join("notes.txt");
     std::fs::write(&text_file, "alpha\nbeta\ngamma\ndelta\n").unwrap();
     let args = json!({"path": text_file, "start_line": 2, "end_line": 3});
-    let passage = runner
-        .run(&call("3", "read_passage", args), &gate, &opts)
+    let passage = host
+        .call_with(&call("3", "read_passage", args), &opts)
         .await;
     assert_eq!(passage.outcome, Outcome::Ok);
     assert_eq!(passage.text(), "2 | beta\n3 | gamma\n");
@@ -90,8 +87,8 @@ async fn calls_each_example_tool() {
     );
 
     let args = json!({"path": dir.path().join("missing.txt"), "start_line": 1, "end_line": 2});
-    let missing = runner
-        .run(&call("4", "read_passage", args), &gate, &opts)
+    let missing = host
+        .call_with(&call("4", "read_passage", args), &opts)
         .await;
     assert_eq!(missing.outcome, Outcome::Error);
     assert!(
@@ -111,9 +108,11 @@ async fn two_plugins_sharing_the_interface_stay_distinct() {
     // abi_stable's RootModule::load_from caches one module per type: were it used, the second
     // plugin would answer with the first one's tools.
     let dir = plugin_dir(&["echo", "files"]);
-    let (_bus, registry, _, _d) = load_dir(dir.path()).await;
-    let runner = runner(&registry, 5_000);
-    let tools = registry.tools();
+    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| {
+        b.runner(timeout(5_000))
+    })
+    .await;
+    let tools = host.tools();
     let origin = |n: &str| {
         tools
             .iter()
@@ -125,26 +124,27 @@ async fn two_plugins_sharing_the_interface_stay_distinct() {
     };
     assert_eq!(origin("echo"), "echo");
     assert_eq!(origin("read_passage"), "files");
-    let r = runner
-        .run(
+    let r = host
+        .call_with(
             &call("1", "echo", json!({"text": "a"})),
-            &allow_all(),
             &CallOptions::default(),
         )
         .await;
     assert_eq!(r.text(), "a");
-    // The same library loaded twice (two registries) gives two working, distinct loads.
+    // The same library loaded twice (two hosts) gives two working, distinct loads.
     let other = plugin_dir(&["echo"]);
-    let (_bus2, registry2, _, _d2) = load_dir(other.path()).await;
-    let r2 = rho_tests::runner(&registry2, 5_000)
-        .run(
+    let (host2, _report2) = host_with(other.path(), DirOptions::default(), |b| {
+        b.runner(timeout(5_000))
+    })
+    .await;
+    let r2 = host2
+        .call_with(
             &call("1", "echo", json!({"text": "b"})),
-            &allow_all(),
             &CallOptions::default(),
         )
         .await;
     assert_eq!(r2.text(), "b");
-    assert!(!registry2.names().contains(&"read_passage".to_string()));
+    assert!(!host2.tools().iter().any(|t| t.name == "read_passage"));
 }
 
 /// The toolchain's own `libstd-*.so`: a real shared library that is not a rho plugin.
@@ -187,7 +187,8 @@ async fn each_bad_file_gives_one_line_and_the_good_plugins_serve() {
     std::fs::write(d.join("README.md"), "not a plugin, ignored").unwrap();
     std::fs::write(d.join(".libhidden.so"), "hidden, ignored").unwrap();
 
-    let (_bus, registry, errors, _d) = load_dir(d).await;
+    let (host, report) = host_with(d, DirOptions::default(), |b| b.runner(timeout(5_000))).await;
+    let errors = &report.errors;
     let find = |file: &str| {
         errors
             .iter()
@@ -215,10 +216,9 @@ async fn each_bad_file_gives_one_line_and_the_good_plugins_serve() {
         "one line each: {errors:#?}"
     );
 
-    let r = runner(&registry, 5_000)
-        .run(
+    let r = host
+        .call_with(
             &call("1", "echo", json!({"text": "still here"})),
-            &allow_all(),
             &CallOptions::default(),
         )
         .await;
@@ -228,15 +228,13 @@ async fn each_bad_file_gives_one_line_and_the_good_plugins_serve() {
 #[tokio::test]
 async fn a_panicking_plugin_tool_crashes_the_call_not_the_host() {
     let dir = plugin_dir(&["faults"]);
-    let (_bus, registry, _, _d) = load_dir(dir.path()).await;
-    let runner = runner(&registry, 5_000);
+    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| {
+        b.runner(timeout(5_000))
+    })
+    .await;
     let opts = CallOptions::default();
-    let r = runner
-        .run(
-            &call("1", "panic", json!({"message": "boom"})),
-            &allow_all(),
-            &opts,
-        )
+    let r = host
+        .call_with(&call("1", "panic", json!({"message": "boom"})), &opts)
         .await;
     assert_eq!(r.outcome, Outcome::Crashed);
     assert!(
@@ -246,8 +244,8 @@ async fn a_panicking_plugin_tool_crashes_the_call_not_the_host() {
         r.text()
     );
     assert!(r.text().ends_with(": boom"), "{}", r.text());
-    let r = runner
-        .run(&call("2", "panic_payload", json!({})), &allow_all(), &opts)
+    let r = host
+        .call_with(&call("2", "panic_payload", json!({})), &opts)
         .await;
     assert_eq!(r.outcome, Outcome::Crashed);
     assert!(
@@ -256,8 +254,8 @@ async fn a_panicking_plugin_tool_crashes_the_call_not_the_host() {
         r.text()
     );
     // The process lives and the plugin still answers.
-    let r = runner
-        .run(&call("3", "build_tag", json!({})), &allow_all(), &opts)
+    let r = host
+        .call_with(&call("3", "build_tag", json!({})), &opts)
         .await;
     assert_eq!(r.outcome, Outcome::Ok);
 }
@@ -290,13 +288,11 @@ async fn a_name_offered_twice_follows_the_rule_and_is_reported() {
     use tokio_stream::StreamExt;
     let dir = plugin_dir(&["echo"]);
     std::fs::copy(plugin_lib("echo"), dir.path().join("libecho2.so")).unwrap();
+    // A bus of our own, subscribed before `build`: the conflict is reported while loading.
     let bus = rho_core::Bus::default();
     let mut sub = bus.subscribe();
-    let registry = rho_core::ToolRegistry::new(bus.clone());
-    registry
-        .add_plugin_dir(dir.path(), Default::default())
-        .await
-        .unwrap();
+    let (_host, _report) =
+        host_with(dir.path(), DirOptions::default(), |b| b.bus(bus.clone())).await;
     let mut conflicts = Vec::new();
     while let Ok(Some(rho_core::BusItem::Event(e))) =
         tokio::time::timeout(std::time::Duration::from_millis(100), sub.next()).await
@@ -318,19 +314,24 @@ async fn a_name_offered_twice_follows_the_rule_and_is_reported() {
             "echo@0.1.0 (libecho2.so)".to_string()
         )]
     );
-    // Host-native tools rank before every plugin, even when added later.
-    registry.add_tool(std::sync::Arc::new(HostEcho)).unwrap();
-    let r = runner(&registry, 5_000)
-        .run(
-            &call("1", "echo", json!({})),
-            &allow_all(),
-            &CallOptions::default(),
-        )
+    // Host-native tools rank before every plugin, even when added after the directory.
+    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| {
+        b.runner(timeout(5_000)).tool(std::sync::Arc::new(HostEcho))
+    })
+    .await;
+    let r = host
+        .call_with(&call("1", "echo", json!({})), &CallOptions::default())
         .await;
     assert_eq!(r.text(), "from the host");
+    let twice = Host::builder()
+        .plugin_dir(dir.path(), DirOptions::default())
+        .tool(std::sync::Arc::new(HostEcho))
+        .tool(std::sync::Arc::new(HostEcho))
+        .build()
+        .await;
     assert!(matches!(
-        registry.add_tool(std::sync::Arc::new(HostEcho)),
-        Err(rho_core::RegistryError::Duplicate(name)) if name == "echo"
+        twice,
+        Err(rho_core::HostError::Tool(rho_core::RegistryError::Duplicate(name))) if name == "echo"
     ));
 }
 
@@ -350,10 +351,19 @@ impl rho_core::Tool for BadName {
     }
 }
 
-#[test]
-fn a_tool_name_models_do_not_accept_is_refused_with_a_clear_error() {
-    let registry = rho_core::ToolRegistry::new(rho_core::Bus::default());
-    let err = registry.add_tool(std::sync::Arc::new(BadName)).unwrap_err();
+#[tokio::test]
+async fn a_tool_name_models_do_not_accept_is_refused_with_a_clear_error() {
+    let built = Host::builder()
+        .tool(std::sync::Arc::new(BadName))
+        .build()
+        .await;
+    let Err(err) = built else {
+        panic!("a host with a badly named tool was built")
+    };
+    assert!(matches!(
+        err,
+        rho_core::HostError::Tool(rho_core::RegistryError::BadName(_))
+    ));
     assert_eq!(
         err.to_string(),
         "tool \"bad name!\" refused: a tool name must match ^[a-zA-Z0-9_-]{1,64}$"

@@ -6,22 +6,20 @@
 
 use std::time::{Duration, Instant};
 
-use rho_core::{Outcome, CallOptions, allow_all};
-use rho_tests::{call, load_dir, plugin_dir, runner};
+use rho_core::{CallOptions, DirOptions, Outcome};
+use rho_tests::{call, host_with, plugin_dir, timeout};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spin_times_out_and_the_next_call_on_the_plugin_answers() {
     let dir = plugin_dir(&["echo", "faults"]);
-    let (_bus, registry, _errors, _p) = load_dir(dir.path()).await;
-    let runner = runner(&registry, 500);
+    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| {
+        b.runner(timeout(500))
+    })
+    .await;
     let started = Instant::now();
-    let r = runner
-        .run(
-            &call("1", "spin", json!({})),
-            &allow_all(),
-            &CallOptions::default(),
-        )
+    let r = host
+        .call_with(&call("1", "spin", json!({})), &CallOptions::default())
         .await;
     let took = started.elapsed();
     assert_eq!(r.outcome, Outcome::TimedOut);
@@ -30,15 +28,14 @@ async fn a_spin_times_out_and_the_next_call_on_the_plugin_answers() {
         took >= Duration::from_millis(500) && took < Duration::from_millis(1500),
         "{took:?}"
     );
-    let next = runner
-        .run(
+    let next = host
+        .call_with(
             &call("2", "sleep", json!({"ms": 5})),
-            &allow_all(),
             &CallOptions::default(),
         )
         .await;
     assert_eq!((next.outcome, next.text()), (Outcome::Ok, "slept 5 ms"));
-    let stats = registry.stats();
+    let stats = host.stats();
     let spin = stats.iter().find(|s| s.tool == "spin").unwrap();
     assert_eq!(
         spin.runaway_threads, 1,
@@ -48,16 +45,15 @@ async fn a_spin_times_out_and_the_next_call_on_the_plugin_answers() {
     let echo = stats.iter().find(|s| s.tool == "echo").unwrap();
     assert_eq!(echo.runaway_threads, 0, "other plugins are not charged");
     // A cancellable tool notices the flag and its thread is released.
-    let r = runner
-        .run(
+    let r = host
+        .call_with(
             &call("3", "spin_cancellable", json!({})),
-            &allow_all(),
             &CallOptions::default(),
         )
         .await;
     assert_eq!(r.outcome, Outcome::TimedOut);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let stats = registry.stats();
+    let stats = host.stats();
     assert_eq!(
         stats
             .iter()

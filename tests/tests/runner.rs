@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rho_core::{
-    Answer, EventKind, Gate, GateCtx, KeepDetails, KeptDetails, Loop, LoopConfig, Message, Outcome,
-    CallOptions, Tool, ToolCall, ToolCtx, ToolError, ToolSpec, Verdict, allow_all,
+    Answer, CallOptions, DirOptions, EventKind, Gate, GateCtx, Host, HostBuilder, KeepDetails,
+    KeptDetails, Loop, LoopConfig, Message, Outcome, Tool, ToolCall, ToolCtx, ToolError, ToolSpec,
+    Verdict, allow_all,
 };
-use rho_tests::{call, load_dir, plugin_dir, runner};
+use rho_tests::{call, gated, host_with, plugin_dir, timeout};
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 
@@ -68,27 +69,37 @@ impl Tool for Native {
     }
 }
 
-async fn faults_host() -> (
-    rho_core::Bus,
-    rho_core::ToolRegistry,
-    tempfile::TempDir,
-    rho_core::PluginDir,
-) {
+/// A host serving `echo`, `faults` and `files` in process and the [`Native`] tool.
+struct FaultsHost {
+    host: Host,
+    /// The plugin directory, kept as long as the host.
+    _dir: tempfile::TempDir,
+}
+
+/// A [`FaultsHost`] with `timeout_ms` as the default timeout and the builder's other defaults
+/// changed by `configure` (a gate, quarantine...).
+async fn faults_host(
+    timeout_ms: u64,
+    configure: impl FnOnce(HostBuilder) -> HostBuilder,
+) -> FaultsHost {
     let dir = plugin_dir(&["echo", "faults", "files"]);
-    let (bus, registry, errors, plugins) = load_dir(dir.path()).await;
-    assert!(errors.is_empty(), "{errors:?}");
-    registry.add_tool(Arc::new(Native)).unwrap();
-    (bus, registry, dir, plugins)
+    let (host, report) = host_with(dir.path(), DirOptions::default(), |b| {
+        configure(b.runner(timeout(timeout_ms)).tool(Arc::new(Native)))
+    })
+    .await;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    FaultsHost { host, _dir: dir }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_outcome_through_the_public_api() {
-    let (_bus, registry, _dir, _p) = faults_host().await;
-    registry.set_quarantine_policy(rho_core::QuarantinePolicy {
-        max_failures: 2,
-        window: Duration::from_secs(60),
-    });
-    let runner = runner(&registry, 400);
+    let FaultsHost { host, _dir } = faults_host(400, |b| {
+        b.quarantine(rho_core::QuarantinePolicy {
+            max_failures: 2,
+            window: Duration::from_secs(60),
+        })
+    })
+    .await;
     let opts = CallOptions::default();
     let deny: Arc<dyn Gate> = Arc::new(rho_core::DenyList::new(["echo"]));
     let all = allow_all();
@@ -149,7 +160,7 @@ async fn every_outcome_through_the_public_api() {
         ),
     ];
     for (c, gate, outcome, text) in cases {
-        let r = runner.run(&c, gate, &opts).await;
+        let r = host.call_with(&c, &gated(gate.clone())).await;
         assert_eq!(r.outcome, outcome, "{}: {}", c.id, r.text());
         assert_eq!(r.is_error(), outcome != Outcome::Ok);
         if !text.is_empty() {
@@ -178,31 +189,26 @@ async fn every_outcome_through_the_public_api() {
             );
         }
     }
-    let err = runner
-        .run(&call("e2", "fail", json!({"message": "m"})), &all, &opts)
+    let err = host
+        .call_with(&call("e2", "fail", json!({"message": "m"})), &opts)
         .await;
     assert_eq!(err.details, Some(json!({"reason": "asked to fail"})));
-    assert!(registry.lift_quarantine("panic"));
-    let r = runner
-        .run(
-            &call("again", "panic", json!({"message": "d"})),
-            &all,
-            &opts,
-        )
+    assert!(host.lift_quarantine("panic"));
+    let r = host
+        .call_with(&call("again", "panic", json!({"message": "d"})), &opts)
         .await;
     assert_eq!(r.outcome, Outcome::Crashed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_gate_delays_neither_a_sibling_nor_the_loop() {
-    let (bus, registry, _dir, _p) = faults_host().await;
-    let runner = runner(&registry, 10_000);
     let gate: Arc<dyn Gate> = Arc::new(SlowGate {
         delay: Duration::from_secs(2),
         only: Some("slow"),
     });
-    let mut events = bus.subscribe();
-    let mut session = Loop::new("s", runner, gate, LoopConfig::default());
+    let FaultsHost { host, _dir } = faults_host(10_000, |b| b.gate(gate)).await;
+    let mut events = host.subscribe();
+    let mut session = Loop::new("s", host.clone(), LoopConfig::default());
     let started = Instant::now();
     let batch = tokio::spawn(async move {
         let calls = [
@@ -256,18 +262,13 @@ async fn a_waiting_gate_delays_neither_a_sibling_nor_the_loop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gate_time_never_counts_against_the_timeout() {
-    let (_bus, registry, _dir, _p) = faults_host().await;
-    let runner = runner(&registry, 250);
+    let FaultsHost { host, _dir } = faults_host(250, |b| b).await;
     let gate: Arc<dyn Gate> = Arc::new(SlowGate {
         delay: Duration::from_millis(300),
         only: None,
     });
-    let r = runner
-        .run(
-            &call("1", "sleep", json!({"ms": 200})),
-            &gate,
-            &CallOptions::default(),
-        )
+    let r = host
+        .call_with(&call("1", "sleep", json!({"ms": 200})), &gated(gate))
         .await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
     assert!(r.duration >= Duration::from_millis(500), "{:?}", r.duration);
@@ -275,15 +276,10 @@ async fn gate_time_never_counts_against_the_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_tool_and_gate_panics_are_crashes_with_texts() {
-    let (_bus, registry, _dir, _p) = faults_host().await;
-    let runner = runner(&registry, 5_000);
+    let FaultsHost { host, _dir } = faults_host(5_000, |b| b).await;
     let opts = CallOptions::default();
-    let r = runner
-        .run(
-            &call("1", "native", json!({"mode": "panic_any"})),
-            &allow_all(),
-            &opts,
-        )
+    let r = host
+        .call_with(&call("1", "native", json!({"mode": "panic_any"})), &opts)
         .await;
     assert_eq!(r.outcome, Outcome::Crashed);
     assert!(
@@ -297,17 +293,13 @@ async fn host_tool_and_gate_panics_are_crashes_with_texts() {
         "{}",
         r.text()
     );
-    let r = runner
-        .run(
-            &call("2", "native", json!({"mode": "panic"})),
-            &allow_all(),
-            &opts,
-        )
+    let r = host
+        .call_with(&call("2", "native", json!({"mode": "panic"})), &opts)
         .await;
     assert!(r.text().ends_with(": native boom"), "{}", r.text());
     let gate: Arc<dyn Gate> = Arc::new(PanicGate);
-    let r = runner
-        .run(&call("3", "echo", json!({"text": "x"})), &gate, &opts)
+    let r = host
+        .call_with(&call("3", "echo", json!({"text": "x"})), &gated(gate))
         .await;
     assert_eq!(r.outcome, Outcome::Crashed);
     assert!(
@@ -317,19 +309,15 @@ async fn host_tool_and_gate_panics_are_crashes_with_texts() {
         r.text()
     );
     assert!(r.text().ends_with(": gate exploded"), "{}", r.text());
-    let r = runner
-        .run(
-            &call("4", "native", json!({"mode": "fine"})),
-            &allow_all(),
-            &opts,
-        )
+    let r = host
+        .call_with(&call("4", "native", json!({"mode": "fine"})), &opts)
         .await;
     assert_eq!((r.outcome, r.text()), (Outcome::Ok, "native ok"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_details_modes() {
-    let (_bus, registry, _dir, _p) = faults_host().await;
+    let FaultsHost { host, _dir } = faults_host(5_000, |b| b).await;
     for (mode, n, expected) in [
         (KeepDetails::None, 10, "none"),
         (KeepDetails::All, 10_000, "kept"),
@@ -340,7 +328,7 @@ async fn keep_details_modes() {
             keep_details: mode,
             ..LoopConfig::default()
         };
-        let mut session = Loop::new("s", runner(&registry, 5_000), allow_all(), config);
+        let mut session = Loop::new("s", host.clone(), config);
         let results = session
             .run_batch(&[call("1", "native", json!({"mode": "details", "n": n}))])
             .await;
@@ -366,13 +354,12 @@ async fn keep_details_modes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_call_ends_exactly_once() {
-    let (bus, registry, _dir, _p) = faults_host().await;
-    let mut events = bus.subscribe();
     let gate: Arc<dyn Gate> = Arc::new(rho_core::DenyList::new(["echo"]));
+    let FaultsHost { host, _dir } = faults_host(300, |b| b.gate(gate)).await;
+    let mut events = host.subscribe();
     let mut session = Loop::new(
         "s",
-        runner(&registry, 300),
-        gate,
+        host.clone(),
         LoopConfig {
             max_parallel: 3,
             ..Default::default()
@@ -420,14 +407,10 @@ async fn every_call_ends_exactly_once() {
     assert_eq!(ends.len(), calls.len());
     assert!(ends.values().all(|&n| n == 1), "{ends:?}");
     // The gate panicking: one end too.
-    let mut events = bus.subscribe();
+    let mut events = host.subscribe();
     let gate: Arc<dyn Gate> = Arc::new(PanicGate);
-    let r = runner(&registry, 300)
-        .run(
-            &call("z", "echo", json!({"text": "x"})),
-            &gate,
-            &CallOptions::default(),
-        )
+    let r = host
+        .call_with(&call("z", "echo", json!({"text": "x"})), &gated(gate))
         .await;
     assert_eq!(r.outcome, Outcome::Crashed);
     let mut n = 0;
@@ -443,24 +426,20 @@ async fn every_call_ends_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_call_ends_at_once() {
-    let (_bus, registry, _dir, _p) = faults_host().await;
+    let FaultsHost { host, _dir } = faults_host(10_000, |b| b).await;
     let token = tokio_util_cancel();
     let opts = CallOptions {
         session_id: None,
         cancel: Some(token.clone()),
+        ..Default::default()
     };
-    let runner = runner(&registry, 10_000);
     let started = Instant::now();
     let cancel_later = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(100)).await;
         token.cancel();
     });
-    let r = runner
-        .run(
-            &call("1", "spin_cancellable", json!({})),
-            &allow_all(),
-            &opts,
-        )
+    let r = host
+        .call_with(&call("1", "spin_cancellable", json!({})), &opts)
         .await;
     cancel_later.await.unwrap();
     assert_eq!(r.outcome, Outcome::Error);
@@ -471,13 +450,13 @@ async fn a_cancelled_call_ends_at_once() {
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
-fn tokio_util_cancel() -> rho_core::runner::CancellationToken {
-    rho_core::runner::CancellationToken::new()
+fn tokio_util_cancel() -> rho_core::CancellationToken {
+    rho_core::CancellationToken::new()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripted_session_runs_turns_until_no_calls() {
-    let (bus, registry, _dir, _p) = faults_host().await;
+    let FaultsHost { host, _dir } = faults_host(5_000, |b| b).await;
     let script = json!([
         {"text": "first", "tool_calls": [{"id": "1", "name": "echo", "arguments": {"text": "one"}}]},
         {"text": "second", "tool_calls": [{"id": "2", "name": "echo", "arguments": {"text": "two"}}]},
@@ -485,13 +464,8 @@ async fn scripted_session_runs_turns_until_no_calls() {
         {"text": "never reached", "tool_calls": [{"id": "3", "name": "echo", "arguments": {"text": "x"}}]}
     ]);
     let model = rho_core::ScriptedModel::from_json(&script.to_string()).unwrap();
-    let mut events = bus.subscribe();
-    let mut session = Loop::new(
-        "s1",
-        runner(&registry, 5_000),
-        allow_all(),
-        LoopConfig::default(),
-    );
+    let mut events = host.subscribe();
+    let mut session = Loop::new("s1", host.clone(), LoopConfig::default());
     let summary = session.run(&model).await.unwrap();
     assert_eq!(summary.turns, 3);
     assert_eq!(summary.reason, "done");
@@ -514,7 +488,7 @@ async fn scripted_session_runs_turns_until_no_calls() {
         ..Default::default()
     };
     let model = rho_core::ScriptedModel::from_json(&script.to_string()).unwrap();
-    let summary = Loop::new("s2", runner(&registry, 5_000), allow_all(), max)
+    let summary = Loop::new("s2", host.clone(), max)
         .run(&model)
         .await
         .unwrap();
@@ -524,19 +498,17 @@ async fn scripted_session_runs_turns_until_no_calls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_cannot_declare_itself_out_of_the_hosts_timeout() {
     let dir = plugin_dir(&["faults"]);
-    let (_bus, registry, _errors, _plugins) = load_dir(dir.path()).await;
     // `slow` declares 1000 ms for itself; the host caps what tools declare at 200 ms.
     let config = rho_core::RunnerConfig {
         default_timeout: Duration::from_secs(30),
         max_tool_timeout: Duration::from_millis(200),
         ..Default::default()
     };
-    let runner = rho_core::ToolRunner::new(registry, config);
+    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| b.runner(config)).await;
     let started = Instant::now();
-    let r = runner
-        .run(
+    let r = host
+        .call_with(
             &call("1", "slow", json!({"ms": 5000})),
-            &allow_all(),
             &CallOptions::default(),
         )
         .await;
@@ -548,16 +520,17 @@ async fn a_tool_cannot_declare_itself_out_of_the_hosts_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_call_midway_still_ends_it_once_and_stops_its_tool() {
     let dir = plugin_dir(&["faults"]);
-    let (bus, registry, _errors, _plugins) = load_dir(dir.path()).await;
-    let mut events = bus.subscribe();
-    let runner = runner(&registry, 30_000);
+    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| {
+        b.runner(timeout(30_000))
+    })
+    .await;
+    let mut events = host.subscribe();
     // `sleep` stops when cancelled: dropped at 100 ms, it ends at once, not at 5 s.
     let started = Instant::now();
     let dropped = tokio::time::timeout(
         Duration::from_millis(100),
-        runner.run(
+        host.call_with(
             &call("dropped", "sleep", json!({"ms": 5000})),
-            &allow_all(),
             &CallOptions::default(),
         ),
     )
@@ -585,14 +558,12 @@ async fn dropping_a_call_midway_still_ends_it_once_and_stops_its_tool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_partial_update_is_cut_before_it_is_published() {
-    let (bus, registry, _dir, _plugins) = faults_host().await;
+    let FaultsHost { host, _dir } = faults_host(5_000, |b| b).await;
     let mut events =
-        bus.subscribe_filtered(rho_core::Filter::default().types(["tool_execution_update"]));
-    let runner = runner(&registry, 5_000);
-    let r = runner
-        .run(
+        host.subscribe_filtered(rho_core::Filter::default().types(["tool_execution_update"]));
+    let r = host
+        .call_with(
             &call("1", "native", json!({"mode": "big_update", "n": 8 << 20})),
-            &allow_all(),
             &CallOptions::default(),
         )
         .await;
@@ -604,7 +575,7 @@ async fn a_huge_partial_update_is_cut_before_it_is_published() {
         unreachable!()
     };
     assert!(
-        partial.len() <= rho_core::runner::MAX_UPDATE_BYTES + 100,
+        partial.len() <= rho_core::MAX_UPDATE_BYTES + 100,
         "{}",
         partial.len()
     );

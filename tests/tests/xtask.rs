@@ -6,8 +6,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use rho_core::{Outcome, CallOptions, allow_all};
-use rho_tests::{built, call, load_dir, plugin_lib, runner, workspace_dir, xtask_bin};
+use rho_core::{CallOptions, DirOptions, Outcome};
+use rho_tests::{built, call, host_with, plugin_lib, timeout, workspace_dir, xtask_bin};
 use serde_json::json;
 
 fn xtask(args: &[&str]) -> Output {
@@ -80,25 +80,27 @@ async fn new_plugin_makes_a_crate_that_builds_loads_and_answers() {
         "{}",
         String::from_utf8_lossy(&build.stderr)
     );
-    // It loads and answers through the runner.
+    // It loads and answers through a host.
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(
         built().join("libhello_world.so"),
         dir.path().join("libhello_world.so"),
     )
     .unwrap();
-    let (_bus, registry, errors, _p) = load_dir(dir.path()).await;
-    assert!(errors.is_empty(), "{errors:?}");
-    let tool = registry
+    let (host, report) = host_with(dir.path(), DirOptions::default(), |b| {
+        b.runner(timeout(5_000))
+    })
+    .await;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let tool = host
         .tools()
         .into_iter()
         .find(|t| t.name == "hello-world")
         .unwrap();
     assert_eq!(tool.parameters["properties"]["name"]["type"], "string");
-    let r = runner(&registry, 5_000)
-        .run(
+    let r = host
+        .call_with(
             &call("1", "hello-world", json!({"name": "Ada"})),
-            &allow_all(),
             &CallOptions::default(),
         )
         .await;
