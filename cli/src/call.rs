@@ -50,7 +50,7 @@ extern "C" fn exit_during_call() {
     let Some(call) = slot.as_ref() else { return };
     let text = format!(
         "tool `{}` ended the host process during the call (an in-process plugin called exit; \
-         run it with --isolate)",
+         run it without --in-process)",
         call.tool
     );
     let (fd, line) = if call.json {

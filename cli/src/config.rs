@@ -5,7 +5,7 @@
 //! ```toml
 //! [[plugins]]
 //! dir = "target/plugins"
-//! isolate = false            # true: run in worker processes
+//! isolate = true             # false: in this process (trusted plugins only)
 //! trust_any_writer = false   # true: load files other users can write
 //!
 //! [runner]

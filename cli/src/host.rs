@@ -20,9 +20,13 @@ pub struct PluginFlags {
     /// Load plugins from directories and files other users can write.
     #[arg(long)]
     pub trust_any_writer: bool,
-    /// Run the plugins out of process, in sandboxed worker processes (for plugins you do not
-    /// trust).
+    /// Run the plugins in this process instead of sandboxed workers: faster calls, but a plugin
+    /// that crashes, exits or hangs its thread takes the host with it. Only for plugins you trust
+    /// as your own code.
     #[arg(long)]
+    pub in_process: bool,
+    /// Run the plugins in sandboxed worker processes (the default; kept for older scripts).
+    #[arg(long, hide = true, conflicts_with = "in_process")]
     pub isolate: bool,
     /// Isolated plugins may read PATH and what is beneath it (repeat for several).
     #[arg(long = "grant-read", value_name = "PATH")]
@@ -95,7 +99,7 @@ fn with_flags(
         );
     }
     for source in &mut config.plugins {
-        source.isolate |= plugins.isolate;
+        source.isolate = (source.isolate || plugins.isolate) && !plugins.in_process;
         source.trust_any_writer |= plugins.trust_any_writer;
         if let Some(grants) = &mut source.grants {
             plugins.widen(grants);

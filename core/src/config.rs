@@ -70,8 +70,9 @@ pub struct HostConfig {
 pub struct PluginSource {
     /// The directory (relative paths are relative to the configuration file).
     pub dir: PathBuf,
-    /// Run its plugins out of process, in sandboxed workers.
-    #[serde(default)]
+    /// Run its plugins out of process, in sandboxed workers (the default); `false` runs them in
+    /// the host's process, for plugins the host trusts as its own code.
+    #[serde(default = "yes")]
     pub isolate: bool,
     /// Load files other users can write.
     #[serde(default)]
@@ -87,11 +88,11 @@ pub struct PluginSource {
 }
 
 impl PluginSource {
-    /// A source for `dir` with every other setting at its default (in process, owner-only trust).
+    /// A source for `dir` with every other setting at its default (isolated, owner-only trust).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         PluginSource {
             dir: dir.into(),
-            isolate: false,
+            isolate: true,
             trust_any_writer: false,
             max_versions: None,
             max_file_size: None,
@@ -336,6 +337,10 @@ impl HostConfig {
             keep_details: self.runner.keep_details,
         }
     }
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn millis_of(d: Duration) -> u64 {

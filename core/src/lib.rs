@@ -7,7 +7,7 @@
 //!
 //! # async fn demo() -> Result<(), rho_core::HostError> {
 //! let (host, reports) = Host::builder()
-//!     .plugin_dir("plugins", DirOptions::default()) // Isolation::Process for untrusted plugins
+//!     .plugin_dir("plugins", DirOptions::default()) // sandboxed workers; in_process() if trusted
 //!     .watch(true)                                  // hot reload
 //!     .gate(gate_fn(|call| if call.name == "rm_rf" { Verdict::Block("no".into()) } else { Verdict::Allow }))
 //!     .build()

@@ -136,7 +136,7 @@ pub async fn host_with(
 /// A host serving `dir` in process with every default (allow all, 60 s timeout); panics when a
 /// plugin fails to load.
 pub async fn host(dir: &Path) -> rho_core::Host {
-    let (host, report) = host_with(dir, rho_core::DirOptions::default(), |b| b).await;
+    let (host, report) = host_with(dir, rho_core::DirOptions::in_process(), |b| b).await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     host
 }
@@ -145,7 +145,7 @@ pub async fn host(dir: &Path) -> rho_core::Host {
 pub fn isolated() -> rho_core::DirOptions {
     rho_core::DirOptions {
         isolation: rho_core::Isolation::Process(rho_core::WorkerOptions::default()),
-        ..rho_core::DirOptions::default()
+        ..rho_core::DirOptions::in_process()
     }
 }
 
@@ -158,7 +158,7 @@ pub fn one_worker() -> rho_core::DirOptions {
             max_workers: 1,
             ..rho_core::WorkerOptions::default()
         }),
-        ..rho_core::DirOptions::default()
+        ..rho_core::DirOptions::in_process()
     }
 }
 

@@ -28,7 +28,7 @@ async fn serve(dir: &Path, isolated: bool) -> (Host, ScanReport) {
         } else {
             Isolation::InProcess
         },
-        ..DirOptions::default()
+        ..DirOptions::in_process()
     };
     host_with(dir, options, |b| {
         // These tests crash tools on purpose, more than a quarantine allows.

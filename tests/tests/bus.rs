@@ -43,7 +43,7 @@ async fn drain(sub: &mut rho_core::Subscription, quiet: Duration) -> Vec<Arc<Eve
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_in_order_for_a_call_of_each_outcome() {
     let dir = plugin_dir(&["echo", "faults"]);
-    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| {
+    let (host, _report) = host_with(dir.path(), DirOptions::in_process(), |b| {
         b.runner(timeout(300)).gate(Arc::new(SlowGate))
     })
     .await;
@@ -262,7 +262,7 @@ async fn a_panicking_or_dropped_subscriber_harms_no_one() {
     let dropped = bus.subscribe();
     let mut healthy = bus.subscribe();
     let dir = plugin_dir(&["echo"]);
-    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| {
+    let (host, _report) = host_with(dir.path(), DirOptions::in_process(), |b| {
         b.bus(bus.clone()).runner(timeout(5_000))
     })
     .await;

@@ -279,7 +279,7 @@ async fn watch_attaches_to_a_journal_and_shows_health() {
     let dir = plugin_dir(&["echo", "faults"]);
     let journal = dir.path().join("serve.jsonl");
     // As `rho serve --journal` does: the journal first, so it holds the plugin loads too.
-    let (host, _) = rho_tests::host_with(dir.path(), rho_core::DirOptions::default(), |b| {
+    let (host, _) = rho_tests::host_with(dir.path(), rho_core::DirOptions::in_process(), |b| {
         b.journal(&journal).runner(rho_tests::timeout(300))
     })
     .await;

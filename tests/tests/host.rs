@@ -15,7 +15,7 @@ async fn a_file_landing_just_after_build_is_loaded() {
     for attempt in 0..20u64 {
         let dir = plugin_dir(&["echo"]);
         let (host, reports) = Host::builder()
-            .plugin_dir(dir.path(), DirOptions::default())
+            .plugin_dir(dir.path(), DirOptions::in_process())
             .watch(true)
             .build()
             .await
@@ -35,7 +35,7 @@ async fn a_file_landing_just_after_build_is_loaded() {
 async fn closures_gate_calls_and_events_arrive() {
     let dir = plugin_dir(&["echo"]);
     let (host, _) = Host::builder()
-        .plugin_dir(dir.path(), DirOptions::default())
+        .plugin_dir(dir.path(), DirOptions::in_process())
         .gate(gate_fn(|call| {
             if call.arguments["text"] == "forbidden" {
                 Verdict::Block("not that".into())
@@ -57,7 +57,7 @@ async fn closures_gate_calls_and_events_arrive() {
     assert_eq!(first.kind.type_name(), "tool_execution_start");
 
     let (host, _) = Host::builder()
-        .plugin_dir(dir.path(), DirOptions::default())
+        .plugin_dir(dir.path(), DirOptions::in_process())
         .gate(async_gate_fn(|_call| async {
             tokio::time::sleep(Duration::from_millis(50)).await;
             Verdict::Allow
@@ -78,7 +78,7 @@ async fn shutdown_ends_calls_in_flight_and_stops_the_workers() {
     let dir = plugin_dir(&["faults"]);
     let isolated = DirOptions {
         isolation: Isolation::Process(WorkerOptions::default()),
-        ..DirOptions::default()
+        ..DirOptions::in_process()
     };
     let (host, _) = Host::builder()
         .plugin_dir(dir.path(), isolated)
@@ -185,7 +185,7 @@ async fn dropping_a_call_midway_in_a_worker_ends_it_once_and_frees_the_worker() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_calls_update_hook_gets_its_updates_in_order_and_none_after_its_end() {
     let dir = plugin_dir(&["faults"]);
-    for options in [DirOptions::default(), rho_tests::isolated()] {
+    for options in [DirOptions::in_process(), rho_tests::isolated()] {
         let (host, report) = rho_tests::host_with(dir.path(), options, |b| b).await;
         assert!(report.errors.is_empty(), "{:?}", report.errors);
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));

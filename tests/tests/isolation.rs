@@ -21,7 +21,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 fn isolated(options: WorkerOptions) -> DirOptions {
     DirOptions {
         isolation: Isolation::Process(options),
-        ..DirOptions::default()
+        ..DirOptions::in_process()
     }
 }
 

@@ -10,7 +10,7 @@ use serde_json::json;
 #[tokio::test]
 async fn lists_the_tools_of_every_plugin() {
     let dir = plugin_dir(&["echo", "picture", "files", "faults"]);
-    let (host, report) = host_with(dir.path(), DirOptions::default(), |b| b).await;
+    let (host, report) = host_with(dir.path(), DirOptions::in_process(), |b| b).await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     let names: Vec<String> = host.tools().iter().map(|t| t.name.clone()).collect();
     for expected in [
@@ -47,7 +47,7 @@ async fn lists_the_tools_of_every_plugin() {
 #[tokio::test]
 async fn calls_each_example_tool() {
     let dir = plugin_dir(&["echo", "picture", "files"]);
-    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| {
+    let (host, _report) = host_with(dir.path(), DirOptions::in_process(), |b| {
         b.runner(timeout(5_000))
     })
     .await;
@@ -108,7 +108,7 @@ async fn two_plugins_sharing_the_interface_stay_distinct() {
     // abi_stable's RootModule::load_from caches one module per type: were it used, the second
     // plugin would answer with the first one's tools.
     let dir = plugin_dir(&["echo", "files"]);
-    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| {
+    let (host, _report) = host_with(dir.path(), DirOptions::in_process(), |b| {
         b.runner(timeout(5_000))
     })
     .await;
@@ -133,7 +133,7 @@ async fn two_plugins_sharing_the_interface_stay_distinct() {
     assert_eq!(r.text(), "a");
     // The same library loaded twice (two hosts) gives two working, distinct loads.
     let other = plugin_dir(&["echo"]);
-    let (host2, _report2) = host_with(other.path(), DirOptions::default(), |b| {
+    let (host2, _report2) = host_with(other.path(), DirOptions::in_process(), |b| {
         b.runner(timeout(5_000))
     })
     .await;
@@ -187,7 +187,7 @@ async fn each_bad_file_gives_one_line_and_the_good_plugins_serve() {
     std::fs::write(d.join("README.md"), "not a plugin, ignored").unwrap();
     std::fs::write(d.join(".libhidden.so"), "hidden, ignored").unwrap();
 
-    let (host, report) = host_with(d, DirOptions::default(), |b| b.runner(timeout(5_000))).await;
+    let (host, report) = host_with(d, DirOptions::in_process(), |b| b.runner(timeout(5_000))).await;
     let errors = &report.errors;
     let find = |file: &str| {
         errors
@@ -228,7 +228,7 @@ async fn each_bad_file_gives_one_line_and_the_good_plugins_serve() {
 #[tokio::test]
 async fn a_panicking_plugin_tool_crashes_the_call_not_the_host() {
     let dir = plugin_dir(&["faults"]);
-    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| {
+    let (host, _report) = host_with(dir.path(), DirOptions::in_process(), |b| {
         b.runner(timeout(5_000))
     })
     .await;
@@ -292,7 +292,7 @@ async fn a_name_offered_twice_follows_the_rule_and_is_reported() {
     let bus = rho_core::Bus::default();
     let mut sub = bus.subscribe();
     let (_host, _report) =
-        host_with(dir.path(), DirOptions::default(), |b| b.bus(bus.clone())).await;
+        host_with(dir.path(), DirOptions::in_process(), |b| b.bus(bus.clone())).await;
     let mut conflicts = Vec::new();
     while let Ok(Some(rho_core::BusItem::Event(e))) =
         tokio::time::timeout(std::time::Duration::from_millis(100), sub.next()).await
@@ -315,7 +315,7 @@ async fn a_name_offered_twice_follows_the_rule_and_is_reported() {
         )]
     );
     // Host-native tools rank before every plugin, even when added after the directory.
-    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| {
+    let (host, _report) = host_with(dir.path(), DirOptions::in_process(), |b| {
         b.runner(timeout(5_000)).tool(std::sync::Arc::new(HostEcho))
     })
     .await;
@@ -324,7 +324,7 @@ async fn a_name_offered_twice_follows_the_rule_and_is_reported() {
         .await;
     assert_eq!(r.text(), "from the host");
     let twice = Host::builder()
-        .plugin_dir(dir.path(), DirOptions::default())
+        .plugin_dir(dir.path(), DirOptions::in_process())
         .tool(std::sync::Arc::new(HostEcho))
         .tool(std::sync::Arc::new(HostEcho))
         .build()

@@ -79,7 +79,7 @@ async fn a_file_swapped_by_rename_never_loads_what_was_refused() {
     let good_path = dir.path().join(".good");
     let target = dir.path().join("libecho.so");
     std::fs::write(&target, &good).unwrap();
-    let (host, errors) = open(dir.path(), DirOptions::default(), false).await;
+    let (host, errors) = open(dir.path(), DirOptions::in_process(), false).await;
     assert!(errors.is_empty(), "{errors:?}");
     let good_sha = host.plugins().await[0].sha256.clone();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -120,7 +120,7 @@ async fn a_symlink_through_a_directory_others_can_write_is_refused() {
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
     install(&shared, "faults");
     std::os::unix::fs::symlink("shared/libfaults.so", dir.path().join("libfaults.so")).unwrap();
-    let (host, errors) = open(dir.path(), DirOptions::default(), false).await;
+    let (host, errors) = open(dir.path(), DirOptions::in_process(), false).await;
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
         errors[0]
@@ -141,7 +141,7 @@ async fn a_plugin_directory_under_a_parent_others_can_write_is_refused() {
     let dir = parent.path().join("plugins");
     std::fs::create_dir(&dir).unwrap();
     install(&dir, "echo");
-    let (host, errors) = open(&dir, DirOptions::default(), false).await;
+    let (host, errors) = open(&dir, DirOptions::in_process(), false).await;
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
         errors[0].contains("is writable by others and not sticky"),
@@ -152,7 +152,7 @@ async fn a_plugin_directory_under_a_parent_others_can_write_is_refused() {
     // Opting in to any writer loads it.
     let trusting = DirOptions {
         trust: Trust::AnyWriter,
-        ..DirOptions::default()
+        ..DirOptions::in_process()
     };
     let (host, errors) = open(&dir, trusting, false).await;
     assert!(errors.is_empty() && has(&host, "echo"), "{errors:?}");
@@ -171,7 +171,7 @@ async fn fifos_huge_and_sparse_files_are_refused_at_once_in_bounded_memory() {
     drop(sparse);
     let peak = status_kib("VmHWM:");
     let started = Instant::now();
-    let (host, errors) = open(dir.path(), DirOptions::default(), false).await;
+    let (host, errors) = open(dir.path(), DirOptions::in_process(), false).await;
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "{:?}",
@@ -204,7 +204,7 @@ async fn hundreds_of_hard_links_load_one_image_in_bounded_memory() {
     }
     let peak = status_kib("VmHWM:");
     let mapped = mapped_copies();
-    let (host, _errors) = open(dir.path(), DirOptions::default(), false).await;
+    let (host, _errors) = open(dir.path(), DirOptions::in_process(), false).await;
     assert_eq!(host.plugins().await.len(), 201);
     assert!(has(&host, "echo"));
     // One image for the one content, and memory in the order of one file, not of 201.
@@ -222,7 +222,7 @@ async fn a_failed_file_is_not_read_again_until_it_changes() {
     let dir = plugin_dir(&["echo"]);
     let broken = dir.path().join("libbroken.so");
     std::fs::write(&broken, vec![0u8; 32 << 20]).unwrap();
-    let (host, errors) = open(dir.path(), DirOptions::default(), false).await;
+    let (host, errors) = open(dir.path(), DirOptions::in_process(), false).await;
     assert_eq!(errors.len(), 1, "{errors:?}");
     let before = bytes_read();
     for _ in 0..5 {
@@ -256,7 +256,7 @@ async fn the_version_cap_refuses_before_anything_is_mapped() {
     std::fs::write(&target, version(0)).unwrap();
     let options = DirOptions {
         max_versions: 2,
-        ..DirOptions::default()
+        ..DirOptions::in_process()
     };
     let before = mapped_copies();
     let (host, errors) = open(dir.path(), options, false).await;
@@ -288,7 +288,7 @@ async fn a_directory_deleted_and_made_again_is_followed() {
     let dir = parent.path().join("plugins");
     std::fs::create_dir(&dir).unwrap();
     install(&dir, "echo");
-    let (host, errors) = open(&dir, DirOptions::default(), true).await;
+    let (host, errors) = open(&dir, DirOptions::in_process(), true).await;
     assert!(errors.is_empty() && has(&host, "echo"), "{errors:?}");
     let mut sub = host.subscribe();
     std::fs::remove_dir_all(&dir).unwrap();
@@ -328,7 +328,7 @@ async fn load_time_code_that_hangs_is_bounded() {
     let dir = plugin_dir(&["attacks", "echo"]);
     let options = DirOptions {
         load_timeout: Duration::from_millis(500),
-        ..DirOptions::default()
+        ..DirOptions::in_process()
     };
     let started = Instant::now();
     let (host, errors) = open(dir.path(), options, false).await;
@@ -364,7 +364,7 @@ async fn load_time_code_that_hangs_is_bounded() {
             },
             ..WorkerOptions::default()
         }),
-        ..DirOptions::default()
+        ..DirOptions::in_process()
     };
     let started = Instant::now();
     let (host, errors) = open(dir.path(), options.clone(), false).await;
@@ -408,7 +408,7 @@ async fn a_file_landing_before_the_watch_starts_is_loaded() {
                 install(&dir, "faults");
             })
         };
-        let (host, _errors) = open(dir.path(), DirOptions::default(), true).await;
+        let (host, _errors) = open(dir.path(), DirOptions::in_process(), true).await;
         landing.join().unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
         while !has(&host, "segfault") {
@@ -429,7 +429,7 @@ async fn a_directory_given_by_a_relative_path_is_watched() {
     let relative = std::path::PathBuf::from(".").join(dir.path().file_name().unwrap());
     assert!(relative.is_relative());
     install(&relative, "echo");
-    let (host, errors) = open(&relative, DirOptions::default(), true).await;
+    let (host, errors) = open(&relative, DirOptions::in_process(), true).await;
     assert!(errors.is_empty() && has(&host, "echo"), "{errors:?}");
     // Past the watcher's own first scan.
     tokio::time::sleep(Duration::from_millis(300)).await;

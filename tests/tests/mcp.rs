@@ -119,9 +119,19 @@ fn dir_arg(dir: &Path) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_and_call_every_kind_of_result() {
     let dir = plugin_dir(&["echo", "picture", "files", "faults"]);
+    // Isolated (the default): the file the plugin reads is granted, outside /tmp (the sandbox's
+    // own /tmp hides the host's).
+    let granted = tempfile::tempdir_in(rho_tests::host_dir("rho-mcp-tests")).unwrap();
     let service = serve(
         TestClient::default(),
-        &["--plugins", &dir_arg(dir.path()), "--timeout-ms", "300"],
+        &[
+            "--plugins",
+            &dir_arg(dir.path()),
+            "--timeout-ms",
+            "300",
+            "--grant-read",
+            &dir_arg(granted.path()),
+        ],
     )
     .await;
     let info = service.peer_info().unwrap();
@@ -153,7 +163,7 @@ async fn list_and_call_every_kind_of_result() {
     assert_eq!(&png[..4], b"\x89PNG");
     assert!(text(&r).contains("16x16"));
 
-    let notes = dir.path().join("notes.txt");
+    let notes = granted.path().join("notes.txt");
     std::fs::write(&notes, "a\nb\nc\n").unwrap();
     let r = call(
         &service,

@@ -31,7 +31,7 @@ async fn tag(host: &Host) -> (Outcome, String) {
 async fn load_replace_delete_and_garbage() {
     let (default, v2) = faults_variants();
     let dir = tempfile::tempdir().unwrap();
-    let host = watched(dir.path(), DirOptions::default()).await;
+    let host = watched(dir.path(), DirOptions::in_process()).await;
     let mut sub = host.subscribe();
     assert!(host.tools().is_empty());
     let target = dir.path().join("libfaults.so");
@@ -122,7 +122,7 @@ async fn running_calls_finish_on_the_old_version() {
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("libfaults.so");
     std::fs::copy(default, &target).unwrap();
-    let host = watched(dir.path(), DirOptions::default()).await;
+    let host = watched(dir.path(), DirOptions::in_process()).await;
     let mut sub = host.subscribe();
     let slow_host = host.clone();
     let slow = tokio::spawn(async move {
@@ -162,7 +162,7 @@ async fn a_hundred_reloads_while_calls_run_and_every_call_is_ok() {
     std::fs::write(&target, &variants[0]).unwrap();
     let options = DirOptions {
         max_versions: 200,
-        ..DirOptions::default()
+        ..DirOptions::in_process()
     };
     let host = watched(dir.path(), options).await;
     let mut sub = host.subscribe();
@@ -226,7 +226,7 @@ async fn quarantine_after_three_crashes_is_lifted_by_a_reload() {
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("libfaults.so");
     std::fs::copy(default, &target).unwrap();
-    let host = watched(dir.path(), DirOptions::default()).await;
+    let host = watched(dir.path(), DirOptions::in_process()).await;
     let mut sub = host.subscribe();
     let panic = |i: u32| call(&format!("p{i}"), "panic", json!({"message": "again"}));
     for i in 0..3 {
@@ -289,7 +289,7 @@ async fn the_version_cap_refuses_further_reloads_with_a_warning() {
     std::fs::copy(default, &target).unwrap();
     let options = DirOptions {
         max_versions: 2,
-        ..DirOptions::default()
+        ..DirOptions::in_process()
     };
     let host = watched(dir.path(), options).await;
     let mut sub = host.subscribe();
@@ -345,7 +345,7 @@ async fn the_permission_checks() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(plugin_lib("echo"), dir.path().join("libecho.so")).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o770)).unwrap();
-    let (_host, report) = load(dir.path(), DirOptions::default()).await;
+    let (_host, report) = load(dir.path(), DirOptions::in_process()).await;
     assert!(
         refused(
             &report.errors,
@@ -357,7 +357,7 @@ async fn the_permission_checks() {
     assert!(report.loaded.is_empty());
     let trusting = DirOptions {
         trust: Trust::AnyWriter,
-        ..DirOptions::default()
+        ..DirOptions::in_process()
     };
     let (_host, report) = load(dir.path(), trusting.clone()).await;
     assert_eq!(report.loaded, ["echo@0.1.0"]);
@@ -385,7 +385,7 @@ async fn the_permission_checks() {
         dir.path().join("libfaults.so"),
     )
     .unwrap();
-    let (_host, report) = load(dir.path(), DirOptions::default()).await;
+    let (_host, report) = load(dir.path(), DirOptions::in_process()).await;
     assert!(
         refused(&report.errors, "libfiles.so: refused:")
             && refused(&report.errors, "is writable by everyone (mode 666)"),

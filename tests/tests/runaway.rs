@@ -13,7 +13,7 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spin_times_out_and_the_next_call_on_the_plugin_answers() {
     let dir = plugin_dir(&["echo", "faults"]);
-    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| {
+    let (host, _report) = host_with(dir.path(), DirOptions::in_process(), |b| {
         b.runner(timeout(500))
     })
     .await;

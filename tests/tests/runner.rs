@@ -83,7 +83,7 @@ async fn faults_host(
     configure: impl FnOnce(HostBuilder) -> HostBuilder,
 ) -> FaultsHost {
     let dir = plugin_dir(&["echo", "faults", "files"]);
-    let (host, report) = host_with(dir.path(), DirOptions::default(), |b| {
+    let (host, report) = host_with(dir.path(), DirOptions::in_process(), |b| {
         configure(b.runner(timeout(timeout_ms)).tool(Arc::new(Native)))
     })
     .await;
@@ -504,7 +504,8 @@ async fn a_tool_cannot_declare_itself_out_of_the_hosts_timeout() {
         max_tool_timeout: Duration::from_millis(200),
         ..Default::default()
     };
-    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| b.runner(config)).await;
+    let (host, _report) =
+        host_with(dir.path(), DirOptions::in_process(), |b| b.runner(config)).await;
     let started = Instant::now();
     let r = host
         .call_with(
@@ -520,7 +521,7 @@ async fn a_tool_cannot_declare_itself_out_of_the_hosts_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_call_midway_still_ends_it_once_and_stops_its_tool() {
     let dir = plugin_dir(&["faults"]);
-    let (host, _report) = host_with(dir.path(), DirOptions::default(), |b| {
+    let (host, _report) = host_with(dir.path(), DirOptions::in_process(), |b| {
         b.runner(timeout(30_000))
     })
     .await;

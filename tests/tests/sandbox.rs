@@ -63,7 +63,7 @@ impl Sandbox {
             dir.path(),
             DirOptions {
                 isolation: Isolation::Process(options),
-                ..DirOptions::default()
+                ..DirOptions::in_process()
             },
             configure,
         )
@@ -559,8 +559,8 @@ fn an_unsafe_tmpdir_is_avoided() {
             .arg(dir.path())
             .env("TMPDIR", unsafe_tmp.path())
             .env("RUST_LOG", "warn");
-        if isolate {
-            cmd.arg("--isolate");
+        if !isolate {
+            cmd.arg("--in-process");
         }
         let out = cmd.output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -669,7 +669,7 @@ async fn what_a_worker_announces_is_checked_by_the_host() {
         dir.path(),
         DirOptions {
             isolation: Isolation::Process(options(Grants::default())),
-            ..DirOptions::default()
+            ..DirOptions::in_process()
         },
         |b| b,
     )

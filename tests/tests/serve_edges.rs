@@ -295,7 +295,7 @@ fn however_the_server_ends_every_call_ends_once_and_nothing_is_left() {
         for run in 0..20 {
             let isolated = run % 2 == 1;
             let journal = tempfile::NamedTempFile::new().unwrap();
-            let extra: &[&str] = if isolated { &["--isolate"] } else { &[] };
+            let extra: &[&str] = if isolated { &[] } else { &["--in-process"] };
             let mut raw = Raw::start(plugins.path(), extra, Some(journal.path()));
             let pid = raw.child.id();
             // Two calls in flight, one that honours cancellation and one that does not.
@@ -393,6 +393,7 @@ fn rho_call_in_process_cannot_be_ended_or_silenced_by_its_plugin() {
             "exit_process",
             r#"{"code":0}"#,
             "--json",
+            "--in-process",
             "--plugins",
         ])
         .arg(plugins.path())

@@ -87,7 +87,7 @@ async fn new_plugin_makes_a_crate_that_builds_loads_and_answers() {
         dir.path().join("libhello_world.so"),
     )
     .unwrap();
-    let (host, report) = host_with(dir.path(), DirOptions::default(), |b| {
+    let (host, report) = host_with(dir.path(), DirOptions::in_process(), |b| {
         b.runner(timeout(5_000))
     })
     .await;

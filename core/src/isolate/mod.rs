@@ -62,7 +62,8 @@ impl Default for WorkerLimits {
 #[serde(default, deny_unknown_fields)]
 pub struct WorkerOptions {
     /// The worker executable; default: `$RHO_WORKER`, else `rho-worker` beside the host's
-    /// executable (or one directory up, for test binaries in `target/*/deps`).
+    /// executable (or one directory up, for test binaries in `target/*/deps`), else the first
+    /// `rho-worker` on `PATH` (`cargo install --path cli` puts one there).
     pub executable: Option<PathBuf>,
     /// Idle workers kept started ahead of calls, per plugin version.
     pub spares: usize,
@@ -121,13 +122,25 @@ impl WorkerOptions {
         }
         let name = format!("rho-worker{}", std::env::consts::EXE_SUFFIX);
         let here = std::env::current_exe().ok();
-        let dirs = here
+        let beside: Vec<PathBuf> = here
             .iter()
             .flat_map(|exe| exe.ancestors().skip(1).take(2))
-            .map(|d| d.join(&name));
-        dirs.clone()
+            .map(|d| d.join(&name))
+            .collect();
+        let on_path = std::env::var_os("PATH")
+            .map(|path| {
+                std::env::split_paths(&path)
+                    .filter(|d| d.is_absolute())
+                    .map(|d| d.join(&name))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        beside
+            .iter()
+            .chain(&on_path)
             .find(|p| p.is_file())
-            .or_else(|| dirs.into_iter().next())
+            .or(beside.first())
+            .cloned()
             .unwrap_or_else(|| PathBuf::from(name))
     }
 }

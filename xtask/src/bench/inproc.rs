@@ -67,7 +67,7 @@ pub async fn calls(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     std::fs::copy(ctx.plugin("echo"), dir.join("libecho.so")).map_err(|e| e.to_string())?;
     let (host, reports) = Host::builder()
-        .plugin_dir(&dir, DirOptions::default())
+        .plugin_dir(&dir, DirOptions::in_process())
         .gate(allow_all())
         .build()
         .await

@@ -41,7 +41,7 @@ async fn tag(host: &Host) -> String {
 async fn host_of(dir: &Path, watch: bool) -> Result<Host, String> {
     let options = DirOptions {
         max_versions: 10_000,
-        ..DirOptions::default()
+        ..DirOptions::in_process()
     };
     let (host, reports) = Host::builder()
         .plugin_dir(dir, options)
