@@ -162,6 +162,20 @@ fn clock(ts_ms: u64) -> String {
     )
 }
 
+/// The count line at the end of a session: `12 calls: 3 ok, 1 error, ...`, every outcome that
+/// occurred, in `Outcome::ALL`'s order.
+pub fn outcome_counts(ended: &[rho_core::Outcome]) -> String {
+    let counts: Vec<String> = rho_core::Outcome::ALL
+        .iter()
+        .filter_map(|o| {
+            let n = ended.iter().filter(|e| *e == o).count();
+            (n > 0).then(|| format!("{n} {o}"))
+        })
+        .collect();
+    let calls = if ended.len() == 1 { "call" } else { "calls" };
+    format!("{} {calls}: {}", ended.len(), counts.join(", "))
+}
+
 /// One line for a person, or `None` for events this view does not show.
 pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
     let all = detail == Detail::All;

@@ -89,6 +89,7 @@ impl Session {
 pub async fn print_events(mut events: rho_core::Subscription, detail: Option<Detail>) {
     // Once stdout is gone (a closed pipe) the events are still drained, so nothing is held up.
     let mut stdout_open = true;
+    let mut ended: Vec<rho_core::Outcome> = Vec::new();
     while let Some(item) = events.next().await {
         match item {
             BusItem::Lagged {
@@ -107,7 +108,13 @@ pub async fn print_events(mut events: rho_core::Subscription, detail: Option<Det
                 if let Some(line) = line.filter(|_| stdout_open) {
                     stdout_open = render::print_line(&line);
                 }
+                if let rho_core::EventKind::ToolExecutionEnd { outcome, .. } = &event.kind {
+                    ended.push(*outcome);
+                }
                 if matches!(event.kind, rho_core::EventKind::AgentEnd { .. }) {
+                    if detail.is_some() && stdout_open {
+                        render::print_line(&render::outcome_counts(&ended));
+                    }
                     return;
                 }
             }

@@ -1,10 +1,12 @@
-//! `cargo xtask demo`: the example plugins in a short scripted session, every outcome shown.
+//! `cargo xtask demo`: the example plugins and the fault injectors in a short scripted session
+//! that shows every one of the eight outcomes, then a count line.
 
 use serde_json::json;
 
-use crate::plugins::{self, cargo, target_dir};
+use crate::plugins::{self, target_dir};
 
-/// The demo session: one call of each outcome, with an image and details.
+/// The demo session: every outcome, an image and details, and a tool quarantined after three
+/// crashes.
 fn script(readme: &str) -> serde_json::Value {
     json!([
         {
@@ -21,9 +23,22 @@ fn script(readme: &str) -> serde_json::Value {
                 {"id": "missing", "name": "read_passage", "arguments": {"path": "/no/such/file.txt", "start_line": 1, "end_line": 2}},
                 {"id": "denied", "name": "exit_process", "arguments": {"code": 3}},
                 {"id": "hang", "name": "spin_cancellable", "arguments": {}},
-                {"id": "boom", "name": "panic", "arguments": {"message": "the plugin fell over"}},
+                {"id": "boom-1", "name": "panic", "arguments": {"message": "the plugin fell over"}},
                 {"id": "typo", "name": "checkerboard", "arguments": {"size": "large"}},
                 {"id": "ghost", "name": "teleport", "arguments": {}}
+            ]
+        },
+        {
+            "text": "It keeps falling over.",
+            "tool_calls": [
+                {"id": "boom-2", "name": "panic", "arguments": {"message": "again"}},
+                {"id": "boom-3", "name": "panic", "arguments": {"message": "and again"}}
+            ]
+        },
+        {
+            "text": "Three crashes: rho has quarantined it.",
+            "tool_calls": [
+                {"id": "boom-4", "name": "panic", "arguments": {"message": "once more"}}
             ]
         },
         {"text": "Every call ended exactly once, and the host is still here."}
@@ -31,31 +46,33 @@ fn script(readme: &str) -> serde_json::Value {
 }
 
 pub fn run() -> Result<(), String> {
-    let out = plugins::default_out();
-    plugins::build_and_install(false, &out)?;
-    let status = cargo()
-        .args(["build", "--quiet", "-p", "rho-cli"])
-        .status()
-        .map_err(|e| format!("cannot run cargo build: {e}"))?;
-    if !status.success() {
-        return Err("rho-cli failed to build".into());
-    }
+    // The examples and the fault injectors, apart from `target/plugins` (what `build-plugins`
+    // installs for real use has no fault injectors).
+    let out = target_dir().join("demo").join("plugins");
+    let demo_plugins = plugins::examples_and(&["faults"])?;
+    eprintln!("building the example plugins, the fault injectors and rho (one cargo build)");
+    plugins::build_and_install(&demo_plugins, &["rho-cli"], false, &out)?;
     let readme = plugins::workspace_root().join("README.md");
-    let script_path = target_dir().join("demo-script.json");
+    let script_path = target_dir().join("demo").join("script.json");
     let script = script(&readme.display().to_string());
     std::fs::write(&script_path, format!("{script:#}"))
         .map_err(|e| format!("cannot write {}: {e}", script_path.display()))?;
     let rho = target_dir().join("debug").join("rho");
+    // The sandbox hides the host's files but what is granted: the README the demo reads.
+    let workspace = plugins::workspace_root();
     eprintln!(
-        "\n$ rho run {} --plugins {} --gate deny:exit_process --timeout-ms 500\n",
+        "\n$ rho run {} --plugins {} --grant-read {} --gate deny:exit_process --timeout-ms 500\n",
         script_path.display(),
-        out.display()
+        out.display(),
+        workspace.display(),
     );
     let status = std::process::Command::new(&rho)
         .arg("run")
         .arg(&script_path)
         .arg("--plugins")
         .arg(&out)
+        .arg("--grant-read")
+        .arg(&workspace)
         .args(["--gate", "deny:exit_process", "--timeout-ms", "500"])
         .status()
         .map_err(|e| format!("cannot run {}: {e}", rho.display()))?;

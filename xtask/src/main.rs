@@ -48,7 +48,8 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
-    /// Build the plugin crates and install their libraries into a plugin directory.
+    /// Build the example plugin crates (not the test fixtures) and install their libraries into a
+    /// plugin directory.
     BuildPlugins {
         /// Build in release mode.
         #[arg(long)]
@@ -102,7 +103,9 @@ fn main() -> ExitCode {
         Command::Dev { name, out } => dev::run(&name, &out.unwrap_or_else(plugins::default_out)),
         Command::BuildPlugins { release, out } => {
             let out = out.unwrap_or_else(plugins::default_out);
-            plugins::build_and_install(release, &out).map(|_| ())
+            plugins::examples()
+                .and_then(|examples| plugins::build_and_install(&examples, &[], release, &out))
+                .map(|_| ())
         }
         Command::Demo => demo::run(),
         Command::Bench { quick, only } => bench::run(quick, &only),

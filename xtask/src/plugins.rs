@@ -51,6 +51,9 @@ pub struct PluginCrate {
     pub lib_name: String,
     /// The crate's directory.
     pub dir: PathBuf,
+    /// A test fixture (`[package.metadata.rho] fixture = true`): fault injectors and hostile
+    /// plugins, never installed by `build-plugins`.
+    pub fixture: bool,
 }
 
 impl PluginCrate {
@@ -65,8 +68,8 @@ impl PluginCrate {
     }
 }
 
-/// The workspace's plugin crates: `cdylib` crates that depend on `rho-plugin-api`, except test
-/// fixtures that misbehave on purpose (`[package.metadata.rho] fixture = true`).
+/// The workspace's plugin crates: `cdylib` crates that depend on `rho-plugin-api`, test fixtures
+/// included (see [`examples`]).
 pub fn discover() -> Result<Vec<PluginCrate>, String> {
     let out = cargo()
         .args(["metadata", "--format-version", "1", "--no-deps"])
@@ -97,14 +100,13 @@ pub fn discover() -> Result<Vec<PluginCrate>, String> {
                     .is_some_and(|k| k.iter().any(|k| k == "cdylib"))
             });
         let fixture = package["metadata"]["rho"]["fixture"] == true;
-        if let (true, false, Some(target), Some(name)) =
-            (uses_api, fixture, cdylib, package["name"].as_str())
-        {
+        if let (true, Some(target), Some(name)) = (uses_api, cdylib, package["name"].as_str()) {
             let manifest = PathBuf::from(package["manifest_path"].as_str().unwrap_or_default());
             plugins.push(PluginCrate {
                 name: name.to_owned(),
                 lib_name: target["name"].as_str().unwrap_or(name).replace('-', "_"),
                 dir: manifest.parent().map(Path::to_owned).unwrap_or_default(),
+                fixture,
             });
         }
     }
@@ -112,10 +114,27 @@ pub fn discover() -> Result<Vec<PluginCrate>, String> {
     Ok(plugins)
 }
 
-/// Builds one plugin crate and returns the path of its library.
-pub fn build(plugin: &PluginCrate, release: bool) -> Result<PathBuf, String> {
+/// The example plugins: every plugin crate but the test fixtures.
+pub fn examples() -> Result<Vec<PluginCrate>, String> {
+    Ok(discover()?.into_iter().filter(|p| !p.fixture).collect())
+}
+
+/// The example plugins and the named fixtures (the demo's and the benchmarks' fault injectors).
+pub fn examples_and(fixtures: &[&str]) -> Result<Vec<PluginCrate>, String> {
+    Ok(discover()?
+        .into_iter()
+        .filter(|p| !p.fixture || fixtures.contains(&p.name.as_str()))
+        .collect())
+}
+
+/// Builds `plugins` and the packages `also` in one cargo invocation (so every dependency is
+/// resolved and built once), showing cargo's progress; returns each plugin's library path.
+pub fn build(plugins: &[PluginCrate], also: &[&str], release: bool) -> Result<Vec<PathBuf>, String> {
     let mut cmd = cargo();
-    cmd.args(["build", "--quiet", "-p", &plugin.name]);
+    cmd.arg("build");
+    for name in plugins.iter().map(|p| p.name.as_str()).chain(also.iter().copied()) {
+        cmd.args(["-p", name]);
+    }
     if release {
         cmd.arg("--release");
     }
@@ -123,13 +142,17 @@ pub fn build(plugin: &PluginCrate, release: bool) -> Result<PathBuf, String> {
         .status()
         .map_err(|e| format!("cannot run cargo build: {e}"))?;
     if !status.success() {
+        let names: Vec<&str> = plugins.iter().map(|p| p.name.as_str()).collect();
         return Err(format!(
-            "plugin `{}` failed to build; the installed version is untouched",
-            plugin.name
+            "the build of {} failed; the installed versions are untouched",
+            names.join(", ")
         ));
     }
     let profile = if release { "release" } else { "debug" };
-    Ok(target_dir().join(profile).join(plugin.file_name()))
+    Ok(plugins
+        .iter()
+        .map(|p| target_dir().join(profile).join(p.file_name()))
+        .collect())
 }
 
 /// Installs `lib` into `out` atomically: written to a hidden temporary file in `out`, then
@@ -153,22 +176,25 @@ pub fn install(lib: &Path, out: &Path) -> Result<PathBuf, String> {
     Ok(dest)
 }
 
-/// Builds every plugin crate and installs it into `out`, printing progress; returns the installed
-/// paths. Stops at the first failure (the ones installed before stay).
-pub fn build_and_install(release: bool, out: &Path) -> Result<Vec<PathBuf>, String> {
-    let plugins = discover()?;
+/// Builds `plugins` (and the packages `also`) in one invocation and installs each library into
+/// `out`; returns the installed paths. Stops at the first failure (the ones installed before stay).
+pub fn build_and_install(
+    plugins: &[PluginCrate],
+    also: &[&str],
+    release: bool,
+    out: &Path,
+) -> Result<Vec<PathBuf>, String> {
+    let started = Instant::now();
+    let libs = build(plugins, also, release)?;
     let mut installed = Vec::new();
-    for (i, plugin) in plugins.iter().enumerate() {
-        let started = Instant::now();
-        eprint!("[{}/{}] {} ... ", i + 1, plugins.len(), plugin.name);
-        let lib = build(plugin, release).inspect_err(|_| eprintln!("failed"))?;
-        let path = install(&lib, out)?;
-        eprintln!(
-            "{} ({:.1} s)",
-            path.display(),
-            started.elapsed().as_secs_f64()
-        );
-        installed.push(path);
+    for lib in libs {
+        installed.push(install(&lib, out)?);
     }
+    eprintln!(
+        "installed {} plugin(s) into {} ({:.1} s)",
+        installed.len(),
+        out.display(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(installed)
 }

@@ -125,25 +125,13 @@ pub fn per_iter_us(n: usize, started: Instant) -> f64 {
 pub fn run(quick: bool, only: &[String]) -> Result<(), String> {
     let plugins_dir = target_dir().join("bench").join("plugins");
     eprintln!("building release plugins into {}", plugins_dir.display());
-    plugins::build_and_install(true, &plugins_dir)?;
+    plugins::build_and_install(
+        &plugins::examples_and(&["faults"])?,
+        &["rho-cli", "xtask"],
+        true,
+        &plugins_dir,
+    )?;
     build_variants(&plugins_dir)?;
-    let status = cargo()
-        .args([
-            "build",
-            "--quiet",
-            "--release",
-            "-p",
-            "rho-cli",
-            "-p",
-            "rho-core",
-            "-p",
-            "xtask",
-        ])
-        .status()
-        .map_err(|e| format!("cannot run cargo build: {e}"))?;
-    if !status.success() {
-        return Err("building rho and xtask in release failed".into());
-    }
     let exe = target_dir().join("release").join("xtask");
     let started = Instant::now();
     let mut figures = Vec::new();
