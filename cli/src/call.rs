@@ -11,10 +11,15 @@ use crate::render;
 
 /// `rho call` flags.
 #[derive(clap::Args)]
+#[command(
+    after_help = "Exit status: 0 when the outcome is ok, 1 for any other outcome or an unusable plugin directory, 2 for a usage error."
+)]
 pub struct Args {
     /// The tool to call.
+    #[arg(value_name = "TOOL")]
     tool: String,
     /// Its arguments, a JSON object (default `{}`).
+    #[arg(value_name = "JSON")]
     args: Option<String>,
     #[command(flatten)]
     plugins: PluginFlags,

@@ -12,6 +12,7 @@ mod call;
 mod config;
 mod gates;
 mod host;
+mod journals;
 mod render;
 mod run;
 mod serve;

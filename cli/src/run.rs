@@ -14,8 +14,12 @@ use rho_core::HostConfig;
 
 /// `rho run` flags.
 #[derive(clap::Args)]
+#[command(
+    after_help = "Exit status: 0 when the session ran to its end (whatever the calls' outcomes), 1 when the model failed or a plugin directory is unusable, 2 for a usage error."
+)]
 pub struct Args {
     /// The script: a JSON array of {"text", "tool_calls": [{"id", "name", "arguments"}]}.
+    #[arg(value_name = "SCRIPT")]
     script: PathBuf,
     #[command(flatten)]
     plugins: PluginFlags,
@@ -25,7 +29,7 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Calls of one turn that run at once, 1 to 1024 (default: the config's, else 8).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=rho_core::MAX_PARALLEL))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=rho_core::MAX_PARALLEL))]
     max_parallel: Option<u64>,
 }
 

@@ -28,12 +28,17 @@ use rho_core::{Action, Asker, GateRule, HostConfig, RuleGate};
 
 /// `rho serve` flags.
 #[derive(clap::Args)]
+#[command(
+    after_help = "Exit status: 0 when the client ends the session (or on SIGTERM/SIGINT), 1 when the session fails or a plugin directory is unusable, 2 for a usage error."
+)]
 pub struct Args {
     #[command(flatten)]
     plugins: PluginFlags,
     #[command(flatten)]
     run: RunFlags,
-    /// Write every event to this JSON-lines journal, for `rho watch --attach`.
+    /// Append every event to this JSON-lines journal, for `rho watch --attach PATH` (default: a
+    /// file of this server's own under ~/.local/state/rho, printed at start; `rho watch --attach`
+    /// finds the newest).
     #[arg(long, value_name = "PATH")]
     journal: Option<PathBuf>,
 }
@@ -385,13 +390,20 @@ fn protocol_stdout() -> std::io::Result<tokio::fs::File> {
 }
 
 pub async fn main(args: Args, config: HostConfig) -> ExitCode {
-    let journal = args.journal.clone();
-    let built = host::build(&config, &args.plugins, Some(&args.run), |b| {
-        let b = b.watch(true);
-        match journal {
-            Some(path) => b.journal(path),
-            None => b,
+    let wanted = args
+        .journal
+        .clone()
+        .or_else(|| config.serve.journal.clone());
+    let journal = match crate::journals::for_server(wanted.as_deref()) {
+        Ok(path) => path,
+        Err(e) => {
+            eprintln!("rho: {e}");
+            return ExitCode::from(1);
         }
+    };
+    eprintln!("rho: journal {} (rho watch --attach)", journal.display());
+    let built = host::build(&config, &args.plugins, Some(&args.run), |b| {
+        b.watch(true).journal(journal)
     });
     let (host, config) = match built.await {
         Ok(built) => built,

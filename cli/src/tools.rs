@@ -8,6 +8,9 @@ use crate::host::{self, PluginFlags};
 
 /// `rho tools` flags.
 #[derive(clap::Args)]
+#[command(
+    after_help = "Exit status: 0 when the directories loaded (\"no tools\" included), 1 when one is unusable or the list cannot be printed, 2 for a usage error."
+)]
 pub struct Args {
     #[command(flatten)]
     plugins: PluginFlags,

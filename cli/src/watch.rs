@@ -21,32 +21,48 @@ use rho_core::HostConfig;
 
 /// `rho watch` flags.
 #[derive(clap::Args)]
+#[command(
+    after_help = "Exit status: 0 on Ctrl-C or at the end of the session, 1 when a plugin directory is unusable or the journal cannot be read, 2 for a usage error."
+)]
 pub struct Args {
     /// A script to run as a session while watching (a JSON array of assistant turns). Without
     /// one, rho watch follows the plugin directories, or the journal given to --attach.
+    #[arg(value_name = "SCRIPT")]
     script: Option<PathBuf>,
     #[command(flatten)]
     plugins: PluginFlags,
     #[command(flatten)]
     run: RunFlags,
-    /// Follow the journal of a running `rho serve` (its --journal file) instead.
-    #[arg(long, value_name = "JOURNAL", conflicts_with = "script")]
-    attach: Option<PathBuf>,
+    /// Follow the journal of a `rho serve` instead (PATH, or without one the newest under
+    /// ~/.local/state/rho); it follows the server across restarts.
+    #[arg(long, value_name = "PATH", num_args = 0..=1, conflicts_with = "script")]
+    attach: Option<Option<PathBuf>>,
     /// Print every event as one JSON object per line.
     #[arg(long)]
     json: bool,
     /// Seconds between health tables (0: only at the end).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=86_400))]
     summary_secs: u64,
     /// Calls of one turn that run at once.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=rho_core::MAX_PARALLEL))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=rho_core::MAX_PARALLEL))]
     max_parallel: Option<u64>,
 }
 
 pub async fn main(args: Args, config: HostConfig) -> ExitCode {
     let detail = if args.json { None } else { Some(Detail::All) };
     if let Some(journal) = &args.attach {
-        return follow_journal(journal, detail, args.summary_secs).await;
+        let journal = match journal {
+            Some(path) => path.clone(),
+            None => match crate::journals::newest() {
+                Ok(path) => path,
+                Err(e) => {
+                    eprintln!("rho: {e}");
+                    return ExitCode::from(1);
+                }
+            },
+        };
+        eprintln!("rho: following {}", journal.display());
+        return follow_journal(&journal, detail, args.summary_secs).await;
     }
     let Some(script) = &args.script else {
         return follow_dirs(&config, &args.plugins, detail, args.summary_secs).await;
@@ -128,26 +144,44 @@ fn ticker(every: u64) -> tokio::time::Interval {
 /// The longest journal line read: 256 MiB.
 const MAX_JOURNAL_LINE: usize = 256 << 20;
 
-/// Follows a journal file as it grows (like `tail -f`), printing each event, until Ctrl-C.
-async fn follow_journal(path: &Path, detail: Option<Detail>, every: u64) -> ExitCode {
-    // Only a regular file: a FIFO or a device (`/dev/zero`) would hang or grow without bound.
+/// Opens `path` for following: a regular file only (a FIFO or a device such as `/dev/zero` would
+/// hang or grow without bound). Returns the reader and the file's inode.
+fn open_journal(path: &Path) -> Result<(BufReader<tokio::fs::File>, u64), String> {
+    use std::os::unix::fs::MetadataExt;
     let opened = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .and_then(|f| f.metadata().map(|m| (f, m)));
-    let file = match opened {
-        Ok((file, meta)) if meta.is_file() => tokio::fs::File::from_std(file),
-        Ok(_) => {
-            eprintln!("rho: {}: not a regular file", path.display());
-            return ExitCode::from(1);
+    match opened {
+        Ok((file, meta)) if meta.is_file() => {
+            Ok((BufReader::new(tokio::fs::File::from_std(file)), meta.ino()))
         }
+        Ok(_) => Err(format!("{}: not a regular file", path.display())),
+        Err(e) => Err(format!("cannot open the journal {}: {e}", path.display())),
+    }
+}
+
+/// Whether the file at `path` is no longer the one being read (`inode`) or is shorter than what
+/// was read (`read`): rotated, replaced or truncated. Then the follower starts it over.
+fn replaced(path: &Path, inode: u64, read: u64) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).is_ok_and(|m| m.ino() != inode || m.len() < read)
+}
+
+/// Follows a journal file as it grows (like `tail -f`), printing each event, until Ctrl-C. A
+/// server restarted on the same file (its `seq` starts again) or a file replaced under the same
+/// path is followed on, with a line saying so.
+async fn follow_journal(path: &Path, detail: Option<Detail>, every: u64) -> ExitCode {
+    let (mut reader, mut inode) = match open_journal(path) {
+        Ok(opened) => opened,
         Err(e) => {
-            eprintln!("rho: cannot open the journal {}: {e}", path.display());
+            eprintln!("rho: {e}");
             return ExitCode::from(1);
         }
     };
-    let mut reader = BufReader::new(file);
+    let mut read: u64 = 0;
+    let mut idle_reads = 0u32;
     let mut health = Health::default();
     let mut tick = ticker(every);
     let mut line = String::new();
@@ -159,11 +193,30 @@ async fn follow_journal(path: &Path, detail: Option<Detail>, every: u64) -> Exit
         let room = MAX_JOURNAL_LINE + 1 - line.len().min(MAX_JOURNAL_LINE);
         let mut limited = (&mut reader).take(room as u64);
         tokio::select! {
-            read = limited.read_line(&mut line) => match read {
-                Ok(0) => tokio::time::sleep(Duration::from_millis(50)).await,
-                Ok(_) if line.ends_with('\n') => {
+            got = limited.read_line(&mut line) => match got {
+                Ok(0) => {
+                    idle_reads += 1;
+                    // About every half second at the end of the file: has it been replaced?
+                    if idle_reads.is_multiple_of(10) && replaced(path, inode, read) {
+                        match open_journal(path) {
+                            Ok((new_reader, new_inode)) => {
+                                eprintln!("rho: {} was replaced; following the new file", path.display());
+                                (reader, inode, read, last_seq) = (new_reader, new_inode, 0, 0);
+                                line.clear();
+                                continue;
+                            }
+                            Err(e) => eprintln!("rho: {e}"),
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Ok(n) if line.ends_with('\n') => {
+                    read += n as u64;
+                    idle_reads = 0;
                     if let Ok(event) = serde_json::from_str::<Event>(&line) {
-                        if event.seq != last_seq + 1 && last_seq != 0 {
+                        if event.seq <= last_seq {
+                            eprintln!("rho: the server restarted (seq {} after {last_seq}); following its new run", event.seq);
+                        } else if event.seq != last_seq + 1 && last_seq != 0 {
                             eprintln!("rho: the journal skips from seq {last_seq} to {}", event.seq);
                         }
                         last_seq = event.seq;
@@ -181,7 +234,10 @@ async fn follow_journal(path: &Path, detail: Option<Detail>, every: u64) -> Exit
                     return ExitCode::from(1);
                 }
                 // A line still being written: keep it and read the rest later.
-                Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                Ok(n) => {
+                    read += n as u64;
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
                 Err(e) => {
                     eprintln!("rho: reading the journal {}: {e}", path.display());
                     return ExitCode::from(1);

@@ -74,7 +74,9 @@ impl ClientHandler for TestClient {
 
 async fn serve(client: TestClient, args: &[&str]) -> RunningService<RoleClient, TestClient> {
     let mut cmd = tokio::process::Command::new(rho_bin());
-    cmd.arg("serve").args(args);
+    cmd.arg("serve")
+        .args(args)
+        .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"));
     let transport = TokioChildProcess::new(cmd).unwrap();
     client.serve(transport).await.unwrap()
 }

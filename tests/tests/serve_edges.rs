@@ -24,7 +24,11 @@ struct Raw {
 impl Raw {
     fn start(dir: &Path, extra: &[&str], journal: Option<&Path>) -> Raw {
         let mut cmd = Command::new(rho_bin());
-        cmd.args(["serve", "--plugins"]).arg(dir).args(extra);
+        // Default journals go to the tests' own state directory, not the user's.
+        cmd.args(["serve", "--plugins"])
+            .arg(dir)
+            .args(extra)
+            .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"));
         if let Some(journal) = journal {
             cmd.arg("--journal").arg(journal);
         }
@@ -604,4 +608,126 @@ fn a_client_that_stops_reading_stops_the_calls_even_when_nothing_is_written() {
         text.contains("the host is stopping (the client closed its output)"),
         "{text}"
     );
+}
+
+/// Waits until `path` holds `needle`.
+fn wait_for_text(path: &Path, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(path).is_ok_and(|t| t.contains(needle)) {
+        assert!(
+            Instant::now() < deadline,
+            "{} never held {needle}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn echo(raw: &mut Raw, id: u64, text: &str) {
+    raw.send(
+        &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "echo", "arguments": {"text": text}}})
+        .to_string(),
+    );
+    let got = raw.until(&json!(id), Duration::from_secs(20));
+    assert_eq!(got.last().unwrap()["result"]["content"][0]["text"], text);
+}
+
+#[test]
+fn a_journal_is_appended_never_shared_and_followed_across_a_restart() {
+    let plugins = dir(&["echo"]);
+    let state = tempfile::tempdir_in(rho_tests::host_dir("rho-state")).unwrap();
+    let journal = state.path().join("serve.jsonl");
+    let mut first = Raw::start(plugins.path(), &[], Some(&journal));
+    echo(&mut first, 1, "from the first run");
+    wait_for_text(&journal, "from the first run");
+    let watcher = Command::new(rho_bin())
+        .args(["watch", "--json", "--attach"])
+        .arg(&journal)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A second server on the same path while the first runs: it journals elsewhere.
+    let mut beside = Raw::start(plugins.path(), &[], Some(&journal));
+    echo(&mut beside, 2, "from the server beside");
+    // The first server goes (killed: no clean shutdown); a new one takes the journal over.
+    drop(first);
+    let mut restarted = Raw::start(plugins.path(), &[], Some(&journal));
+    echo(&mut restarted, 3, "after the restart");
+    wait_for_text(&journal, "after the restart");
+    std::thread::sleep(Duration::from_millis(800));
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(watcher.id() as i32, libc::SIGINT) };
+    let out = watcher.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert!(
+        text.contains("from the first run"),
+        "the journal was truncated"
+    );
+    assert!(
+        !text.contains("from the server beside"),
+        "two servers shared the journal"
+    );
+    for seen in ["from the first run", "after the restart"] {
+        assert!(
+            stdout.contains(seen),
+            "the watcher missed {seen:?}: {stderr}"
+        );
+    }
+    assert!(stderr.contains("the server restarted"), "{stderr}");
+}
+
+#[test]
+fn servers_journal_to_files_of_their_own_by_default_and_watch_finds_the_newest() {
+    let plugins = dir(&["echo"]);
+    let state = tempfile::tempdir_in(rho_tests::host_dir("rho-state")).unwrap();
+    let serve = || {
+        Command::new(rho_bin())
+            .args(["serve", "--plugins"])
+            .arg(plugins.path())
+            .env("XDG_STATE_HOME", state.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (serve(), serve());
+    let journals = |dir: &Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .map(|e| e.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    let rho_dir = state.path().join("rho");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while journals(&rho_dir).len() < 2 {
+        assert!(Instant::now() < deadline, "{:?}", journals(&rho_dir));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut newest = Command::new(rho_bin())
+        .args(["watch", "--json", "--attach"])
+        .env("XDG_STATE_HOME", state.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = newest.kill();
+    let out = newest.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("rho: following ") && stderr.contains("/rho/serve-"),
+        "{stderr}"
+    );
+    for mut server in [a, b] {
+        // Gone before `initialize`: the server ends at once (status 1, one line).
+        drop(server.stdin.take());
+        assert_eq!(server.wait().unwrap().code(), Some(1));
+    }
+    assert_eq!(journals(&rho_dir).len(), 2);
 }

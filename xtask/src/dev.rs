@@ -11,9 +11,11 @@ use crate::plugins::{self, PluginCrate};
 
 fn cycle(plugin: &PluginCrate, out: &Path) {
     let started = Instant::now();
-    match plugins::build(std::slice::from_ref(plugin), &[], false)
-        .and_then(|libs| libs.into_iter().next().ok_or_else(|| "nothing built".to_owned()))
-    {
+    match plugins::build(std::slice::from_ref(plugin), &[], false).and_then(|libs| {
+        libs.into_iter()
+            .next()
+            .ok_or_else(|| "nothing built".to_owned())
+    }) {
         Ok(lib) => {
             let built = started.elapsed();
             let installing = Instant::now();

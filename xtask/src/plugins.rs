@@ -129,10 +129,18 @@ pub fn examples_and(fixtures: &[&str]) -> Result<Vec<PluginCrate>, String> {
 
 /// Builds `plugins` and the packages `also` in one cargo invocation (so every dependency is
 /// resolved and built once), showing cargo's progress; returns each plugin's library path.
-pub fn build(plugins: &[PluginCrate], also: &[&str], release: bool) -> Result<Vec<PathBuf>, String> {
+pub fn build(
+    plugins: &[PluginCrate],
+    also: &[&str],
+    release: bool,
+) -> Result<Vec<PathBuf>, String> {
     let mut cmd = cargo();
     cmd.arg("build");
-    for name in plugins.iter().map(|p| p.name.as_str()).chain(also.iter().copied()) {
+    for name in plugins
+        .iter()
+        .map(|p| p.name.as_str())
+        .chain(also.iter().copied())
+    {
         cmd.args(["-p", name]);
     }
     if release {

@@ -1,0 +1,103 @@
+//! Where `rho serve` journals by default, and how `rho watch --attach` finds the newest journal.
+//!
+//! Each server writes its own file, `serve-<unix ms>-<pid>.jsonl` under `$XDG_STATE_HOME/rho`
+//! (`~/.local/state/rho`; the directory is made with mode 0700), so two servers never share one by
+//! default. A path given with `--journal` or `serve.journal` is appended to; when another server
+//! holds it, this server says so and journals to its own default path instead. The directory
+//! keeps the newest [`KEPT`] default journals; older ones no server holds are removed.
+
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// The directory default journals go in.
+pub fn dir() -> PathBuf {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local").join("state"))
+        })
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("rho")
+}
+
+/// How many default journals the directory keeps.
+pub const KEPT: usize = 32;
+
+/// The default journals in `dir`, newest first.
+fn journals_in(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("serve-") && name.ends_with(".jsonl")
+        })
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    found.sort_by(|a, b| b.cmp(a));
+    found.into_iter().map(|(_, path)| path).collect()
+}
+
+/// A fresh default journal path for this server (its directory made, mode 0700); the oldest
+/// default journals beyond [`KEPT`] that no server holds are removed.
+pub fn unique() -> Result<PathBuf, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = dir();
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| format!("cannot make the journal directory {}: {e}", dir.display()))?;
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    for old in journals_in(&dir).into_iter().skip(KEPT - 1) {
+        if !in_use(&old) {
+            let _ = std::fs::remove_file(old);
+        }
+    }
+    Ok(dir.join(format!("serve-{ms}-{}.jsonl", std::process::id())))
+}
+
+/// Whether another process holds `path`'s journal lock (a running server writes it).
+pub fn in_use(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    // SAFETY: flock on our own descriptor; closing the file releases a lock we took.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) != 0 }
+}
+
+/// The journal `rho serve` writes: `wanted` unless another server holds it (then, with a line
+/// saying so, a fresh default path), or a fresh default path without one.
+pub fn for_server(wanted: Option<&Path>) -> Result<PathBuf, String> {
+    match wanted {
+        Some(path) if !in_use(path) => Ok(path.to_owned()),
+        Some(path) => {
+            let own = unique()?;
+            eprintln!(
+                "rho: the journal {} is in use by another server; this one journals to {}",
+                path.display(),
+                own.display()
+            );
+            Ok(own)
+        }
+        None => unique(),
+    }
+}
+
+/// The most recently modified default journal, for `rho watch --attach` without a path.
+pub fn newest() -> Result<PathBuf, String> {
+    let dir = dir();
+    journals_in(&dir).into_iter().next().ok_or_else(|| {
+        format!(
+            "no journal to attach to in {} (start `rho serve` first)",
+            dir.display()
+        )
+    })
+}
