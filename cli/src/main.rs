@@ -13,6 +13,7 @@ mod config;
 mod gates;
 mod host;
 mod journals;
+mod plugin;
 mod render;
 mod run;
 mod serve;
@@ -48,11 +49,19 @@ enum Command {
     Serve(serve::Args),
     /// Show the live event stream of a session (and, with no script, of the plugin directories).
     Watch(watch::Args),
+    /// For plugin authors: make a plugin crate, rebuild it on every save, check a built one.
+    #[command(subcommand)]
+    Plugin(plugin::Command),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     host::init_logging();
+    // Plugin authors' commands need neither a configuration nor the async runtime.
+    let command = match cli.command {
+        Command::Plugin(command) => return plugin::main(command),
+        other => other,
+    };
     let config = match host::load_config(cli.config.as_deref()) {
         Ok(config) => config,
         Err(code) => return code,
@@ -68,12 +77,13 @@ fn main() -> ExitCode {
         }
     };
     let code = runtime.block_on(async {
-        match cli.command {
+        match command {
             Command::Tools(args) => tools::main(args, config).await,
             Command::Call(args) => call::main(args, config).await,
             Command::Run(args) => run::main(args, config).await,
             Command::Watch(args) => watch::main(args, config).await,
             Command::Serve(args) => serve::main(args, config).await,
+            Command::Plugin(command) => plugin::main(command),
         }
     });
     // Runaway plugin threads must not keep the process alive.

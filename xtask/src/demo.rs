@@ -52,14 +52,19 @@ pub fn run() -> Result<(), String> {
     let demo_plugins = plugins::examples_and(&["faults"])?;
     eprintln!("building the example plugins, the fault injectors and rho (one cargo build)");
     plugins::build_and_install(&demo_plugins, &["rho-cli"], false, &out)?;
-    let readme = plugins::workspace_root().join("README.md");
+    // The sandbox hides the host's files but what is granted, and never grants a path under
+    // /tmp (its /tmp is its own): a checkout there reads a system file instead of the README.
+    let workspace = plugins::workspace_root();
+    let readme = if workspace.starts_with("/tmp") {
+        std::path::PathBuf::from("/etc/os-release")
+    } else {
+        workspace.join("README.md")
+    };
     let script_path = target_dir().join("demo").join("script.json");
     let script = script(&readme.display().to_string());
     std::fs::write(&script_path, format!("{script:#}"))
         .map_err(|e| format!("cannot write {}: {e}", script_path.display()))?;
     let rho = target_dir().join("debug").join("rho");
-    // The sandbox hides the host's files but what is granted: the README the demo reads.
-    let workspace = plugins::workspace_root();
     eprintln!(
         "\n$ rho run {} --plugins {} --grant-read {} --gate deny:exit_process --timeout-ms 500\n",
         script_path.display(),

@@ -1,11 +1,8 @@
 //! `cargo xtask`: rho's developer tasks.
 
 mod bench;
-mod check;
 mod demo;
-mod dev;
 mod plugins;
-mod scaffold;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -91,16 +88,30 @@ fn main() -> ExitCode {
         plugins::set_workspace_root(dir);
     }
     let result = match cli.command {
-        Command::NewPlugin { name, dir } => scaffold::new_plugin(&name, &dir).map(|path| {
-            eprintln!("created {} and added it to the workspace", path.display());
-            eprintln!("next: cargo test -p {name} && cargo xtask dev {name}");
-        }),
-        Command::CheckPlugin { path, json } => match check::check(&path, json) {
+        Command::NewPlugin { name, dir } => {
+            let workspace = plugins::workspace_root();
+            let layout = rho_devkit::scaffold::Layout::Member {
+                workspace: workspace.clone(),
+            };
+            rho_devkit::scaffold::new_plugin(&name, &workspace.join(&dir), &layout)
+                .map(|path| {
+                    eprintln!("created {} and added it to the workspace", path.display());
+                    eprintln!("next: cargo test -p {name} && cargo xtask dev {name}");
+                })
+                .map_err(|e| e.to_string())
+        }
+        Command::CheckPlugin { path, json } => match rho_devkit::check::check(&path, json) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),
-            Err(e) => Err(e),
+            Err(e) => Err(e.to_string()),
         },
-        Command::Dev { name, out } => dev::run(&name, &out.unwrap_or_else(plugins::default_out)),
+        Command::Dev { name, out } => plugins::discover().and_then(|found| {
+            let plugin = found.into_iter().find(|p| p.name == name).ok_or_else(|| {
+                format!("no plugin crate `{name}` in the workspace (see `cargo xtask new-plugin`)")
+            })?;
+            let out = out.unwrap_or_else(plugins::default_out);
+            rho_devkit::dev::run(&plugin.dir, &out).map_err(|e| e.to_string())
+        }),
         Command::BuildPlugins { release, out } => {
             let out = out.unwrap_or_else(plugins::default_out);
             plugins::examples()

@@ -163,27 +163,6 @@ pub fn build(
         .collect())
 }
 
-/// Installs `lib` into `out` atomically: written to a hidden temporary file in `out`, then
-/// renamed into place, so a host watching `out` never sees a partial file.
-pub fn install(lib: &Path, out: &Path) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    let name = lib
-        .file_name()
-        .ok_or_else(|| format!("{} has no file name", lib.display()))?;
-    let dest = out.join(name);
-    let tmp = out.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    std::fs::copy(lib, &tmp).map_err(|e| format!("cannot copy {}: {e}", lib.display()))?;
-    std::fs::rename(&tmp, &dest).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("cannot install {}: {e}", dest.display())
-    })?;
-    Ok(dest)
-}
-
 /// Builds `plugins` (and the packages `also`) in one invocation and installs each library into
 /// `out`; returns the installed paths. Stops at the first failure (the ones installed before stay).
 pub fn build_and_install(
@@ -196,7 +175,7 @@ pub fn build_and_install(
     let libs = build(plugins, also, release)?;
     let mut installed = Vec::new();
     for lib in libs {
-        installed.push(install(&lib, out)?);
+        installed.push(rho_devkit::install(&lib, out).map_err(|e| e.to_string())?);
     }
     eprintln!(
         "installed {} plugin(s) into {} ({:.1} s)",

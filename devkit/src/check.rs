@@ -1,14 +1,26 @@
-//! `cargo xtask check-plugin PATH`: load one library and show what a host would see.
+//! `rho plugin check FILE` (and `cargo xtask check-plugin`): load one library the way a host
+//! does and show what it offers.
 
 use std::path::Path;
 
 use rho_core::loader::{CopyDir, PluginFile, load_in_process};
 use serde_json::json;
 
-/// Loads `path`; prints its identity and tools (or JSON), or the one-line load error. `Ok(true)`
-/// when it loaded with every tool accepted.
-pub fn check(path: &Path, as_json: bool) -> Result<bool, String> {
-    let copies = CopyDir::new().map_err(|e| e.to_string())?;
+/// `println!` that ignores a closed stdout (`rho plugin check FILE | head`).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// Loads `path`; prints its identity and tools (or JSON) on stdout, or the one-line load error on
+/// stderr. `Ok(true)` when it loaded with every tool accepted.
+pub fn check(path: &Path, as_json: bool) -> Result<bool, crate::DevkitError> {
+    let copies = CopyDir::new().map_err(|e| crate::DevkitError::Io {
+        path: std::env::temp_dir(),
+        reason: e.to_string(),
+    })?;
     let loaded = match PluginFile::open(path, &copies).and_then(|file| load_in_process(&file)) {
         Ok(loaded) => loaded,
         Err(error) => {
@@ -27,26 +39,26 @@ pub fn check(path: &Path, as_json: bool) -> Result<bool, String> {
             "tools": loaded.tools,
             "refused": loaded.rejected,
         });
-        println!("{value:#}");
+        out!("{value:#}");
     } else {
-        println!("plugin:            {} {}", info.name, info.version);
-        println!("interface version: {}", info.interface_version);
-        println!(
+        out!("plugin:            {} {}", info.name, info.version);
+        out!("interface version: {}", info.interface_version);
+        out!(
             "file:              {} (sha256 {})",
             info.path.display(),
             info.sha256
         );
-        println!("tools:             {}", loaded.tools.len());
+        out!("tools:             {}", loaded.tools.len());
         for tool in &loaded.tools {
             let timeout = tool
                 .timeout_ms
                 .map(|t| format!("{t} ms"))
                 .unwrap_or_else(|| "the host's default".into());
-            println!("\n  {}: {}", tool.name, tool.description);
-            println!("    timeout: {timeout}");
+            out!("\n  {}: {}", tool.name, tool.description);
+            out!("    timeout: {timeout}");
             let schema = serde_json::to_string_pretty(&tool.parameters).unwrap_or_default();
             for line in schema.lines() {
-                println!("    {line}");
+                out!("    {line}");
             }
         }
     }

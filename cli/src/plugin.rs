@@ -1,0 +1,80 @@
+//! `rho plugin`: for plugin authors, without this repository: make a plugin crate, rebuild and
+//! install it on every save, check a built library. The same code as `cargo xtask new-plugin`,
+//! `dev` and `check-plugin` (`rho-devkit`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use rho_devkit::scaffold::{self, Layout};
+
+/// `rho plugin` subcommands.
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Make a plugin crate NAME (a workspace of its own) that builds, loads and answers at once.
+    #[command(
+        after_help = "Exit status: 0 when the crate was made, 1 when it could not be (the name is refused, the directory exists), 2 for a usage error."
+    )]
+    New {
+        /// The crate's name, also its tool's name.
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// The directory the crate goes in (default: the current one).
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        dir: PathBuf,
+        /// The `plugin-api` directory of a rho checkout (default: the one this `rho` was built
+        /// from).
+        #[arg(long, value_name = "DIR")]
+        api: Option<PathBuf>,
+    },
+    /// Build the plugin crate in DIR and install it into a plugin directory, again on every save.
+    #[command(
+        after_help = "Exit status: runs until interrupted; 1 when the sources cannot be watched."
+    )]
+    Dev {
+        /// The plugin crate (default: the current directory).
+        #[arg(value_name = "DIR", default_value = ".")]
+        dir: PathBuf,
+        /// The plugin directory to install into.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Load a built plugin library as a host would and show its name, version and tools.
+    #[command(
+        after_help = "Exit status: 0 when it loads with every tool accepted, 1 otherwise, 2 for a usage error."
+    )]
+    Check {
+        /// The library file.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs one `rho plugin` command.
+pub fn main(command: Command) -> ExitCode {
+    let result = match command {
+        Command::New { name, dir, api } => {
+            let api = api.unwrap_or_else(scaffold::default_api_path);
+            scaffold::new_plugin(&name, &dir, &Layout::Standalone { api }).map(|path| {
+                eprintln!("rho: created {}", path.display());
+                eprintln!(
+                    "next: cd {} && cargo test && rho plugin dev --out PLUGIN_DIR",
+                    path.display()
+                );
+                true
+            })
+        }
+        Command::Dev { dir, out } => rho_devkit::dev::run(&dir, &out).map(|()| true),
+        Command::Check { file, json } => rho_devkit::check::check(&file, json),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("rho: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Tools for rho plugin authors, shared by the `rho plugin` commands and `cargo xtask`: make a
+//! plugin crate ([`scaffold`]), load a built plugin the way a host would and show what it offers
+//! ([`check`]), and rebuild and install a plugin on every save ([`dev`]).
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use rho_devkit::scaffold::{self, Layout};
+//!
+//! // A crate of its own in ./greet, depending on this checkout's plugin API.
+//! let layout = Layout::Standalone { api: scaffold::default_api_path() };
+//! let dir = scaffold::new_plugin("greet", Path::new("."), &layout)?;
+//! rho_devkit::dev::build(&dir)?; // target/debug/libgreet.so
+//! # Ok::<(), rho_devkit::DevkitError>(())
+//! ```
+#![warn(missing_docs)]
+
+pub mod check;
+pub mod dev;
+pub mod scaffold;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Why a devkit task failed. One line for a person.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DevkitError {
+    /// The name cannot be a plugin's crate and tool name.
+    #[error("{0}")]
+    NameRefused(String),
+    /// The crate directory exists already; nothing was changed.
+    #[error("{} already exists; nothing was changed", .0.display())]
+    Exists(PathBuf),
+    /// A file or directory could not be read or written.
+    #[error("{}: {reason}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's reason.
+        reason: String,
+    },
+    /// A cargo command failed (its own output has the details).
+    #[error("{0}")]
+    Cargo(String),
+    /// Watching the sources failed.
+    #[error("cannot watch {}: {reason}", path.display())]
+    Watch {
+        /// What was to be watched.
+        path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DevkitError + '_ {
+    move |e| DevkitError::Io {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    }
+}
+
+/// The cargo that runs this program (`$CARGO`), else `cargo` on `PATH`.
+pub fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Installs `lib` into the plugin directory `out` atomically: written to a hidden temporary file
+/// in `out`, then renamed into place, so a host watching `out` never sees a partial file.
+pub fn install(lib: &Path, out: &Path) -> Result<PathBuf, DevkitError> {
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    let name = lib.file_name().ok_or_else(|| DevkitError::Io {
+        path: lib.to_owned(),
+        reason: "no file name".into(),
+    })?;
+    let dest = out.join(name);
+    let tmp = out.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    std::fs::copy(lib, &tmp).map_err(io(lib))?;
+    std::fs::rename(&tmp, &dest).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io(&dest)(e)
+    })?;
+    Ok(dest)
+}

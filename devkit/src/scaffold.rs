@@ -1,0 +1,390 @@
+//! A plugin crate that compiles at once: standalone (a workspace of its own, anywhere: `rho plugin
+//! new`) or a member of an existing workspace (`cargo xtask new-plugin`).
+//!
+//! Names are refused before anything is written: not a valid tool name, a Rust keyword or a
+//! name the toolchain reserves, or the name of a package the crate would sit beside (the
+//! workspace's packages and every package in their dependency graph, `rho-core` and `serde`
+//! included): such a name would break every cargo command of the workspace.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::{DevkitError, io};
+
+/// Where a new plugin crate goes.
+#[derive(Debug, Clone)]
+pub enum Layout {
+    /// A crate of its own (with an empty `[workspace]` table), depending on the plugin API by
+    /// version and, while it is unpublished, by path: `api` is the `plugin-api` directory.
+    Standalone {
+        /// The `plugin-api` directory of a rho checkout.
+        api: PathBuf,
+    },
+    /// A member of the workspace whose root directory is `workspace`: added to its `members`,
+    /// using its `[workspace.dependencies]`.
+    Member {
+        /// The workspace's root directory.
+        workspace: PathBuf,
+    },
+}
+
+/// The plugin API of the rho checkout this program was built from.
+pub fn default_api_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(|root| root.join("plugin-api"))
+        .unwrap_or_else(|| PathBuf::from("plugin-api"))
+}
+
+/// The version of the plugin API this program was built with.
+const API_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Words a crate may not be named.
+const RESERVED: &[&str] = &[
+    "as",
+    "async",
+    "await",
+    "break",
+    "const",
+    "continue",
+    "crate",
+    "dyn",
+    "else",
+    "enum",
+    "extern",
+    "false",
+    "fn",
+    "for",
+    "if",
+    "impl",
+    "in",
+    "let",
+    "loop",
+    "match",
+    "mod",
+    "move",
+    "mut",
+    "pub",
+    "ref",
+    "return",
+    "self",
+    "Self",
+    "static",
+    "struct",
+    "super",
+    "trait",
+    "true",
+    "type",
+    "unsafe",
+    "use",
+    "where",
+    "while",
+    "abstract",
+    "become",
+    "box",
+    "do",
+    "final",
+    "macro",
+    "override",
+    "priv",
+    "typeof",
+    "unsized",
+    "virtual",
+    "yield",
+    "try",
+    "gen",
+    "test",
+    "core",
+    "std",
+    "alloc",
+    "proc_macro",
+    "build",
+];
+
+/// Why `name` cannot be a plugin's crate and tool name, if it cannot; `taken` are the package
+/// names it would collide with.
+pub fn refuse_name(name: &str, taken: &[String]) -> Option<String> {
+    if !rho_core::plugin_api::is_valid_tool_name(name) {
+        return Some(format!(
+            "`{name}` is not a valid tool name (^[a-zA-Z0-9_-]{{1,64}}$)"
+        ));
+    }
+    if name.starts_with(|c: char| c.is_ascii_digit()) || name.starts_with('-') {
+        return Some(format!(
+            "`{name}` is not a valid crate name: it must start with a letter or _"
+        ));
+    }
+    if RESERVED.contains(&name) || RESERVED.contains(&name.replace('-', "_").as_str()) {
+        return Some(format!("`{name}` is a reserved word; pick another name"));
+    }
+    let normal = |n: &str| n.replace('_', "-").to_ascii_lowercase();
+    if taken.iter().any(|t| normal(t) == normal(name)) {
+        return Some(format!(
+            "`{name}` is the name of a package this crate would sit beside (two packages of one name break every cargo command); pick another name"
+        ));
+    }
+    None
+}
+
+/// The names of every package in the graph of the manifest `manifest` (its workspace's members
+/// and all their dependencies). A workspace without members yet: the keys of its
+/// `[workspace.dependencies]` and the graphs of those given by path.
+pub fn package_names(manifest: &Path) -> Result<Vec<String>, DevkitError> {
+    match metadata_names(manifest) {
+        Ok(names) => Ok(names),
+        Err(e) => declared_names(manifest).ok_or(e),
+    }
+}
+
+/// The names `[workspace.dependencies]` of `manifest` declares, with the graphs of path ones.
+fn declared_names(manifest: &Path) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(manifest).ok()?;
+    let doc: toml_edit::DocumentMut = text.parse().ok()?;
+    let deps = doc.get("workspace")?.get("dependencies")?.as_table_like()?;
+    let base = manifest.parent().unwrap_or(Path::new("."));
+    let mut names = Vec::new();
+    for (name, spec) in deps.iter() {
+        names.push(name.to_owned());
+        if let Some(path) = spec.get("path").and_then(|p| p.as_str()) {
+            names.extend(metadata_names(&base.join(path).join("Cargo.toml")).unwrap_or_default());
+        }
+    }
+    Some(names)
+}
+
+fn metadata_names(manifest: &Path) -> Result<Vec<String>, DevkitError> {
+    let out = crate::cargo()
+        .args(["metadata", "--format-version", "1", "--manifest-path"])
+        .arg(manifest)
+        .output()
+        .map_err(|e| DevkitError::Cargo(format!("cannot run cargo metadata: {e}")))?;
+    if !out.status.success() {
+        return Err(DevkitError::Cargo(format!(
+            "cargo metadata for {} failed: {}",
+            manifest.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let meta: Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| DevkitError::Cargo(format!("cargo metadata: {e}")))?;
+    Ok(meta["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["name"].as_str().map(str::to_owned))
+        .collect())
+}
+
+fn snake(name: &str) -> String {
+    name.replace('-', "_")
+}
+
+fn pascal(name: &str) -> String {
+    name.split(['-', '_'])
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let mut c = p.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+fn cargo_toml(name: &str, layout: &Layout) -> String {
+    let (dependencies, workspace) = match layout {
+        Layout::Member { .. } => (
+            "rho-plugin-api.workspace = true\nserde.workspace = true\nschemars.workspace = true\n"
+                .to_owned(),
+            "",
+        ),
+        Layout::Standalone { api } => (
+            format!(
+                "# By version, and by path while rho-plugin-api is not published.\n\
+                 rho-plugin-api = {{ version = \"{API_VERSION}\", path = {api:?} }}\n\
+                 serde = {{ version = \"1\", features = [\"derive\"] }}\n\
+                 schemars = \"1.2\"\n",
+                api = api.display().to_string()
+            ),
+            "\n# A workspace of its own: it builds wherever it is, inside another workspace too.\n[workspace]\n",
+        ),
+    };
+    format!(
+        r#"[package]
+name = "{name}"
+description = "A rho plugin"
+version = "0.1.0"
+edition = "2024"
+publish = false
+
+[lib]
+# cdylib: the library rho loads; rlib: so unit tests can call the tool functions.
+crate-type = ["cdylib", "rlib"]
+
+[dependencies]
+{dependencies}{workspace}"#
+    )
+}
+
+fn lib_rs(name: &str) -> String {
+    let func = snake(name);
+    let args = format!("{}Args", pascal(name));
+    format!(
+        r#"//! `{name}`: a rho plugin. Edit the tool below; `rho plugin dev` rebuilds and installs it on
+//! every save, and a host watching the plugin directory reloads it.
+
+use rho_plugin_api::{{Answer, Ctx, JsonSchema, Tool, ToolError, export_plugin, json}};
+use serde::Deserialize;
+
+/// Arguments of `{name}` (doc comments become the JSON Schema's descriptions).
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct {args} {{
+    /// Who or what to greet.
+    pub name: String,
+}}
+
+/// Greets `args.name`; details carry the length for screens.
+pub fn {func}(args: {args}, ctx: &Ctx) -> Result<Answer, ToolError> {{
+    if args.name.trim().is_empty() {{
+        return Err(ToolError::new("name must not be empty"));
+    }}
+    ctx.update(format!("greeting {{}}", args.name));
+    Ok(Answer::text(format!("Hello, {{}}!", args.name))
+        .with_details(json!({{ "length": args.name.chars().count() }})))
+}}
+
+export_plugin! {{
+    Tool::new("{name}", "Greets someone by name.", {func}),
+}}
+
+#[cfg(test)]
+mod tests {{
+    use super::*;
+
+    #[test]
+    fn greets() {{
+        let ctx = Ctx::detached("test-1");
+        let answer = {func}({args} {{ name: "Ada".into() }}, &ctx).unwrap();
+        assert_eq!(answer.output.text(), "Hello, Ada!");
+        assert_eq!(ctx.sent_updates(), ["greeting Ada"]);
+        assert!({func}({args} {{ name: " ".into() }}, &ctx).is_err());
+    }}
+}}
+"#
+    )
+}
+
+fn readme(name: &str) -> String {
+    format!(
+        r#"# {name}
+
+A rho plugin with one tool, `{name}`.
+
+- Test the function directly: `cargo test`.
+- Build it: `cargo build` (the library is `target/debug/lib{lib}.so`), then see what a host
+  sees: `rho plugin check target/debug/lib{lib}.so`.
+- Edit live: `rho plugin dev --out PLUGIN_DIR` rebuilds and installs into `PLUGIN_DIR` on every
+  save; a host watching it (`rho watch --plugins PLUGIN_DIR`) reloads the new version.
+- Try it: `rho call {name} '{{"name":"Ada"}}' --plugins PLUGIN_DIR`.
+
+Source: `src/lib.rs`.
+"#,
+        lib = snake(name)
+    )
+}
+
+/// Adds `member` to the workspace's `members`, keeping the file's formatting.
+fn add_member(manifest: &Path, member: &str) -> Result<(), DevkitError> {
+    let text = std::fs::read_to_string(manifest).map_err(io(manifest))?;
+    let bad = |reason: String| DevkitError::Io {
+        path: manifest.to_owned(),
+        reason,
+    };
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| bad(format!("{e}")))?;
+    let members = doc
+        .get_mut("workspace")
+        .and_then(|w| w.get_mut("members"))
+        .and_then(|m| m.as_array_mut())
+        .ok_or_else(|| bad("no [workspace] members array".into()))?;
+    if !members.iter().any(|m| m.as_str() == Some(member)) {
+        members.push(member);
+    }
+    std::fs::write(manifest, doc.to_string()).map_err(io(manifest))
+}
+
+/// Creates the plugin crate `parent/name` laid out as `layout` and returns its directory.
+/// Nothing is written when the name is refused or the directory exists; a failure midway
+/// removes what was made.
+pub fn new_plugin(name: &str, parent: &Path, layout: &Layout) -> Result<PathBuf, DevkitError> {
+    let graph = match layout {
+        Layout::Standalone { api } => api.join("Cargo.toml"),
+        Layout::Member { workspace } => workspace.join("Cargo.toml"),
+    };
+    if let Some(reason) = refuse_name(name, &[]) {
+        return Err(DevkitError::NameRefused(reason));
+    }
+    let crate_dir = parent.join(name);
+    if crate_dir.exists() {
+        return Err(DevkitError::Exists(crate_dir));
+    }
+    if let Some(reason) = refuse_name(name, &package_names(&graph)?) {
+        return Err(DevkitError::NameRefused(reason));
+    }
+    let member = match layout {
+        Layout::Standalone { .. } => None,
+        Layout::Member { workspace } => {
+            let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
+            let relative = absolute(&crate_dir)
+                .strip_prefix(absolute(workspace))
+                .map(|r| r.to_string_lossy().replace('\\', "/"))
+                .map_err(|_| DevkitError::Io {
+                    path: crate_dir.clone(),
+                    reason: format!("outside the workspace {}", workspace.display()),
+                })?;
+            Some((workspace.join("Cargo.toml"), relative))
+        }
+    };
+    let write = |path: PathBuf, text: String| std::fs::write(&path, text).map_err(io(&path));
+    std::fs::create_dir_all(crate_dir.join("src")).map_err(io(&crate_dir))?;
+    let created = write(crate_dir.join("Cargo.toml"), cargo_toml(name, layout))
+        .and_then(|()| write(crate_dir.join("src/lib.rs"), lib_rs(name)))
+        .and_then(|()| write(crate_dir.join("README.md"), readme(name)))
+        .and_then(|()| match &member {
+            Some((manifest, relative)) => add_member(manifest, relative),
+            None => Ok(()),
+        });
+    if let Err(e) = created {
+        let _ = std::fs::remove_dir_all(&crate_dir);
+        return Err(e);
+    }
+    Ok(crate_dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        let taken = ["rho-core".to_owned(), "serde".to_owned()];
+        let refuse_name = |name: &str| refuse_name(name, &taken);
+        assert!(refuse_name("rho_core").unwrap().contains("package"));
+        assert!(refuse_name("serde").unwrap().contains("package"));
+        assert_eq!(refuse_name("greet"), None);
+        assert_eq!(refuse_name("my-tool_2"), None);
+        assert!(
+            refuse_name("2fast")
+                .unwrap()
+                .contains("start with a letter")
+        );
+        assert!(
+            refuse_name("has space")
+                .unwrap()
+                .contains("not a valid tool name")
+        );
+        assert!(refuse_name("fn").unwrap().contains("reserved"));
+        assert!(refuse_name("").is_some());
+        assert_eq!(pascal("my-tool_2"), "MyTool2");
+    }
+}
