@@ -45,6 +45,24 @@ fn script(readme: &str) -> serde_json::Value {
     ])
 }
 
+/// The file the demo reads: the README, or a system file when the checkout is under /tmp (the
+/// sandbox never grants a path there: its /tmp is its own).
+fn readable_file() -> std::path::PathBuf {
+    let workspace = plugins::workspace_root();
+    if workspace.starts_with("/tmp") {
+        std::path::PathBuf::from("/etc/os-release")
+    } else {
+        workspace.join("README.md")
+    }
+}
+
+/// Writes the demo's script to `path`.
+pub fn write_script(path: &std::path::Path) -> Result<(), String> {
+    let script = script(&readable_file().display().to_string());
+    std::fs::write(path, format!("{script:#}"))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
 pub fn run() -> Result<(), String> {
     // The examples and the fault injectors, apart from `target/plugins` (what `build-plugins`
     // installs for real use has no fault injectors).
@@ -52,18 +70,9 @@ pub fn run() -> Result<(), String> {
     let demo_plugins = plugins::examples_and(&["faults"])?;
     eprintln!("building the example plugins, the fault injectors and rho (one cargo build)");
     plugins::build_and_install(&demo_plugins, &["rho-cli"], false, &out)?;
-    // The sandbox hides the host's files but what is granted, and never grants a path under
-    // /tmp (its /tmp is its own): a checkout there reads a system file instead of the README.
     let workspace = plugins::workspace_root();
-    let readme = if workspace.starts_with("/tmp") {
-        std::path::PathBuf::from("/etc/os-release")
-    } else {
-        workspace.join("README.md")
-    };
     let script_path = target_dir().join("demo").join("script.json");
-    let script = script(&readme.display().to_string());
-    std::fs::write(&script_path, format!("{script:#}"))
-        .map_err(|e| format!("cannot write {}: {e}", script_path.display()))?;
+    write_script(&script_path)?;
     let rho = target_dir().join("debug").join("rho");
     eprintln!(
         "\n$ rho run {} --plugins {} --grant-read {} --gate deny:exit_process --timeout-ms 500\n",

@@ -57,6 +57,12 @@ enum Command {
     },
     /// Build the example plugins and run a short scripted session that shows every outcome.
     Demo,
+    /// Write the demo's script to PATH (for the tests of README's commands).
+    #[command(hide = true)]
+    DemoScript {
+        /// Where.
+        path: PathBuf,
+    },
     /// Measure every performance figure beside its raw baseline (release builds).
     Bench {
         /// A reduced run (under two minutes).
@@ -119,6 +125,7 @@ fn main() -> ExitCode {
                 .map(|_| ())
         }
         Command::Demo => demo::run(),
+        Command::DemoScript { path } => demo::write_script(&path),
         Command::Bench { quick, only } => bench::run(quick, &only),
         Command::McpEchoServer => bench::mcp::echo_server(),
         Command::BenchExec {
