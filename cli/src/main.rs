@@ -13,6 +13,7 @@ mod config;
 mod gates;
 mod host;
 mod journals;
+mod live;
 mod plugin;
 mod render;
 mod run;

@@ -176,6 +176,14 @@ pub fn outcome_counts(ended: &[rho_core::Outcome]) -> String {
     format!("{} {calls}: {}", ended.len(), counts.join(", "))
 }
 
+/// A build's short identity: the first 8 hex digits of its SHA-256 (`?` when unknown).
+pub fn build(sha256: &str) -> &str {
+    match sha256.get(..8) {
+        Some(prefix) if !prefix.is_empty() => prefix,
+        _ => "?",
+    }
+}
+
 /// One line for a person, or `None` for events this view does not show.
 pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
     let all = detail == Detail::All;
@@ -250,9 +258,11 @@ pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
             version,
             tools,
             isolated,
+            sha256,
             ..
         } => format!(
-            "plugin {plugin}@{version} loaded{}: {}",
+            "plugin {plugin}@{version} ({}) loaded{}: {}",
+            build(sha256),
             if *isolated { " (isolated)" } else { "" },
             tools.join(", ")
         ),
@@ -261,11 +271,17 @@ pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
             plugin,
             old_version,
             new_version,
+            old_sha256,
+            new_sha256,
             tools_added,
             tools_removed,
             ..
         } => {
-            let mut s = format!("plugin {plugin} reloaded {old_version} -> {new_version}");
+            let mut s = format!(
+                "plugin {plugin} reloaded {old_version} ({}) -> {new_version} ({})",
+                build(old_sha256),
+                build(new_sha256)
+            );
             if !tools_added.is_empty() {
                 s.push_str(&format!(", added {}", tools_added.join(", ")));
             }

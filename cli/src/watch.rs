@@ -40,6 +40,10 @@ pub struct Args {
     /// Print every event as one JSON object per line.
     #[arg(long)]
     json: bool,
+    /// Print plain lines even on a terminal (the default there is the live view, redrawn in
+    /// place).
+    #[arg(long)]
+    plain: bool,
     /// Seconds between health tables (0: only at the end).
     #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=86_400))]
     summary_secs: u64,
@@ -50,6 +54,9 @@ pub struct Args {
 
 pub async fn main(args: Args, config: HostConfig) -> ExitCode {
     let detail = if args.json { None } else { Some(Detail::All) };
+    use std::io::IsTerminal;
+    let live = detail.is_some() && !args.plain && std::io::stdout().is_terminal();
+    let display = |source: &str| Display::new(live, source, detail, args.summary_secs);
     if let Some(journal) = &args.attach {
         let journal = match journal {
             Some(path) => path.clone(),
@@ -62,10 +69,11 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
             },
         };
         eprintln!("rho: following {}", journal.display());
-        return follow_journal(&journal, detail, args.summary_secs).await;
+        let display = display(&journal.display().to_string());
+        return follow_journal(&journal, display).await;
     }
     let Some(script) = &args.script else {
-        return follow_dirs(&config, &args.plugins, detail, args.summary_secs).await;
+        return follow_dirs(&config, &args.plugins, display("plugin directories")).await;
     };
     let session = crate::run::Session {
         config,
@@ -76,19 +84,86 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
     session.run(script, detail).await
 }
 
-/// Prints one event for the view and feeds the health table.
-fn show(event: &Event, detail: Option<Detail>, health: &mut Health) -> bool {
-    health.observe(event);
-    let line = match detail {
-        None => serde_json::to_string(event).ok(),
-        Some(detail) => render::event_line(event, detail),
-    };
-    line.is_none_or(|l| render::print_line(&l))
+/// Where a watch shows its events: plain lines (with a health table every `every` seconds), or
+/// the live view redrawn in place on a terminal.
+enum Display {
+    Lines {
+        detail: Option<Detail>,
+        health: Health,
+        every: u64,
+    },
+    Live(Box<crate::live::Live>, Health),
 }
 
-fn summary(health: &mut Health, json: bool) {
-    if health.changed() && !json {
-        render::print_line(&format!("\n{}", health.table()));
+impl Display {
+    /// The live view when `live` and the terminal can be taken over, else lines.
+    fn new(live: bool, source: &str, detail: Option<Detail>, every: u64) -> Display {
+        if live {
+            match crate::live::Live::start(source) {
+                Ok(view) => return Display::Live(Box::new(view), Health::default()),
+                Err(e) => eprintln!("rho: no live view ({e}); printing lines"),
+            }
+        }
+        Display::Lines {
+            detail,
+            health: Health::default(),
+            every,
+        }
+    }
+
+    /// Shows one event; `false` once stdout is gone.
+    fn show(&mut self, event: &Event) -> bool {
+        match self {
+            Display::Lines { detail, health, .. } => {
+                health.observe(event);
+                let line = match detail {
+                    None => serde_json::to_string(event).ok(),
+                    Some(detail) => render::event_line(event, *detail),
+                };
+                line.is_none_or(|l| render::print_line(&l))
+            }
+            Display::Live(view, health) => {
+                health.observe(event);
+                view.observe(event);
+                true
+            }
+        }
+    }
+
+    /// How often [`Display::tick`] runs: the live view redraws four times a second.
+    fn ticker(&self) -> tokio::time::Interval {
+        match self {
+            Display::Lines { every, .. } => ticker(Duration::from_secs(*every)),
+            Display::Live(..) => ticker(Duration::from_millis(250)),
+        }
+    }
+
+    fn tick(&mut self) {
+        match self {
+            Display::Lines { detail, health, .. } => {
+                if health.changed() && detail.is_some() {
+                    render::print_line(&format!("\n{}", health.table()));
+                }
+            }
+            Display::Live(view, _) => view.draw(),
+        }
+    }
+
+    /// Leaves the live view and prints the health table once more.
+    fn finish(self) {
+        match self {
+            Display::Lines {
+                detail, mut health, ..
+            } => {
+                if health.changed() && detail.is_some() {
+                    render::print_line(&format!("\n{}", health.table()));
+                }
+            }
+            Display::Live(view, mut health) => {
+                drop(view);
+                render::print_line(&health.table());
+            }
+        }
     }
 }
 
@@ -96,8 +171,7 @@ fn summary(health: &mut Health, json: bool) {
 async fn follow_dirs(
     config: &HostConfig,
     plugins: &PluginFlags,
-    detail: Option<Detail>,
-    every: u64,
+    mut display: Display,
 ) -> ExitCode {
     let bus = rho_core::Bus::default();
     let mut events = bus.subscribe();
@@ -105,8 +179,7 @@ async fn follow_dirs(
         Ok(built) => built,
         Err(code) => return code,
     };
-    let mut health = Health::default();
-    let mut tick = ticker(every);
+    let mut tick = display.ticker();
     // One future for the whole loop: a signal between two iterations is not lost.
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
@@ -114,27 +187,28 @@ async fn follow_dirs(
         tokio::select! {
             item = events.next() => match item {
                 Some(BusItem::Event(e)) => {
-                    if !show(&e, detail, &mut health) {
+                    if !display.show(&e) {
                         return ExitCode::SUCCESS;
                     }
                 }
                 Some(BusItem::Lagged { missed, .. }) => eprintln!("rho: the view missed {missed} event(s)"),
                 None => return ExitCode::SUCCESS,
             },
-            _ = tick.tick() => summary(&mut health, detail.is_none()),
+            _ = tick.tick() => display.tick(),
             _ = &mut ctrl_c => {
-                summary(&mut health, detail.is_none());
+                display.finish();
                 return ExitCode::SUCCESS;
             }
         }
     }
 }
 
-fn ticker(every: u64) -> tokio::time::Interval {
-    let period = if every == 0 {
+/// Ticks every `period` (never for zero), the first after one period.
+fn ticker(period: Duration) -> tokio::time::Interval {
+    let period = if period.is_zero() {
         Duration::from_secs(86_400 * 365)
     } else {
-        Duration::from_secs(every)
+        period
     };
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -172,7 +246,7 @@ fn replaced(path: &Path, inode: u64, read: u64) -> bool {
 /// Follows a journal file as it grows (like `tail -f`), printing each event, until Ctrl-C. A
 /// server restarted on the same file (its `seq` starts again) or a file replaced under the same
 /// path is followed on, with a line saying so.
-async fn follow_journal(path: &Path, detail: Option<Detail>, every: u64) -> ExitCode {
+async fn follow_journal(path: &Path, mut display: Display) -> ExitCode {
     let (mut reader, mut inode) = match open_journal(path) {
         Ok(opened) => opened,
         Err(e) => {
@@ -182,8 +256,7 @@ async fn follow_journal(path: &Path, detail: Option<Detail>, every: u64) -> Exit
     };
     let mut read: u64 = 0;
     let mut idle_reads = 0u32;
-    let mut health = Health::default();
-    let mut tick = ticker(every);
+    let mut tick = display.ticker();
     let mut line = String::new();
     let mut last_seq = 0;
     // One future for the whole loop: a signal between two iterations is not lost.
@@ -220,7 +293,7 @@ async fn follow_journal(path: &Path, detail: Option<Detail>, every: u64) -> Exit
                             eprintln!("rho: the journal skips from seq {last_seq} to {}", event.seq);
                         }
                         last_seq = event.seq;
-                        if !show(&event, detail, &mut health) {
+                        if !display.show(&event) {
                             return ExitCode::SUCCESS;
                         }
                     }
@@ -243,9 +316,9 @@ async fn follow_journal(path: &Path, detail: Option<Detail>, every: u64) -> Exit
                     return ExitCode::from(1);
                 }
             },
-            _ = tick.tick() => summary(&mut health, detail.is_none()),
+            _ = tick.tick() => display.tick(),
             _ = &mut ctrl_c => {
-                summary(&mut health, detail.is_none());
+                display.finish();
                 return ExitCode::SUCCESS;
             }
         }

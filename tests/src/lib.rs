@@ -315,3 +315,31 @@ pub fn install_bytes(dest: &Path, bytes: &[u8]) {
     std::fs::write(&tmp, bytes).expect("write temporary plugin file");
     std::fs::rename(&tmp, dest).expect("rename plugin into place");
 }
+
+/// The `tmux` that drives terminal UIs under a pseudo-terminal in the tests: installed with
+/// `apt-get` when missing (on this machine's kind), or a clear failure.
+pub fn tmux() -> &'static Path {
+    static TMUX: OnceLock<PathBuf> = OnceLock::new();
+    TMUX.get_or_init(|| {
+        let found = |name: &str| {
+            std::env::var_os("PATH").and_then(|path| {
+                std::env::split_paths(&path)
+                    .map(|d| d.join(name))
+                    .find(|p| p.is_file())
+            })
+        };
+        if let Some(tmux) = found("tmux") {
+            return tmux;
+        }
+        let installed = Command::new("apt-get")
+            .args(["install", "-y", "-q", "tmux"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            installed,
+            "tmux is missing and `apt-get install tmux` failed"
+        );
+        found("tmux").expect("tmux after installing it")
+    })
+}

@@ -731,3 +731,121 @@ fn servers_journal_to_files_of_their_own_by_default_and_watch_finds_the_newest()
     }
     assert_eq!(journals(&rho_dir).len(), 2);
 }
+
+/// A tmux session running a command in a terminal of 150x45; killed when dropped.
+struct Screen(String);
+
+impl Screen {
+    fn start(command: &str) -> Screen {
+        let name = format!("rho-live-{}", std::process::id());
+        let ok = Command::new(rho_tests::tmux())
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                &name,
+                "-x",
+                "150",
+                "-y",
+                "45",
+                command,
+            ])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "tmux new-session");
+        Screen(name)
+    }
+
+    fn text(&self) -> String {
+        let out = Command::new(rho_tests::tmux())
+            .args(["capture-pane", "-p", "-t", &self.0])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits until the screen satisfies `ok`; returns it.
+    fn until(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let text = self.text();
+            if ok(&text) {
+                return text;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the screen never showed {what}:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        let _ = Command::new(rho_tests::tmux())
+            .args(["kill-session", "-t", &self.0])
+            .status();
+    }
+}
+
+#[test]
+fn the_live_view_shows_a_running_call_with_its_elapsed_time_then_its_outcome() {
+    let plugins = dir(&["faults"]);
+    let state = tempfile::tempdir_in(rho_tests::host_dir("rho-state")).unwrap();
+    let journal = state.path().join("live.jsonl");
+    let mut server = Raw::start(plugins.path(), &[], Some(&journal));
+    let screen = Screen::start(&format!(
+        "{} watch --attach {}",
+        rho_bin().display(),
+        journal.display()
+    ));
+    screen.until("the view", |s| {
+        s.contains("running now") && s.contains("faults@0.1.0")
+    });
+    server.send(
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "sleep", "arguments": {"ms": 3000}}})
+        .to_string(),
+    );
+    // Running, with an elapsed time that moves on.
+    let running = |s: &str| {
+        s.contains("1 running")
+            && s.lines().any(|l| {
+                l.contains("sleep")
+                    && l.contains("mcp-")
+                    && l.trim_end_matches('│').trim_end().ends_with(" s")
+            })
+    };
+    let first = screen.until("a running call", running);
+    let elapsed = |s: &str| -> String {
+        s.lines()
+            .find(|l| l.contains("sleep") && l.trim_end_matches('│').trim_end().ends_with(" s"))
+            .map(|l| {
+                l.trim_end_matches('│')
+                    .trim()
+                    .rsplit("  ")
+                    .next()
+                    .unwrap_or("")
+                    .to_owned()
+            })
+            .unwrap_or_default()
+    };
+    let before = elapsed(&first);
+    screen.until("the elapsed time moving on", |s| {
+        running(s) && elapsed(s) != before
+    });
+    let got = server.until(&json!(7), Duration::from_secs(20));
+    assert_eq!(
+        got.last().unwrap()["result"]["content"][0]["text"],
+        "slept 3000 ms"
+    );
+    // Then its outcome, and nothing running.
+    let done = screen.until("the call's outcome", |s| {
+        s.contains("0 running")
+            && s.lines()
+                .any(|l| l.contains("ok") && l.contains("sleep") && l.contains("slept 3000 ms"))
+    });
+    eprintln!("{done}");
+}

@@ -164,6 +164,9 @@ pub enum EventKind {
         path: String,
         /// Its tools.
         tools: Vec<String>,
+        /// The build: SHA-256 of the file's content (builds of one version differ here).
+        #[serde(default)]
+        sha256: String,
         /// Whether it runs out of process.
         isolated: bool,
         /// Isolated plugins: what of the sandbox is in force (see [`SandboxReport`](crate::SandboxReport)).
@@ -187,6 +190,12 @@ pub enum EventKind {
         old_version: String,
         /// The version now serving.
         new_version: String,
+        /// The build replaced: SHA-256 of its content.
+        #[serde(default)]
+        old_sha256: String,
+        /// The build now serving.
+        #[serde(default)]
+        new_sha256: String,
         /// Tools the new version adds.
         tools_added: Vec<String>,
         /// Tools the new version no longer has.

@@ -708,6 +708,7 @@ impl PluginDir {
                     version: info.version.clone(),
                     path: file,
                     tools: names,
+                    sha256: info.sha256.clone(),
                     isolated: inner.backend.is_isolated(),
                     sandbox: loaded.sandbox,
                 });
@@ -722,6 +723,8 @@ impl PluginDir {
                     path: file,
                     old_version: old.info.version.clone(),
                     new_version: info.version.clone(),
+                    old_sha256: old.info.sha256.clone(),
+                    new_sha256: info.sha256.clone(),
                     tools_added: names
                         .iter()
                         .filter(|n| !old_names.contains(n))
