@@ -31,6 +31,11 @@ pub struct Args {
     /// Write the answer's images into this directory.
     #[arg(long, value_name = "DIR")]
     save_images: Option<PathBuf>,
+    /// Run the call in a running host (`rho serve`, `rho watch --plugins`) through its control
+    /// socket: SOCKET, or without one the newest host's; the call then shows in that host's
+    /// views and journal. Plugin and run flags do not apply.
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, conflicts_with_all = ["plugins", "gate", "timeout_ms"])]
+    host: Option<Option<PathBuf>>,
 }
 
 /// What the exit hook reports if the process ends during the call (an in-process plugin called
@@ -99,14 +104,30 @@ pub async fn main(args: Args, config: rho_core::HostConfig) -> ExitCode {
             Err(e) => return host::usage(&format!("ARGS_JSON is not JSON: {e}")),
         },
     };
+    if let Some(socket) = &args.host {
+        let socket = match crate::control::find(socket.as_deref()) {
+            Ok(socket) => socket,
+            Err(e) => {
+                eprintln!("rho: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        return match crate::control::call(&socket, &args.tool, arguments).await {
+            Ok(result) => report(&result, &args, None),
+            Err(e) => {
+                eprintln!("rho: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let asker = std::sync::Arc::new(crate::gates::TerminalAsker::default());
     let built = host::build(&config, &args.plugins, Some(&args.run), |b| b.asker(asker)).await;
     let (host, _) = match built {
         Ok(built) => built,
         Err(code) => return code,
     };
-    let call = ToolCall::new("call-1", args.tool, arguments);
-    let mut out = result_out();
+    let call = ToolCall::new("call-1", args.tool.clone(), arguments);
+    let out = result_out();
     {
         use std::os::fd::AsRawFd;
         static HOOK: std::sync::Once = std::sync::Once::new();
@@ -127,6 +148,12 @@ pub async fn main(args: Args, config: rho_core::HostConfig) -> ExitCode {
     *IN_FLIGHT
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    report(&result, &args, out)
+}
+
+/// Prints `result` as the flags ask (text, JSON, saved images) and returns the exit status.
+fn report(result: &rho_core::ToolResult, args: &Args, mut out: Option<std::fs::File>) -> ExitCode {
+    let call_id = &result.call_id;
     let mut print = |line: &str| {
         use std::io::Write;
         match out.as_mut() {
@@ -138,7 +165,7 @@ pub async fn main(args: Args, config: rho_core::HostConfig) -> ExitCode {
     };
     let mut saved = true;
     if let Some(dir) = &args.save_images {
-        match render::save_images(&result.output, &call.id, dir) {
+        match render::save_images(&result.output, call_id, dir) {
             Ok(paths) => {
                 for path in paths {
                     eprintln!("rho: saved {}", path.display());
@@ -151,7 +178,7 @@ pub async fn main(args: Args, config: rho_core::HostConfig) -> ExitCode {
         }
     }
     if args.json {
-        print(&render::result_json(&result).to_string());
+        print(&render::result_json(result).to_string());
     } else if result.is_error() {
         let text = render::terminal_safe(result.text());
         eprintln!("rho: {}: {text}", result.outcome);

@@ -10,6 +10,7 @@ macro_rules! outln {
 
 mod call;
 mod config;
+mod control;
 mod gates;
 mod host;
 mod journals;

@@ -419,6 +419,8 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
         calls: Arc::new(std::sync::atomic::AtomicU64::new(0)),
     };
     announce_changes(&host, server.peer.clone());
+    // `rho call --host` runs calls here, where this server's journal and views see them.
+    let _control = crate::control::listen(&host);
     let stdout = match protocol_stdout() {
         Ok(stdout) => stdout,
         Err(e) => {

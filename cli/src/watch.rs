@@ -175,10 +175,12 @@ async fn follow_dirs(
 ) -> ExitCode {
     let bus = rho_core::Bus::default();
     let mut events = bus.subscribe();
-    let _host = match host::build(config, plugins, None, |b| b.bus(bus).watch(true)).await {
+    let (host, _) = match host::build(config, plugins, None, |b| b.bus(bus).watch(true)).await {
         Ok(built) => built,
         Err(code) => return code,
     };
+    // `rho call --host` runs calls in this host: they show here.
+    let _control = crate::control::listen(&host);
     let mut tick = display.ticker();
     // One future for the whole loop: a signal between two iterations is not lost.
     let ctrl_c = tokio::signal::ctrl_c();

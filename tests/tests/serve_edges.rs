@@ -28,7 +28,8 @@ impl Raw {
         cmd.args(["serve", "--plugins"])
             .arg(dir)
             .args(extra)
-            .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"));
+            .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"))
+            .env("XDG_RUNTIME_DIR", rho_tests::host_dir("rho-runtime"));
         if let Some(journal) = journal {
             cmd.arg("--journal").arg(journal);
         }
@@ -848,4 +849,90 @@ fn the_live_view_shows_a_running_call_with_its_elapsed_time_then_its_outcome() {
                 .any(|l| l.contains("ok") && l.contains("sleep") && l.contains("slept 3000 ms"))
     });
     eprintln!("{done}");
+}
+
+#[test]
+fn rho_call_runs_in_a_running_host_through_its_owner_only_control_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    let plugins = dir(&["echo"]);
+    let state = tempfile::tempdir_in(rho_tests::host_dir("rho-state")).unwrap();
+    let journal = state.path().join("control.jsonl");
+    let mut server = Raw::start(plugins.path(), &[], Some(&journal));
+    let sockets = rho_tests::host_dir("rho-runtime").join("rho");
+    let socket = sockets.join(format!("host-{}.sock", server.child.id()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no control socket at {}",
+            socket.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!((mode(&sockets), mode(&socket)), (0o700, 0o600));
+    let out = Command::new(rho_bin())
+        .args([
+            "call",
+            "echo",
+            r#"{"text":"through the host"}"#,
+            "--json",
+            "--host",
+        ])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (result["outcome"].as_str(), result["text"].as_str()),
+        (Some("ok"), Some("through the host"))
+    );
+    // The call ran in the server: its journal has it, and its stats count it.
+    wait_for_text(&journal, "through the host");
+    echo(&mut server, 9, "the server serves on");
+    // A host that is not there: one line, status 1.
+    let out = Command::new(rho_bin())
+        .args(["call", "echo", "--host"])
+        .arg(sockets.join("host-0.sock"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("rho: cannot reach the host"));
+    // Without a socket: the newest running host of this user.
+    let runtime = tempfile::tempdir_in(rho_tests::host_dir("rho-runtime")).unwrap();
+    let mut alone = Command::new(rho_bin())
+        .args(["serve", "--plugins"])
+        .arg(plugins.path())
+        .env("XDG_STATE_HOME", state.path())
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let found = loop {
+        let out = Command::new(rho_bin())
+            .args(["call", "echo", r#"{"text":"found"}"#, "--host"])
+            .env("XDG_RUNTIME_DIR", runtime.path())
+            .output()
+            .unwrap();
+        if out.status.success() || Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        String::from_utf8_lossy(&found.stdout).trim(),
+        "found",
+        "{}",
+        String::from_utf8_lossy(&found.stderr)
+    );
+    drop(alone.stdin.take());
+    let _ = alone.wait();
 }
