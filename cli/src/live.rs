@@ -103,16 +103,23 @@ impl LiveState {
         by_start.sort_by_key(|(_, (_, started))| *started);
         let rows = by_start.into_iter().map(|(call_id, (tool, started))| {
             let elapsed = now_ms.saturating_sub(*started) as f64 / 1000.0;
-            Row::new(vec![
-                safe(tool),
-                safe(call_id),
-                format!("{elapsed:.1} s"),
-            ])
+            Row::new(vec![safe(tool), safe(call_id), format!("{elapsed:.1} s")])
         });
         frame.render_widget(
-            Table::new(rows, [Constraint::Min(20), Constraint::Min(20), Constraint::Length(10)])
-                .header(Row::new(["tool", "call", "elapsed"]).style(bold))
-                .block(Block::default().borders(Borders::ALL).title(" running now ")),
+            Table::new(
+                rows,
+                [
+                    Constraint::Min(20),
+                    Constraint::Min(20),
+                    Constraint::Length(10),
+                ],
+            )
+            .header(Row::new(["tool", "call", "elapsed"]).style(bold))
+            .block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .title(" running now "),
+            ),
             areas[1],
         );
         let rows = self.ended.iter().map(|e| {
@@ -141,7 +148,12 @@ impl LiveState {
         );
         // Tools that were called (or are quarantined) first, the busiest on top.
         let mut tools = self.health.stats();
-        tools.sort_by_key(|t| (t.calls == 0 && t.quarantine.is_none(), std::cmp::Reverse(t.calls)));
+        tools.sort_by_key(|t| {
+            (
+                t.calls == 0 && t.quarantine.is_none(),
+                std::cmp::Reverse(t.calls),
+            )
+        });
         let rows = tools.into_iter().map(|t| {
             Row::new(vec![
                 safe(&t.tool),
@@ -153,7 +165,12 @@ impl LiveState {
                 t.timed_out.to_string(),
                 format!("{:.1}", t.p50_ms),
                 format!("{:.1}", t.p99_ms),
-                if t.quarantine.is_some() { "QUARANTINED" } else { "" }.to_owned(),
+                if t.quarantine.is_some() {
+                    "QUARANTINED"
+                } else {
+                    ""
+                }
+                .to_owned(),
             ])
         });
         frame.render_widget(
@@ -209,7 +226,11 @@ pub struct Live {
 impl Live {
     /// Takes over the terminal (alternate screen, hidden cursor) to show events from `source`.
     pub fn start(source: &str) -> std::io::Result<Live> {
-        execute!(std::io::stdout(), terminal::EnterAlternateScreen, cursor::Hide)?;
+        execute!(
+            std::io::stdout(),
+            terminal::EnterAlternateScreen,
+            cursor::Hide
+        )?;
         let terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
         Ok(Live {
             terminal,
@@ -230,7 +251,10 @@ impl Live {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
         let (state, source) = (&self.state, self.source.as_str());
-        if let Err(e) = self.terminal.draw(|frame| state.draw(frame, source, now_ms)) {
+        if let Err(e) = self
+            .terminal
+            .draw(|frame| state.draw(frame, source, now_ms))
+        {
             tracing::warn!(error = %e, "drawing the live view");
         }
     }
@@ -238,6 +262,10 @@ impl Live {
 
 impl Drop for Live {
     fn drop(&mut self) {
-        let _ = execute!(std::io::stdout(), terminal::LeaveAlternateScreen, cursor::Show);
+        let _ = execute!(
+            std::io::stdout(),
+            terminal::LeaveAlternateScreen,
+            cursor::Show
+        );
     }
 }

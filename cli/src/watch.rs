@@ -168,11 +168,7 @@ impl Display {
 }
 
 /// Loads and watches the directories and prints their events until Ctrl-C.
-async fn follow_dirs(
-    config: &HostConfig,
-    plugins: &PluginFlags,
-    mut display: Display,
-) -> ExitCode {
+async fn follow_dirs(config: &HostConfig, plugins: &PluginFlags, mut display: Display) -> ExitCode {
     let bus = rho_core::Bus::default();
     let mut events = bus.subscribe();
     let (host, _) = match host::build(config, plugins, None, |b| b.bus(bus).watch(true)).await {

@@ -343,4 +343,43 @@ async fn rho_plugin_new_makes_a_crate_of_its_own_anywhere_that_builds_loads_and_
     let r = host.call("greet", json!({"name": "Ada"})).await;
     assert_eq!((r.outcome, r.text()), (Outcome::Ok, "Hello, Ada!"));
     host.shutdown().await;
+
+    // `rho plugin dev`: installs into a watched directory, and again after an edit; the host
+    // reloads the new build.
+    let watched = tempfile::tempdir().unwrap();
+    let (host, _) = host_with(watched.path(), DirOptions::default(), |b| b.watch(true)).await;
+    let mut dev = Command::new(rho_tests::rho_bin())
+        .args(["plugin", "dev", "--out"])
+        .arg(watched.path())
+        .current_dir(&crate_dir)
+        .env("CARGO_TARGET_DIR", &target)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let answer = |host: rho_core::Host, want: &'static str| async move {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let r = host.call("greet", json!({"name": "Ada"})).await;
+            if r.text() == want {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never answered {want:?}: {}",
+                r.text()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    answer(host.clone(), "Hello, Ada!").await;
+    let source = crate_dir.join("src/lib.rs");
+    let edited = std::fs::read_to_string(&source)
+        .unwrap()
+        .replace("Hello, {}!", "Howdy, {}!");
+    std::fs::write(&source, edited).unwrap();
+    answer(host.clone(), "Howdy, Ada!").await;
+    let _ = dev.kill();
+    let _ = dev.wait();
+    host.shutdown().await;
 }
