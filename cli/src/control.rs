@@ -226,20 +226,8 @@ pub fn find(given: Option<&Path>) -> Result<PathBuf, String> {
         return Ok(path.to_owned());
     }
     let dir = dir();
-    let mut sockets: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(&dir)
-        .map_err(|e| format!("no running host found in {}: {e}", dir.display()))?
-        .flatten()
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            name.starts_with("host-") && name.ends_with(".sock")
-        })
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-        .collect();
-    sockets.sort_by(|a, b| b.cmp(a));
-    sockets
+    crate::journals::newest_first(&dir, "host-", ".sock")
         .into_iter()
-        .map(|(_, path)| path)
         .find(|path| std::os::unix::net::UnixStream::connect(path).is_ok())
         .ok_or_else(|| {
             format!(

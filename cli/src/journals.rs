@@ -24,8 +24,8 @@ pub fn dir() -> PathBuf {
 /// How many default journals the directory keeps.
 pub const KEPT: usize = 32;
 
-/// The default journals in `dir`, newest first.
-fn journals_in(dir: &Path) -> Vec<PathBuf> {
+/// The files of `dir` named `<prefix>...<suffix>`, most recently modified first.
+pub fn newest_first(dir: &Path, prefix: &str, suffix: &str) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -34,12 +34,17 @@ fn journals_in(dir: &Path) -> Vec<PathBuf> {
         .filter(|e| {
             let name = e.file_name();
             let name = name.to_string_lossy();
-            name.starts_with("serve-") && name.ends_with(".jsonl")
+            name.starts_with(prefix) && name.ends_with(suffix)
         })
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
         .collect();
     found.sort_by(|a, b| b.cmp(a));
     found.into_iter().map(|(_, path)| path).collect()
+}
+
+/// The default journals in `dir`, newest first.
+fn journals_in(dir: &Path) -> Vec<PathBuf> {
+    newest_first(dir, "serve-", ".jsonl")
 }
 
 /// A fresh default journal path for this server (its directory made, mode 0700); the oldest

@@ -42,23 +42,12 @@ pub fn build(crate_dir: &Path) -> Result<PathBuf, DevkitError> {
         .flatten()
         .find(|p| p["manifest_path"].as_str().map(Path::new) == Some(wanted.as_path()))
         .ok_or_else(|| DevkitError::Cargo(format!("{}: no package", manifest.display())))?;
-    let lib = package["targets"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|t| {
-            t["crate_types"]
-                .as_array()
-                .is_some_and(|k| k.iter().any(|k| k == "cdylib"))
-        })
-        .and_then(|t| t["name"].as_str())
-        .ok_or_else(|| {
-            DevkitError::Cargo(format!(
-                "{}: no cdylib target (a plugin needs crate-type = [\"cdylib\"])",
-                manifest.display()
-            ))
-        })?
-        .replace('-', "_");
+    let lib = crate::cdylib_name(package).ok_or_else(|| {
+        DevkitError::Cargo(format!(
+            "{}: no cdylib target (a plugin needs crate-type = [\"cdylib\"])",
+            manifest.display()
+        ))
+    })?;
     let name = package["name"].as_str().unwrap_or_default();
     let status = crate::cargo()
         .args(["build", "--lib", "--manifest-path"])

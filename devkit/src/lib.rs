@@ -59,6 +59,22 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DevkitError + '_ {
     }
 }
 
+/// The library name of the `cdylib` target of `package` (an entry of `cargo metadata`'s
+/// `packages`), as its file is named (`-` made `_`); `None` when it has none: not a plugin.
+pub fn cdylib_name(package: &serde_json::Value) -> Option<String> {
+    package["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| {
+            t["crate_types"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "cdylib"))
+        })
+        .and_then(|t| t["name"].as_str())
+        .map(|name| name.replace('-', "_"))
+}
+
 /// The cargo that runs this program (`$CARGO`), else `cargo` on `PATH`.
 pub fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))

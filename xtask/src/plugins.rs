@@ -90,21 +90,13 @@ pub fn discover() -> Result<Vec<PluginCrate>, String> {
             .into_iter()
             .flatten()
             .any(|d| d["name"] == "rho-plugin-api");
-        let cdylib = package["targets"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|t| {
-                t["crate_types"]
-                    .as_array()
-                    .is_some_and(|k| k.iter().any(|k| k == "cdylib"))
-            });
         let fixture = package["metadata"]["rho"]["fixture"] == true;
-        if let (true, Some(target), Some(name)) = (uses_api, cdylib, package["name"].as_str()) {
+        let lib_name = rho_devkit::cdylib_name(package);
+        if let (true, Some(lib_name), Some(name)) = (uses_api, lib_name, package["name"].as_str()) {
             let manifest = PathBuf::from(package["manifest_path"].as_str().unwrap_or_default());
             plugins.push(PluginCrate {
                 name: name.to_owned(),
-                lib_name: target["name"].as_str().unwrap_or(name).replace('-', "_"),
+                lib_name,
                 dir: manifest.parent().map(Path::to_owned).unwrap_or_default(),
                 fixture,
             });
