@@ -20,6 +20,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 /// The largest request read: 8 MiB of arguments.
 const MAX_REQUEST: u64 = 8 << 20;
 
+/// How long a connection may take to send its request.
+const REQUEST_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// One call asked of a host.
 #[derive(Serialize, Deserialize)]
 struct Request {
@@ -191,7 +194,11 @@ async fn answer(stream: tokio::net::UnixStream, host: &Host, n: u64) -> std::io:
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read.take(MAX_REQUEST + 1));
     let mut line = String::new();
-    reader.read_line(&mut line).await?;
+    // A client that connects and says nothing does not hold a task for ever.
+    match tokio::time::timeout(REQUEST_WAIT, reader.read_line(&mut line)).await {
+        Ok(read) => read?,
+        Err(_) => return Ok(()),
+    };
     let response = match serde_json::from_str::<Request>(&line) {
         Err(e) => Response::from(&ToolResult::failed(
             &format!("ctl-{n}"),
