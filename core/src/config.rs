@@ -262,6 +262,18 @@ impl HostConfig {
             1 << 16,
             1 << 40,
         )?;
+        let l = &w.limits;
+        for (key, limit, low) in [
+            ("workers.limits.memory_bytes", l.memory_bytes, 16 << 20),
+            ("workers.limits.cpu_seconds", l.cpu_seconds, 1),
+            ("workers.limits.open_files", l.open_files, 16),
+            ("workers.limits.processes", l.processes, 1),
+            ("workers.limits.file_bytes", l.file_bytes, 1),
+        ] {
+            if let Some(limit) = limit {
+                within(key, limit, low, u64::MAX)?;
+            }
+        }
         within(
             "quarantine.window_ms",
             millis_of(self.quarantine.window),
@@ -281,12 +293,25 @@ impl HostConfig {
                 problem: "expected \"deny\" or \"allow\", not \"ask\"".into(),
             });
         }
-        for source in &self.plugins {
+        for (i, source) in self.plugins.iter().enumerate() {
             if let Some(n) = source.max_versions {
-                within("plugins.max_versions", n as u64, 1, 1 << 20)?;
+                within(&format!("plugins[{i}].max_versions"), n as u64, 1, 1 << 20)?;
             }
             if let Some(ms) = source.load_timeout_ms {
-                within("plugins.load_timeout_ms", ms, 1, MAX_TIMEOUT_MS)?;
+                within(
+                    &format!("plugins[{i}].load_timeout_ms"),
+                    ms,
+                    1,
+                    MAX_TIMEOUT_MS,
+                )?;
+            }
+            if let Some(bytes) = source.max_file_size {
+                within(
+                    &format!("plugins[{i}].max_file_size"),
+                    bytes,
+                    1 << 10,
+                    1 << 40,
+                )?;
             }
         }
         Ok(())

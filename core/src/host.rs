@@ -294,8 +294,9 @@ pub enum HostError {
 /// [`Host::builder`].
 ///
 /// Cheap to clone: clones share one host. It stops when the last clone is dropped (watchers end,
-/// isolated workers are stopped, the journal closes; calls in flight still end with their end
-/// event) or, in order and awaited, at [`Host::shutdown`].
+/// isolated workers are stopped; calls in flight still end with their end event) or, in order
+/// and awaited, at [`Host::shutdown`]. A journal writes as long as its bus lives (see
+/// [`Subscription`] for when that is).
 #[derive(Clone)]
 pub struct Host {
     inner: Arc<Inner>,
@@ -384,8 +385,10 @@ impl Host {
         self.inner.registry.lift_quarantine(tool)
     }
 
-    /// Every event from now on. The subscription ends (`recv` gives `None`) when the host is
-    /// gone: its last clone dropped and every call it ran ended.
+    /// Every event from now on. The subscription ends (`recv` gives `None`) when the bus is gone:
+    /// the host's last clone dropped, every call it ran ended, no plugin thread still holding a
+    /// call's context (an in-process tool that ignores its timeout keeps it), and no [`Bus`]
+    /// clone of your own (given to [`HostBuilder::bus`] or taken from [`Host::bus`]) left.
     pub fn subscribe(&self) -> Subscription {
         self.inner.bus.subscribe()
     }
@@ -395,8 +398,9 @@ impl Host {
         self.inner.bus.subscribe_filtered(filter)
     }
 
-    /// Writes every event from now on to the JSON-lines journal at `path` (kept by the host;
-    /// replaces an earlier one). To journal the plugin loads too, see [`HostBuilder::journal`].
+    /// Writes every event from now on to the JSON-lines journal at `path` as well (an earlier
+    /// journal keeps writing: a journal writes as long as the bus lives). To journal the plugin
+    /// loads too, see [`HostBuilder::journal`].
     pub fn journal(&self, path: &Path) -> Result<(), JournalError> {
         let journal = Journal::attach(&self.inner.bus, path)?;
         *self

@@ -38,7 +38,7 @@ pub use agent::model::{AssistantTurn, KeptDetails, Message, Model, ModelError, S
 pub use agent::session::{KeepDetails, Loop, LoopConfig, RunSummary};
 pub use bus::events::{CallRef, Event, EventKind, ImageView, OutputView};
 pub use bus::journal::{Journal, JournalError, read_range};
-pub use bus::{Bus, BusItem, Filter, Subscription};
+pub use bus::{Bus, BusItem, DEFAULT_CAPACITY, Filter, Sink, Subscription};
 pub use call::details::{parse_within, text_depth};
 pub use call::gate::{DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};
 pub use call::invoke::{Tool, ToolCtx};
@@ -70,6 +70,8 @@ pub use rho_plugin_api::{Answer, Image, Output, ToolError};
 /// (`cargo xtask check-plugin`, the benchmarks' baselines). Hosts use [`Host`]: it adds the
 /// directory's trust checks, hot reload, isolation and supervision that these leave out.
 pub mod loader {
+    pub use crate::call::invoke::Failure;
+    pub use crate::call::outcome::CrashReason;
     pub use crate::plugin::call::call_module;
     pub use crate::plugin::load::{CopyDir, Loaded, PluginFile, load_in_process};
 }

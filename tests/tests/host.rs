@@ -215,3 +215,47 @@ async fn a_calls_update_hook_gets_its_updates_in_order_and_none_after_its_end() 
         host.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_timeout_and_a_panicking_update_hook_still_end_every_call_once_as_the_tool_did() {
+    let dir = plugin_dir(&["faults"]);
+    for options in [DirOptions::in_process(), rho_tests::isolated()] {
+        // `Duration::MAX`: no timeout at all, not an overflow.
+        let never = rho_core::RunnerConfig {
+            default_timeout: Duration::MAX,
+            ..Default::default()
+        };
+        let (host, report) = rho_tests::host_with(dir.path(), options, |b| b.runner(never)).await;
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        let mut ends =
+            host.subscribe_filtered(rho_core::Filter::default().types(["tool_execution_end"]));
+        let hooked = rho_core::CallOptions {
+            on_update: Some(std::sync::Arc::new(|_: &str| {
+                panic!("the host's hook has a bug")
+            })),
+            ..Default::default()
+        };
+        for n in 0..4 {
+            let call = rho_tests::call(
+                &format!("h{n}"),
+                "updates",
+                json!({"count": 3, "interval_ms": 0}),
+            );
+            let r = host.call_with(&call, &hooked).await;
+            // The hook's panic is the host's bug: the tool answered, and is not quarantined.
+            assert_eq!(
+                (r.outcome, r.text()),
+                (Outcome::Ok, "sent 3 updates"),
+                "call {n}"
+            );
+        }
+        let mut seen = 0;
+        while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(300), ends.recv()).await
+        {
+            seen += 1;
+        }
+        assert_eq!(seen, 4, "one end event per call");
+        assert!(host.stats().iter().all(|s| s.quarantine.is_none()));
+        host.shutdown().await;
+    }
+}

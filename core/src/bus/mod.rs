@@ -212,8 +212,9 @@ pub enum BusItem {
 /// `futures::Stream`. Dropping it unsubscribes.
 ///
 /// It ends (`None`) when the bus is gone: every [`Bus`] clone dropped. For a
-/// [`Host`](crate::Host) that is when its last clone is dropped and every call it ran has
-/// ended, so the end events of calls stopped by the drop still arrive first. A subscription that
+/// [`Host`](crate::Host) that is when its last clone is dropped, every call it ran has ended
+/// (so the end events of calls stopped by the drop still arrive first), no plugin thread still
+/// holds a call's context, and no `Bus` clone of the embedder's own is left. A subscription that
 /// falls behind does not end: it gets a [`BusItem::Lagged`] and goes on.
 pub struct Subscription {
     stream: BroadcastStream<Arc<Event>>,

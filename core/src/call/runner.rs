@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rho_plugin_api::{Answer, Output};
@@ -254,11 +254,33 @@ impl ToolRunner {
             ToolResult::failed(&call.id, &call.name, Outcome::Crashed, text)
         };
         let fallback = call.clone();
+        let session = options.session_id.clone();
         let joined =
             tokio::spawn(async move { runner.run_to_end(&call, &gate, &options).await }).await;
         drop_guard.disarm();
-        joined
-            .unwrap_or_else(|_| failed(&fallback, "rho: the call's task failed inside the runner"))
+        match joined {
+            Ok(result) => result,
+            Err(_) => {
+                // The task died before its end event (publishing it is its last step): the call
+                // still ends once, with its event.
+                let result = failed(&fallback, "rho: the call's task failed inside the runner");
+                self.bus()
+                    .emit(
+                        session.as_deref(),
+                        EventKind::ToolExecutionEnd {
+                            call_id: result.call_id.clone(),
+                            tool: result.tool.clone(),
+                            outcome: result.outcome,
+                            output: (&result.output).into(),
+                            is_error: true,
+                            details: None,
+                            duration_ms: 0.0,
+                        },
+                    )
+                    .await;
+                result
+            }
+        }
     }
 
     async fn run_to_end(
@@ -349,19 +371,28 @@ impl ToolRunner {
         let update_call = call.id.clone();
         let update_tool = call.name.clone();
         // Set once the call has ended: a runaway plugin thread that goes on sending updates must
-        // not put events after the call's `tool_execution_end`.
-        let ended = Arc::new(AtomicBool::new(false));
+        // not put events after the call's `tool_execution_end`. Held across the check, the hook
+        // and the publish, and taken to set it: no update is under way when the end goes out.
+        let ended = Arc::new(std::sync::Mutex::new(false));
         let ended_for_updates = ended.clone();
         let hook = options.on_update.clone();
         let ctx = ToolCtx::new(
             &call.id,
             Arc::new(move |partial: &str| {
-                if ended_for_updates.load(Ordering::Acquire) {
+                let ended = ended_for_updates
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if *ended {
                     return;
                 }
                 let partial = bounded_update(partial);
                 if let Some(hook) = &hook {
-                    hook(&partial);
+                    // The host's hook, not the tool: its panic is logged, never the tool's crash.
+                    let called =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(&partial)));
+                    if called.is_err() {
+                        tracing::error!(call = %update_call, "the call's update hook panicked");
+                    }
                 }
                 bus.publish(
                     session.as_deref(),
@@ -386,7 +417,9 @@ impl ToolRunner {
         let result = self
             .supervise(call, tool, options, task, running_rx, &ctx)
             .await;
-        ended.store(true, Ordering::Release);
+        *ended
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
         result
     }
 
@@ -465,8 +498,9 @@ impl ToolRunner {
                 allowed = &mut running_rx, if !gate_answered => {
                     gate_answered = true;
                     // An error means the task ended without allowing: its end comes next.
+                    // A timeout too long to add (`Duration::MAX`: "never") is no deadline.
                     if let Ok(at) = allowed {
-                        deadline = Some(tokio::time::Instant::from_std(at) + timeout);
+                        deadline = tokio::time::Instant::from_std(at).checked_add(timeout);
                     }
                 }
                 joined = &mut task => break self.joined(joined),
