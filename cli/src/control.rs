@@ -173,10 +173,15 @@ async fn accept(listener: tokio::net::UnixListener, host: Host) {
     let me = unsafe { libc::getuid() };
     loop {
         let Ok((stream, _)) = listener.accept().await else {
+            // Out of descriptors, say: wait rather than spin.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             continue;
         };
-        if !stream.peer_cred().is_ok_and(|c| c.uid() == me) {
-            tracing::warn!("a control connection from another user was refused");
+        if !stream
+            .peer_cred()
+            .is_ok_and(|c| c.uid() == me && same_namespaces(c.pid()))
+        {
+            tracing::warn!("a control connection from another user or a sandbox was refused");
             continue;
         }
         let host = host.clone();
@@ -187,6 +192,20 @@ async fn accept(listener: tokio::net::UnixListener, host: Host) {
             }
         });
     }
+}
+
+/// Whether process `pid` (as this host sees it) shares this host's user and PID namespaces: an
+/// isolated plugin runs in namespaces of its own, and may have the uid of the host (when the host
+/// is not root) and, with the network granted, unix sockets. It must not reach this socket.
+fn same_namespaces(pid: Option<i32>) -> bool {
+    let Some(pid) = pid.filter(|p| *p > 0) else {
+        return false;
+    };
+    ["user", "pid"].iter().all(|ns| {
+        let theirs = std::fs::read_link(format!("/proc/{pid}/ns/{ns}"));
+        let ours = std::fs::read_link(format!("/proc/self/ns/{ns}"));
+        matches!((theirs, ours), (Ok(a), Ok(b)) if a == b)
+    })
 }
 
 /// Reads one request, runs it (cancelled if the client goes first), writes the result.

@@ -345,9 +345,12 @@ pub fn save_images(
     Ok(paths)
 }
 
-/// Prints one line on stdout; `false` once stdout is gone (a closed pipe), so callers stop.
+/// Prints one line on stdout, control sequences escaped (it may carry plugin or journal text);
+/// `false` once stdout is gone (a closed pipe), so callers stop.
 pub fn print_line(line: &str) -> bool {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
+    writeln!(out, "{}", terminal_safe(line))
+        .and_then(|()| out.flush())
+        .is_ok()
 }

@@ -73,7 +73,13 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
         return follow_journal(&journal, display).await;
     }
     let Some(script) = &args.script else {
-        return follow_dirs(&config, &args.plugins, display("plugin directories")).await;
+        return follow_dirs(
+            &config,
+            &args.plugins,
+            &args.run,
+            display("plugin directories"),
+        )
+        .await;
     };
     let session = crate::run::Session {
         config,
@@ -168,10 +174,16 @@ impl Display {
 }
 
 /// Loads and watches the directories and prints their events until Ctrl-C.
-async fn follow_dirs(config: &HostConfig, plugins: &PluginFlags, mut display: Display) -> ExitCode {
+async fn follow_dirs(
+    config: &HostConfig,
+    plugins: &PluginFlags,
+    run: &RunFlags,
+    mut display: Display,
+) -> ExitCode {
     let bus = rho_core::Bus::default();
     let mut events = bus.subscribe();
-    let (host, _) = match host::build(config, plugins, None, |b| b.bus(bus).watch(true)).await {
+    let (host, _) = match host::build(config, plugins, Some(run), |b| b.bus(bus).watch(true)).await
+    {
         Ok(built) => built,
         Err(code) => return code,
     };

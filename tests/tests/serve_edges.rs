@@ -936,3 +936,50 @@ fn rho_call_runs_in_a_running_host_through_its_owner_only_control_socket() {
     drop(alone.stdin.take());
     let _ = alone.wait();
 }
+
+#[test]
+fn an_isolated_plugin_with_the_network_cannot_run_calls_through_the_control_socket() {
+    // The sandbox's own namespaces tell it apart from `rho call --host`, even with the host's uid
+    // and unix sockets granted.
+    let plugins = dir(&["attacks", "echo"]);
+    // The plugin runs as the host's own user (as it does whenever the host is not root), so
+    // the peer's uid alone would let it in.
+    let config = plugins.path().join("rho.toml");
+    std::fs::write(&config, "[workers]\nidentity = \"host\"\n").unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let mut server = Raw::start(
+        plugins.path(),
+        &["--grant-network", "--config", &config],
+        None,
+    );
+    let socket = rho_tests::host_dir("rho-runtime")
+        .join("rho")
+        .join(format!("host-{}.sock", server.child.id()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "no control socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let request = json!({"tool": "echo", "arguments": {"text": "pivoted"}}).to_string();
+    server.send(
+        &json!({"jsonrpc": "2.0", "id": 31, "method": "tools/call", "params": {
+        "name": "unix_request", "arguments": {"path": socket, "line": request}}})
+        .to_string(),
+    );
+    let got = server.until(&json!(31), Duration::from_secs(20));
+    let text = got.last().unwrap()["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        !text.contains("pivoted"),
+        "the sandbox ran a call in the host: {text}"
+    );
+    // The owner still can.
+    let out = Command::new(rho_bin())
+        .args(["call", "echo", r#"{"text":"owner"}"#, "--host"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "owner");
+}

@@ -554,6 +554,29 @@ fn connect_unix(args: PathArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
         .map_err(denied)
 }
 
+/// Arguments of `unix_request`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct UnixRequestArgs {
+    /// The unix socket.
+    pub path: String,
+    /// One line to send.
+    pub line: String,
+}
+
+/// `unix_request`: connects to a unix socket, sends a line, answers the first line it gets back
+/// (empty when the other side closes without answering).
+fn unix_request(args: UnixRequestArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    use std::io::{BufRead, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(&args.path).map_err(denied)?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .map_err(denied)?;
+    writeln!(stream, "{}", args.line).map_err(denied)?;
+    let mut reply = String::new();
+    let _ = std::io::BufReader::new(stream).read_line(&mut reply);
+    Ok(Answer::text(format!("reply: {}", reply.trim())))
+}
+
 /// Arguments of `socket_family`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct FamilyArgs {
@@ -761,6 +784,7 @@ fn odd_name(which: usize) -> &'static str {
 
 export_plugin! {
     Tool::new("connect_unix", "Connects to a unix socket by path.", connect_unix),
+    Tool::new("unix_request", "Sends a line to a unix socket and answers the reply.", unix_request),
     Tool::new("socket_family", "Opens a socket of an address family.", socket_family),
     Tool::new("clone_ns", "Starts a child in new namespaces.", clone_ns),
     Tool::new("background_thread", "Leaves a thread running after the call.", background_thread),
