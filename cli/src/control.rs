@@ -142,13 +142,9 @@ pub fn listen(host: &Host) -> Option<Control> {
 }
 
 fn bind() -> Result<(PathBuf, tokio::net::UnixListener), String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let dir = dir();
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    crate::journals::make_private(&dir)?;
     let meta = std::fs::symlink_metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     // SAFETY: getuid has no preconditions.
     let me = unsafe { libc::getuid() };

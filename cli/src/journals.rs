@@ -47,16 +47,21 @@ fn journals_in(dir: &Path) -> Vec<PathBuf> {
     newest_first(dir, "serve-", ".jsonl")
 }
 
-/// A fresh default journal path for this server (its directory made, mode 0700); the oldest
-/// default journals beyond [`KEPT`] that no server holds are removed.
-pub fn unique() -> Result<PathBuf, String> {
+/// Makes `dir` (and its missing parents) with mode 0700 if it is not there.
+pub fn make_private(dir: &Path) -> Result<(), String> {
     use std::os::unix::fs::DirBuilderExt;
-    let dir = dir();
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(&dir)
-        .map_err(|e| format!("cannot make the journal directory {}: {e}", dir.display()))?;
+        .create(dir)
+        .map_err(|e| format!("cannot make the directory {}: {e}", dir.display()))
+}
+
+/// A fresh default journal path for this server (its directory made, mode 0700); the oldest
+/// default journals beyond [`KEPT`] that no server holds are removed.
+pub fn unique() -> Result<PathBuf, String> {
+    let dir = dir();
+    make_private(&dir)?;
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())

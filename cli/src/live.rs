@@ -13,7 +13,7 @@ use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Row, Table};
-use rho_core::{Event, EventKind, HealthView, Outcome};
+use rho_core::{Event, EventKind, Outcome};
 
 use crate::render::{self, Detail};
 
@@ -35,7 +35,7 @@ pub struct LiveState {
     /// Calls started and not ended: call id -> (tool, start time in ms since the epoch).
     running: BTreeMap<String, (String, u64)>,
     ended: VecDeque<Ended>,
-    health: HealthView,
+    health: crate::view::Health,
     notices: VecDeque<String>,
 }
 
@@ -237,6 +237,11 @@ impl Live {
             state: LiveState::default(),
             source: source.to_owned(),
         })
+    }
+
+    /// The health table as text, for after the view has gone.
+    pub fn table(&mut self) -> String {
+        self.state.health.table()
     }
 
     /// Takes one event into account (drawn at the next [`Live::draw`]).

@@ -17,6 +17,11 @@ impl Health {
         self.changed |= self.view.observe(event);
     }
 
+    /// The figures of every tool seen so far (see [`HealthView::stats`]).
+    pub fn stats(&self) -> Vec<rho_core::ToolStats> {
+        self.view.stats()
+    }
+
     /// Whether anything changed since the last table.
     pub fn changed(&self) -> bool {
         self.changed

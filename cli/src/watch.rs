@@ -98,7 +98,7 @@ enum Display {
         health: Health,
         every: u64,
     },
-    Live(Box<crate::live::Live>, Health),
+    Live(Box<crate::live::Live>),
 }
 
 impl Display {
@@ -106,7 +106,7 @@ impl Display {
     fn new(live: bool, source: &str, detail: Option<Detail>, every: u64) -> Display {
         if live {
             match crate::live::Live::start(source) {
-                Ok(view) => return Display::Live(Box::new(view), Health::default()),
+                Ok(view) => return Display::Live(Box::new(view)),
                 Err(e) => eprintln!("rho: no live view ({e}); printing lines"),
             }
         }
@@ -128,8 +128,7 @@ impl Display {
                 };
                 line.is_none_or(|l| render::print_line(&l))
             }
-            Display::Live(view, health) => {
-                health.observe(event);
+            Display::Live(view) => {
                 view.observe(event);
                 true
             }
@@ -151,7 +150,7 @@ impl Display {
                     render::print_line(&format!("\n{}", health.table()));
                 }
             }
-            Display::Live(view, _) => view.draw(),
+            Display::Live(view) => view.draw(),
         }
     }
 
@@ -165,9 +164,10 @@ impl Display {
                     render::print_line(&format!("\n{}", health.table()));
                 }
             }
-            Display::Live(view, mut health) => {
+            Display::Live(mut view) => {
+                let table = view.table();
                 drop(view);
-                render::print_line(&health.table());
+                render::print_line(&table);
             }
         }
     }

@@ -8,33 +8,13 @@ use std::time::{Duration, Instant};
 
 use notify_debouncer_full::new_debouncer;
 use notify_debouncer_full::notify::RecursiveMode;
-use serde_json::Value;
 
 use crate::DevkitError;
 
 /// Builds the library of the crate in `crate_dir` (debug) and returns its path.
 pub fn build(crate_dir: &Path) -> Result<PathBuf, DevkitError> {
     let manifest = crate_dir.join("Cargo.toml");
-    let out = crate::cargo()
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--manifest-path",
-        ])
-        .arg(&manifest)
-        .output()
-        .map_err(|e| DevkitError::Cargo(format!("cannot run cargo metadata: {e}")))?;
-    if !out.status.success() {
-        return Err(DevkitError::Cargo(format!(
-            "{}: {}",
-            manifest.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    let meta: Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| DevkitError::Cargo(format!("cargo metadata: {e}")))?;
+    let meta = crate::cargo_metadata(&manifest, true)?;
     let wanted = std::path::absolute(&manifest).unwrap_or(manifest.clone());
     let package = meta["packages"]
         .as_array()

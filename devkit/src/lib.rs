@@ -59,6 +59,30 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DevkitError + '_ {
     }
 }
 
+/// `cargo metadata` of the manifest `manifest` (its whole graph, or only its workspace's members
+/// with `no_deps`), parsed.
+pub fn cargo_metadata(manifest: &Path, no_deps: bool) -> Result<serde_json::Value, DevkitError> {
+    let mut cmd = cargo();
+    cmd.args(["metadata", "--format-version", "1"]);
+    if no_deps {
+        cmd.arg("--no-deps");
+    }
+    let out = cmd
+        .arg("--manifest-path")
+        .arg(manifest)
+        .output()
+        .map_err(|e| DevkitError::Cargo(format!("cannot run cargo metadata: {e}")))?;
+    if !out.status.success() {
+        return Err(DevkitError::Cargo(format!(
+            "cargo metadata for {} failed: {}",
+            manifest.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    serde_json::from_slice(&out.stdout)
+        .map_err(|e| DevkitError::Cargo(format!("cargo metadata: {e}")))
+}
+
 /// The library name of the `cdylib` target of `package` (an entry of `cargo metadata`'s
 /// `packages`), as its file is named (`-` made `_`); `None` when it has none: not a plugin.
 pub fn cdylib_name(package: &serde_json::Value) -> Option<String> {

@@ -8,8 +8,6 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
 use crate::{DevkitError, io};
 
 /// Where a new plugin crate goes.
@@ -154,20 +152,7 @@ fn declared_names(manifest: &Path) -> Option<Vec<String>> {
 }
 
 fn metadata_names(manifest: &Path) -> Result<Vec<String>, DevkitError> {
-    let out = crate::cargo()
-        .args(["metadata", "--format-version", "1", "--manifest-path"])
-        .arg(manifest)
-        .output()
-        .map_err(|e| DevkitError::Cargo(format!("cannot run cargo metadata: {e}")))?;
-    if !out.status.success() {
-        return Err(DevkitError::Cargo(format!(
-            "cargo metadata for {} failed: {}",
-            manifest.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    let meta: Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| DevkitError::Cargo(format!("cargo metadata: {e}")))?;
+    let meta = crate::cargo_metadata(manifest, false)?;
     Ok(meta["packages"]
         .as_array()
         .into_iter()
