@@ -938,6 +938,10 @@ fn seccomp(grants: &Grants) -> Result<(), String> {
     Ok(())
 }
 
+/// How long [`after_call`] waits for the processes a call left to be gone before it gives the
+/// worker up (it is then replaced, and its namespace dies with it).
+const STRAY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The threads of this process now (`/proc/self/status`), if it can be read.
 pub(crate) fn thread_count() -> Option<usize> {
     std::fs::read_to_string("/proc/self/status")
@@ -950,23 +954,24 @@ pub(crate) fn thread_count() -> Option<usize> {
 }
 
 /// After a call, in the plugin process: kills whatever the plugin started and left running (in
-/// its own PID namespace `kill(-1)` reaches only those), reaps them, and says whether the call
-/// left the process damaged: no descriptor can be opened, or threads it started still run (plugin
-/// code must not run between calls; threads started at load time are the `threads` baseline).
+/// its own PID namespace `kill(-1)` reaches only those), waits until every one of them is gone
+/// (its own children reaped here, orphans by the namespace's init), and says whether the call
+/// left the process damaged: a process outlived [`STRAY_DEADLINE`], no descriptor can be opened,
+/// or threads it started still run (plugin code must not run between calls; threads started at
+/// load time are the `threads` baseline).
 pub(crate) fn after_call(report: &SandboxReport, threads: Option<usize>) -> bool {
     // SAFETY: kill, waitpid, fcntl and close on this process's own namespace and descriptors.
     unsafe {
-        if report.pid_ns && libc::kill(-1, libc::SIGKILL) == 0 {
-            // Direct children are ours to reap; orphans are the init's.
-            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(200);
-            loop {
+        if report.pid_ns {
+            // `kill(-1)` succeeds while any other process of the namespace but init exists,
+            // zombies included, so this ends only when all of them are reaped: a grandchild
+            // still exiting is not left for the host to see after the answer.
+            let deadline = std::time::Instant::now() + STRAY_DEADLINE;
+            while libc::kill(-1, libc::SIGKILL) == 0 {
                 let mut status = 0;
-                let pid = libc::waitpid(-1, &mut status, libc::WNOHANG);
-                if pid > 0 {
-                    continue;
-                }
-                if pid < 0 || std::time::Instant::now() >= deadline {
-                    break;
+                while libc::waitpid(-1, &mut status, libc::WNOHANG) > 0 {}
+                if std::time::Instant::now() >= deadline {
+                    return true;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
