@@ -48,7 +48,11 @@ struct Response {
     #[serde(default)]
     images: Vec<WireImage>,
     #[serde(default)]
+    structured: Option<Value>,
+    #[serde(default)]
     details: Option<Value>,
+    #[serde(default)]
+    full_text: Option<String>,
     duration_ms: f64,
 }
 
@@ -69,7 +73,9 @@ impl From<&ToolResult> for Response {
                     base64: b64.encode(&i.bytes),
                 })
                 .collect(),
+            structured: r.structured.clone(),
             details: r.details.clone(),
+            full_text: r.full_text.clone(),
             duration_ms: r.duration.as_secs_f64() * 1000.0,
         }
     }
@@ -97,7 +103,9 @@ impl Response {
             tool: self.tool,
             outcome: self.outcome,
             output,
+            structured: self.structured,
             details: self.details,
+            full_text: self.full_text,
             duration: std::time::Duration::from_secs_f64(self.duration_ms.max(0.0) / 1000.0),
         })
     }

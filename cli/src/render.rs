@@ -264,7 +264,11 @@ pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
             "plugin {plugin}@{version} ({}) loaded{}: {}",
             build(sha256),
             if *isolated { " (isolated)" } else { "" },
-            tools.join(", ")
+            tools
+                .iter()
+                .map(|t| t.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         EventKind::PluginLoadFailed { error, .. } => format!("plugin load failed: {error}"),
         EventKind::PluginReloaded {

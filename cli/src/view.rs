@@ -82,7 +82,9 @@ mod tests {
                     images: vec![],
                 },
                 is_error: outcome.is_error(),
+                structured: None,
                 details: None,
+                full_text: None,
                 duration_ms: ms,
             },
         }

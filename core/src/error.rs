@@ -58,9 +58,9 @@ pub enum LoadError {
         /// One line; the full report is logged.
         reason: String,
     },
-    /// The plugin reports another interface version.
+    /// The plugin reports an interface version this host does not speak.
     #[error(
-        "{}: interface version {found}, this host speaks {expected}",
+        "{}: interface version {found}, this host speaks {oldest} to {newest}",
         shown(path)
     )]
     InterfaceVersion {
@@ -68,8 +68,10 @@ pub enum LoadError {
         path: PathBuf,
         /// The plugin's version.
         found: u32,
-        /// The host's version.
-        expected: u32,
+        /// The oldest version the host loads.
+        oldest: u32,
+        /// The host's own version.
+        newest: u32,
     },
     /// The plugin's `describe` failed.
     #[error(
@@ -90,6 +92,18 @@ pub enum LoadError {
         path: PathBuf,
         /// Why (writable by others, owned by another user, a symlink leading outside...).
         reason: String,
+    },
+    /// The plugin asks for a capability the host does not grant it (isolated plugins).
+    #[error(
+        "{}: refused: the plugin asks for {asked}, which this host does not grant it",
+        shown(path)
+    )]
+    NotGranted {
+        /// The plugin file.
+        path: PathBuf,
+        /// The first capability asked for and not granted, with the grant that would allow it:
+        /// `network (grants.network)`.
+        asked: String,
     },
     /// An isolated worker could not load or describe the plugin.
     #[error("{}: the isolated worker failed: {}", shown(path), one_line(reason))]
@@ -140,6 +154,7 @@ impl LoadError {
             | LoadError::InterfaceVersion { path, .. }
             | LoadError::Describe { path, .. }
             | LoadError::Refused { path, .. }
+            | LoadError::NotGranted { path, .. }
             | LoadError::Worker { path, .. } => path,
         }
     }

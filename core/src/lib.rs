@@ -41,7 +41,7 @@ pub use bus::journal::{Journal, JournalError, read_range};
 pub use bus::{Bus, BusItem, DEFAULT_CAPACITY, Filter, Sink, Subscription};
 pub use call::details::{parse_within, text_depth};
 pub use call::gate::{DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};
-pub use call::invoke::{Tool, ToolCtx};
+pub use call::invoke::{Tool, ToolCtx, is_valid_traceparent};
 pub use call::outcome::{Outcome, ToolResult};
 pub use call::rules::{Action, Asker, GateRule, RuleGate, pattern_matches};
 pub use call::runner::{
@@ -64,7 +64,7 @@ pub use registry::health::{HealthView, QuarantinePolicy, ToolStats};
 pub use registry::spec::ToolSpec;
 /// The plugin API this host speaks, for hosts and tools that need its ABI types.
 pub use rho_plugin_api as plugin_api;
-pub use rho_plugin_api::{Answer, Image, Output, ToolError};
+pub use rho_plugin_api::{Answer, Capabilities, Image, Output, ToolError, ToolHints};
 
 /// The loader's low-level surface, for tools that load one plugin file outside a host
 /// (`cargo xtask check-plugin`, the benchmarks' baselines). Hosts use [`Host`]: it adds the
@@ -72,7 +72,7 @@ pub use rho_plugin_api::{Answer, Image, Output, ToolError};
 pub mod loader {
     pub use crate::call::invoke::Failure;
     pub use crate::call::outcome::CrashReason;
-    pub use crate::plugin::call::call_module;
+    pub use crate::plugin::call::{CallInfo, call_module};
     pub use crate::plugin::load::{CopyDir, Loaded, PluginFile, load_in_process};
 }
 

@@ -61,12 +61,15 @@ impl Output {
     }
 }
 
-/// A tool's successful answer: output for the model, and optional details (JSON) for the host's
-/// screens, which the model never sees.
+/// A tool's successful answer: output for the model, optional structured data (JSON, checked
+/// against the tool's output schema) for the client program, and optional details (JSON) for the
+/// host's screens, which the model never sees.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {
     /// What the model and the session get.
     pub output: Output,
+    /// Structured data, for a tool that declares an output schema ([`crate::Tool::structured`]).
+    pub structured: Option<Value>,
     /// What screens get, beside the output.
     pub details: Option<Value>,
 }
@@ -99,6 +102,16 @@ impl Answer {
         .into()
     }
 
+    /// A structured answer: `data` as structured content, and its JSON text as the output for
+    /// the model (MCP's rule for clients that read only text).
+    pub fn structured(data: Value) -> Self {
+        Answer {
+            output: Output::Text(data.to_string()),
+            structured: Some(data),
+            details: None,
+        }
+    }
+
     /// The same answer with `details` for screens (build them with [`crate::json!`]).
     pub fn with_details(mut self, details: Value) -> Self {
         self.details = Some(details);
@@ -110,6 +123,7 @@ impl From<Output> for Answer {
     fn from(output: Output) -> Self {
         Answer {
             output,
+            structured: None,
             details: None,
         }
     }

@@ -1,19 +1,34 @@
 //! [`Ctx`]: what a tool knows about the call it serves.
 
+use std::borrow::Cow;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use abi_stable::std_types::RStr;
 
-use crate::ffi::FfiCtx;
+use crate::ffi::{FfiCallInfo, FfiCtx};
 
 /// The context of one call, handed to a tool function by reference for the duration of the call.
 ///
 /// Through it a tool reads its call id, polls whether the host has given up on the call
-/// ([`Ctx::is_cancelled`]), and sends partial updates ([`Ctx::update`]). For unit tests,
+/// ([`Ctx::is_cancelled`]), sends partial updates ([`Ctx::update`]), reads how long it has left
+/// ([`Ctx::time_left`]) and the call's trace context ([`Ctx::traceparent`]). For unit tests,
 /// [`Ctx::detached`] builds one without a host.
+///
+/// ```
+/// use std::time::Duration;
+/// use rho_plugin_api::Ctx;
+/// let ctx = Ctx::detached("call-1")
+///     .with_time_left(Duration::from_secs(5))
+///     .with_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+/// assert!(ctx.time_left().is_some_and(|left| left <= Duration::from_secs(5)));
+/// assert!(ctx.traceparent().starts_with("00-4bf9"));
+/// ```
 pub struct Ctx {
     inner: Inner,
+    deadline: Option<Instant>,
+    traceparent: Cow<'static, str>,
 }
 
 enum Inner {
@@ -30,13 +45,33 @@ enum Inner {
 impl Ctx {
     /// Wraps a host's context for the duration of `f`. Not for plugin authors.
     #[doc(hidden)]
-    pub fn with_host<R>(ffi: FfiCtx<'_>, f: impl FnOnce(&Ctx) -> R) -> R {
+    pub fn with_host<R>(
+        ffi: FfiCtx<'_>,
+        info: Option<FfiCallInfo<'_>>,
+        f: impl FnOnce(&Ctx) -> R,
+    ) -> R {
+        let deadline = info
+            .and_then(|i| i.time_left_ms.into_option())
+            .and_then(|ms| Instant::now().checked_add(Duration::from_millis(ms)));
         // SAFETY: the 'static is never observable: `f` only gets `&Ctx`, whose lifetime ends before
         // this function returns, and `Ctx` hands out nothing that outlives `&self`.
         let ffi: FfiCtx<'static> =
             unsafe { std::mem::transmute::<FfiCtx<'_>, FfiCtx<'static>>(ffi) };
+        // SAFETY: as above; the host's text is valid for the call and checked to be UTF-8 here.
+        let traceparent: &'static str = match info {
+            Some(info) => unsafe {
+                let bytes =
+                    std::slice::from_raw_parts(info.traceparent.as_ptr(), info.traceparent.len());
+                std::mem::transmute::<&str, &'static str>(
+                    std::str::from_utf8(bytes).unwrap_or_default(),
+                )
+            },
+            None => "",
+        };
         let ctx = Ctx {
             inner: Inner::Host(ffi),
+            deadline,
+            traceparent: Cow::Borrowed(traceparent),
         };
         f(&ctx)
     }
@@ -50,7 +85,41 @@ impl Ctx {
                 cancelled: AtomicBool::new(false),
                 updates: Mutex::new(Vec::new()),
             },
+            deadline: None,
+            traceparent: Cow::Borrowed(""),
         }
+    }
+
+    /// The same context with `left` until its deadline, as a host's timeout gives (tests).
+    pub fn with_time_left(mut self, left: Duration) -> Self {
+        self.deadline = Instant::now().checked_add(left);
+        self
+    }
+
+    /// The same context with a W3C `traceparent` (tests).
+    pub fn with_traceparent(mut self, traceparent: impl Into<String>) -> Self {
+        self.traceparent = Cow::Owned(traceparent.into());
+        self
+    }
+
+    /// When the host will give up on this call (its timeout), if the host said: the clock starts
+    /// when the host's gate allows the call. `None` from a host of interface 1 or without a
+    /// timeout.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// How long until [`Ctx::deadline`], zero once it has passed; `None` without a deadline.
+    /// A tool that can do less work in less time (fewer results, a coarser search) reads this.
+    pub fn time_left(&self) -> Option<Duration> {
+        self.deadline
+            .map(|at| at.saturating_duration_since(Instant::now()))
+    }
+
+    /// The call's W3C trace context (`traceparent` header value: `00-<trace id>-<parent id>-<flags>`)
+    /// to hand on to services the tool calls; empty when the call has none.
+    pub fn traceparent(&self) -> &str {
+        &self.traceparent
     }
 
     /// The call's id, as the model gave it.

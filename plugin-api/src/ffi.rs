@@ -4,6 +4,23 @@
 //!
 //! Every type here derives [`StableAbi`], so a host that loads a library built against another
 //! layout gets `LibraryError::AbiInstability` at load time instead of undefined behaviour.
+//!
+//! # How the interface grows
+//!
+//! [`PluginMod`] is an abi_stable prefix type: its fields up to `call` are there in every plugin;
+//! later fields were added at its end, one interface version at a time, each
+//! `#[sabi(missing_field(option))]`, so a host reads `None` from a plugin built before them.
+//! Nothing else changes: no field of an existing type is added, removed, reordered or retyped (a
+//! new shape is a new type, reached through a new field of [`PluginMod`]), and what can grow
+//! without an ABI step (what a plugin declares) travels as JSON ([`crate::declare`]).
+//! [`INTERFACE_VERSION`] counts the steps; a host loads every version from
+//! [`OLDEST_INTERFACE_VERSION`] to its own, and the package version stays `0.1.x`, which
+//! abi_stable requires to match.
+//!
+//! | version | added |
+//! |---|---|
+//! | 1 | `interface_version`, `describe`, `call` |
+//! | 2 | `declare` (hints, titles, output schemas, result limits, capabilities), `call_with` (time left, trace context, structured answers) |
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -16,9 +33,14 @@ use abi_stable::{
     std_types::{ROption, RResult, RStr, RString, RVec},
 };
 
-/// The version of the calling convention described in this module. A host refuses a plugin that
-/// reports another number, on top of abi_stable's own layout check.
-pub const INTERFACE_VERSION: u32 = 1;
+/// The version of the calling convention described in this module, as plugins built against this
+/// crate report it. A host refuses a plugin outside [`OLDEST_INTERFACE_VERSION`]`..=`this, on top
+/// of abi_stable's own layout check.
+pub const INTERFACE_VERSION: u32 = 2;
+
+/// The oldest interface version a host built against this crate still loads (with defaults for
+/// everything that version cannot declare).
+pub const OLDEST_INTERFACE_VERSION: u32 = 1;
 
 /// The symbol under which every plugin exports its root module (abi_stable's mangled name for the
 /// root module loader). [`crate::export_plugin!`] uses it; a unit test checks it against abi_stable.
@@ -37,6 +59,19 @@ pub struct PluginMod {
     /// Calls one tool. Never unwinds: a panic comes back as an [`FfiFailure`] of kind `Panic`.
     #[sabi(last_prefix_field)]
     pub call: extern "C" fn(tool: RStr<'_>, args_json: RStr<'_>, ctx: FfiCtx<'_>) -> FfiOutcome,
+    /// Interface 2: what the plugin declares, a [`crate::declare::Declaration`] as JSON text.
+    /// Never unwinds.
+    #[sabi(missing_field(option))]
+    pub declare: extern "C" fn() -> RResult<RString, RString>,
+    /// Interface 2: `call` with the call's time left and trace context, answering with
+    /// structured content beside the output. Never unwinds.
+    #[sabi(missing_field(option))]
+    pub call_with: extern "C" fn(
+        tool: RStr<'_>,
+        args_json: RStr<'_>,
+        ctx: FfiCtx<'_>,
+        info: FfiCallInfo<'_>,
+    ) -> FfiOutcome2,
 }
 
 impl RootModule for PluginModRef {
@@ -110,6 +145,31 @@ pub struct FfiAnswer {
     /// Details for screens, as JSON text.
     pub details_json: ROption<RString>,
 }
+
+/// What interface 2 tells a tool about its call beside [`FfiCtx`]; valid for the duration of one
+/// `call_with`.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy)]
+pub struct FfiCallInfo<'a> {
+    /// Milliseconds until the host gives up on the call, as of the call's start; `RNone` without
+    /// a deadline.
+    pub time_left_ms: ROption<u64>,
+    /// The W3C `traceparent` of the call; empty when none.
+    pub traceparent: RStr<'a>,
+}
+
+/// An answer of interface 2: interface 1's answer and structured content.
+#[repr(C)]
+#[derive(StableAbi, Debug)]
+pub struct FfiAnswer2 {
+    /// The output and details.
+    pub answer: FfiAnswer,
+    /// Structured content (checked by the host against the tool's output schema), as JSON text.
+    pub structured_json: ROption<RString>,
+}
+
+/// The result of one `call_with` across the boundary.
+pub type FfiOutcome2 = RResult<FfiAnswer2, FfiFailure>;
 
 /// Why a call failed.
 #[repr(u8)]

@@ -13,17 +13,20 @@ pub use abi_stable;
 use abi_stable::prefix_type::PrefixTypeTrait;
 use abi_stable::std_types::{RErr, ROk, ROption, RResult, RStr, RString, RVec};
 
+use crate::declare::{Capabilities, Declaration};
 use crate::ffi::{
-    FfiAnswer, FfiCtx, FfiFailure, FfiFailureKind, FfiImage, FfiOutcome, FfiOutputKind,
-    FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION, PluginMod, PluginModRef,
+    FfiAnswer, FfiAnswer2, FfiCallInfo, FfiCtx, FfiFailure, FfiFailureKind, FfiImage, FfiOutcome,
+    FfiOutcome2, FfiOutputKind, FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION, PluginMod,
+    PluginModRef,
 };
 use crate::tool::CallFailure;
 use crate::{Answer, Ctx, Image, Output, Tool};
 
-/// The tools of one plugin, indexed by name.
+/// The tools of one plugin, indexed by name, and the capabilities it declares.
 pub struct PluginTools {
     tools: Vec<Tool>,
     index: HashMap<String, usize>,
+    capabilities: Capabilities,
 }
 
 impl PluginTools {
@@ -33,21 +36,63 @@ impl PluginTools {
         for (i, tool) in tools.iter().enumerate() {
             index.entry(tool.name().to_owned()).or_insert(i);
         }
-        PluginTools { tools, index }
+        PluginTools {
+            tools,
+            index,
+            capabilities: Capabilities::none(),
+        }
+    }
+
+    /// The same tools, the plugin declaring `capabilities`.
+    pub fn with_capabilities(mut self, capabilities: Capabilities) -> Self {
+        self.capabilities = capabilities;
+        self
     }
 }
 
-/// Builds the root module from the two generated entry points.
-pub fn module(
-    describe: extern "C" fn() -> RResult<FfiPluginInfo, RString>,
-    call: extern "C" fn(RStr<'_>, RStr<'_>, FfiCtx<'_>) -> FfiOutcome,
-) -> PluginModRef {
+/// The generated entry points of one plugin.
+pub struct EntryPoints {
+    /// `describe`.
+    pub describe: extern "C" fn() -> RResult<FfiPluginInfo, RString>,
+    /// `call`.
+    pub call: extern "C" fn(RStr<'_>, RStr<'_>, FfiCtx<'_>) -> FfiOutcome,
+    /// `declare`.
+    pub declare: extern "C" fn() -> RResult<RString, RString>,
+    /// `call_with`.
+    pub call_with: extern "C" fn(RStr<'_>, RStr<'_>, FfiCtx<'_>, FfiCallInfo<'_>) -> FfiOutcome2,
+}
+
+/// Builds the root module from the generated entry points.
+pub fn module(entry: EntryPoints) -> PluginModRef {
     PluginMod {
         interface_version: INTERFACE_VERSION,
-        describe,
-        call,
+        describe: entry.describe,
+        call: entry.call,
+        declare: entry.declare,
+        call_with: entry.call_with,
     }
     .leak_into_prefix()
+}
+
+/// The body of the generated `declare` entry point.
+pub fn declare(tools: fn() -> &'static PluginTools) -> RResult<RString, RString> {
+    let json = guarded(|| {
+        let tools = tools();
+        let declaration = Declaration {
+            capabilities: tools.capabilities.clone(),
+            tools: tools
+                .tools
+                .iter()
+                .map(|t| t.declaration().clone())
+                .collect(),
+        };
+        serde_json::to_string(&declaration)
+    });
+    match json {
+        Ok(Ok(json)) => ROk(json.into()),
+        Ok(Err(e)) => RErr(format!("declaring the plugin failed: {e}").into()),
+        Err(message) => RErr(format!("declaring the plugin {message}").into()),
+    }
 }
 
 /// The body of the generated `describe` entry point.
@@ -78,13 +123,27 @@ pub fn describe(
     }
 }
 
-/// The body of the generated `call` entry point.
+/// The body of the generated `call` entry point (interface 1: no call info, no structured content).
 pub fn call(
     tools: fn() -> &'static PluginTools,
     tool: RStr<'_>,
     args_json: RStr<'_>,
     ctx: FfiCtx<'_>,
 ) -> FfiOutcome {
+    match call_with(tools, tool, args_json, ctx, None) {
+        RResult::ROk(answer) => ROk(answer.answer),
+        RResult::RErr(failure) => RErr(failure),
+    }
+}
+
+/// The body of the generated `call_with` entry point.
+pub fn call_with(
+    tools: fn() -> &'static PluginTools,
+    tool: RStr<'_>,
+    args_json: RStr<'_>,
+    ctx: FfiCtx<'_>,
+    info: Option<FfiCallInfo<'_>>,
+) -> FfiOutcome2 {
     let result = guarded(|| {
         let tools = tools();
         let Some(&i) = tools.index.get(tool.as_str()) else {
@@ -94,7 +153,7 @@ pub fn call(
                 None,
             ));
         };
-        match Ctx::with_host(ctx, |ctx| tools.tools[i].run(args_json.as_str(), ctx)) {
+        match Ctx::with_host(ctx, info, |ctx| tools.tools[i].run(args_json.as_str(), ctx)) {
             Ok(answer) => answer_to_ffi(answer),
             Err(CallFailure::Tool(e)) => Err(failure(FfiFailureKind::Error, e.message, e.details)),
             Err(CallFailure::InvalidArguments(m)) => {
@@ -140,8 +199,9 @@ fn failure(
     }
 }
 
-fn answer_to_ffi(answer: Answer) -> Result<FfiAnswer, FfiFailure> {
+fn answer_to_ffi(answer: Answer) -> Result<FfiAnswer2, FfiFailure> {
     let details_json = details_or_crash(answer.details)?;
+    let structured_json = details_or_crash(answer.structured)?;
     let image = |i: Image| FfiImage {
         mime_type: i.mime_type.into(),
         bytes: i.bytes.into(),
@@ -155,11 +215,14 @@ fn answer_to_ffi(answer: Answer) -> Result<FfiAnswer, FfiFailure> {
             images.into_iter().map(image).collect(),
         ),
     };
-    Ok(FfiAnswer {
-        kind,
-        text: text.into(),
-        images,
-        details_json,
+    Ok(FfiAnswer2 {
+        answer: FfiAnswer {
+            kind,
+            text: text.into(),
+            images,
+            details_json,
+        },
+        structured_json,
     })
 }
 

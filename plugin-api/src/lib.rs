@@ -36,6 +36,7 @@
 
 mod answer;
 mod ctx;
+pub mod declare;
 pub mod ffi;
 #[doc(hidden)]
 pub mod glue;
@@ -45,6 +46,7 @@ pub use answer::{
     Answer, Image, MAX_DETAILS_DEPTH, Output, ToolError, details_depth, drop_details,
 };
 pub use ctx::Ctx;
+pub use declare::{Capabilities, ToolHints};
 pub use schemars::JsonSchema;
 pub use serde_json::{Value, json};
 pub use tool::{CallFailure, MAX_TOOL_NAME_LEN, Tool, is_valid_tool_name};
@@ -54,16 +56,33 @@ pub use {schemars, serde, serde_json};
 
 /// Exports a plugin's tools: the one macro a plugin crate invokes, once, at its root.
 ///
-/// Takes a comma-separated list of [`Tool`] expressions. The plugin's name and version are its
-/// crate's `CARGO_PKG_NAME` and `CARGO_PKG_VERSION`. The tool list is built once, on first use.
+/// Takes a comma-separated list of [`Tool`] expressions, or `capabilities: EXPR, tools: [...]`
+/// for a plugin that needs more than computing ([`Capabilities`]: paths, network, environment,
+/// processes; a host that isolates it grants at least that or refuses it):
+///
+/// ```
+/// use rho_plugin_api::{Answer, Capabilities, Ctx, Tool, ToolError, export_plugin};
+///
+/// fn home(_args: (), _ctx: &Ctx) -> Result<Answer, ToolError> {
+///     Ok(Answer::text(std::env::var("HOME")?))
+/// }
+///
+/// export_plugin! {
+///     capabilities: Capabilities::none().env("HOME"),
+///     tools: [Tool::new("home", "Answers $HOME.", home).read_only(true)],
+/// }
+/// ```
+///
+/// The plugin's name and version are its crate's `CARGO_PKG_NAME` and `CARGO_PKG_VERSION`. The
+/// tool list is built once, on first use.
 #[macro_export]
 macro_rules! export_plugin {
-    ($($tool:expr),* $(,)?) => {
+    (@module $tools:expr) => {
         #[doc(hidden)]
         fn __rho_plugin_tools() -> &'static $crate::glue::PluginTools {
             static TOOLS: ::std::sync::OnceLock<$crate::glue::PluginTools> =
                 ::std::sync::OnceLock::new();
-            TOOLS.get_or_init(|| $crate::glue::PluginTools::new(::std::vec![$($tool),*]))
+            TOOLS.get_or_init(|| $tools)
         }
 
         #[doc(hidden)]
@@ -79,6 +98,14 @@ macro_rules! export_plugin {
         }
 
         #[doc(hidden)]
+        extern "C" fn __rho_plugin_declare() -> $crate::glue::abi_stable::std_types::RResult<
+            $crate::glue::abi_stable::std_types::RString,
+            $crate::glue::abi_stable::std_types::RString,
+        > {
+            $crate::glue::declare(__rho_plugin_tools)
+        }
+
+        #[doc(hidden)]
         extern "C" fn __rho_plugin_call(
             tool: $crate::glue::abi_stable::std_types::RStr<'_>,
             args_json: $crate::glue::abi_stable::std_types::RStr<'_>,
@@ -88,8 +115,23 @@ macro_rules! export_plugin {
         }
 
         #[doc(hidden)]
+        extern "C" fn __rho_plugin_call_with(
+            tool: $crate::glue::abi_stable::std_types::RStr<'_>,
+            args_json: $crate::glue::abi_stable::std_types::RStr<'_>,
+            ctx: $crate::ffi::FfiCtx<'_>,
+            info: $crate::ffi::FfiCallInfo<'_>,
+        ) -> $crate::ffi::FfiOutcome2 {
+            $crate::glue::call_with(__rho_plugin_tools, tool, args_json, ctx, ::std::option::Option::Some(info))
+        }
+
+        #[doc(hidden)]
         fn __rho_plugin_module() -> $crate::ffi::PluginModRef {
-            $crate::glue::module(__rho_plugin_describe, __rho_plugin_call)
+            $crate::glue::module($crate::glue::EntryPoints {
+                describe: __rho_plugin_describe,
+                call: __rho_plugin_call,
+                declare: __rho_plugin_declare,
+                call_with: __rho_plugin_call_with,
+            })
         }
 
         #[doc(hidden)]
@@ -106,5 +148,15 @@ macro_rules! export_plugin {
                 $crate::glue::abi_stable::library::CheckTypeLayout::Yes,
             )
         };
+    };
+    (capabilities: $caps:expr, tools: [$($tool:expr),* $(,)?] $(,)?) => {
+        $crate::export_plugin!(@module
+            $crate::glue::PluginTools::new(::std::vec![$($tool),*]).with_capabilities($caps)
+        );
+    };
+    ($($tool:expr),* $(,)?) => {
+        $crate::export_plugin!(@module
+            $crate::glue::PluginTools::new(::std::vec![$($tool),*])
+        );
     };
 }

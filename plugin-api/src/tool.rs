@@ -1,9 +1,11 @@
 //! [`Tool`]: one tool of a plugin, built from a plain Rust function.
 
 use schemars::JsonSchema;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::declare::{ToolDeclaration, ToolHints};
 use crate::{Answer, Ctx, ToolError};
 
 /// The longest tool name model APIs accept.
@@ -30,13 +32,45 @@ pub enum CallFailure {
 type Handler = Box<dyn Fn(&str, &Ctx) -> Result<Answer, CallFailure> + Send + Sync>;
 
 /// One tool: a name, a description, the JSON Schema of its arguments (derived from the argument
-/// type), an optional timeout, and the function that runs it.
+/// type), the function that runs it, and what it declares: a timeout, a title, its
+/// [`ToolHints`], the schema of its structured answers ([`Tool::structured`]) and a result limit.
+///
+/// ```
+/// use rho_plugin_api::{Answer, Ctx, JsonSchema, Tool, ToolError};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Deserialize, JsonSchema)]
+/// struct Path { path: String }
+///
+/// #[derive(Serialize, JsonSchema)]
+/// struct Listing { entries: Vec<String> }
+///
+/// fn list(args: Path, _ctx: &Ctx) -> Result<Listing, ToolError> {
+///     Ok(Listing { entries: vec![args.path] })
+/// }
+///
+/// let tool = Tool::structured("list", "Lists a directory.", list)
+///     .title("List a directory")
+///     .read_only(true)
+///     .idempotent(true)
+///     .open_world(false)
+///     .max_result_bytes(50_000);
+/// assert!(tool.hints().read_only && !tool.hints().destructive);
+/// assert!(tool.declaration().output_schema.is_some());
+/// ```
 pub struct Tool {
     name: String,
     description: String,
     parameters: Value,
     timeout_ms: Option<u64>,
+    declared: ToolDeclaration,
     handler: Handler,
+}
+
+/// The JSON Schema of `T`, as a JSON value.
+fn schema_of<T: JsonSchema>() -> Value {
+    serde_json::to_value(schemars::schema_for!(T))
+        .unwrap_or_else(|_| Value::Object(Default::default()))
 }
 
 impl Tool {
@@ -47,13 +81,15 @@ impl Tool {
         A: DeserializeOwned + JsonSchema,
         F: Fn(A, &Ctx) -> Result<Answer, ToolError> + Send + Sync + 'static,
     {
-        let schema = schemars::schema_for!(A);
-        let parameters =
-            serde_json::to_value(&schema).unwrap_or_else(|_| Value::Object(Default::default()));
+        let name = name.into();
         Tool {
-            name: name.into(),
+            declared: ToolDeclaration {
+                name: name.clone(),
+                ..ToolDeclaration::default()
+            },
+            name,
             description: description.into(),
-            parameters,
+            parameters: schema_of::<A>(),
             timeout_ms: None,
             handler: Box::new(move |args_json, ctx| {
                 let args: A = serde_json::from_str(args_json)
@@ -63,10 +99,84 @@ impl Tool {
         }
     }
 
+    /// A tool that answers with structured data of type `O`: its output schema is derived from
+    /// `O` (`#[derive(Serialize, JsonSchema)]`, a struct: MCP wants an object), and each answer
+    /// carries the data as structured content with its JSON text for the model. The host checks
+    /// every answer against the schema.
+    pub fn structured<A, O, F>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        run: F,
+    ) -> Self
+    where
+        A: DeserializeOwned + JsonSchema,
+        O: Serialize + JsonSchema,
+        F: Fn(A, &Ctx) -> Result<O, ToolError> + Send + Sync + 'static,
+    {
+        let mut tool = Tool::new(name, description, move |args: A, ctx: &Ctx| {
+            let data = run(args, ctx)?;
+            let value = serde_json::to_value(&data)
+                .map_err(|e| ToolError::new(format!("its answer did not serialize: {e}")))?;
+            Ok(Answer::structured(value))
+        });
+        tool.declared.output_schema = Some(schema_of::<O>());
+        tool
+    }
+
     /// The same tool with its own timeout: the host ends a call of it that runs longer.
     pub fn timeout_ms(mut self, timeout_ms: u64) -> Self {
         self.timeout_ms = Some(timeout_ms);
         self
+    }
+
+    /// The same tool with a title for people (the name stays what the model calls).
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.declared.title = Some(title.into());
+        self
+    }
+
+    /// Whether the tool changes nothing. `true` also makes it not destructive.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.declared.hints.read_only = read_only;
+        if read_only {
+            self.declared.hints.destructive = false;
+        }
+        self
+    }
+
+    /// Whether what the tool changes may be destroyed or overwritten (default `true`).
+    pub fn destructive(mut self, destructive: bool) -> Self {
+        self.declared.hints.destructive = destructive;
+        self
+    }
+
+    /// Whether calling it again with the same arguments has no further effect (default `false`).
+    pub fn idempotent(mut self, idempotent: bool) -> Self {
+        self.declared.hints.idempotent = idempotent;
+        self
+    }
+
+    /// Whether it reaches things outside the host (default `true`).
+    pub fn open_world(mut self, open_world: bool) -> Self {
+        self.declared.hints.open_world = open_world;
+        self
+    }
+
+    /// The longest text of an answer the model gets, in bytes: the host cuts longer text with a
+    /// note saying so, and keeps the whole for itself.
+    pub fn max_result_bytes(mut self, bytes: u64) -> Self {
+        self.declared.max_result_bytes = Some(bytes);
+        self
+    }
+
+    /// The tool's hints.
+    pub fn hints(&self) -> ToolHints {
+        self.declared.hints
+    }
+
+    /// What the tool declares beyond its description, as the host receives it.
+    pub fn declaration(&self) -> &ToolDeclaration {
+        &self.declared
     }
 
     /// The tool's name.

@@ -303,7 +303,9 @@ async fn filters_keep_only_what_was_asked() {
             images: vec![],
         },
         is_error: false,
+        structured: None,
         details: None,
+        full_text: None,
         duration_ms: 1.0,
     };
     bus.publish(Some("a"), EventKind::TurnStart { turn: 1 });

@@ -52,7 +52,7 @@ async fn load_replace_delete_and_garbage() {
         panic!("no plugin_loaded")
     };
     assert_eq!((plugin.as_str(), isolated), ("faults", false));
-    assert!(tools.contains(&"build_tag".to_string()));
+    assert!(tools.iter().any(|t| t.name == "build_tag"));
     assert_eq!(tag(&host).await, (Outcome::Ok, "default".into()));
 
     // A second build: reloaded, the new answer.

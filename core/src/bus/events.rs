@@ -149,8 +149,14 @@ pub enum EventKind {
         output: OutputView,
         /// Whether the model reads it as an error.
         is_error: bool,
+        /// Structured content of an `ok` answer (checked against the tool's output schema).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        structured: Option<Value>,
         /// Details for screens.
         details: Option<Value>,
+        /// The whole text, when `output`'s was cut at the tool's result limit.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        full_text: Option<String>,
         /// From start to end, milliseconds.
         duration_ms: f64,
     },
@@ -162,8 +168,8 @@ pub enum EventKind {
         version: String,
         /// The file.
         path: String,
-        /// Its tools.
-        tools: Vec<String>,
+        /// Its tools, as the registry holds them (hints, output schemas and limits included).
+        tools: Vec<crate::ToolSpec>,
         /// The build: SHA-256 of the file's content (builds of one version differ here).
         #[serde(default)]
         sha256: String,
@@ -172,6 +178,13 @@ pub enum EventKind {
         /// Isolated plugins: what of the sandbox is in force (see [`SandboxReport`](crate::SandboxReport)).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sandbox: Option<crate::isolate::sandbox::SandboxReport>,
+        /// What the plugin says it needs.
+        #[serde(default)]
+        capabilities: rho_plugin_api::Capabilities,
+        /// What the host grants it (isolated plugins); `null` in process, where it has every
+        /// power of the host.
+        #[serde(default)]
+        granted: Option<crate::isolate::sandbox::Grants>,
     },
     /// A plugin file could not be loaded (or was refused); any older version keeps serving.
     PluginLoadFailed {

@@ -3,8 +3,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use rho_plugin_api::{Answer, ToolError};
 use serde_json::Value;
@@ -41,13 +42,15 @@ pub(crate) trait Invoke: Send + Sync {
     }
 }
 
-/// The context a tool gets for one call: its id, its cancellation flag, and a way to send partial
-/// updates. Cheap to clone.
+/// The context a tool gets for one call: its id, its cancellation flag, a way to send partial
+/// updates, its deadline and its trace context. Cheap to clone.
 #[derive(Clone)]
 pub struct ToolCtx {
     call_id: Arc<str>,
     cancelled: Arc<AtomicBool>,
     on_update: Arc<dyn Fn(&str) + Send + Sync>,
+    deadline: Arc<OnceLock<Instant>>,
+    traceparent: Option<Arc<str>>,
 }
 
 impl ToolCtx {
@@ -57,12 +60,44 @@ impl ToolCtx {
             call_id: call_id.into(),
             cancelled: Arc::new(AtomicBool::new(false)),
             on_update,
+            deadline: Arc::default(),
+            traceparent: None,
         }
+    }
+
+    /// The same context carrying `traceparent` (already checked by the runner).
+    pub(crate) fn with_traceparent(mut self, traceparent: Option<Arc<str>>) -> Self {
+        self.traceparent = traceparent;
+        self
+    }
+
+    /// Starts the call's clock: the runner does when the gate allows, the deadline being that
+    /// instant plus the tool's timeout. Only the first call counts.
+    pub(crate) fn start_clock(&self, deadline: Instant) {
+        let _ = self.deadline.set(deadline);
     }
 
     /// The call's id.
     pub fn call_id(&self) -> &str {
         &self.call_id
+    }
+
+    /// When the runner ends the call at its timeout (set once the gate has allowed it); `None`
+    /// before that or without a timeout.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline.get().copied()
+    }
+
+    /// How long until [`ToolCtx::deadline`], zero once it has passed.
+    pub fn time_left(&self) -> Option<Duration> {
+        self.deadline()
+            .map(|at| at.saturating_duration_since(Instant::now()))
+    }
+
+    /// The call's W3C `traceparent`, if its caller gave a valid one
+    /// ([`CallOptions::traceparent`](crate::CallOptions::traceparent)).
+    pub fn traceparent(&self) -> Option<&str> {
+        self.traceparent.as_deref()
     }
 
     /// Whether the host has given up on the call.
@@ -89,6 +124,24 @@ impl ToolCtx {
     pub(crate) fn update_fn(&self) -> Arc<dyn Fn(&str) + Send + Sync> {
         self.on_update.clone()
     }
+}
+
+/// Whether `value` is a W3C trace context `traceparent` a host hands on: version `00` to `fe`,
+/// a 32-digit trace id and a 16-digit parent id (lowercase hex, not all zeros) and 2 digits of
+/// flags, dash-separated (`00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`).
+pub fn is_valid_traceparent(value: &str) -> bool {
+    let parts: Vec<&str> = value.split('-').collect();
+    let hex = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let nonzero = |s: &str| s.bytes().any(|b| b != b'0');
+    matches!(parts.as_slice(), [version, trace, parent, flags]
+        if hex(version, 2) && *version != "ff"
+            && hex(trace, 32) && nonzero(trace)
+            && hex(parent, 16) && nonzero(parent)
+            && hex(flags, 2))
 }
 
 /// A host-native tool: a host adds tools without writing a plugin. The runner runs it exactly like

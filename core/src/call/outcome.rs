@@ -81,8 +81,14 @@ pub struct ToolResult {
     pub outcome: Outcome,
     /// What the model reads.
     pub output: Output,
+    /// Structured content (an `ok` answer of a tool with an output schema, checked against it).
+    pub structured: Option<Value>,
     /// Details for screens, if the tool gave any.
     pub details: Option<Value>,
+    /// The whole text when the output's was cut at the tool's result limit (the output's text
+    /// then ends with a note saying so); `None` when nothing was cut. The call's end event
+    /// carries it too.
+    pub full_text: Option<String>,
     /// From the start of the call (before the gate) to its end.
     pub duration: Duration,
 }
@@ -95,7 +101,9 @@ impl ToolResult {
             tool: tool.to_owned(),
             outcome,
             output: Output::Text(text.into()),
+            structured: None,
             details: None,
+            full_text: None,
             duration: Duration::ZERO,
         }
     }
@@ -116,6 +124,8 @@ impl ToolResult {
 pub struct Reply {
     /// `Ok(output)` for an answer, `Err(text)` for a failure.
     pub result: Result<Output, String>,
+    /// Structured content of an answer.
+    pub structured: Option<Value>,
     /// Details for screens, from either.
     pub details: Option<Value>,
 }
@@ -124,12 +134,17 @@ pub struct Reply {
 /// `Images` with exactly one image becomes `Image`, `Images` with none becomes `Text`, and a
 /// `null` details value counts as no details.
 pub fn to_result(answer: Result<Answer, ToolError>) -> Reply {
-    let (result, details) = match answer {
-        Ok(Answer { output, details }) => (Ok(normalize(output)), details),
-        Err(ToolError { message, details }) => (Err(message), details),
+    let (result, structured, details) = match answer {
+        Ok(Answer {
+            output,
+            structured,
+            details,
+        }) => (Ok(normalize(output)), structured, details),
+        Err(ToolError { message, details }) => (Err(message), None, details),
     };
     Reply {
         result,
+        structured,
         details: details.filter(|d| !d.is_null()),
     }
 }
@@ -143,6 +158,30 @@ fn normalize(output: Output) -> Output {
         Output::Images { images, text } if images.is_empty() => Output::Text(text),
         other => other,
     }
+}
+
+/// `output` with its text cut at `limit` bytes (at a character boundary) and a note saying so,
+/// and the whole text when it was cut.
+pub(crate) fn cut_output(tool: &str, output: Output, limit: usize) -> (Output, Option<String>) {
+    let total = output.text().len();
+    if total <= limit {
+        return (output, None);
+    }
+    let (text, rebuild): (String, Box<dyn FnOnce(String) -> Output>) = match output {
+        Output::Text(text) => (text, Box::new(Output::Text)),
+        Output::Image { image, text } => (text, Box::new(|text| Output::Image { image, text })),
+        Output::Images { images, text } => (text, Box::new(|text| Output::Images { images, text })),
+    };
+    let at = (0..=limit)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    let shown = format!(
+        "{}\n[rho: the result was cut at {at} of {total} bytes (the result limit of tool \
+         `{tool}`); the host keeps the whole]",
+        &text[..at]
+    );
+    (rebuild(shown), Some(text))
 }
 
 /// The error text of a call ended at its timeout: ``tool `spin` timed out after 2000 ms``.

@@ -16,8 +16,10 @@ use tokio_util::task::TaskTracker;
 use crate::bus::Bus;
 use crate::bus::events::EventKind;
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
-use crate::call::invoke::{Failure, ToolCtx};
-use crate::call::outcome::{CrashReason, Outcome, ToolResult, crash_text, timeout_text, to_result};
+use crate::call::invoke::{Failure, ToolCtx, is_valid_traceparent};
+use crate::call::outcome::{
+    CrashReason, Outcome, ToolResult, crash_text, cut_output, timeout_text, to_result,
+};
 use crate::call::panic::{catch, payload_message};
 use crate::registry::{ResolvedTool, ToolRegistry};
 
@@ -33,17 +35,22 @@ pub struct RunnerConfig {
     /// The longest timeout a tool may declare for itself (a plugin must not opt out of the
     /// host's timeout); the host's own overrides are not capped.
     pub max_tool_timeout: Duration,
+    /// The result limit of a tool that declares none, in bytes of answer text: longer text is
+    /// cut with a note for the model, the whole kept in [`ToolResult::full_text`] and the end
+    /// event. `None`: no limit but the tool's own.
+    pub max_result_bytes: Option<usize>,
 }
 
 impl Default for RunnerConfig {
     /// A 60 s default timeout, no overrides, `tool_gate_waiting` after 100 ms, tools' own
-    /// timeouts capped at 10 minutes.
+    /// timeouts capped at 10 minutes, no result limit but the tools' own.
     fn default() -> Self {
         RunnerConfig {
             default_timeout: Duration::from_secs(60),
             timeout_overrides: HashMap::new(),
             gate_waiting_after: Duration::from_millis(100),
             max_tool_timeout: Duration::from_secs(600),
+            max_result_bytes: None,
         }
     }
 }
@@ -155,6 +162,11 @@ pub struct CallOptions {
     /// published; never after the call's `tool_execution_end`. It runs on the plugin's thread (or the worker's
     /// reader): hand the text on (a channel) and return.
     pub on_update: Option<UpdateHook>,
+    /// The call's W3C trace context (`traceparent`: from an MCP request's
+    /// `_meta.traceparent`, or the host's own tracing), handed on to the tool
+    /// ([`ToolCtx::traceparent`], a plugin's `Ctx::traceparent`). One that is not valid
+    /// ([`is_valid_traceparent`](crate::is_valid_traceparent)) is dropped.
+    pub traceparent: Option<String>,
 }
 
 impl ToolRunner {
@@ -273,7 +285,9 @@ impl ToolRunner {
                             outcome: result.outcome,
                             output: (&result.output).into(),
                             is_error: true,
+                            structured: None,
                             details: None,
+                            full_text: None,
                             duration_ms: 0.0,
                         },
                     )
@@ -331,7 +345,9 @@ impl ToolRunner {
                     outcome: result.outcome,
                     output: (&result.output).into(),
                     is_error: result.is_error(),
+                    structured: result.structured.clone(),
                     details: result.details.clone(),
+                    full_text: result.full_text.clone(),
                     duration_ms: result.duration.as_secs_f64() * 1000.0,
                 },
             )
@@ -376,6 +392,14 @@ impl ToolRunner {
         let ended = Arc::new(std::sync::Mutex::new(false));
         let ended_for_updates = ended.clone();
         let hook = options.on_update.clone();
+        let traceparent = match options.traceparent.as_deref() {
+            Some(t) if is_valid_traceparent(t) => Some(Arc::from(t)),
+            Some(t) => {
+                tracing::debug!(call = %call.id, traceparent = %t, "invalid traceparent dropped");
+                None
+            }
+            None => None,
+        };
         let ctx = ToolCtx::new(
             &call.id,
             Arc::new(move |partial: &str| {
@@ -403,7 +427,8 @@ impl ToolRunner {
                     },
                 );
             }),
-        );
+        )
+        .with_traceparent(traceparent);
         let (running_tx, running_rx) = oneshot::channel::<Instant>();
         let task = self.spawn_task(
             call,
@@ -461,7 +486,11 @@ impl ToolRunner {
                     timeout_ms: timeout.as_millis() as u64,
                 },
             );
-            let _ = running_tx.send(Instant::now());
+            let allowed_at = Instant::now();
+            if let Some(deadline) = allowed_at.checked_add(timeout) {
+                ctx.start_clock(deadline);
+            }
+            let _ = running_tx.send(allowed_at);
             match catch(invoke.invoke(args, ctx)).await {
                 Ok(answer) => TaskEnd::Answered(answer),
                 Err(caught) => TaskEnd::Answered(Err(Failure::Crash(CrashReason::Formatted(
@@ -528,14 +557,20 @@ impl ToolRunner {
                 }
             }
         };
+        let mut structured = None;
         let (outcome, output, details) = match end {
             Ok(TaskEnd::Blocked(reason)) => (Outcome::Blocked, Output::Text(reason), None),
             Ok(TaskEnd::GateCrashed(text)) => (Outcome::Crashed, Output::Text(text), None),
             Ok(TaskEnd::Answered(Ok(answer))) => {
                 let reply = to_result(Ok(answer));
-                match reply.result {
-                    Ok(output) => (Outcome::Ok, output, reply.details),
-                    Err(text) => (Outcome::Error, Output::Text(text), reply.details),
+                match (reply.result, tool.check_answer(reply.structured.as_ref())) {
+                    (Ok(output), Ok(())) => {
+                        structured = reply.structured;
+                        (Outcome::Ok, output, reply.details)
+                    }
+                    (Ok(_), Err(text)) | (Err(text), _) => {
+                        (Outcome::Error, Output::Text(text), reply.details)
+                    }
                 }
             }
             Ok(TaskEnd::Answered(Err(failure))) => match failure {
@@ -559,12 +594,23 @@ impl ToolRunner {
             },
             Err((outcome, text)) => (outcome, Output::Text(text), None),
         };
+        let limit = tool
+            .spec
+            .max_result_bytes
+            .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX))
+            .or(self.config.max_result_bytes);
+        let (output, full_text) = match limit {
+            Some(limit) => cut_output(&call.name, output, limit),
+            None => (output, None),
+        };
         ToolResult {
             call_id: call.id.clone(),
             tool: call.name.clone(),
             outcome,
             output,
+            structured,
             details,
+            full_text,
             duration: Duration::ZERO,
         }
     }

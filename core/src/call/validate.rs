@@ -1,40 +1,66 @@
-//! Arguments checked against a tool's JSON Schema before the gate runs.
+//! Values checked against a tool's JSON Schemas: its arguments before the gate runs, its
+//! structured answers against its output schema.
 
 use serde_json::Value;
 
-/// A compiled JSON Schema of one tool's arguments.
-pub(crate) struct ArgsValidator {
+/// A compiled JSON Schema of one tool's arguments or answers.
+pub(crate) struct SchemaValidator {
     validator: jsonschema::Validator,
 }
 
 /// How many schema violations one error text lists at most.
 const MAX_LISTED: usize = 5;
 
-impl ArgsValidator {
-    /// Compiles `schema`; a schema that does not compile is reported as one line.
-    pub fn new(schema: &Value) -> Result<Self, String> {
+/// What a schema describes, for the words of its errors.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Checked {
+    /// A call's arguments.
+    Arguments,
+    /// A tool's structured answer.
+    Answer,
+}
+
+impl SchemaValidator {
+    /// Compiles `schema`; a schema that does not compile is reported as one line naming it
+    /// (`subject`: "its parameters are", "its output schema is").
+    pub fn new(schema: &Value, subject: &str) -> Result<Self, String> {
         jsonschema::validator_for(schema)
-            .map(|validator| ArgsValidator { validator })
-            .map_err(|e| format!("its parameters are not a valid JSON Schema: {e}"))
+            .map(|validator| SchemaValidator { validator })
+            .map_err(|e| format!("{subject} not a valid JSON Schema: {e}"))
     }
 
-    /// Checks `args`; the error text names each offending field and what was expected, in words a
-    /// model can act on.
-    pub fn check(&self, tool: &str, args: &Value) -> Result<(), String> {
-        if self.validator.is_valid(args) {
+    /// Checks `value`; the error text names each offending field and what was expected, in words
+    /// a model can act on.
+    pub fn check(&self, tool: &str, value: &Value, checked: Checked) -> Result<(), String> {
+        if self.validator.is_valid(value) {
             return Ok(());
         }
+        let (whole, field, head) = match checked {
+            Checked::Arguments => (
+                "the arguments",
+                "argument",
+                format!("invalid arguments for tool `{tool}`"),
+            ),
+            Checked::Answer => (
+                "the answer",
+                "field",
+                format!(
+                    "tool `{tool}` answered with structured content that does not match its \
+                     output schema"
+                ),
+            ),
+        };
         let mut problems = Vec::new();
         let mut total = 0;
-        for error in self.validator.iter_errors(args) {
+        for error in self.validator.iter_errors(value) {
             total += 1;
             if problems.len() < MAX_LISTED {
                 let path = error.instance_path().as_str().to_owned();
                 let place = if path.is_empty() {
-                    "the arguments".to_owned()
+                    whole.to_owned()
                 } else {
                     format!(
-                        "argument `{}`",
+                        "{field} `{}`",
                         path.trim_start_matches('/').replace('/', ".")
                     )
                 };
@@ -46,10 +72,7 @@ impl ArgsValidator {
         } else {
             String::new()
         };
-        Err(format!(
-            "invalid arguments for tool `{tool}`: {}{more}",
-            problems.join("; ")
-        ))
+        Err(format!("{head}: {}{more}", problems.join("; ")))
     }
 }
 
@@ -65,15 +88,22 @@ mod tests {
             "properties": {"size": {"type": "integer", "minimum": 1}},
             "required": ["size"]
         });
-        let v = ArgsValidator::new(&schema).unwrap();
-        assert!(v.check("t", &json!({"size": 3})).is_ok());
+        let v = SchemaValidator::new(&schema, "its parameters are").unwrap();
+        let args = Checked::Arguments;
+        assert!(v.check("t", &json!({"size": 3}), args).is_ok());
         assert_eq!(
-            v.check("t", &json!({"size": "big"})).unwrap_err(),
+            v.check("t", &json!({"size": "big"}), args).unwrap_err(),
             "invalid arguments for tool `t`: argument `size`: \"big\" is not of type \"integer\""
         );
         assert_eq!(
-            v.check("t", &json!({})).unwrap_err(),
+            v.check("t", &json!({}), args).unwrap_err(),
             "invalid arguments for tool `t`: the arguments: \"size\" is a required property"
+        );
+        assert_eq!(
+            v.check("t", &json!({"size": 0}), Checked::Answer)
+                .unwrap_err(),
+            "tool `t` answered with structured content that does not match its output schema: \
+             field `size`: 0 is less than the minimum of 1"
         );
     }
 }

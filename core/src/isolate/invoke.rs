@@ -108,6 +108,10 @@ impl Invoke for IsolatedInvoke {
                 id,
                 tool: tool.to_string(),
                 call_id: ctx.call_id().to_owned(),
+                time_left_ms: ctx
+                    .time_left()
+                    .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+                traceparent: ctx.traceparent().map(str::to_owned),
             };
             let args = args.to_string();
             let limit = pool.options().max_frame;
@@ -149,11 +153,19 @@ impl Invoke for IsolatedInvoke {
                                 text_len,
                                 images,
                                 details,
+                                structured,
                                 spent,
                             },
                         blobs,
                     }) if a == id => {
-                        let answer = to_answer(&tool, kind, text_len, &images, blobs, details);
+                        let shape = AnswerShape {
+                            kind,
+                            text_len,
+                            images,
+                            details,
+                            structured,
+                        };
+                        let answer = to_answer(&tool, shape, blobs);
                         match &answer {
                             Err(Failure::Crash(CrashReason::Protocol(_))) => guard.kill(),
                             // Damaged by the call: a fresh worker serves the next one.
@@ -205,22 +217,37 @@ impl Invoke for IsolatedInvoke {
 }
 
 fn details_of(tool: &str, details: Option<String>) -> Result<Option<Value>, Failure> {
-    match details {
+    json_of(tool, "details", details)
+}
+
+/// A worker's JSON text (`what` of `tool`: details, structured content) as a value; text that is
+/// not JSON or nests too deep breaks the protocol.
+fn json_of(tool: &str, what: &str, json: Option<String>) -> Result<Option<Value>, Failure> {
+    match json {
         None => Ok(None),
         Some(json) => crate::call::details::parse(&json)
             .map(Some)
-            .map_err(|e| Failure::Crash(CrashReason::Protocol(format!("details of `{tool}` {e}")))),
+            .map_err(|e| Failure::Crash(CrashReason::Protocol(format!("{what} of `{tool}` {e}")))),
     }
 }
 
-fn to_answer(
-    tool: &str,
+/// The parts of an `Answer` message besides its blobs.
+struct AnswerShape {
     kind: OutputKind,
     text_len: usize,
-    heads: &[ImageHead],
-    mut blobs: Vec<u8>,
+    images: Vec<ImageHead>,
     details: Option<String>,
-) -> Result<Answer, Failure> {
+    structured: Option<String>,
+}
+
+fn to_answer(tool: &str, shape: AnswerShape, mut blobs: Vec<u8>) -> Result<Answer, Failure> {
+    let AnswerShape {
+        kind,
+        text_len,
+        images: heads,
+        details,
+        structured,
+    } = shape;
     let total = heads
         .iter()
         .map(|h| h.len)
@@ -244,14 +271,12 @@ fn to_answer(
     let mut images = Vec::with_capacity(heads.len());
     let mut at = 0;
     for head in heads {
-        images.push(Image::new(
-            head.mime_type.clone(),
-            &blobs[at..at + head.len],
-        ));
+        images.push(Image::new(head.mime_type, &blobs[at..at + head.len]));
         at += head.len;
     }
     Ok(Answer {
         output: answer::output(kind, text, images)?,
+        structured: json_of(tool, "structured content", structured)?,
         details: details_of(tool, details)?,
     })
 }

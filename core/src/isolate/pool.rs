@@ -121,6 +121,7 @@ pub(crate) struct Ready {
     pub interface_version: u32,
     pub tools: Vec<ToolSpec>,
     pub rejected: Vec<String>,
+    pub capabilities: rho_plugin_api::Capabilities,
     pub sandbox: SandboxReport,
 }
 
@@ -265,6 +266,7 @@ impl Pool {
                             interface_version,
                             tools,
                             rejected,
+                            capabilities,
                         },
                     ..
                 }) => Ok(Ready {
@@ -273,6 +275,7 @@ impl Pool {
                     interface_version,
                     tools,
                     rejected,
+                    capabilities,
                     sandbox,
                 }),
                 other => Err(other),

@@ -49,6 +49,12 @@ pub enum ToWorker {
         tool: String,
         /// The model's call id.
         call_id: String,
+        /// Milliseconds until the host ends the call, as of sending.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        time_left_ms: Option<u64>,
+        /// The call's W3C `traceparent`, checked by the host.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        traceparent: Option<String>,
     },
     /// Give up on a call: the worker sets the tool's cancellation flag.
     Cancel {
@@ -88,6 +94,9 @@ pub enum FromWorker {
         tools: Vec<ToolSpec>,
         /// One line per tool refused.
         rejected: Vec<String>,
+        /// What it says it needs.
+        #[serde(default)]
+        capabilities: rho_plugin_api::Capabilities,
     },
     /// The plugin did not load: the one-line error.
     LoadFailed {
@@ -114,6 +123,9 @@ pub enum FromWorker {
         images: Vec<ImageHead>,
         /// Details, JSON text.
         details: Option<String>,
+        /// Structured content, JSON text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        structured: Option<String>,
         /// The call left the worker damaged (its descriptors exhausted): the host stops it
         /// rather than giving it another call.
         #[serde(default, skip_serializing_if = "is_false")]
@@ -310,6 +322,7 @@ mod tests {
                 },
             ],
             details: None,
+            structured: Some("{}".into()),
             spent: false,
         };
         let bytes = encode(&msg, &[b"abc", b"de"]);

@@ -81,6 +81,45 @@ impl Default for Grants {
     }
 }
 
+impl Grants {
+    /// The first of `asked` these grants do not cover, named with the grant that would: a path
+    /// to read is covered by a granted read or write path it lies under, a path to write by a
+    /// write path, an environment key by `env`, the network and processes by their switches.
+    ///
+    /// ```
+    /// use rho_core::{Capabilities, Grants};
+    /// let grants = Grants { write: vec!["/data".into()], ..Grants::default() };
+    /// assert_eq!(grants.uncovered(&Capabilities::none().read("/data/photos")), None);
+    /// assert_eq!(
+    ///     grants.uncovered(&Capabilities::none().network()).as_deref(),
+    ///     Some("the network (grants.network)")
+    /// );
+    /// ```
+    pub fn uncovered(&self, asked: &rho_plugin_api::Capabilities) -> Option<String> {
+        let under = |paths: &[PathBuf], p: &str| paths.iter().any(|g| Path::new(p).starts_with(g));
+        if let Some(p) = asked
+            .read
+            .iter()
+            .find(|p| !under(&self.read, p) && !under(&self.write, p))
+        {
+            return Some(format!("reading {p} (grants.read)"));
+        }
+        if let Some(p) = asked.write.iter().find(|p| !under(&self.write, p)) {
+            return Some(format!("writing {p} (grants.write)"));
+        }
+        if asked.network && !self.network {
+            return Some("the network (grants.network)".into());
+        }
+        if asked.processes && !self.processes {
+            return Some("child processes (grants.processes)".into());
+        }
+        if let Some(key) = asked.env.iter().find(|k| !self.env.contains(k)) {
+            return Some(format!("the environment variable {key} (grants.env)"));
+        }
+        None
+    }
+}
+
 /// Who an isolated plugin runs as.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]

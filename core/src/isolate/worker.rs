@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use rho_plugin_api::Answer;
 
@@ -24,7 +25,7 @@ use crate::isolate::protocol::{
     read_frame, write_frame,
 };
 use crate::isolate::sandbox;
-use crate::plugin::call::call_module;
+use crate::plugin::call::{CallInfo, call_module};
 use crate::plugin::load::load_checked_copy;
 
 /// The largest frame a worker accepts from its host (arguments): 1 GiB.
@@ -116,6 +117,7 @@ pub fn main() -> ExitCode {
         interface_version: loaded.info.interface_version,
         tools: loaded.tools.clone(),
         rejected: loaded.rejected.clone(),
+        capabilities: loaded.info.capabilities.clone(),
     };
     if !send(&channel, &ready, &[]) {
         return ExitCode::from(1);
@@ -180,7 +182,14 @@ fn serve(
                 return ExitCode::from(1);
             }
         };
-        let ToWorker::Call { id, tool, call_id } = frame.message else {
+        let ToWorker::Call {
+            id,
+            tool,
+            call_id,
+            time_left_ms,
+            traceparent,
+        } = frame.message
+        else {
             continue;
         };
         let Ok(args) = String::from_utf8(frame.blobs) else {
@@ -204,7 +213,11 @@ fn serve(
             };
             send(&updates, &update, &[]);
         };
-        let result = call_module(module, &tool, &args, &call_id, &cancelled, &on_update);
+        let info = CallInfo {
+            time_left: time_left_ms.map(Duration::from_millis),
+            traceparent: traceparent.as_deref().unwrap_or_default(),
+        };
+        let result = call_module(module, &tool, &args, &call_id, &cancelled, &on_update, info);
         *running.lock().unwrap_or_else(PoisonError::into_inner) = None;
         // Before answering: what the call started is gone when the host reads the answer.
         let spent = sandbox::after_call(&sandbox.report, sandbox.threads);
@@ -241,6 +254,7 @@ fn answer(
                 text_len: text.len(),
                 images: heads,
                 details: answer.details.as_ref().map(|d| d.to_string()),
+                structured: answer.structured.as_ref().map(|s| s.to_string()),
                 spent,
             };
             let blobs = std::iter::once(text.as_bytes())

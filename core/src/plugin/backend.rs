@@ -172,21 +172,22 @@ impl Isolated {
             interface_version: 0,
             path: file.path.clone(),
             sha256: file.sha256.clone(),
+            capabilities: Default::default(),
+            granted: Some(self.options.grants.clone()),
         };
         let payload = self.payload(&file)?;
         let (pool, ready) = Pool::open(self.options.clone(), payload, &probe).await?;
         // The worker runs the plugin's code: nothing it announced is taken on its word.
         check_identity(&file.path, &ready.name, &ready.version)?;
-        let raw = ready
-            .tools
-            .into_iter()
-            .map(|spec| RawTool {
-                name: Some(spec.name),
-                description: Some(spec.description),
-                parameters: Some(spec.parameters),
-                timeout_ms: spec.timeout_ms,
-            })
-            .collect();
+        // Refused before any call: a sandbox without what the plugin needs would fail its calls
+        // one by one, each with an error of the operating system's.
+        if let Some(asked) = self.options.grants.uncovered(&ready.capabilities) {
+            return Err(LoadError::NotGranted {
+                path: file.path.clone(),
+                asked,
+            });
+        }
+        let raw = ready.tools.into_iter().map(RawTool::announced).collect();
         let (specs, mut rejected) = check_tools(&file.path, &ready.name, &ready.version, raw);
         rejected.extend(
             ready
@@ -207,6 +208,7 @@ impl Isolated {
             name: ready.name,
             version: ready.version,
             interface_version: ready.interface_version,
+            capabilities: ready.capabilities,
             ..probe
         };
         let tools = with_invoke(specs, |tool| {

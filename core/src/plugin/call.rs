@@ -4,8 +4,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
+use std::time::{Duration, Instant};
+
 use abi_stable::std_types::{ROption, RResult, RStr, RString};
-use rho_plugin_api::ffi::{FfiCtx, FfiOutcome, PluginModRef};
+use rho_plugin_api::ffi::{FfiAnswer2, FfiCallInfo, FfiCtx, FfiOutcome2, PluginModRef};
 use rho_plugin_api::{Answer, Image};
 use serde_json::Value;
 
@@ -22,7 +24,7 @@ pub(crate) fn plain_text(s: RString) -> Option<String> {
 /// Copies a plugin's answer into host-owned data. Text, mime types, messages or details that are
 /// not UTF-8, and details that are not JSON (or nest deeper than [`MAX_DETAILS_DEPTH`](rho_plugin_api::MAX_DETAILS_DEPTH)), make the
 /// call crash with a text naming the field: the plugin broke its contract.
-pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome) -> Result<Answer, Failure> {
+pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome2) -> Result<Answer, Failure> {
     let broken = |what: &str| {
         Failure::Crash(CrashReason::Formatted(format!(
             "tool `{tool}` answered with {what} not UTF-8"
@@ -36,7 +38,22 @@ pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome) -> Result<Answer, Failur
         }
     };
     match outcome {
-        RResult::ROk(answer) => {
+        RResult::ROk(FfiAnswer2 {
+            answer,
+            structured_json,
+        }) => {
+            let structured = match structured_json.into_option() {
+                None => None,
+                Some(json) => {
+                    let json =
+                        plain_text(json).ok_or_else(|| broken("structured content that is"))?;
+                    Some(crate::call::details::parse(&json).map_err(|e| {
+                        Failure::Crash(CrashReason::Formatted(format!(
+                            "tool `{tool}` answered with structured content {e}"
+                        )))
+                    })?)
+                }
+            };
             let details = details(answer.details_json)?;
             let text = plain_text(answer.text).ok_or_else(|| broken("a text that is"))?;
             let mut images = Vec::with_capacity(answer.images.len());
@@ -46,7 +63,11 @@ pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome) -> Result<Answer, Failur
                 images.push(Image::new(mime, image.bytes.as_slice()));
             }
             let output = answer::output(answer.kind.into(), text, images)?;
-            Ok(Answer { output, details })
+            Ok(Answer {
+                output,
+                structured,
+                details,
+            })
         }
         RResult::RErr(failure) => {
             let message =
@@ -72,6 +93,16 @@ fn parse_details(tool: &str, json: &str) -> Result<Value, Failure> {
     })
 }
 
+/// What a plugin is told about a call besides its arguments (interface 2; a plugin of interface
+/// 1 is told nothing of it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CallInfo<'a> {
+    /// Time left until the host ends the call, as of now.
+    pub time_left: Option<Duration>,
+    /// The call's W3C `traceparent`; empty when none.
+    pub traceparent: &'a str,
+}
+
 /// Calls `tool` of `module` on the current thread and copies the answer. A partial update that
 /// is not UTF-8 is not forwarded and makes the call crash when it ends.
 pub fn call_module(
@@ -81,6 +112,7 @@ pub fn call_module(
     call_id: &str,
     cancelled: &AtomicBool,
     on_update: &(dyn Fn(&str) + Sync),
+    info: CallInfo<'_>,
 ) -> Result<Answer, Failure> {
     let bad_update = AtomicBool::new(false);
     let checked = |update: Option<&str>| match update {
@@ -90,7 +122,26 @@ pub fn call_module(
     };
     let checked: &(dyn Fn(Option<&str>) + Sync) = &checked;
     let ctx = FfiCtx::new(call_id, cancelled, &checked);
-    let outcome = (module.call())(RStr::from_str(tool), RStr::from_str(args_json), ctx);
+    let (tool_name, args) = (RStr::from_str(tool), RStr::from_str(args_json));
+    let outcome = match module.call_with() {
+        Some(call_with) => {
+            let info = FfiCallInfo {
+                time_left_ms: info
+                    .time_left
+                    .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+                    .into(),
+                traceparent: RStr::from_str(info.traceparent),
+            };
+            call_with(tool_name, args, ctx, info)
+        }
+        None => match (module.call())(tool_name, args, ctx) {
+            RResult::ROk(answer) => RResult::ROk(FfiAnswer2 {
+                answer,
+                structured_json: ROption::RNone,
+            }),
+            RResult::RErr(failure) => RResult::RErr(failure),
+        },
+    };
     let answer = answer_from_ffi(tool, outcome);
     if bad_update.load(Ordering::Relaxed) {
         return Err(Failure::Crash(CrashReason::Formatted(format!(
@@ -149,14 +200,21 @@ impl Invoke for InProcessInvoke {
             let cancelled = ctx.cancel_flag().clone();
             let on_update = ctx.update_fn();
             let call_id = ctx.call_id().to_owned();
+            let traceparent = ctx.traceparent().unwrap_or_default().to_owned();
+            let deadline = ctx.deadline();
             let module = plugin.module;
             let thread_plugin = plugin.clone();
             let (tx, rx) = tokio::sync::oneshot::channel();
             let spawned = crate::plugin::pool::spawn(move || {
                 let args_json = args.to_string();
                 let on_update = |partial: &str| on_update(partial);
-                let result =
-                    call_module(module, &tool, &args_json, &call_id, &cancelled, &on_update);
+                let info = CallInfo {
+                    time_left: deadline.map(|at| at.saturating_duration_since(Instant::now())),
+                    traceparent: &traceparent,
+                };
+                let result = call_module(
+                    module, &tool, &args_json, &call_id, &cancelled, &on_update, info,
+                );
                 if state.swap(FINISHED, Ordering::AcqRel) == ABANDONED {
                     thread_plugin.runaway.fetch_sub(1, Ordering::Relaxed);
                 }

@@ -13,6 +13,7 @@ use crate::plugin::backend::{Backend, LoadOutcome, LoadedVersion};
 use crate::plugin::load::{CopyDir, PluginFile, PluginInfo};
 use crate::plugin::open::{DirError, DirHandle, Stamp, open_dir};
 use crate::plugin::trust::Trust;
+use crate::registry::spec::ToolSpec;
 use crate::registry::{ResolvedTool, SourceId, ToolRegistry};
 
 /// Where a directory's plugins run. The default is [`Isolation::Process`]: a plugin that
@@ -683,6 +684,7 @@ impl PluginDir {
             }
         }
         let names: Vec<String> = tools.iter().map(|t| t.spec.name.clone()).collect();
+        let specs: Vec<ToolSpec> = tools.iter().map(|t| (*t.spec).clone()).collect();
         if let Some(sandbox) = loaded.sandbox.as_ref().filter(|s| !s.complete()) {
             report.event(EventKind::Warning {
                 subject: loaded.info.name.clone(),
@@ -707,10 +709,12 @@ impl PluginDir {
                     plugin: info.name.clone(),
                     version: info.version.clone(),
                     path: file,
-                    tools: names,
+                    tools: specs,
                     sha256: info.sha256.clone(),
                     isolated: inner.backend.is_isolated(),
                     sandbox: loaded.sandbox,
+                    capabilities: info.capabilities.clone(),
+                    granted: info.granted.clone(),
                 });
             }
             Some(old) => {

@@ -6,7 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use abi_stable::library::{LibraryError, RawLibrary, lib_header_from_raw_library};
 use abi_stable::std_types::RResult;
-use rho_plugin_api::ffi::{FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION, PluginModRef};
+use rho_plugin_api::declare::{Declaration, ToolDeclaration};
+use rho_plugin_api::ffi::{
+    FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION, OLDEST_INTERFACE_VERSION, PluginModRef,
+};
+use rho_plugin_api::{Capabilities, ToolHints};
 
 use crate::plugin::call::plain_text;
 use sha2::{Digest, Sha256};
@@ -27,6 +31,12 @@ pub struct PluginInfo {
     pub path: PathBuf,
     /// SHA-256 of the file's content, lowercase hex.
     pub sha256: String,
+    /// What the plugin says it needs (nothing, for interface 1).
+    pub capabilities: Capabilities,
+    /// What the host grants it: `Some` for an isolated plugin (its sandbox's grants, which cover
+    /// `capabilities` or the plugin was refused), `None` in process, where a plugin has every
+    /// power of the host.
+    pub granted: Option<crate::isolate::sandbox::Grants>,
 }
 
 /// A plugin file opened once and copied into storage private to the host: what loads is the
@@ -360,6 +370,7 @@ pub fn load_checked_copy(copy: &Path, shown_path: &Path) -> Result<Loaded, LoadE
 
 fn finish_load(path: &Path, sha256: &str, module: PluginModRef) -> Result<Loaded, LoadError> {
     let (interface_version, raw) = describe(path, module)?;
+    let declaration = declaration(path, module)?;
     let not_text = |what: &str| LoadError::Describe {
         path: path.to_owned(),
         reason: format!("its {what} is not UTF-8"),
@@ -367,7 +378,13 @@ fn finish_load(path: &Path, sha256: &str, module: PluginModRef) -> Result<Loaded
     let name = plain_text(raw.name).ok_or_else(|| not_text("name"))?;
     let version = plain_text(raw.version).ok_or_else(|| not_text("version"))?;
     check_identity(path, &name, &version)?;
-    let (tools, rejected) = tool_specs(path, &name, &version, raw.tools.into_vec());
+    let (tools, rejected) = tool_specs(
+        path,
+        &name,
+        &version,
+        raw.tools.into_vec(),
+        declaration.tools,
+    );
     Ok(Loaded {
         info: PluginInfo {
             name,
@@ -375,6 +392,8 @@ fn finish_load(path: &Path, sha256: &str, module: PluginModRef) -> Result<Loaded
             interface_version,
             path: path.to_owned(),
             sha256: sha256.to_owned(),
+            capabilities: declaration.capabilities,
+            granted: None,
         },
         module,
         tools,
@@ -400,11 +419,12 @@ pub(crate) fn describe(
     module: PluginModRef,
 ) -> Result<(u32, FfiPluginInfo), LoadError> {
     let interface_version = module.interface_version();
-    if interface_version != INTERFACE_VERSION {
+    if !(OLDEST_INTERFACE_VERSION..=INTERFACE_VERSION).contains(&interface_version) {
         return Err(LoadError::InterfaceVersion {
             path: path.to_owned(),
             found: interface_version,
-            expected: INTERFACE_VERSION,
+            oldest: OLDEST_INTERFACE_VERSION,
+            newest: INTERFACE_VERSION,
         });
     }
     match (module.describe())() {
@@ -416,33 +436,113 @@ pub(crate) fn describe(
     }
 }
 
+/// The longest declaration (JSON text) a plugin may hand the host: 16 MiB.
+const MAX_DECLARATION_BYTES: usize = 16 << 20;
+
+/// What a plugin of interface 2 or later declares (its `declare`); the defaults for interface 1.
+pub(crate) fn declaration(path: &Path, module: PluginModRef) -> Result<Declaration, LoadError> {
+    let Some(declare) = module.declare() else {
+        return Ok(Declaration::default());
+    };
+    let failed = |reason: String| LoadError::Describe {
+        path: path.to_owned(),
+        reason,
+    };
+    let json = match declare() {
+        RResult::ROk(json) => json,
+        RResult::RErr(message) => return Err(failed(message.to_string())),
+    };
+    if json.len() > MAX_DECLARATION_BYTES {
+        return Err(failed(format!(
+            "its declaration is {} bytes, over the {MAX_DECLARATION_BYTES} a host reads",
+            json.len()
+        )));
+    }
+    let json = plain_text(json).ok_or_else(|| failed("its declaration is not UTF-8".into()))?;
+    serde_json::from_str(&json).map_err(|e| failed(format!("its declaration does not parse: {e}")))
+}
+
 /// A tool as a plugin described it, before the host's checks: `None` for a string that was not
-/// UTF-8, a schema that did not parse as `Value::Null`.
+/// UTF-8, a schema that did not parse as `Value::Null`; what it declared beside.
 pub(crate) struct RawTool {
     pub name: Option<String>,
     pub description: Option<String>,
     pub parameters: Option<serde_json::Value>,
     pub timeout_ms: Option<u64>,
+    pub declared: ToolDeclaration,
 }
 
-/// Turns an in-process plugin's description into specs (see [`check_tools`]).
+/// Turns an in-process plugin's description and declaration into specs (see [`check_tools`]).
+/// A declaration is matched to its tool by name; a tool without one takes the defaults.
 pub(crate) fn tool_specs(
     path: &Path,
     plugin: &str,
     version: &str,
     descs: Vec<FfiToolDesc>,
+    mut declared: Vec<ToolDeclaration>,
 ) -> (Vec<ToolSpec>, Vec<String>) {
     let raw = descs
         .into_iter()
-        .map(|desc| RawTool {
-            timeout_ms: desc.timeout_ms.into_option(),
-            name: plain_text(desc.name),
-            description: plain_text(desc.description),
-            parameters: plain_text(desc.parameters_json)
-                .map(|json| serde_json::from_str(&json).unwrap_or(serde_json::Value::Null)),
+        .map(|desc| {
+            let name = plain_text(desc.name);
+            let declared = name
+                .as_deref()
+                .and_then(|name| declared.iter().position(|d| d.name == name))
+                .map(|at| declared.swap_remove(at))
+                .unwrap_or_default();
+            RawTool {
+                timeout_ms: desc.timeout_ms.into_option(),
+                name,
+                description: plain_text(desc.description),
+                parameters: plain_text(desc.parameters_json)
+                    .map(|json| serde_json::from_str(&json).unwrap_or(serde_json::Value::Null)),
+                declared,
+            }
         })
         .collect();
     check_tools(path, plugin, version, raw)
+}
+
+impl RawTool {
+    /// A spec as an isolated worker announced it, to be checked again by the host.
+    pub(crate) fn announced(spec: ToolSpec) -> Self {
+        RawTool {
+            declared: ToolDeclaration {
+                name: spec.name.clone(),
+                title: spec.title,
+                hints: spec.hints,
+                output_schema: spec.output_schema,
+                max_result_bytes: spec.max_result_bytes,
+            },
+            name: Some(spec.name),
+            description: Some(spec.description),
+            parameters: Some(spec.parameters),
+            timeout_ms: spec.timeout_ms,
+        }
+    }
+}
+
+/// Why a tool's declaration is refused, if it is: a title that is empty, longer than 128
+/// characters or holds control characters; an output schema that is not an object schema
+/// (`"type": "object"`, as MCP requires); a result limit of zero.
+fn declaration_problem(declared: &ToolDeclaration) -> Option<String> {
+    if let Some(title) = &declared.title
+        && (title.is_empty() || title.chars().count() > 128 || title.chars().any(char::is_control))
+    {
+        return Some("its title must be 1 to 128 characters without control characters".into());
+    }
+    if let Some(schema) = &declared.output_schema
+        && schema.get("type").and_then(|t| t.as_str()) != Some("object")
+    {
+        return Some(
+            "its output schema must describe an object (`\"type\": \"object\"`, as MCP requires)"
+                .into(),
+        );
+    }
+    if declared.max_result_bytes == Some(0) {
+        return Some("its result limit must be at least 1 byte".into());
+    }
+    None
 }
 
 /// Checks a plugin's name and version as the host shows them: at most 128 characters, no
@@ -511,16 +611,40 @@ pub(crate) fn check_tools(
             ));
             continue;
         }
+        if let Some(problem) = declaration_problem(&tool.declared) {
+            rejected.push(format!("{file}: tool `{name}` refused: {problem}"));
+            continue;
+        }
+        let ToolDeclaration {
+            title,
+            hints,
+            output_schema,
+            max_result_bytes,
+            ..
+        } = tool.declared;
         tools.push(ToolSpec {
             name,
+            title,
             description,
             parameters,
+            output_schema,
+            hints: normalized(hints),
+            max_result_bytes,
             timeout_ms: tool.timeout_ms,
             plugin: Some(plugin.to_owned()),
             plugin_version: Some(version.to_owned()),
         });
     }
     (tools, rejected)
+}
+
+/// Hints as the host states them: a read-only tool is not destructive (MCP gives
+/// `destructiveHint` meaning only for tools that write).
+fn normalized(hints: ToolHints) -> ToolHints {
+    ToolHints {
+        destructive: hints.destructive && !hints.read_only,
+        ..hints
+    }
 }
 
 /// One line for an abi_stable error; the full report goes to `tracing`.
@@ -609,8 +733,13 @@ mod tests {
                 desc("list", "[1]"),
             ]),
         };
-        let (tools, rejected) =
-            tool_specs(Path::new("/p/libp.so"), "p", "1.0.0", info.tools.into_vec());
+        let (tools, rejected) = tool_specs(
+            Path::new("/p/libp.so"),
+            "p",
+            "1.0.0",
+            info.tools.into_vec(),
+            Vec::new(),
+        );
         assert_eq!(tools.len(), 1);
         assert_eq!(tools[0].timeout_ms, Some(5));
         assert_eq!(tools[0].plugin.as_deref(), Some("p"));

@@ -287,7 +287,7 @@ impl HealthView {
                 ..
             } => {
                 for tool in tools {
-                    self.tally(tool).stats.origin = format!("{plugin}@{version}");
+                    self.tally(&tool.name).stats.origin = format!("{plugin}@{version}");
                 }
             }
             EventKind::PluginReloaded {

@@ -18,7 +18,7 @@ use crate::bus::Bus;
 use crate::bus::events::EventKind;
 use crate::call::invoke::{Invoke, NativeInvoke, Tool};
 use crate::call::outcome::ToolResult;
-use crate::call::validate::ArgsValidator;
+use crate::call::validate::{Checked, SchemaValidator};
 use crate::registry::health::{CallEnd, Change, Health, QuarantinePolicy, ToolKey, ToolStats};
 use crate::registry::spec::ToolSpec;
 
@@ -36,7 +36,8 @@ pub struct ResolvedTool {
     /// Where it comes from, for people: `host`, or `plugin@version (file)`.
     pub origin: Arc<str>,
     pub(crate) invoke: Arc<dyn Invoke>,
-    pub(crate) validator: Arc<ArgsValidator>,
+    pub(crate) validator: Arc<SchemaValidator>,
+    pub(crate) output_validator: Option<Arc<SchemaValidator>>,
 }
 
 impl ResolvedTool {
@@ -47,20 +48,42 @@ impl ResolvedTool {
         origin: &str,
         invoke: Arc<dyn Invoke>,
     ) -> Result<Self, String> {
-        let validator = ArgsValidator::new(&spec.parameters)
-            .map_err(|e| format!("tool `{}` refused: {e}", spec.name))?;
+        let refused = |e: String| format!("tool `{}` refused: {e}", spec.name);
+        let validator =
+            SchemaValidator::new(&spec.parameters, "its parameters are").map_err(refused)?;
+        let output_validator = match &spec.output_schema {
+            Some(schema) => Some(Arc::new(
+                SchemaValidator::new(schema, "its output schema is").map_err(refused)?,
+            )),
+            None => None,
+        };
         Ok(ResolvedTool {
             spec: Arc::new(spec),
             generation,
             origin: origin.into(),
             invoke,
             validator: Arc::new(validator),
+            output_validator,
         })
     }
 
     /// Checks `args` against the tool's schema.
     pub(crate) fn check_args(&self, args: &Value) -> Result<(), String> {
-        self.validator.check(&self.spec.name, args)
+        self.validator
+            .check(&self.spec.name, args, Checked::Arguments)
+    }
+
+    /// Checks a structured answer against the tool's output schema: a tool that declares one
+    /// must answer with structured content that matches it.
+    pub(crate) fn check_answer(&self, structured: Option<&Value>) -> Result<(), String> {
+        match (&self.output_validator, structured) {
+            (None, _) => Ok(()),
+            (Some(_), None) => Err(format!(
+                "tool `{}` declares an output schema but answered without structured content",
+                self.spec.name
+            )),
+            (Some(v), Some(value)) => v.check(&self.spec.name, value, Checked::Answer),
+        }
     }
 }
 

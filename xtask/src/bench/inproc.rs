@@ -3,7 +3,7 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use rho_core::loader::{CopyDir, PluginFile, call_module, load_in_process};
+use rho_core::loader::{CallInfo, CopyDir, PluginFile, call_module, load_in_process};
 use rho_core::plugin_api::ffi::{PluginModRef, ROOT_SYMBOL};
 use rho_core::{CallOptions, DirOptions, Host, ToolCall, allow_all};
 use serde_json::json;
@@ -151,6 +151,7 @@ async fn direct(module: PluginModRef) {
             "c",
             &cancelled,
             &noop,
+            CallInfo::default(),
         )
     })
     .await;

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rho_core::loader::{CopyDir, PluginFile, call_module, load_in_process};
+use rho_core::loader::{CallInfo, CopyDir, PluginFile, call_module, load_in_process};
 use rho_core::{CallOptions, DirOptions, Host, ToolCall, allow_all};
 use serde_json::json;
 
@@ -127,7 +127,15 @@ pub async fn reload(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         let loaded = load_in_process(&file).map_err(|e| e.to_string())?;
         let cancelled = std::sync::atomic::AtomicBool::new(false);
         let noop = |_: &str| {};
-        let _ = call_module(loaded.module, "build_tag", "{}", "c", &cancelled, &noop);
+        let _ = call_module(
+            loaded.module,
+            "build_tag",
+            "{}",
+            "c",
+            &cancelled,
+            &noop,
+            CallInfo::default(),
+        );
         raw.push(started.elapsed().as_secs_f64() * 1e3);
     }
     let _ = std::fs::remove_dir_all(&dir);
