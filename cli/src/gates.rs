@@ -10,19 +10,13 @@ use tokio::sync::Mutex;
 pub fn parse_flag(spec: &str) -> Result<Vec<GateRule>, String> {
     match spec {
         "allow" | "allow_all" => Ok(Vec::new()),
-        "ask" => Ok(vec![GateRule {
-            tool: "*".into(),
-            action: Action::Ask,
-        }]),
+        "ask" => Ok(vec![GateRule::new("*", Action::Ask)]),
         other => match other.strip_prefix("deny:") {
             Some(list) if !list.trim().is_empty() => Ok(list
                 .split(',')
                 .map(str::trim)
                 .filter(|s| !s.is_empty())
-                .map(|tool| GateRule {
-                    tool: tool.into(),
-                    action: Action::Deny,
-                })
+                .map(|tool| GateRule::new(tool, Action::Deny))
                 .collect()),
             _ => Err(format!(
                 "unknown gate `{other}`: use `allow`, `ask` or `deny:TOOL,TOOL...`"

@@ -16,7 +16,7 @@ use rho_core::{
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock as Content,
     Implementation, InitializeResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ServerCapabilities, Tool,
+    ProgressNotificationParam, ServerCapabilities, Tool, ToolAnnotations,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler, ServiceExt};
@@ -109,23 +109,43 @@ impl Asker for ElicitAsker {
 }
 
 /// A tool as MCP lists it.
+/// A tool as MCP lists it: every hint stated (a tool that declares none gets MCP's cautious
+/// defaults, stated too: clients treat a missing annotation as unknown), its title and, for a tool
+/// that answers structured data, its output schema.
 fn mcp_tool(spec: &rho_core::ToolSpec) -> Tool {
-    let schema = match &spec.parameters {
+    let object = |schema: &Value| match schema {
         Value::Object(map) => map.clone(),
         _ => serde_json::Map::new(),
     };
-    Tool::new(
+    let hints = spec.hints;
+    let mut annotations = ToolAnnotations::new()
+        .read_only(hints.read_only)
+        .destructive(hints.destructive)
+        .idempotent(hints.idempotent)
+        .open_world(hints.open_world);
+    annotations.title = spec.title.clone();
+    let mut tool = Tool::new(
         spec.name.clone(),
         spec.description.clone(),
-        Arc::new(schema),
+        Arc::new(object(&spec.parameters)),
     )
+    .with_annotations(annotations);
+    if let Some(title) = &spec.title {
+        tool = tool.with_title(title.clone());
+    }
+    if let Some(schema) = &spec.output_schema {
+        tool = tool.with_raw_output_schema(Arc::new(object(schema)));
+    }
+    tool
 }
 
-/// A rho result as MCP returns it: text -> text content, images -> image content (base64),
-/// details -> `structuredContent`, every outcome but ok -> `isError: true`; the outcome itself
-/// in `_meta["rho/outcome"]`. At most `max_bytes` of text, base64 images and structured content
-/// together: past it images and details that do not fit are left out and the text is cut, with a
-/// note saying so and `_meta["rho/truncated"]` (the whole result is in the host's journal).
+/// A rho result as MCP returns it: text -> text content (a structured answer's JSON text when it
+/// has no text of its own: content is never empty), images -> image content (base64), structured
+/// data -> `structuredContent`, details -> `_meta["rho/details"]`, every outcome but ok ->
+/// `isError: true`; the outcome itself in `_meta["rho/outcome"]`. At most `max_bytes` of text,
+/// base64 images, structured content and details together: past it what does not fit is left out
+/// (images, details, then structured content) and the text is cut, with a note saying so and
+/// `_meta["rho/truncated"]` (the whole result is in the host's journal).
 pub fn mcp_result(result: &ToolResult, max_bytes: usize) -> CallToolResult {
     let mut content = Vec::new();
     let mut left = max_bytes;
@@ -141,20 +161,27 @@ pub fn mcp_result(result: &ToolResult, max_bytes: usize) -> CallToolResult {
             dropped.push(format!("an image of {} bytes", image.bytes.len()));
         }
     }
-    let details = match &result.details {
-        Some(details) => {
-            let size = details.to_string().len();
-            if size <= left {
-                left -= size;
-                Some(details.clone())
-            } else {
-                dropped.push(format!("details of {size} bytes"));
-                None
-            }
+    let mut fits = |value: Option<&Value>, what: &str| {
+        let value = value?;
+        let size = value.to_string().len();
+        if size <= left {
+            left -= size;
+            Some(value.clone())
+        } else {
+            dropped.push(format!("{what} of {size} bytes"));
+            None
         }
-        None => None,
     };
-    let text = result.text();
+    let structured = fits(result.structured.as_ref(), "structured content");
+    let details = fits(result.details.as_ref(), "details");
+    let rendered;
+    let text = match (&result.structured, result.text()) {
+        (Some(data), "") => {
+            rendered = data.to_string();
+            rendered.as_str()
+        }
+        (_, text) => text,
+    };
     if text.len() > left {
         let at = (0..=left.saturating_sub(256))
             .rev()
@@ -184,10 +211,13 @@ pub fn mcp_result(result: &ToolResult, max_bytes: usize) -> CallToolResult {
     } else {
         CallToolResult::success(content)
     };
-    out.structured_content = details;
+    out.structured_content = structured;
     let mut meta = serde_json::Map::new();
     if cut {
         meta.insert("rho/truncated".into(), json!(true));
+    }
+    if let Some(details) = details {
+        meta.insert("rho/details".into(), details);
     }
     meta.insert("rho/outcome".into(), json!(result.outcome));
     meta.insert(
@@ -266,8 +296,15 @@ impl RhoServer {
                 fallback: self.fallback,
             }),
         ));
+        // W3C trace context from the request's `_meta.traceparent` (checked by the runner).
+        let traceparent = context
+            .meta
+            .get("traceparent")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         let options = CallOptions {
             cancel: Some(context.ct.clone()),
+            traceparent,
             gate: Some(gate),
             on_update,
             ..CallOptions::default()

@@ -31,6 +31,9 @@ pub async fn main(args: Args, config: rho_core::HostConfig) -> ExitCode {
     if !print(&host.tools(), args.json) {
         return ExitCode::from(1);
     }
+    if !args.json {
+        print_plugins(&host.plugins().await);
+    }
     // `print` says "no tools" for an empty list: that is a result, not a failure.
     if !args.watch {
         return ExitCode::SUCCESS;
@@ -92,11 +95,41 @@ fn print(tools: &[rho_core::ToolSpec], json: bool) -> bool {
             .map(|ms| format!(", timeout {ms} ms"))
             .unwrap_or_default();
         outln!("{}  ({}{timeout})", tool.name, tool.origin());
+        if let Some(title) = &tool.title {
+            outln!("    {}", crate::render::terminal_safe(title));
+        }
         outln!("    {}", crate::render::terminal_safe(&tool.description));
+        outln!("    hints: {}", tool.hints);
         let params = crate::render::parameters_summary(&tool.parameters);
         if !params.is_empty() {
             outln!("    args: {params}");
         }
+        if let Some(schema) = &tool.output_schema {
+            outln!(
+                "    answers: structured ({})",
+                crate::render::parameters_summary(schema)
+            );
+        }
+        if let Some(bytes) = tool.max_result_bytes {
+            outln!("    result limit: {bytes} bytes");
+        }
     }
     true
+}
+
+/// One line per plugin: what it asks for beside what the host grants it.
+fn print_plugins(plugins: &[rho_core::PluginInfo]) {
+    for plugin in plugins {
+        let granted = match &plugin.granted {
+            Some(grants) => grants.to_string(),
+            None => "everything the host can do (in process)".to_owned(),
+        };
+        outln!(
+            "plugin {}@{}: asks for {}; granted {}",
+            plugin.name,
+            plugin.version,
+            plugin.capabilities,
+            granted
+        );
+    }
 }

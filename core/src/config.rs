@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::session::{KeepDetails, LoopConfig};
+use crate::agent::session::{CallOrder, KeepDetails, LoopConfig};
 use crate::call::rules::{Action, GateRule};
 use crate::call::runner::RunnerConfig;
 use crate::isolate::WorkerOptions;
@@ -144,6 +144,10 @@ pub struct RunnerSettings {
     pub keep_details: KeepDetails,
     /// The longest timeout a tool may declare for itself, milliseconds.
     pub max_tool_timeout_ms: u64,
+    /// The result limit of tools that declare none, bytes of answer text (none when left out).
+    pub max_result_bytes: Option<usize>,
+    /// How the calls of one turn run (see [`CallOrder`]).
+    pub call_order: CallOrder,
 }
 
 impl Default for RunnerSettings {
@@ -157,6 +161,8 @@ impl Default for RunnerSettings {
             max_turns: agent.max_turns,
             keep_details: agent.keep_details,
             max_tool_timeout_ms: millis_of(runner.max_tool_timeout),
+            max_result_bytes: runner.max_result_bytes,
+            call_order: agent.call_order,
         }
     }
 }
@@ -231,6 +237,9 @@ impl HostConfig {
             1,
             MAX_TIMEOUT_MS,
         )?;
+        if let Some(bytes) = r.max_result_bytes {
+            within("runner.max_result_bytes", bytes as u64, 1, 1 << 30)?;
+        }
         for (tool, ms) in &self.timeouts {
             within(&format!("timeouts.{tool}"), *ms, 1, MAX_TIMEOUT_MS)?;
         }
@@ -350,6 +359,7 @@ impl HostConfig {
                 .map(|(tool, ms)| (tool.clone(), Duration::from_millis(*ms)))
                 .collect(),
             max_tool_timeout: Duration::from_millis(self.runner.max_tool_timeout_ms),
+            max_result_bytes: self.runner.max_result_bytes,
             ..RunnerConfig::default()
         }
     }
@@ -360,6 +370,7 @@ impl HostConfig {
             max_parallel: self.runner.max_parallel,
             max_turns: self.runner.max_turns,
             keep_details: self.runner.keep_details,
+            call_order: self.runner.call_order,
         }
     }
 }

@@ -35,7 +35,7 @@ mod plugin;
 mod registry;
 
 pub use agent::model::{AssistantTurn, KeptDetails, Message, Model, ModelError, ScriptedModel};
-pub use agent::session::{KeepDetails, Loop, LoopConfig, RunSummary};
+pub use agent::session::{CallOrder, KeepDetails, Loop, LoopConfig, RunSummary};
 pub use bus::events::{CallRef, Event, EventKind, ImageView, OutputView};
 pub use bus::journal::{Journal, JournalError, read_range};
 pub use bus::{Bus, BusItem, DEFAULT_CAPACITY, Filter, Sink, Subscription};

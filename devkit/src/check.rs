@@ -36,6 +36,7 @@ pub fn check(path: &Path, as_json: bool) -> Result<bool, crate::DevkitError> {
             "interface_version": info.interface_version,
             "path": info.path,
             "sha256": info.sha256,
+            "capabilities": info.capabilities,
             "tools": loaded.tools,
             "refused": loaded.rejected,
         });
@@ -48,6 +49,7 @@ pub fn check(path: &Path, as_json: bool) -> Result<bool, crate::DevkitError> {
             info.path.display(),
             info.sha256
         );
+        out!("asks for:          {}", info.capabilities);
         out!("tools:             {}", loaded.tools.len());
         for tool in &loaded.tools {
             let timeout = tool
@@ -55,10 +57,24 @@ pub fn check(path: &Path, as_json: bool) -> Result<bool, crate::DevkitError> {
                 .map(|t| format!("{t} ms"))
                 .unwrap_or_else(|| "the host's default".into());
             out!("\n  {}: {}", tool.name, tool.description);
+            if let Some(title) = &tool.title {
+                out!("    title: {title}");
+            }
+            out!("    hints: {}", tool.hints);
             out!("    timeout: {timeout}");
+            if let Some(bytes) = tool.max_result_bytes {
+                out!("    result limit: {bytes} bytes");
+            }
             let schema = serde_json::to_string_pretty(&tool.parameters).unwrap_or_default();
             for line in schema.lines() {
                 out!("    {line}");
+            }
+            if let Some(output) = &tool.output_schema {
+                out!("    answers:");
+                let schema = serde_json::to_string_pretty(output).unwrap_or_default();
+                for line in schema.lines() {
+                    out!("    {line}");
+                }
             }
         }
     }

@@ -50,6 +50,53 @@ impl Default for ToolHints {
     }
 }
 
+impl std::fmt::Display for ToolHints {
+    /// The hints in words: `read-only, idempotent, closed world`, `destructive, open world`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let effect = match (self.read_only, self.destructive) {
+            (true, _) => "read-only",
+            (false, true) => "destructive",
+            (false, false) => "additive",
+        };
+        f.write_str(effect)?;
+        if self.idempotent {
+            f.write_str(", idempotent")?;
+        }
+        f.write_str(if self.open_world {
+            ", open world"
+        } else {
+            ", closed world"
+        })
+    }
+}
+
+impl std::fmt::Display for Capabilities {
+    /// The capabilities in words: `read /srv; network; env API_TOKEN`, or `nothing`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if !self.read.is_empty() {
+            parts.push(format!("read {}", self.read.join(", ")));
+        }
+        if !self.write.is_empty() {
+            parts.push(format!("write {}", self.write.join(", ")));
+        }
+        if self.network {
+            parts.push("network".to_owned());
+        }
+        if self.processes {
+            parts.push("processes".to_owned());
+        }
+        if !self.env.is_empty() {
+            parts.push(format!("env {}", self.env.join(", ")));
+        }
+        if parts.is_empty() {
+            f.write_str("nothing")
+        } else {
+            f.write_str(&parts.join("; "))
+        }
+    }
+}
+
 /// What a plugin needs beyond computing: the paths it reads and writes, the network, environment
 /// variables, child processes. Declared once per plugin (see [`crate::export_plugin!`]); a host
 /// that isolates the plugin compares it with what it grants and refuses a plugin that asks for

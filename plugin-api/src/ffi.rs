@@ -81,6 +81,45 @@ impl RootModule for PluginModRef {
     const VERSION_STRINGS: VersionStrings = package_version_strings!();
 }
 
+/// Interface 1's root module, frozen: a host checks the layout of a plugin built against an older
+/// interface with it. abi_stable accepts a library whose root module has at least the fields of
+/// the host's type, so a plugin of interface 1 fails the check against today's [`PluginMod`];
+/// it passes against this one, and today's [`PluginModRef`] then reads it safely: the fields it
+/// lacks read as `None` (each later field is `missing_field(option)`). Never change this type.
+pub mod v1 {
+    use abi_stable::{
+        StableAbi, declare_root_module_statics,
+        library::RootModule,
+        package_version_strings,
+        sabi_types::VersionStrings,
+        std_types::{RResult, RStr, RString},
+    };
+
+    use super::{FfiCtx, FfiOutcome, FfiPluginInfo};
+
+    /// The root module of interface 1.
+    #[repr(C)]
+    #[derive(StableAbi)]
+    #[sabi(kind(Prefix(prefix_ref = PluginModRef)))]
+    #[sabi(missing_field(panic))]
+    pub struct PluginMod {
+        /// 1.
+        pub interface_version: u32,
+        /// Describes the plugin and its tools.
+        pub describe: extern "C" fn() -> RResult<FfiPluginInfo, RString>,
+        /// Calls one tool.
+        #[sabi(last_prefix_field)]
+        pub call: extern "C" fn(tool: RStr<'_>, args_json: RStr<'_>, ctx: FfiCtx<'_>) -> FfiOutcome,
+    }
+
+    impl RootModule for PluginModRef {
+        declare_root_module_statics! {PluginModRef}
+        const BASE_NAME: &'static str = "rho_plugin";
+        const NAME: &'static str = "rho_plugin";
+        const VERSION_STRINGS: VersionStrings = package_version_strings!();
+    }
+}
+
 /// What a plugin says about itself.
 #[repr(C)]
 #[derive(StableAbi, Debug)]

@@ -1,6 +1,6 @@
 //! [`Loop`]: one session's agent loop. It owns the session's messages, asks the model for turns,
-//! runs each turn's tool calls concurrently (bounded by `max_parallel`), records each result the
-//! moment its call ends, and hands results back in the order the model asked for.
+//! runs each turn's tool calls (see [`CallOrder`] for which run side by side), records each result
+//! the moment its call ends, and hands results back in the order the model asked for.
 
 use std::sync::Arc;
 
@@ -47,6 +47,25 @@ impl KeepDetails {
     }
 }
 
+/// Which calls of one turn run side by side.
+///
+/// The rule of [`CallOrder::ReadOnlyAtOnce`], the default: a call of a tool that declares itself
+/// read-only ([`ToolHints::read_only`](crate::ToolHints)) starts at once; every other call starts
+/// only when the one before it *among the others* has ended, so the calls that may change things
+/// run one at a time in the order the model gave them, while reads run beside them. Both are
+/// bounded by `max_parallel` together. A call's gate runs inside its turn: a write waiting for a
+/// person's approval holds back the writes after it, never a read. A tool that is unknown or
+/// declares nothing counts as not read-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallOrder {
+    /// Read-only calls at once, the others one at a time in model order.
+    #[default]
+    ReadOnlyAtOnce,
+    /// Every call at once, whatever it declares.
+    AllAtOnce,
+}
+
 /// A loop's settings.
 #[derive(Debug, Clone)]
 pub struct LoopConfig {
@@ -56,15 +75,19 @@ pub struct LoopConfig {
     pub max_turns: u32,
     /// How much of each result's details the session keeps.
     pub keep_details: KeepDetails,
+    /// Which calls of a turn run side by side.
+    pub call_order: CallOrder,
 }
 
 impl Default for LoopConfig {
-    /// 8 calls at once, 32 turns, all details kept.
+    /// 8 calls at once, read-only ones beside the others taken in model order, 32 turns, all
+    /// details kept.
     fn default() -> Self {
         LoopConfig {
             max_parallel: 8,
             max_turns: 32,
             keep_details: KeepDetails::All,
+            call_order: CallOrder::ReadOnlyAtOnce,
         }
     }
 }
@@ -179,27 +202,48 @@ impl Loop {
         result
     }
 
-    /// Runs `calls` concurrently (at most `max_parallel` at once), records each result in the
-    /// session as soon as its call ends, and returns the results in the order of `calls`.
+    /// Runs `calls` as [`LoopConfig::call_order`] says (at most `max_parallel` at once), records
+    /// each result in the session as soon as its call ends, and returns the results in the order
+    /// of `calls`.
     pub async fn run_batch(&mut self, calls: &[ToolCall]) -> Vec<ToolResult> {
         let permits = Arc::new(Semaphore::new(self.config.max_parallel.max(1)));
         let options = CallOptions {
             session_id: Some(self.session_id.clone()),
             ..CallOptions::default()
         };
-        let mut pending: FuturesUnordered<_> = calls
-            .iter()
-            .enumerate()
-            .map(|(i, call)| {
-                let host = self.host.clone();
-                let permits = permits.clone();
-                let options = options.clone();
-                async move {
-                    let _permit = permits.acquire_owned().await.ok();
-                    (i, host.call_with(call, &options).await)
-                }
-            })
+        let read_only: std::collections::HashSet<String> = self
+            .host
+            .tools()
+            .into_iter()
+            .filter(|t| t.hints.read_only)
+            .map(|t| t.name)
             .collect();
+        // Each call taken in model order waits for the end of the one before it: that call's
+        // sender is dropped when it ends (its receiver then resolves), whatever the outcome.
+        let mut previous: Option<tokio::sync::oneshot::Receiver<()>> = None;
+        let mut pending: FuturesUnordered<_> = FuturesUnordered::new();
+        for (i, call) in calls.iter().enumerate() {
+            let ordered = self.config.call_order == CallOrder::ReadOnlyAtOnce
+                && !read_only.contains(&call.name);
+            let (after, ended) = if ordered {
+                let (ended, next) = tokio::sync::oneshot::channel::<()>();
+                (previous.replace(next), Some(ended))
+            } else {
+                (None, None)
+            };
+            let host = self.host.clone();
+            let permits = permits.clone();
+            let options = options.clone();
+            pending.push(async move {
+                if let Some(after) = after {
+                    let _ = after.await;
+                }
+                let _permit = permits.acquire_owned().await.ok();
+                let result = host.call_with(call, &options).await;
+                drop(ended);
+                (i, result)
+            });
+        }
         let mut results: Vec<Option<ToolResult>> = vec![None; calls.len()];
         while let Some((i, result)) = pending.next().await {
             self.messages.push(Message::Tool {

@@ -81,6 +81,22 @@ impl Default for Grants {
     }
 }
 
+impl std::fmt::Display for Grants {
+    /// The grants in words, as [`Capabilities`](rho_plugin_api::Capabilities) shows what a plugin
+    /// asks for: `read /srv; network; env PATH, LANG`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let paths = |paths: &[PathBuf]| paths.iter().map(|p| p.display().to_string()).collect();
+        rho_plugin_api::Capabilities {
+            read: paths(&self.read),
+            write: paths(&self.write),
+            network: self.network,
+            env: self.env.clone(),
+            processes: self.processes,
+        }
+        .fmt(f)
+    }
+}
+
 impl Grants {
     /// The first of `asked` these grants do not cover, named with the grant that would: a path
     /// to read is covered by a granted read or write path it lies under, a path to write by a

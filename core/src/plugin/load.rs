@@ -8,7 +8,7 @@ use abi_stable::library::{LibraryError, RawLibrary, lib_header_from_raw_library}
 use abi_stable::std_types::RResult;
 use rho_plugin_api::declare::{Declaration, ToolDeclaration};
 use rho_plugin_api::ffi::{
-    FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION, OLDEST_INTERFACE_VERSION, PluginModRef,
+    FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION, OLDEST_INTERFACE_VERSION, PluginModRef, v1,
 };
 use rho_plugin_api::{Capabilities, ToolHints};
 
@@ -408,9 +408,26 @@ fn open_module(path: &Path, copy: &Path) -> Result<PluginModRef, LoadError> {
     let header = unsafe { lib_header_from_raw_library(&raw) };
     std::mem::forget(raw);
     let header = header.map_err(|e| library_error(path, copy, e))?;
-    header
-        .init_root_module::<PluginModRef>()
-        .map_err(|e| library_error(path, copy, e))
+    match header.init_root_module::<PluginModRef>() {
+        Err(LibraryError::AbiInstability(report)) => {
+            // abi_stable wants a library to have every field of the host's root module; a plugin
+            // of an older interface has fewer. Checked against interface 1's frozen layout, it is
+            // read through today's type, whose later fields then read as `None`.
+            if header.ensure_layout::<v1::PluginModRef>().is_err() {
+                return Err(library_error(
+                    path,
+                    copy,
+                    LibraryError::AbiInstability(report),
+                ));
+            }
+            // SAFETY: the layout of every field of interface 1 was checked just above, and the
+            // fields after them are read only through accessors that check the library's own
+            // field count (`missing_field(option)`).
+            unsafe { header.init_root_module_with_unchecked_layout::<PluginModRef>() }
+                .map_err(|e| library_error(path, copy, e))
+        }
+        other => other.map_err(|e| library_error(path, copy, e)),
+    }
 }
 
 /// Calls the plugin's `describe` and checks its interface version.

@@ -16,7 +16,11 @@ pub fn echo(args: EchoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
 }
 
 export_plugin! {
-    Tool::new("echo", "Answers with the text it was given, unchanged.", echo),
+    Tool::new("echo", "Answers with the text it was given, unchanged.", echo)
+        .title("Echo")
+        .read_only(true)
+        .idempotent(true)
+        .open_world(false),
 }
 
 #[cfg(test)]

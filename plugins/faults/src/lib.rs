@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use rho_plugin_api::{Answer, Ctx, JsonSchema, Tool, ToolError, export_plugin, json};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Arguments of `panic`.
 #[derive(Deserialize, JsonSchema)]
@@ -199,7 +199,49 @@ fn build_tag(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     ))
 }
 
+/// Arguments of `count`.
+#[derive(Deserialize, JsonSchema)]
+pub struct CountArgs {
+    /// The count to answer (0 breaks the declared schema).
+    pub n: u32,
+}
+
+/// What `count` answers: its schema says `n` is at least 1.
+#[derive(Serialize, JsonSchema)]
+pub struct Count {
+    /// The count.
+    #[schemars(range(min = 1))]
+    pub n: u32,
+    /// The count in words.
+    pub words: String,
+}
+
+/// Answers `args.n` as structured data, whatever its schema says.
+pub fn count(args: CountArgs, _ctx: &Ctx) -> Result<Count, ToolError> {
+    Ok(Count {
+        n: args.n,
+        words: format!("{} things", args.n),
+    })
+}
+
+/// Answers what the host told the call: its time left (ms) and trace context.
+pub fn call_info(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    let left = ctx.time_left().map(|left| left.as_millis() as u64);
+    Ok(Answer::text(
+        json!({"time_left_ms": left, "traceparent": ctx.traceparent()}).to_string(),
+    ))
+}
+
 export_plugin! {
+    Tool::structured("count", "Answers a count as structured data (n = 0 breaks its schema).", count)
+        .title("Count")
+        .read_only(true)
+        .idempotent(true)
+        .open_world(false),
+    Tool::new("call_info", "Answers the call's time left and traceparent.", call_info).read_only(true),
+    Tool::new("big_output_cut", "Answers with that many bytes of text; its result limit is 100 bytes.", big_output)
+        .max_result_bytes(100),
+    Tool::new("nap", "Sleeps for ms milliseconds, read-only.", sleep).read_only(true),
     Tool::new("panic", "Panics with the given message.", panic_tool),
     Tool::new("panic_payload", "Panics with a non-string payload.", panic_payload),
     Tool::new("sleep", "Sleeps for ms milliseconds; stops early when cancelled.", sleep),
