@@ -12,6 +12,7 @@ const PACKAGES: &[&str] = &[
     "picture",
     "files",
     "faults",
+    "needs",
     "incompatible",
     "attacks",
     "rho-cli",
@@ -341,5 +342,58 @@ pub fn tmux() -> &'static Path {
             "tmux is missing and `apt-get install tmux` failed"
         );
         found("tmux").expect("tmux after installing it")
+    })
+}
+
+/// The frozen plugin interface 1 (`tests/fixtures/abi-v1`), built: a plugin built against it and a
+/// host that loads plugins as an interface-1 host did.
+pub struct AbiV1 {
+    /// `libecho_v1.so`: tools `echo` (`text`, a 5 s timeout of its own), `progress` (two updates,
+    /// then `done`) and `fail` (an error, "failed on purpose").
+    pub echo_v1: PathBuf,
+    /// `old-host PATH.so`: loads the plugin as rho at commit 0044e4a did; prints
+    /// `name<TAB>description` per tool and exits 0, or one error line on stderr and exits 1.
+    pub old_host: PathBuf,
+}
+
+/// Builds the fixture of plugin interface 1 once per test process and returns what it built.
+///
+/// The fixture is its own cargo workspace, outside the main one, so it keeps the interface as it
+/// was. It is built `--locked` (its `Cargo.lock` is committed) into `<target>/abi-v1`, in the
+/// tests' profile (a no-op when up to date). Panics with cargo's error output when the build fails.
+pub fn abi_v1_fixture() -> &'static AbiV1 {
+    static FIXTURE: OnceLock<AbiV1> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let profile = profile_dir();
+        let release = profile.file_name().is_some_and(|n| n == "release");
+        let target = profile.parent().expect("target dir").join("abi-v1");
+        let manifest = workspace_dir().join("tests/fixtures/abi-v1/Cargo.toml");
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.args(["build", "--quiet", "--locked", "--manifest-path"])
+            .arg(&manifest)
+            .env("CARGO_TARGET_DIR", &target)
+            .current_dir(workspace_dir());
+        if release {
+            cmd.arg("--release");
+        }
+        let output = cmd
+            .output()
+            .expect("run cargo build for tests/fixtures/abi-v1");
+        assert!(
+            output.status.success(),
+            "building the interface-1 fixture ({}) failed, {}:\n{}",
+            manifest.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let dir = target.join(if release { "release" } else { "debug" });
+        AbiV1 {
+            echo_v1: dir.join(format!(
+                "{}echo_v1{}",
+                std::env::consts::DLL_PREFIX,
+                std::env::consts::DLL_SUFFIX
+            )),
+            old_host: dir.join("old-host"),
+        }
     })
 }

@@ -99,13 +99,15 @@ impl std::fmt::Display for Grants {
 
 impl Grants {
     /// The first of `asked` these grants do not cover, named with the grant that would: a path
-    /// to read is covered by a granted read or write path it lies under, a path to write by a
-    /// write path, an environment key by `env`, the network and processes by their switches.
+    /// to read is covered by a granted read or write path it lies under (or a system directory
+    /// every sandbox reads: `/usr`, `/etc`...), a path to write by a write path, an environment
+    /// key by `env`, the network and processes by their switches.
     ///
     /// ```
     /// use rho_core::{Capabilities, Grants};
     /// let grants = Grants { write: vec!["/data".into()], ..Grants::default() };
     /// assert_eq!(grants.uncovered(&Capabilities::none().read("/data/photos")), None);
+    /// assert_eq!(grants.uncovered(&Capabilities::none().read("/usr/share/zoneinfo")), None);
     /// assert_eq!(
     ///     grants.uncovered(&Capabilities::none().network()).as_deref(),
     ///     Some("the network (grants.network)")
@@ -113,11 +115,10 @@ impl Grants {
     /// ```
     pub fn uncovered(&self, asked: &rho_plugin_api::Capabilities) -> Option<String> {
         let under = |paths: &[PathBuf], p: &str| paths.iter().any(|g| Path::new(p).starts_with(g));
-        if let Some(p) = asked
-            .read
-            .iter()
-            .find(|p| !under(&self.read, p) && !under(&self.write, p))
-        {
+        if let Some(p) = asked.read.iter().find(|p| {
+            let system = SYSTEM_READ.iter().any(|s| Path::new(p).starts_with(s));
+            !system && !under(&self.read, p) && !under(&self.write, p)
+        }) {
             return Some(format!("reading {p} (grants.read)"));
         }
         if let Some(p) = asked.write.iter().find(|p| !under(&self.write, p)) {

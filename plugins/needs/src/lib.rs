@@ -9,7 +9,7 @@ use serde::Deserialize;
 pub struct NoArgs {}
 
 /// The path `needs` declares it reads.
-pub const DATA: &str = "/srv/rho-needs";
+pub const DATA: &str = "/var/tmp/rho-needs";
 
 /// Answers `RHO_NEEDS_TOKEN`, which the plugin declares it reads.
 fn token(_args: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
