@@ -14,7 +14,8 @@ use crate::host::{self, PluginFlags};
 pub struct Args {
     #[command(flatten)]
     plugins: PluginFlags,
-    /// Print a JSON array of {name, description, parameters, timeout_ms, plugin, plugin_version}.
+    /// Print a JSON array of {name, title, description, parameters, output_schema, hints,
+    /// max_result_bytes, timeout_ms, plugin, plugin_version}.
     #[arg(long)]
     json: bool,
     /// Keep watching the directories and print the list again after every reload (Ctrl-C ends).

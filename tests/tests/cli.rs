@@ -45,11 +45,15 @@ fn tools_json_lists_every_tool_with_its_schema() {
         keys,
         [
             "description",
+            "hints",
+            "max_result_bytes",
             "name",
+            "output_schema",
             "parameters",
             "plugin",
             "plugin_version",
-            "timeout_ms"
+            "timeout_ms",
+            "title"
         ]
     );
     assert_eq!(echo["plugin"], "echo");

@@ -174,9 +174,11 @@ async fn list_and_call_every_kind_of_result() {
     )
     .await;
     assert_eq!(text(&r), "2 | b\n3 | c\n");
+    // Details are for screens: in `_meta`, never taken for structured content.
+    assert_eq!(r.structured_content, None);
     assert_eq!(
-        r.structured_content,
-        Some(json!({"path": notes, "start_line": 2, "end_line": 3, "total_lines": 3}))
+        r.meta.as_ref().unwrap().0["rho/details"],
+        json!({"path": notes, "start_line": 2, "end_line": 3, "total_lines": 3})
     );
 
     let r = call(
@@ -194,6 +196,90 @@ async fn list_and_call_every_kind_of_result() {
         (Some(true), "timed_out")
     );
     assert_eq!(text(&r), "tool `spin` timed out after 300 ms");
+
+    // Declared: every hint on every tool, titles, output schemas, structured content beside its
+    // text, an answer that breaks its schema, a result cut at its limit.
+    for tool in &tools {
+        let a = tool
+            .annotations
+            .as_ref()
+            .expect("annotations on every tool");
+        assert!(
+            a.read_only_hint.is_some()
+                && a.destructive_hint.is_some()
+                && a.idempotent_hint.is_some()
+                && a.open_world_hint.is_some(),
+            "{} states every hint: {a:?}",
+            tool.name
+        );
+    }
+    let hints = |name: &str| {
+        let a = tools
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap()
+            .annotations
+            .clone()
+            .unwrap();
+        (
+            a.read_only_hint.unwrap(),
+            a.destructive_hint.unwrap(),
+            a.idempotent_hint.unwrap(),
+            a.open_world_hint.unwrap(),
+        )
+    };
+    assert_eq!(hints("echo"), (true, false, true, false));
+    assert_eq!(hints("spin"), (false, true, false, true));
+    let count = tools.iter().find(|t| t.name == "count").unwrap();
+    assert_eq!(count.title.as_deref(), Some("Count"));
+    let schema = count.output_schema.as_ref().expect("an output schema");
+    assert_eq!(schema["properties"]["n"]["minimum"], 1);
+    assert!(
+        tools
+            .iter()
+            .find(|t| t.name == "spin")
+            .unwrap()
+            .output_schema
+            .is_none()
+    );
+    let r = call(&service, "count", json!({"n": 2})).await;
+    assert_eq!(outcome(&r), "ok");
+    assert_eq!(
+        r.structured_content,
+        Some(json!({"n": 2, "words": "2 things"}))
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&text(&r)).unwrap(),
+        json!({"n": 2, "words": "2 things"})
+    );
+    let r = call(&service, "count", json!({"n": 0})).await;
+    assert_eq!((r.is_error, outcome(&r).as_str()), (Some(true), "error"));
+    assert_eq!(r.structured_content, None);
+    assert!(
+        text(&r).contains("field `n`: 0 is less than the minimum of 1"),
+        "{}",
+        text(&r)
+    );
+    let r = call(&service, "big_output_cut", json!({"bytes": 5000})).await;
+    assert_eq!(outcome(&r), "ok");
+    assert!(
+        text(&r).ends_with("[rho: the result was cut at 100 of 5000 bytes (the result limit of tool `big_output_cut`); the host keeps the whole]"),
+        "{}",
+        text(&r)
+    );
+
+    // The request's `_meta.traceparent` reaches the plugin (isolated, here).
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut params = CallToolRequestParams::new("call_info");
+    params.meta = Some(RequestMetaObject::from(
+        json!({"traceparent": traceparent})
+            .as_object()
+            .unwrap()
+            .clone(),
+    ));
+    let r = service.call_tool(params).await.unwrap();
+    let info: Value = serde_json::from_str(&text(&r)).unwrap();
+    assert_eq!(info["traceparent"], traceparent);
 
     let r = call(&service, "panic", json!({"message": "inside"})).await;
     assert_eq!((r.is_error, outcome(&r).as_str()), (Some(true), "crashed"));

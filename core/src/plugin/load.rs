@@ -370,7 +370,7 @@ pub fn load_checked_copy(copy: &Path, shown_path: &Path) -> Result<Loaded, LoadE
 
 fn finish_load(path: &Path, sha256: &str, module: PluginModRef) -> Result<Loaded, LoadError> {
     let (interface_version, raw) = describe(path, module)?;
-    let declaration = declaration(path, module)?;
+    let (declaration, set_aside) = declaration(path, module)?;
     let not_text = |what: &str| LoadError::Describe {
         path: path.to_owned(),
         reason: format!("its {what} is not UTF-8"),
@@ -378,13 +378,14 @@ fn finish_load(path: &Path, sha256: &str, module: PluginModRef) -> Result<Loaded
     let name = plain_text(raw.name).ok_or_else(|| not_text("name"))?;
     let version = plain_text(raw.version).ok_or_else(|| not_text("version"))?;
     check_identity(path, &name, &version)?;
-    let (tools, rejected) = tool_specs(
+    let (tools, mut rejected) = tool_specs(
         path,
         &name,
         &version,
         raw.tools.into_vec(),
         declaration.tools,
     );
+    rejected.extend(set_aside);
     Ok(Loaded {
         info: PluginInfo {
             name,
@@ -457,26 +458,45 @@ pub(crate) fn describe(
 const MAX_DECLARATION_BYTES: usize = 16 << 20;
 
 /// What a plugin of interface 2 or later declares (its `declare`); the defaults for interface 1.
-pub(crate) fn declaration(path: &Path, module: PluginModRef) -> Result<Declaration, LoadError> {
+/// A declaration the host cannot read is set aside with a line saying why, and the plugin's tools
+/// take the defaults (the cautious hints, no schema, no limit): one bad field of one tool loses
+/// nothing else. Text that is not UTF-8 is read lossily, so only the tools it named are lost.
+pub(crate) fn declaration(
+    path: &Path,
+    module: PluginModRef,
+) -> Result<(Declaration, Option<String>), LoadError> {
     let Some(declare) = module.declare() else {
-        return Ok(Declaration::default());
-    };
-    let failed = |reason: String| LoadError::Describe {
-        path: path.to_owned(),
-        reason,
+        return Ok((Declaration::default(), None));
     };
     let json = match declare() {
         RResult::ROk(json) => json,
-        RResult::RErr(message) => return Err(failed(message.to_string())),
+        RResult::RErr(message) => {
+            return Err(LoadError::Describe {
+                path: path.to_owned(),
+                reason: message.to_string(),
+            });
+        }
+    };
+    let file = crate::error::shown(path);
+    let set_aside = |why: String| {
+        Ok((
+            Declaration::default(),
+            Some(format!(
+                "{file}: its declaration was set aside ({why}): its tools take the defaults"
+            )),
+        ))
     };
     if json.len() > MAX_DECLARATION_BYTES {
-        return Err(failed(format!(
-            "its declaration is {} bytes, over the {MAX_DECLARATION_BYTES} a host reads",
+        return set_aside(format!(
+            "{} bytes, over the {MAX_DECLARATION_BYTES} a host reads",
             json.len()
-        )));
+        ));
     }
-    let json = plain_text(json).ok_or_else(|| failed("its declaration is not UTF-8".into()))?;
-    serde_json::from_str(&json).map_err(|e| failed(format!("its declaration does not parse: {e}")))
+    let bytes = json.into_bytes().into_vec();
+    match serde_json::from_str(&String::from_utf8_lossy(&bytes)) {
+        Ok(declaration) => Ok((declaration, None)),
+        Err(e) => set_aside(format!("it does not parse: {e}")),
+    }
 }
 
 /// A tool as a plugin described it, before the host's checks: `None` for a string that was not
