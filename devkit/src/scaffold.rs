@@ -240,7 +240,11 @@ pub fn {func}(args: {args}, ctx: &Ctx) -> Result<Answer, ToolError> {{
 }}
 
 export_plugin! {{
-    Tool::new("{name}", "Greets someone by name.", {func}),
+    Tool::new("{name}", "Greets someone by name.", {func})
+        // What agents act on (MCP hints); a tool that declares none counts as destructive.
+        .read_only(true)
+        .idempotent(true)
+        .open_world(false),
 }}
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ pub(crate) struct LoadedVersion {
 /// How a load ended within its time bound.
 pub(crate) enum LoadOutcome {
     /// Loaded (or failed) in time.
-    Done(Result<LoadedVersion, LoadError>),
+    Done(Box<Result<LoadedVersion, LoadError>>),
     /// Still loading after the bound (its load-time code hangs or is slow); the receiver gets
     /// the result when it finishes.
     Stalled(tokio::sync::oneshot::Receiver<Result<LoadedVersion, LoadError>>),
@@ -297,31 +297,31 @@ impl Backend {
                             let _ = tx.send(state.load_blocking(file));
                         });
                 if let Err(e) = started {
-                    return LoadOutcome::Done(Err(LoadError::Copy {
+                    return LoadOutcome::Done(Box::new(Err(LoadError::Copy {
                         path,
                         reason: format!("cannot start a loading thread: {e}"),
-                    }));
+                    })));
                 }
                 match tokio::time::timeout(bound, &mut rx).await {
-                    Ok(Ok(result)) => LoadOutcome::Done(result),
-                    Ok(Err(_)) => LoadOutcome::Done(Err(LoadError::Copy {
+                    Ok(Ok(result)) => LoadOutcome::Done(Box::new(result)),
+                    Ok(Err(_)) => LoadOutcome::Done(Box::new(Err(LoadError::Copy {
                         path,
                         reason: "the loading thread died".into(),
-                    })),
+                    }))),
                     Err(_) => LoadOutcome::Stalled(rx),
                 }
             }
             Backend::Isolated(isolated) => {
                 let path = file.path.clone();
                 match tokio::time::timeout(bound, isolated.load(file)).await {
-                    Ok(result) => LoadOutcome::Done(result),
-                    Err(_) => LoadOutcome::Done(Err(LoadError::Worker {
+                    Ok(result) => LoadOutcome::Done(Box::new(result)),
+                    Err(_) => LoadOutcome::Done(Box::new(Err(LoadError::Worker {
                         path,
                         reason: format!(
                             "loading took longer than {} ms (its load-time code hangs?)",
                             bound.as_millis()
                         ),
-                    })),
+                    }))),
                 }
             }
         }

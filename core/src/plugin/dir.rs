@@ -402,7 +402,7 @@ impl PluginDir {
         });
         for (path, stamp, sha, outcome) in futures_util::future::join_all(loads).await {
             let result = match outcome {
-                LoadOutcome::Done(result) => result,
+                LoadOutcome::Done(result) => *result,
                 LoadOutcome::Stalled(_) => Err(LoadError::Worker {
                     path: path.clone(),
                     reason: "loading stalled".into(),
@@ -526,7 +526,7 @@ impl PluginDir {
         let bound = inner.options.load_timeout;
         let sha256 = file.sha256.clone();
         match inner.backend.load(file, bound).await {
-            LoadOutcome::Done(result) => self.finish(state, report, &path, stamp, &sha256, result),
+            LoadOutcome::Done(result) => self.finish(state, report, &path, stamp, &sha256, *result),
             LoadOutcome::Stalled(rx) => {
                 state.stalled.insert(path.clone(), stamp);
                 report.fail(&LoadError::Refused {
