@@ -125,12 +125,10 @@ fn print_plugins(plugins: &[rho_core::PluginInfo]) {
             Some(grants) => grants.to_string(),
             None => "everything the host can do (in process)".to_owned(),
         };
-        outln!(
+        let line = format!(
             "plugin {}@{}: asks for {}; granted {}",
-            plugin.name,
-            plugin.version,
-            plugin.capabilities,
-            granted
+            plugin.name, plugin.version, plugin.capabilities, granted
         );
+        outln!("{}", crate::render::terminal_safe(&line));
     }
 }

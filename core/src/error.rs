@@ -95,8 +95,9 @@ pub enum LoadError {
     },
     /// The plugin asks for a capability the host does not grant it (isolated plugins).
     #[error(
-        "{}: refused: the plugin asks for {asked}, which this host does not grant it",
-        shown(path)
+        "{}: refused: the plugin asks for {}, which this host does not grant it",
+        shown(path),
+        one_line(asked)
     )]
     NotGranted {
         /// The plugin file.

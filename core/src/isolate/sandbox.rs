@@ -108,12 +108,25 @@ impl Grants {
     /// let grants = Grants { write: vec!["/data".into()], ..Grants::default() };
     /// assert_eq!(grants.uncovered(&Capabilities::none().read("/data/photos")), None);
     /// assert_eq!(grants.uncovered(&Capabilities::none().read("/usr/share/zoneinfo")), None);
+    /// assert!(grants.uncovered(&Capabilities::none().read("/data/../home")).is_some());
     /// assert_eq!(
     ///     grants.uncovered(&Capabilities::none().network()).as_deref(),
     ///     Some("the network (grants.network)")
     /// );
     /// ```
     pub fn uncovered(&self, asked: &rho_plugin_api::Capabilities) -> Option<String> {
+        // A path the host can compare: absolute, without `..` (`/data/../etc` lies "under"
+        // `/data` component by component, and is not).
+        let plain = |p: &str| {
+            let path = Path::new(p);
+            path.is_absolute()
+                && !path
+                    .components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir))
+        };
+        if let Some(p) = asked.read.iter().chain(&asked.write).find(|p| !plain(p)) {
+            return Some(format!("the path {p:?} (an absolute path without `..`)"));
+        }
         let under = |paths: &[PathBuf], p: &str| paths.iter().any(|g| Path::new(p).starts_with(g));
         if let Some(p) = asked.read.iter().find(|p| {
             let system = SYSTEM_READ.iter().any(|s| Path::new(p).starts_with(s));
