@@ -25,7 +25,8 @@ pub struct Args {
     plugins: PluginFlags,
     #[command(flatten)]
     run: RunFlags,
-    /// Print {outcome, text, images, details, duration_ms} as JSON.
+    /// Print {outcome, text, images, details, duration_ms} as JSON (and `structured`, `full_text`
+    /// when the result has them).
     #[arg(long)]
     json: bool,
     /// Write the answer's images into this directory.

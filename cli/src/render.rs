@@ -19,13 +19,21 @@ pub fn result_json(result: &ToolResult) -> Value {
             })
         })
         .collect();
-    json!({
+    let mut value = json!({
         "outcome": result.outcome,
         "text": result.text(),
         "images": images,
         "details": result.details,
         "duration_ms": result.duration.as_secs_f64() * 1000.0,
-    })
+    });
+    // Only when there: structured content, and the whole text of a result cut at its limit.
+    if let Some(structured) = &result.structured {
+        value["structured"] = structured.clone();
+    }
+    if let Some(full_text) = &result.full_text {
+        value["full_text"] = Value::String(full_text.clone());
+    }
+    value
 }
 
 /// `text: string (required), size: integer` from a JSON Schema object.

@@ -364,7 +364,8 @@ pub struct AbiV1 {
 pub fn abi_v1_fixture() -> &'static AbiV1 {
     static FIXTURE: OnceLock<AbiV1> = OnceLock::new();
     FIXTURE.get_or_init(|| {
-        let profile = profile_dir();
+        // Hosts serve the fixture, isolated too: the worker binary must be there.
+        let profile = built();
         let release = profile.file_name().is_some_and(|n| n == "release");
         let target = profile.parent().expect("target dir").join("abi-v1");
         let manifest = workspace_dir().join("tests/fixtures/abi-v1/Cargo.toml");

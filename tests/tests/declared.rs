@@ -403,3 +403,29 @@ async fn a_plugin_that_asks_for_more_than_its_grants_is_refused_naming_the_capab
     assert_ne!(hints, ToolHints::default());
     host.shutdown().await;
 }
+
+#[test]
+fn rho_call_json_carries_structured_content_and_the_whole_of_a_cut_text() {
+    let dir = plugin_dir(&["faults"]);
+    let call = |tool: &str, args: &str| {
+        json_of(
+            &Command::new(rho_bin())
+                .args(["call", tool, args, "--json", "--plugins"])
+                .arg(dir.path())
+                .output()
+                .unwrap(),
+        )
+    };
+    let r = call("count", r#"{"n": 2}"#);
+    assert_eq!(r["structured"], json!({"n": 2, "words": "2 things"}));
+    assert!(r.get("full_text").is_none());
+    let r = call("big_output_cut", r#"{"bytes": 300}"#);
+    assert!(
+        r["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("the host keeps the whole]")
+    );
+    assert_eq!(r["full_text"], "x".repeat(300));
+    assert!(r.get("structured").is_none());
+}
