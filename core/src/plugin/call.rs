@@ -123,7 +123,10 @@ pub fn call_module(
     let checked: &(dyn Fn(Option<&str>) + Sync) = &checked;
     let ctx = FfiCtx::new(call_id, cancelled, &checked);
     let (tool_name, args) = (RStr::from_str(tool), RStr::from_str(args_json));
-    let outcome = match module.call_with() {
+    let call_with = crate::plugin::load::uses_interface_2(module)
+        .then(|| module.call_with())
+        .flatten();
+    let outcome = match call_with {
         Some(call_with) => {
             let info = FfiCallInfo {
                 time_left_ms: info

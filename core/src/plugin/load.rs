@@ -421,11 +421,22 @@ fn open_module(path: &Path, copy: &Path) -> Result<PluginModRef, LoadError> {
                     LibraryError::AbiInstability(report),
                 ));
             }
-            // SAFETY: the layout of every field of interface 1 was checked just above, and the
-            // fields after them are read only through accessors that check the library's own
-            // field count (`missing_field(option)`).
-            unsafe { header.init_root_module_with_unchecked_layout::<PluginModRef>() }
-                .map_err(|e| library_error(path, copy, e))
+            // SAFETY: the layout of every field of interface 1 was checked just above; the
+            // fields after them may exist with other types (a library of some other "version
+            // 2"), so such a module must report interface 1 (checked here) and is then never
+            // asked for a field of a later interface (`uses_interface_2`).
+            let module = unsafe { header.init_root_module_with_unchecked_layout::<PluginModRef>() }
+                .map_err(|e| library_error(path, copy, e))?;
+            match module.interface_version() {
+                1 => Ok(module),
+                other => Err(LoadError::Incompatible {
+                    path: path.to_owned(),
+                    reason: format!(
+                        "its root module has the layout of interface 1 but it reports interface \
+                         {other}"
+                    ),
+                }),
+            }
         }
         other => other.map_err(|e| library_error(path, copy, e)),
     }
@@ -454,6 +465,12 @@ pub(crate) fn describe(
     }
 }
 
+/// Whether the host may use the fields interface 2 added to `module`: only a module that reports
+/// interface 2 or later, which [`open_module`] let through only after checking today's layout.
+pub(crate) fn uses_interface_2(module: PluginModRef) -> bool {
+    module.interface_version() >= 2
+}
+
 /// The longest declaration (JSON text) a plugin may hand the host: 16 MiB.
 const MAX_DECLARATION_BYTES: usize = 16 << 20;
 
@@ -465,7 +482,7 @@ pub(crate) fn declaration(
     path: &Path,
     module: PluginModRef,
 ) -> Result<(Declaration, Option<String>), LoadError> {
-    let Some(declare) = module.declare() else {
+    let Some(declare) = uses_interface_2(module).then(|| module.declare()).flatten() else {
         return Ok((Declaration::default(), None));
     };
     let json = match declare() {
