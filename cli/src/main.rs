@@ -13,6 +13,7 @@ mod config;
 mod control;
 mod gates;
 mod host;
+mod http;
 mod journals;
 mod live;
 mod plugin;

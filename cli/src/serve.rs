@@ -41,6 +41,17 @@ pub struct Args {
     /// finds the newest).
     #[arg(long, value_name = "PATH")]
     journal: Option<PathBuf>,
+    /// Serve MCP Streamable HTTP at http://ADDR/mcp instead of stdio (e.g. 127.0.0.1:8750; port
+    /// 0 picks a free one, printed at start). Any address but a loopback one requires a token.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
+    /// The bearer token HTTP clients must send, first line of this owner-only file (default on a
+    /// non-loopback address: one made at start and printed once).
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
+    /// A browser origin allowed to call over HTTP (repeatable; default: the loopback origins).
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allow_origins: Vec<String>,
 }
 
 /// The MCP server.
@@ -53,8 +64,12 @@ pub struct RhoServer {
     turns: Arc<tokio::sync::Semaphore>,
     rules: Arc<Vec<GateRule>>,
     fallback: Action,
-    peer: Arc<Mutex<Option<Peer<RoleServer>>>>,
+    /// The sessions' peers, told when the tool list changes (one over stdio, any number over
+    /// HTTP; closed ones are dropped when next told).
+    peers: Arc<Mutex<Vec<Peer<RoleServer>>>>,
     calls: Arc<std::sync::atomic::AtomicU64>,
+    /// Calls in flight over HTTP sessions, cancelled when their client disconnects.
+    http_calls: crate::http::HttpCalls,
 }
 
 /// Asks the MCP client's user through elicitation when the client supports it; otherwise applies
@@ -250,6 +265,12 @@ impl RhoServer {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1;
         let call_id = format!("mcp-{n}-{}", request_id(&context));
+        // Over an HTTP session: cancelled when the client drops the response.
+        let _registered = self.http_calls.register(
+            context.extensions.get::<axum::http::request::Parts>(),
+            &serde_json::to_value(&context.id).unwrap_or_default(),
+            context.ct.clone(),
+        );
         let call = ToolCall::new(
             call_id.clone(),
             request.name.to_string(),
@@ -383,12 +404,15 @@ impl ServerHandler for RhoServer {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        *self.peer.lock().unwrap_or_else(PoisonError::into_inner) = Some(context.peer);
+        self.peers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(context.peer);
     }
 }
 
-/// Tells the client the tool list changed after every reload, removal and quarantine change.
-fn announce_changes(host: &Host, peer: Arc<Mutex<Option<Peer<RoleServer>>>>) {
+/// Tells every client the tool list changed after every reload, removal and quarantine change.
+fn announce_changes(host: &Host, peers: Arc<Mutex<Vec<Peer<RoleServer>>>>) {
     let mut events = host.subscribe_filtered(Filter::default().types([
         "plugin_loaded",
         "plugin_reloaded",
@@ -399,8 +423,12 @@ fn announce_changes(host: &Host, peer: Arc<Mutex<Option<Peer<RoleServer>>>>) {
     tokio::spawn(async move {
         while let Some(item) = events.next().await {
             if matches!(item, BusItem::Event(_) | BusItem::Lagged { .. }) {
-                let peer = peer.lock().unwrap_or_else(PoisonError::into_inner).clone();
-                if let Some(peer) = peer {
+                let now: Vec<Peer<RoleServer>> = {
+                    let mut peers = peers.lock().unwrap_or_else(PoisonError::into_inner);
+                    peers.retain(|p| !p.is_transport_closed());
+                    peers.clone()
+                };
+                for peer in now {
                     let _ = peer.notify_tool_list_changed().await;
                 }
             }
@@ -452,12 +480,30 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
         turns: Arc::new(tokio::sync::Semaphore::new(config.serve.max_calls)),
         rules: Arc::new(config.gate.clone()),
         fallback: config.serve.ask_fallback,
-        peer: Arc::new(Mutex::new(None)),
+        peers: Arc::new(Mutex::new(Vec::new())),
         calls: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        http_calls: crate::http::HttpCalls::default(),
     };
-    announce_changes(&host, server.peer.clone());
+    announce_changes(&host, server.peers.clone());
     // `rho call --host` runs calls here, where this server's journal and views see them.
     let _control = crate::control::listen(&host);
+    if let Some(addr) = args.http.or(config.serve.http) {
+        let token_file = args.token_file.clone().or(config.serve.token_file.clone());
+        let origins = if args.allow_origins.is_empty() {
+            config.serve.allowed_origins.clone()
+        } else {
+            args.allow_origins.clone()
+        };
+        return serve_http(
+            server,
+            &host,
+            addr,
+            token_file.as_deref(),
+            &origins,
+            &config,
+        )
+        .await;
+    }
     let stdout = match protocol_stdout() {
         Ok(stdout) => stdout,
         Err(e) => {
@@ -531,6 +577,56 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
     }
     session.cancel();
     code
+}
+
+/// `rho serve --http`: serves until SIGTERM or SIGINT, then stops as over stdio.
+async fn serve_http(
+    server: RhoServer,
+    host: &Host,
+    addr: std::net::SocketAddr,
+    token_file: Option<&std::path::Path>,
+    origins: &[String],
+    config: &HostConfig,
+) -> ExitCode {
+    let refused = async |line: String| {
+        eprintln!("rho: {line}");
+        shut_down(host, "the HTTP endpoint could not start").await;
+        ExitCode::from(1)
+    };
+    let (guard, made) = match crate::http::Guard::new(
+        addr,
+        token_file,
+        origins,
+        config.serve.max_body_bytes,
+        config.serve.max_requests,
+    ) {
+        Ok(guard) => guard,
+        Err(e) => return refused(e.to_string()).await,
+    };
+    if made && let Some(token) = &guard.token {
+        eprintln!("rho: token (send `Authorization: Bearer TOKEN`; shown once): {token}");
+    }
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(e) => return refused(format!("cannot handle SIGTERM: {e}")).await,
+        };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let calls = server.http_calls.clone();
+    let (bound, task) = match crate::http::start(server, calls, addr, guard, stop.clone()).await {
+        Ok(started) => started,
+        Err(e) => return refused(e.to_string()).await,
+    };
+    eprintln!("rho: serving MCP at http://{bound}/mcp");
+    let reason = tokio::select! {
+        _ = terminate.recv() => "SIGTERM",
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+    };
+    shut_down(host, reason).await;
+    stop.cancel();
+    // Bounded: a client holding a stream open cannot hold the exit.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), task).await;
+    ExitCode::SUCCESS
 }
 
 /// The one way `rho serve` ends, whatever ended it: calls in flight end at once with a text

@@ -180,16 +180,36 @@ pub struct ServeConfig {
     pub max_result_bytes: usize,
     /// Calls running at once at most; further requests wait for a turn.
     pub max_calls: usize,
+    /// Serve MCP Streamable HTTP at `/mcp` on this address instead of stdio. Any address but a
+    /// loopback one requires a bearer token.
+    pub http: Option<std::net::SocketAddr>,
+    /// A file holding the bearer token HTTP clients must send (`Authorization: Bearer ...`);
+    /// readable by its owner only. Without one, a server on a non-loopback address makes a token
+    /// and prints it once.
+    pub token_file: Option<PathBuf>,
+    /// Browser origins allowed to call over HTTP (`https://app.example.com`, `http://localhost:*`);
+    /// a request with any other `Origin` is refused (DNS rebinding). Empty: the loopback origins.
+    pub allowed_origins: Vec<String>,
+    /// The largest HTTP request body, bytes.
+    pub max_body_bytes: usize,
+    /// HTTP requests handled at once at most; more are answered 503.
+    pub max_requests: usize,
 }
 
 impl Default for ServeConfig {
-    /// Deny when nobody can be asked, no journal, 8 MiB answers, 64 calls at once.
+    /// Deny when nobody can be asked, no journal, 8 MiB answers, 64 calls at once, stdio (no
+    /// HTTP), loopback origins, 16 MiB request bodies, 256 HTTP requests at once.
     fn default() -> Self {
         ServeConfig {
             ask_fallback: Action::Deny,
             journal: None,
             max_result_bytes: 8 << 20,
             max_calls: 64,
+            http: None,
+            token_file: None,
+            allowed_origins: Vec::new(),
+            max_body_bytes: 16 << 20,
+            max_requests: 256,
         }
     }
 }
@@ -291,6 +311,18 @@ impl HostConfig {
         )?;
         within("serve.max_calls", self.serve.max_calls as u64, 1, 4096)?;
         within(
+            "serve.max_body_bytes",
+            self.serve.max_body_bytes as u64,
+            1 << 10,
+            1 << 30,
+        )?;
+        within(
+            "serve.max_requests",
+            self.serve.max_requests as u64,
+            1,
+            1 << 16,
+        )?;
+        within(
             "serve.max_result_bytes",
             self.serve.max_result_bytes as u64,
             1 << 10,
@@ -340,6 +372,9 @@ impl HostConfig {
         grant_paths(&mut self.workers.grants).for_each(absolute);
         if let Some(journal) = &mut self.serve.journal {
             absolute(journal);
+        }
+        if let Some(token_file) = &mut self.serve.token_file {
+            absolute(token_file);
         }
         for source in &mut self.plugins {
             absolute(&mut source.dir);

@@ -398,3 +398,34 @@ pub fn abi_v1_fixture() -> &'static AbiV1 {
         }
     })
 }
+
+/// The official MCP Python SDK of `requirement` (`mcp>=2`, `mcp<2`), installed from PyPI into the
+/// target directory when missing; the directory to put on `PYTHONPATH`.
+pub fn python_sdk(requirement: &str, name: &str) -> std::path::PathBuf {
+    let target = profile_dir().join("python").join(name);
+    let present = Command::new("python3")
+        .args(["-c", "import mcp"])
+        .env("PYTHONPATH", &target)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !present {
+        let status = Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-warn-conflicts",
+                "--root-user-action=ignore",
+                "--target",
+            ])
+            .arg(&target)
+            .arg(requirement)
+            .status()
+            .expect("run pip");
+        assert!(status.success(), "pip install {requirement}");
+    }
+    target
+}

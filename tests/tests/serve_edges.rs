@@ -11,7 +11,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use rho_tests::{install, profile_dir, rho_bin};
+use rho_tests::{install, rho_bin};
 use serde_json::{Value, json};
 
 /// A `rho serve` child and its lines.
@@ -423,42 +423,11 @@ fn rho_call_in_process_cannot_be_ended_or_silenced_by_its_plugin() {
     assert_eq!(result["text"], "ok: closed");
 }
 
-/// The official MCP Python SDK of `requirement` (`mcp>=2`, `mcp<2`), installed from PyPI into the
-/// target directory when missing; the directory to put on `PYTHONPATH`.
-fn python_sdk(requirement: &str, name: &str) -> std::path::PathBuf {
-    let target = profile_dir().join("python").join(name);
-    let present = Command::new("python3")
-        .args(["-c", "import mcp"])
-        .env("PYTHONPATH", &target)
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !present {
-        let status = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--no-warn-conflicts",
-                "--root-user-action=ignore",
-                "--target",
-            ])
-            .arg(&target)
-            .arg(requirement)
-            .status()
-            .expect("run pip");
-        assert!(status.success(), "pip install {requirement}");
-    }
-    target
-}
-
 #[test]
 fn the_python_sdk_gets_every_progress_update_and_a_bounded_answer() {
     let plugins = dir(&["faults", "echo"]);
     for (requirement, name) in [("mcp>=2,<3", "mcp2"), ("mcp>=1.9,<2", "mcp1")] {
-        let sdk = python_sdk(requirement, name);
+        let sdk = rho_tests::python_sdk(requirement, name);
         let out = Command::new("python3")
             .arg(rho_tests::workspace_dir().join("tests/python/progress.py"))
             .arg(rho_bin())

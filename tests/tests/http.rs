@@ -1,0 +1,366 @@
+//! [7/9]: `rho serve --http`: MCP Streamable HTTP through the official Python SDK (1.x and 2.x),
+//! and who may call: tokens, `Origin`, bounded bodies; a client that disconnects mid-call stops
+//! its call.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rho_tests::{install, python_sdk, rho_bin, workspace_dir};
+use serde_json::{Value, json};
+
+fn plugins(names: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir_in(rho_tests::host_dir("rho-http-tests")).unwrap();
+    for name in names {
+        install(dir.path(), name);
+    }
+    dir
+}
+
+/// A running `rho serve --http`; killed when dropped.
+struct Server {
+    child: Child,
+    /// `host:port` it listens on.
+    addr: String,
+    /// The token it printed, if it made one.
+    made_token: Option<String>,
+}
+
+impl Server {
+    fn start(dir: &Path, args: &[&str], journal: &Path) -> Server {
+        let mut child = Command::new(rho_bin())
+            .args(["serve", "--plugins"])
+            .arg(dir)
+            .args(args)
+            .arg("--journal")
+            .arg(journal)
+            .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"))
+            .env("XDG_RUNTIME_DIR", rho_tests::host_dir("rho-runtime"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut made_token = None;
+        let addr = loop {
+            let line = lines.next().expect("the server ended early").unwrap();
+            if let Some(token) = line.split("shown once): ").nth(1) {
+                made_token = Some(token.to_owned());
+            }
+            if let Some(rest) = line.strip_prefix("rho: serving MCP at http://") {
+                break rest.trim_end_matches("/mcp").to_owned();
+            }
+        };
+        // Drain the rest so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server {
+            child,
+            addr,
+            made_token,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One raw HTTP/1.1 POST to `/mcp` of `addr`: the status and the response head and start of body.
+fn post(addr: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let _ = stream.write_all(body);
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+fn initialize() -> Vec<u8> {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}})
+    .to_string()
+    .into_bytes()
+}
+
+fn python(sdk: &Path, url: &str, token: Option<&str>) -> Value {
+    let out = Command::new("python3")
+        .arg(workspace_dir().join("tests/python/http_client.py"))
+        .arg(url)
+        .args(token)
+        .env("PYTHONPATH", sdk)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
+#[test]
+fn the_python_sdk_calls_echo_an_image_and_progress_over_http() {
+    let dir = plugins(&["echo", "picture", "faults"]);
+    let journal = dir.path().join("../http-python.jsonl");
+    let server = Server::start(dir.path(), &["--http", "127.0.0.1:0"], &journal);
+    for (requirement, name) in [("mcp>=2,<3", "mcp2"), ("mcp>=1.9,<2", "mcp1")] {
+        let sdk = python_sdk(requirement, name);
+        let report = python(&sdk, &server.url(), None);
+        assert_eq!(report["echo"], "over http", "{requirement}: {report}");
+        assert_eq!(report["image"], json!(["text", "image"]), "{requirement}");
+        assert_eq!(report["image_mime"], "image/png");
+        assert_eq!(report["updates"], "sent 5 updates");
+        assert_eq!(
+            report["progress"],
+            json!([
+                "update 1/5",
+                "update 2/5",
+                "update 3/5",
+                "update 4/5",
+                "update 5/5"
+            ]),
+            "{requirement}"
+        );
+        assert!(
+            report["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t == "checkerboard")
+        );
+    }
+}
+
+#[test]
+fn requests_without_the_token_or_from_a_foreign_origin_are_refused() {
+    let dir = plugins(&["echo", "picture", "faults"]);
+    let token = "correct-horse-battery-staple-0123456789";
+    let token_file = dir.path().join("../http-token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    // Readable by others: refused with one line.
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let out = Command::new(rho_bin())
+        .args(["serve", "--http", "127.0.0.1:0", "--plugins"])
+        .arg(dir.path())
+        .arg("--token-file")
+        .arg(&token_file)
+        .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"))
+        .env("XDG_RUNTIME_DIR", rho_tests::host_dir("rho-runtime"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("others can read it (chmod 600)"),
+        "{stderr}"
+    );
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+
+    let journal = dir.path().join("../http-token.jsonl");
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--token-file",
+            token_file.to_str().unwrap(),
+        ],
+        &journal,
+    );
+    let bearer = format!("Bearer {token}");
+    let (status, _) = post(&server.addr, &[], &initialize());
+    assert_eq!(status, 401, "no token");
+    let (status, _) = post(
+        &server.addr,
+        &[(
+            "Authorization",
+            "Bearer correct-horse-battery-staple-0123456780",
+        )],
+        &initialize(),
+    );
+    assert_eq!(status, 401, "a wrong token");
+    let (status, text) = post(&server.addr, &[("Authorization", &bearer)], &initialize());
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("\"serverInfo\""), "{text}");
+    // DNS rebinding: a page of another origin, even with the token.
+    let (status, _) = post(
+        &server.addr,
+        &[
+            ("Authorization", &bearer),
+            ("Origin", "http://evil.example"),
+        ],
+        &initialize(),
+    );
+    assert_eq!(status, 403, "a foreign origin");
+    let (status, _) = post(
+        &server.addr,
+        &[
+            ("Authorization", &bearer),
+            ("Origin", "http://localhost:3000"),
+        ],
+        &initialize(),
+    );
+    assert_eq!(status, 200, "a loopback origin");
+    // Bounded bodies.
+    let big = vec![b' '; 17 << 20];
+    let (status, _) = post(&server.addr, &[("Authorization", &bearer)], &big);
+    assert_eq!(status, 413, "a body over serve.max_body_bytes");
+    // The real client with the token.
+    let report = python(&python_sdk("mcp>=2,<3", "mcp2"), &server.url(), Some(token));
+    assert_eq!(report["echo"], "over http");
+    drop(server);
+
+    // Any address but loopback: a token is made and printed once.
+    let server = Server::start(dir.path(), &["--http", "0.0.0.0:0"], &journal);
+    let made = server.made_token.clone().expect("a token printed");
+    assert_eq!(made.len(), 64);
+    let port = server.addr.rsplit(':').next().unwrap();
+    let local = format!("127.0.0.1:{port}");
+    assert_eq!(post(&local, &[], &initialize()).0, 401);
+    let made_bearer = format!("Bearer {made}");
+    assert_eq!(
+        post(&local, &[("Authorization", &made_bearer)], &initialize()).0,
+        200
+    );
+}
+
+#[test]
+fn a_client_that_disconnects_mid_call_stops_the_call() {
+    let dir = plugins(&["faults"]);
+    let journal = dir.path().join("../http-disconnect.jsonl");
+    let _ = std::fs::remove_file(&journal);
+    // One worker: the next call is answered only if the dropped call's worker was freed.
+    let config = dir.path().join("../http-disconnect.toml");
+    std::fs::write(&config, "[workers]\nmax_workers = 1\nspares = 0\n").unwrap();
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        &journal,
+    );
+    let (status, head) = post(&server.addr, &[], &initialize());
+    assert_eq!(status, 200, "{head}");
+    let session = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("mcp-session-id:")
+                .then(|| l[15..].trim().to_owned())
+        })
+        .expect("a session id");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    let headers = [
+        ("Mcp-Session-Id", session.as_str()),
+        ("Mcp-Protocol-Version", "2025-11-25"),
+    ];
+    assert_eq!(post(&server.addr, &headers, initialized.as_bytes()).0, 202);
+    // A call that would run 30 s, then the connection drops.
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "sleep", "arguments": {"ms": 30000}}})
+    .to_string();
+    let mut stream = TcpStream::connect(&server.addr).unwrap();
+    let mut request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+        server.addr,
+        call.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(&call);
+    stream.write_all(request.as_bytes()).unwrap();
+    let started = Instant::now();
+    // The call is running (its start is in the journal), then the client goes away.
+    let ends = |kind: &str| {
+        std::fs::read_to_string(&journal)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["type"] == kind)
+            .collect::<Vec<Value>>()
+    };
+    while ends("tool_running").is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the call never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(stream);
+    let dropped = Instant::now();
+    let end = loop {
+        if let Some(end) = ends("tool_execution_end").pop() {
+            break end;
+        }
+        assert!(
+            dropped.elapsed() < Duration::from_secs(5),
+            "the call did not end after the client left"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(end["outcome"], "error", "{end}");
+    assert!(
+        end["output"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("cancelled by the client"),
+        "{end}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(ends("tool_execution_end").len(), 1, "one end event");
+    let nap = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "nap", "arguments": {"ms": 1}}})
+    .to_string();
+    let asked = Instant::now();
+    let (status, text) = post(&server.addr, &headers, nap.as_bytes());
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("\"rho/outcome\":\"ok\""), "{text}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "the worker was not freed"
+    );
+}
