@@ -13,6 +13,7 @@ const PACKAGES: &[&str] = &[
     "files",
     "faults",
     "needs",
+    "conformance",
     "incompatible",
     "attacks",
     "rho-cli",
@@ -428,4 +429,68 @@ pub fn python_sdk(requirement: &str, name: &str) -> std::path::PathBuf {
         assert!(status.success(), "pip install {requirement}");
     }
     target
+}
+
+/// A running `rho serve --http`; killed when dropped.
+pub struct HttpServer {
+    child: std::process::Child,
+    /// `host:port` it listens on.
+    pub addr: String,
+    /// The token it printed, if it made one.
+    pub made_token: Option<String>,
+}
+
+impl HttpServer {
+    /// Starts `rho serve --plugins DIR ARGS --journal JOURNAL` (ARGS include `--http ADDR`) and
+    /// waits until it listens.
+    pub fn start(dir: &Path, args: &[&str], journal: &Path) -> HttpServer {
+        let mut child = Command::new(rho_bin())
+            .args(["serve", "--plugins"])
+            .arg(dir)
+            .args(args)
+            .arg("--journal")
+            .arg(journal)
+            .env("XDG_STATE_HOME", host_dir("rho-state"))
+            .env("XDG_RUNTIME_DIR", host_dir("rho-runtime"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start rho serve");
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+            child.stderr.take().expect("stderr"),
+        ));
+        let mut made_token = None;
+        let addr = loop {
+            let line = lines
+                .next()
+                .expect("the server ended early")
+                .expect("a line of stderr");
+            if let Some(token) = line.split("shown once): ").nth(1) {
+                made_token = Some(token.to_owned());
+            }
+            if let Some(rest) = line.strip_prefix("rho: serving MCP at http://") {
+                break rest.trim_end_matches("/mcp").to_owned();
+            }
+        };
+        // Drain the rest so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        HttpServer {
+            child,
+            addr,
+            made_token,
+        }
+    }
+
+    /// Its MCP endpoint.
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -4,13 +4,13 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rho_tests::{install, python_sdk, rho_bin, workspace_dir};
+use rho_tests::{HttpServer, install, python_sdk, rho_bin, workspace_dir};
 use serde_json::{Value, json};
 
 fn plugins(names: &[&str]) -> tempfile::TempDir {
@@ -19,62 +19,6 @@ fn plugins(names: &[&str]) -> tempfile::TempDir {
         install(dir.path(), name);
     }
     dir
-}
-
-/// A running `rho serve --http`; killed when dropped.
-struct Server {
-    child: Child,
-    /// `host:port` it listens on.
-    addr: String,
-    /// The token it printed, if it made one.
-    made_token: Option<String>,
-}
-
-impl Server {
-    fn start(dir: &Path, args: &[&str], journal: &Path) -> Server {
-        let mut child = Command::new(rho_bin())
-            .args(["serve", "--plugins"])
-            .arg(dir)
-            .args(args)
-            .arg("--journal")
-            .arg(journal)
-            .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"))
-            .env("XDG_RUNTIME_DIR", rho_tests::host_dir("rho-runtime"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let mut made_token = None;
-        let addr = loop {
-            let line = lines.next().expect("the server ended early").unwrap();
-            if let Some(token) = line.split("shown once): ").nth(1) {
-                made_token = Some(token.to_owned());
-            }
-            if let Some(rest) = line.strip_prefix("rho: serving MCP at http://") {
-                break rest.trim_end_matches("/mcp").to_owned();
-            }
-        };
-        // Drain the rest so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Server {
-            child,
-            addr,
-            made_token,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/mcp", self.addr)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// One raw HTTP/1.1 POST to `/mcp` of `addr`: the status and the response head and start of body.
@@ -133,7 +77,7 @@ fn python(sdk: &Path, url: &str, token: Option<&str>) -> Value {
 fn the_python_sdk_calls_echo_an_image_and_progress_over_http() {
     let dir = plugins(&["echo", "picture", "faults"]);
     let journal = dir.path().join("../http-python.jsonl");
-    let server = Server::start(dir.path(), &["--http", "127.0.0.1:0"], &journal);
+    let server = HttpServer::start(dir.path(), &["--http", "127.0.0.1:0"], &journal);
     for (requirement, name) in [("mcp>=2,<3", "mcp2"), ("mcp>=1.9,<2", "mcp1")] {
         let sdk = python_sdk(requirement, name);
         let report = python(&sdk, &server.url(), None);
@@ -196,7 +140,7 @@ fn requests_without_the_token_or_from_a_foreign_origin_are_refused() {
     .unwrap();
 
     let journal = dir.path().join("../http-token.jsonl");
-    let server = Server::start(
+    let server = HttpServer::start(
         dir.path(),
         &[
             "--http",
@@ -250,7 +194,7 @@ fn requests_without_the_token_or_from_a_foreign_origin_are_refused() {
     drop(server);
 
     // Any address but loopback: a token is made and printed once.
-    let server = Server::start(dir.path(), &["--http", "0.0.0.0:0"], &journal);
+    let server = HttpServer::start(dir.path(), &["--http", "0.0.0.0:0"], &journal);
     let made = server.made_token.clone().expect("a token printed");
     assert_eq!(made.len(), 64);
     let port = server.addr.rsplit(':').next().unwrap();
@@ -271,7 +215,7 @@ fn a_client_that_disconnects_mid_call_stops_the_call() {
     // One worker: the next call is answered only if the dropped call's worker was freed.
     let config = dir.path().join("../http-disconnect.toml");
     std::fs::write(&config, "[workers]\nmax_workers = 1\nspares = 0\n").unwrap();
-    let server = Server::start(
+    let server = HttpServer::start(
         dir.path(),
         &[
             "--http",
