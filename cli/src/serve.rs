@@ -16,9 +16,10 @@ use rho_core::{
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock as Content,
     Implementation, InitializeResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ServerCapabilities, Tool, ToolAnnotations,
+    ProgressNotificationParam, ServerCapabilities, ServerNotification, SubscriptionFilter, Tool,
+    ToolAnnotations, ToolListChangedNotification,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext, SubscriptionSink};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
@@ -64,12 +65,20 @@ pub struct RhoServer {
     turns: Arc<tokio::sync::Semaphore>,
     rules: Arc<Vec<GateRule>>,
     fallback: Action,
-    /// The sessions' peers, told when the tool list changes (one over stdio, any number over
-    /// HTTP; closed ones are dropped when next told).
-    peers: Arc<Mutex<Vec<Peer<RoleServer>>>>,
+    /// Who is told when the tool list changes.
+    audience: Arc<Mutex<Audience>>,
     calls: Arc<std::sync::atomic::AtomicU64>,
     /// Calls in flight over HTTP sessions, cancelled when their client disconnects.
     http_calls: crate::http::HttpCalls,
+}
+
+/// Who hears of tool list changes: the peers of initialized sessions (2025-era: one over stdio,
+/// any number over HTTP) and the `subscriptions/listen` streams (2026-07-28, where no session
+/// sends `notifications/initialized`). Closed ones are dropped when next told.
+#[derive(Default)]
+struct Audience {
+    peers: Vec<Peer<RoleServer>>,
+    listeners: Vec<SubscriptionSink>,
 }
 
 /// Asks the MCP client's user through elicitation when the client supports it; otherwise applies
@@ -390,7 +399,8 @@ impl ServerHandler for RhoServer {
             .filter(|t| !hidden.contains(&t.name))
             .map(mcp_tool)
             .collect();
-        Ok(ListToolsResult::with_all_items(tools))
+        // Fresh only now: a client that caches lists (2026-07-28) sees a reload at its next look.
+        Ok(ListToolsResult::with_all_items(tools).with_ttl_ms(0))
     }
 
     async fn call_tool(
@@ -404,15 +414,35 @@ impl ServerHandler for RhoServer {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        self.peers
+        self.audience
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .peers
             .push(context.peer);
+    }
+
+    /// `subscriptions/listen` (2026-07-28): tool list changes only (rho has no prompts or
+    /// resources).
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        self.audience
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .listeners
+            .push(subscription.sink().clone());
+        subscription.cancelled().await;
+        Ok(())
     }
 }
 
 /// Tells every client the tool list changed after every reload, removal and quarantine change.
-fn announce_changes(host: &Host, peers: Arc<Mutex<Vec<Peer<RoleServer>>>>) {
+fn announce_changes(host: &Host, audience: Arc<Mutex<Audience>>) {
     let mut events = host.subscribe_filtered(Filter::default().types([
         "plugin_loaded",
         "plugin_reloaded",
@@ -423,13 +453,26 @@ fn announce_changes(host: &Host, peers: Arc<Mutex<Vec<Peer<RoleServer>>>>) {
     tokio::spawn(async move {
         while let Some(item) = events.next().await {
             if matches!(item, BusItem::Event(_) | BusItem::Lagged { .. }) {
-                let now: Vec<Peer<RoleServer>> = {
-                    let mut peers = peers.lock().unwrap_or_else(PoisonError::into_inner);
-                    peers.retain(|p| !p.is_transport_closed());
-                    peers.clone()
+                let (peers, listeners) = {
+                    let mut audience = audience.lock().unwrap_or_else(PoisonError::into_inner);
+                    audience.peers.retain(|p| !p.is_transport_closed());
+                    (audience.peers.clone(), audience.listeners.clone())
                 };
-                for peer in now {
+                for peer in peers {
                     let _ = peer.notify_tool_list_changed().await;
+                }
+                let mut closed = Vec::new();
+                for sink in listeners {
+                    let changed = ServerNotification::ToolListChangedNotification(
+                        ToolListChangedNotification::default(),
+                    );
+                    if sink.send(changed).await.is_err() {
+                        closed.push(sink.id().clone());
+                    }
+                }
+                if !closed.is_empty() {
+                    let mut audience = audience.lock().unwrap_or_else(PoisonError::into_inner);
+                    audience.listeners.retain(|s| !closed.contains(s.id()));
                 }
             }
         }
@@ -480,11 +523,11 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
         turns: Arc::new(tokio::sync::Semaphore::new(config.serve.max_calls)),
         rules: Arc::new(config.gate.clone()),
         fallback: config.serve.ask_fallback,
-        peers: Arc::new(Mutex::new(Vec::new())),
+        audience: Arc::default(),
         calls: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         http_calls: crate::http::HttpCalls::default(),
     };
-    announce_changes(&host, server.peers.clone());
+    announce_changes(&host, server.audience.clone());
     // `rho call --host` runs calls here, where this server's journal and views see them.
     let _control = crate::control::listen(&host);
     if let Some(addr) = args.http.or(config.serve.http) {

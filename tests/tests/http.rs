@@ -308,3 +308,48 @@ fn a_client_that_disconnects_mid_call_stops_the_call() {
         "the worker was not freed"
     );
 }
+
+#[test]
+fn both_spec_eras_see_a_reload_as_a_list_change_over_stdio_and_http() {
+    let picture = rho_tests::plugin_lib("picture");
+    for (mode, requirement, name, version) in [
+        ("modern", "mcp>=2,<3", "mcp2", "2026-07-28"),
+        ("legacy", "mcp>=1.9,<2", "mcp1", "2025-11-25"),
+    ] {
+        let sdk = python_sdk(requirement, name);
+        for transport in ["stdio", "http"] {
+            let dir = plugins(&["echo"]);
+            let journal = dir.path().join("../http-listen.jsonl");
+            let server = (transport == "http")
+                .then(|| HttpServer::start(dir.path(), &["--http", "127.0.0.1:0"], &journal));
+            let target = match &server {
+                Some(server) => server.url(),
+                None => rho_bin().to_str().unwrap().to_owned(),
+            };
+            let out = Command::new("python3")
+                .arg(workspace_dir().join("tests/python/listen.py"))
+                .args([mode, transport, &target])
+                .arg(dir.path())
+                .arg(&picture)
+                .env("PYTHONPATH", &sdk)
+                .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"))
+                .env("XDG_RUNTIME_DIR", rho_tests::host_dir("rho-runtime"))
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{mode} over {transport}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+            assert_eq!(report["version"], version, "{mode} over {transport}");
+            assert_eq!(report["before"], json!(["echo"]), "{mode} over {transport}");
+            assert_eq!(
+                report["after"],
+                json!(["checkerboard", "echo"]),
+                "{mode} over {transport}"
+            );
+        }
+    }
+}
