@@ -230,7 +230,10 @@ pub fn mcp_result(result: &ToolResult, max_bytes: usize) -> CallToolResult {
         content.push(Content::text(shown));
     }
     content.extend(images);
-    let mut out = if result.is_error() {
+    // A tool with an output schema must send structured content with a success: without it
+    // (left out above), the result is an error, as MCP clients would otherwise reject it.
+    let structured_lost = result.structured.is_some() && structured.is_none();
+    let mut out = if result.is_error() || structured_lost {
         CallToolResult::error(content)
     } else {
         CallToolResult::success(content)

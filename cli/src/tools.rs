@@ -101,14 +101,16 @@ fn print(tools: &[rho_core::ToolSpec], json: bool) -> bool {
         }
         outln!("    {}", crate::render::terminal_safe(&tool.description));
         outln!("    hints: {}", tool.hints);
+        // Property names come from the plugin: escaped like every text of it.
         let params = crate::render::parameters_summary(&tool.parameters);
         if !params.is_empty() {
-            outln!("    args: {params}");
+            outln!("    args: {}", crate::render::terminal_safe(&params));
         }
         if let Some(schema) = &tool.output_schema {
+            let summary = crate::render::parameters_summary(schema);
             outln!(
                 "    answers: structured ({})",
-                crate::render::parameters_summary(schema)
+                crate::render::terminal_safe(&summary)
             );
         }
         if let Some(bytes) = tool.max_result_bytes {

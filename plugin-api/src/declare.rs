@@ -50,6 +50,17 @@ impl Default for ToolHints {
     }
 }
 
+impl ToolHints {
+    /// The hints as hosts state them: a read-only tool is not destructive (MCP gives
+    /// `destructiveHint` meaning only for tools that write).
+    pub fn normalized(self) -> Self {
+        ToolHints {
+            destructive: self.destructive && !self.read_only,
+            ..self
+        }
+    }
+}
+
 impl std::fmt::Display for ToolHints {
     /// The hints in words: `read-only, idempotent, closed world`, `destructive, open world`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

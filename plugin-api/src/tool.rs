@@ -135,12 +135,9 @@ impl Tool {
         self
     }
 
-    /// Whether the tool changes nothing. `true` also makes it not destructive.
+    /// Whether the tool changes nothing (a read-only tool is stated not destructive).
     pub fn read_only(mut self, read_only: bool) -> Self {
         self.declared.hints.read_only = read_only;
-        if read_only {
-            self.declared.hints.destructive = false;
-        }
         self
     }
 
@@ -169,9 +166,9 @@ impl Tool {
         self
     }
 
-    /// The tool's hints.
+    /// The tool's hints, as hosts state them ([`ToolHints::normalized`]).
     pub fn hints(&self) -> ToolHints {
-        self.declared.hints
+        self.declared.hints.normalized()
     }
 
     /// What the tool declares beyond its description, as the host receives it.

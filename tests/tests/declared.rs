@@ -183,8 +183,32 @@ async fn structured_answers_are_checked_and_long_results_cut_in_process_and_isol
             Some("x".repeat(1000)),
             "the end event keeps the whole"
         );
+        // Structured content from a tool that declares no schema is dropped: nothing checked it.
+        let r = run(&host, "unschema", json!({})).await;
+        assert_eq!(
+            (r.outcome, r.text(), &r.structured),
+            (Outcome::Ok, "plain text", &None)
+        );
         host.shutdown().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_smaller_of_the_tools_and_the_hosts_result_limit_wins() {
+    let dir = plugin_dir(&["faults"]);
+    let runner = rho_core::RunnerConfig {
+        max_result_bytes: Some(50),
+        ..rho_core::RunnerConfig::default()
+    };
+    let (host, _) = host_with(dir.path(), DirOptions::in_process(), |b| b.runner(runner)).await;
+    // big_output declares no limit, big_output_cut 100: the host's 50 cuts both.
+    for tool in ["big_output", "big_output_cut"] {
+        let r = run(&host, tool, json!({"bytes": 1000})).await;
+        let kept = format!("{}\n[rho: the result was cut at 50 of 1000", "x".repeat(50));
+        assert!(r.text().starts_with(&kept), "{tool}: {}", r.text());
+        assert_eq!(r.full_text.map(|t| t.len()), Some(1000));
+    }
+    host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -169,6 +169,9 @@ pub enum EventKind {
         /// The file.
         path: String,
         /// Its tools, as the registry holds them (hints, output schemas and limits included).
+        /// Journals written before hints existed hold names here: they read as specs with only
+        /// a name.
+        #[serde(deserialize_with = "specs_or_names")]
         tools: Vec<crate::ToolSpec>,
         /// The build: SHA-256 of the file's content (builds of one version differ here).
         #[serde(default)]
@@ -312,10 +315,43 @@ impl EventKind {
     }
 }
 
+/// `plugin_loaded`'s tools as they are written now (specs) or as earlier journals hold them
+/// (names).
+fn specs_or_names<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<crate::ToolSpec>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Entry {
+        Spec(Box<crate::ToolSpec>),
+        Name(String),
+    }
+    Ok(Vec::<Entry>::deserialize(deserializer)?
+        .into_iter()
+        .map(|entry| match entry {
+            Entry::Spec(spec) => *spec,
+            Entry::Name(name) => {
+                crate::ToolSpec::native(name, "", Value::Object(Default::default()))
+            }
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn plugin_loaded_of_an_earlier_journal_reads_its_tool_names() {
+        let line = json!({"seq": 1, "ts_ms": 0, "type": "plugin_loaded", "plugin": "echo",
+            "version": "0.1.0", "path": "/p/libecho.so", "tools": ["echo"], "isolated": false});
+        let event: Event = serde_json::from_value(line).unwrap();
+        let EventKind::PluginLoaded { tools, .. } = event.kind else {
+            panic!("not plugin_loaded")
+        };
+        assert_eq!(tools[0].name, "echo");
+    }
 
     #[test]
     fn one_flat_object_with_type_tag() {

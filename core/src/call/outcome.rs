@@ -81,7 +81,9 @@ pub struct ToolResult {
     pub outcome: Outcome,
     /// What the model reads.
     pub output: Output,
-    /// Structured content (an `ok` answer of a tool with an output schema, checked against it).
+    /// Structured content: an `ok` answer of a tool that declares an output schema, checked
+    /// against it (a tool without one has its structured content dropped); the output's text is
+    /// then this content's JSON.
     pub structured: Option<Value>,
     /// Details for screens, if the tool gave any.
     pub details: Option<Value>,
@@ -160,28 +162,34 @@ fn normalize(output: Output) -> Output {
     }
 }
 
+/// `output` with its text replaced by `text` (images kept).
+pub(crate) fn with_text(output: Output, text: String) -> Output {
+    match output {
+        Output::Text(_) => Output::Text(text),
+        Output::Image { image, .. } => Output::Image { image, text },
+        Output::Images { images, .. } => Output::Images { images, text },
+    }
+}
+
 /// `output` with its text cut at `limit` bytes (at a character boundary) and a note saying so,
 /// and the whole text when it was cut.
 pub(crate) fn cut_output(tool: &str, output: Output, limit: usize) -> (Output, Option<String>) {
-    let total = output.text().len();
-    if total <= limit {
+    let text = output.text();
+    if text.len() <= limit {
         return (output, None);
     }
-    let (text, rebuild): (String, Box<dyn FnOnce(String) -> Output>) = match output {
-        Output::Text(text) => (text, Box::new(Output::Text)),
-        Output::Image { image, text } => (text, Box::new(|text| Output::Image { image, text })),
-        Output::Images { images, text } => (text, Box::new(|text| Output::Images { images, text })),
-    };
     let at = (0..=limit)
         .rev()
         .find(|&i| text.is_char_boundary(i))
         .unwrap_or(0);
     let shown = format!(
-        "{}\n[rho: the result was cut at {at} of {total} bytes (the result limit of tool \
+        "{}\n[rho: the result was cut at {at} of {} bytes (the result limit of tool \
          `{tool}`); the host keeps the whole]",
-        &text[..at]
+        &text[..at],
+        text.len()
     );
-    (rebuild(shown), Some(text))
+    let whole = text.to_owned();
+    (with_text(output, shown), Some(whole))
 }
 
 /// The error text of a call ended at its timeout: ``tool `spin` timed out after 2000 ms``.

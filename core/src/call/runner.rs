@@ -18,7 +18,7 @@ use crate::bus::events::EventKind;
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 use crate::call::invoke::{Failure, ToolCtx, is_valid_traceparent};
 use crate::call::outcome::{
-    CrashReason, Outcome, ToolResult, crash_text, cut_output, timeout_text, to_result,
+    CrashReason, Outcome, ToolResult, crash_text, cut_output, timeout_text, to_result, with_text,
 };
 use crate::call::panic::{catch, payload_message};
 use crate::registry::{ResolvedTool, ToolRegistry};
@@ -35,9 +35,9 @@ pub struct RunnerConfig {
     /// The longest timeout a tool may declare for itself (a plugin must not opt out of the
     /// host's timeout); the host's own overrides are not capped.
     pub max_tool_timeout: Duration,
-    /// The result limit of a tool that declares none, in bytes of answer text: longer text is
-    /// cut with a note for the model, the whole kept in [`ToolResult::full_text`] and the end
-    /// event. `None`: no limit but the tool's own.
+    /// The host's result limit, in bytes of answer text: longer text is cut with a note for the
+    /// model, the whole kept in [`ToolResult::full_text`] and the end event. A tool's own limit
+    /// applies when it is smaller. `None`: no limit but the tools' own.
     pub max_result_bytes: Option<usize>,
 }
 
@@ -80,6 +80,8 @@ enum TaskEnd {
     Blocked(String),
     Answered(Result<Answer, Failure>),
     GateCrashed(String),
+    /// The answer broke the tool's output schema: the text says where.
+    BrokeSchema(String),
 }
 
 /// Runs tool calls. Cheap to clone; clones share the registry, the bus, the task tracker and the
@@ -466,6 +468,7 @@ impl ToolRunner {
             tool: tool.spec.clone(),
         };
         let invoke = tool.invoke.clone();
+        let answer_check = tool.answer_check();
         let name = call.name.clone();
         let bus = self.bus().clone();
         let session = options.session_id.clone();
@@ -492,6 +495,22 @@ impl ToolRunner {
             }
             let _ = running_tx.send(allowed_at);
             match catch(invoke.invoke(args, ctx)).await {
+                Ok(Ok(answer)) if answer_check.needed() => {
+                    // Schema checks cost what the plugin's schema and answer make them: off the
+                    // runtime threads, and inside the call, so its deadline still holds.
+                    let checked = tokio::task::spawn_blocking(move || {
+                        let verdict = answer_check.check(answer.structured.as_ref());
+                        (answer, verdict)
+                    })
+                    .await;
+                    match checked {
+                        Ok((answer, Ok(()))) => TaskEnd::Answered(Ok(answer)),
+                        Ok((_, Err(text))) => TaskEnd::BrokeSchema(text),
+                        Err(_) => TaskEnd::Answered(Err(Failure::Crash(CrashReason::Formatted(
+                            format!("checking the answer of tool `{name}` failed"),
+                        )))),
+                    }
+                }
                 Ok(answer) => TaskEnd::Answered(answer),
                 Err(caught) => TaskEnd::Answered(Err(Failure::Crash(CrashReason::Formatted(
                     caught.describe(&format!("tool `{name}`")),
@@ -561,16 +580,25 @@ impl ToolRunner {
         let (outcome, output, details) = match end {
             Ok(TaskEnd::Blocked(reason)) => (Outcome::Blocked, Output::Text(reason), None),
             Ok(TaskEnd::GateCrashed(text)) => (Outcome::Crashed, Output::Text(text), None),
+            Ok(TaskEnd::BrokeSchema(text)) => (Outcome::Error, Output::Text(text), None),
             Ok(TaskEnd::Answered(Ok(answer))) => {
                 let reply = to_result(Ok(answer));
-                match (reply.result, tool.check_answer(reply.structured.as_ref())) {
-                    (Ok(output), Ok(())) => {
-                        structured = reply.structured;
+                match reply.result {
+                    Ok(output) => {
+                        // Structured content only from a tool that declares (and so had checked)
+                        // its schema; its text is that content's JSON, so the model and the
+                        // client program never read two different answers.
+                        let output = match (&tool.spec.output_schema, reply.structured) {
+                            (Some(_), Some(data)) => {
+                                let text = data.to_string();
+                                structured = Some(data);
+                                with_text(output, text)
+                            }
+                            _ => output,
+                        };
                         (Outcome::Ok, output, reply.details)
                     }
-                    (Ok(_), Err(text)) | (Err(text), _) => {
-                        (Outcome::Error, Output::Text(text), reply.details)
-                    }
+                    Err(text) => (Outcome::Error, Output::Text(text), reply.details),
                 }
             }
             Ok(TaskEnd::Answered(Err(failure))) => match failure {
@@ -594,11 +622,16 @@ impl ToolRunner {
             },
             Err((outcome, text)) => (outcome, Output::Text(text), None),
         };
-        let limit = tool
+        // The tool's own limit and the host's: the smaller wins (a tool cannot declare itself
+        // out of the host's limit).
+        let own = tool
             .spec
             .max_result_bytes
-            .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX))
-            .or(self.config.max_result_bytes);
+            .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX));
+        let limit = match (own, self.config.max_result_bytes) {
+            (Some(own), Some(host)) => Some(own.min(host)),
+            (own, host) => own.or(host),
+        };
         let (output, full_text) = match limit {
             Some(limit) => cut_output(&call.name, output, limit),
             None => (output, None),

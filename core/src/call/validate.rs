@@ -8,6 +8,48 @@ pub(crate) struct SchemaValidator {
     validator: jsonschema::Validator,
 }
 
+/// The largest compiled form of one `pattern` of a tool's schema, and of its lazy DFA, bytes.
+const MAX_PATTERN_BYTES: usize = 256 << 10;
+
+/// The largest JSON Schema a plugin may declare (arguments or answers), bytes of JSON.
+pub(crate) const MAX_SCHEMA_BYTES: usize = 256 << 10;
+
+/// The most regular expressions (`pattern`, `patternProperties` entries) one schema may hold:
+/// each costs up to twice [`MAX_PATTERN_BYTES`] to compile and a match per key to check.
+pub(crate) const MAX_SCHEMA_PATTERNS: usize = 64;
+
+/// Why `schema` is too costly for the host to take from a plugin, if it is.
+pub(crate) fn schema_cost_problem(schema: &Value) -> Option<String> {
+    let bytes = serde_json::to_vec(schema)
+        .map(|b| b.len())
+        .unwrap_or(usize::MAX);
+    if bytes > MAX_SCHEMA_BYTES {
+        return Some(format!(
+            "{bytes} bytes of JSON, over the {MAX_SCHEMA_BYTES} a host takes"
+        ));
+    }
+    fn patterns(value: &Value) -> usize {
+        match value {
+            Value::Object(map) => map
+                .iter()
+                .map(|(key, v)| match (key.as_str(), v) {
+                    ("pattern", Value::String(_)) => 1,
+                    ("patternProperties", Value::Object(p)) => {
+                        p.len() + p.values().map(patterns).sum::<usize>()
+                    }
+                    _ => patterns(v),
+                })
+                .sum(),
+            Value::Array(items) => items.iter().map(patterns).sum(),
+            _ => 0,
+        }
+    }
+    let count = patterns(schema);
+    (count > MAX_SCHEMA_PATTERNS).then(|| {
+        format!("{count} regular expressions, over the {MAX_SCHEMA_PATTERNS} a host takes")
+    })
+}
+
 /// How many schema violations one error text lists at most.
 const MAX_LISTED: usize = 5;
 
@@ -24,7 +66,16 @@ impl SchemaValidator {
     /// Compiles `schema`; a schema that does not compile is reported as one line naming it
     /// (`subject`: "its parameters are", "its output schema is").
     pub fn new(schema: &Value, subject: &str) -> Result<Self, String> {
-        jsonschema::validator_for(schema)
+        // Patterns come from plugins: each compiles within a bounded size and matches within a
+        // bounded number of backtracking steps, so no schema can make the host allocate or spin
+        // without bound (with the host's caps on a schema's size and its number of patterns).
+        let patterns = jsonschema::PatternOptions::fancy_regex()
+            .size_limit(MAX_PATTERN_BYTES)
+            .dfa_size_limit(MAX_PATTERN_BYTES)
+            .backtrack_limit(100_000);
+        jsonschema::options()
+            .with_pattern_options(patterns)
+            .build(schema)
             .map(|validator| SchemaValidator { validator })
             .map_err(|e| format!("{subject} not a valid JSON Schema: {e}"))
     }
@@ -80,6 +131,23 @@ impl SchemaValidator {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn costly_schemas_are_named() {
+        assert_eq!(schema_cost_problem(&json!({"type": "object"})), None);
+        let many: serde_json::Map<String, Value> = (0..65)
+            .map(|i| (format!("^x{i}"), json!({"type": "integer"})))
+            .collect();
+        assert_eq!(
+            schema_cost_problem(&json!({"patternProperties": many})).as_deref(),
+            Some("65 regular expressions, over the 64 a host takes")
+        );
+        let big = json!({"description": "x".repeat(MAX_SCHEMA_BYTES)});
+        assert!(schema_cost_problem(&big).is_some_and(|p| p.contains("bytes of JSON")));
+        // A pattern whose compiled form is too large is refused at compile time.
+        let bomb = json!({"properties": {"a": {"pattern": "\\p{L}{200}|z"}}});
+        assert!(SchemaValidator::new(&bomb, "its schema is").is_err());
+    }
 
     #[test]
     fn names_field_and_expectation() {

@@ -179,6 +179,16 @@ impl Isolated {
         let (pool, ready) = Pool::open(self.options.clone(), payload, &probe).await?;
         // The worker runs the plugin's code: nothing it announced is taken on its word.
         check_identity(&file.path, &ready.name, &ready.version)?;
+        let speaks =
+            rho_plugin_api::ffi::OLDEST_INTERFACE_VERSION..=rho_plugin_api::ffi::INTERFACE_VERSION;
+        if !speaks.contains(&ready.interface_version) {
+            return Err(LoadError::InterfaceVersion {
+                path: file.path.clone(),
+                found: ready.interface_version,
+                oldest: *speaks.start(),
+                newest: *speaks.end(),
+            });
+        }
         // Refused before any call: a sandbox without what the plugin needs would fail its calls
         // one by one, each with an error of the operating system's.
         if let Some(asked) = self.options.grants.uncovered(&ready.capabilities) {

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use abi_stable::library::{LibraryError, RawLibrary, lib_header_from_raw_library};
 use abi_stable::std_types::RResult;
+use rho_plugin_api::Capabilities;
 use rho_plugin_api::declare::{Declaration, ToolDeclaration};
 use rho_plugin_api::ffi::{
     FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION, OLDEST_INTERFACE_VERSION, PluginModRef, v1,
 };
-use rho_plugin_api::{Capabilities, ToolHints};
 
 use crate::plugin::call::plain_text;
 use sha2::{Digest, Sha256};
@@ -581,9 +581,13 @@ impl RawTool {
 /// (`"type": "object"`, as MCP requires); a result limit of zero.
 fn declaration_problem(declared: &ToolDeclaration) -> Option<String> {
     if let Some(title) = &declared.title
-        && (title.is_empty() || title.chars().count() > 128 || title.chars().any(char::is_control))
+        && (title.is_empty() || title.chars().count() > 128 || title.chars().any(invisible))
     {
-        return Some("its title must be 1 to 128 characters without control characters".into());
+        return Some(
+            "its title must be 1 to 128 characters without control, format or separator \
+             characters"
+                .into(),
+        );
     }
     if let Some(schema) = &declared.output_schema
         && schema.get("type").and_then(|t| t.as_str()) != Some("object")
@@ -669,6 +673,20 @@ pub(crate) fn check_tools(
             rejected.push(format!("{file}: tool `{name}` refused: {problem}"));
             continue;
         }
+        let costly = |which: &str, schema: &serde_json::Value| {
+            crate::call::validate::schema_cost_problem(schema)
+                .map(|problem| format!("{file}: tool `{name}` refused: its {which} has {problem}"))
+        };
+        let too_costly = costly("argument schema", &parameters).or_else(|| {
+            tool.declared
+                .output_schema
+                .as_ref()
+                .and_then(|schema| costly("output schema", schema))
+        });
+        if let Some(line) = too_costly {
+            rejected.push(line);
+            continue;
+        }
         let ToolDeclaration {
             title,
             hints,
@@ -682,7 +700,7 @@ pub(crate) fn check_tools(
             description,
             parameters,
             output_schema,
-            hints: normalized(hints),
+            hints: hints.normalized(),
             max_result_bytes,
             timeout_ms: tool.timeout_ms,
             plugin: Some(plugin.to_owned()),
@@ -692,13 +710,13 @@ pub(crate) fn check_tools(
     (tools, rejected)
 }
 
-/// Hints as the host states them: a read-only tool is not destructive (MCP gives
-/// `destructiveHint` meaning only for tools that write).
-fn normalized(hints: ToolHints) -> ToolHints {
-    ToolHints {
-        destructive: hints.destructive && !hints.read_only,
-        ..hints
-    }
+/// Characters a title must not hold: controls, and the invisible ones that reorder or hide text
+/// (bidirectional overrides and isolates, zero-width characters, line and paragraph separators).
+fn invisible(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}' | '\u{feff}' | '\u{00ad}')
 }
 
 /// One line for an abi_stable error; the full report goes to `tracing`.

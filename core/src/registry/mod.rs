@@ -73,19 +73,57 @@ impl ResolvedTool {
             .check(&self.spec.name, args, Checked::Arguments)
     }
 
-    /// Checks a structured answer against the tool's output schema: a tool that declares one
-    /// must answer with structured content that matches it.
-    pub(crate) fn check_answer(&self, structured: Option<&Value>) -> Result<(), String> {
-        match (&self.output_validator, structured) {
-            (None, _) => Ok(()),
-            (Some(_), None) => Err(format!(
-                "tool `{}` declares an output schema but answered without structured content",
-                self.spec.name
-            )),
-            (Some(v), Some(value)) => v.check(&self.spec.name, value, Checked::Answer),
+    /// How the tool's answers are checked, movable into the call's task.
+    pub(crate) fn answer_check(&self) -> AnswerCheck {
+        AnswerCheck {
+            tool: self.spec.name.clone(),
+            validator: self.output_validator.clone(),
         }
     }
 }
+
+/// A tool's output schema check, run on a blocking thread inside the call (so under its deadline,
+/// its cancellation and the host's stop, and never on a runtime thread).
+pub(crate) struct AnswerCheck {
+    tool: String,
+    validator: Option<Arc<SchemaValidator>>,
+}
+
+impl AnswerCheck {
+    /// Whether there is anything to check.
+    pub fn needed(&self) -> bool {
+        self.validator.is_some()
+    }
+
+    /// Checks a structured answer: a tool that declares an output schema must answer with
+    /// structured content that matches it.
+    pub fn check(&self, structured: Option<&Value>) -> Result<(), String> {
+        match (&self.validator, structured) {
+            (None, _) => Ok(()),
+            (Some(_), None) => Err(format!(
+                "tool `{}` declares an output schema but answered without structured content",
+                self.tool
+            )),
+            (Some(v), Some(value)) => {
+                let bytes = serde_json::to_vec(value)
+                    .map(|b| b.len())
+                    .unwrap_or(usize::MAX);
+                if bytes > MAX_STRUCTURED_BYTES {
+                    return Err(format!(
+                        "tool `{}` answered with {bytes} bytes of structured content, over the \
+                         {MAX_STRUCTURED_BYTES} a host checks",
+                        self.tool
+                    ));
+                }
+                v.check(&self.tool, value, Checked::Answer)
+            }
+        }
+    }
+}
+
+/// The largest structured answer a host checks against its schema, bytes of JSON: with the caps
+/// on schemas, a check is bounded in time too.
+pub(crate) const MAX_STRUCTURED_BYTES: usize = 4 << 20;
 
 /// Why a tool could not be added.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -155,7 +193,8 @@ impl ToolRegistry {
 
     /// Adds a host-native tool. Host-native tools rank before every plugin.
     pub fn add_tool(&self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
-        let spec = tool.spec();
+        let mut spec = tool.spec();
+        spec.hints = spec.hints.normalized();
         if !rho_plugin_api::is_valid_tool_name(&spec.name) {
             return Err(RegistryError::BadName(spec.name));
         }

@@ -59,9 +59,9 @@ impl ToolSpec {
         }
     }
 
-    /// The same spec with `hints`.
+    /// The same spec with `hints` (a read-only tool is stated not destructive).
     pub fn with_hints(mut self, hints: ToolHints) -> Self {
-        self.hints = hints;
+        self.hints = hints.normalized();
         self
     }
 

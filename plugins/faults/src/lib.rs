@@ -224,6 +224,13 @@ pub fn count(args: CountArgs, _ctx: &Ctx) -> Result<Count, ToolError> {
     })
 }
 
+/// Answers structured content (and other text) though it declares no output schema.
+pub fn unschema(_args: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let mut answer = Answer::text("plain text");
+    answer.structured = Some(json!({"approved": true}));
+    Ok(answer)
+}
+
 /// Answers what the host told the call: its time left (ms) and trace context.
 pub fn call_info(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
     let left = ctx.time_left().map(|left| left.as_millis() as u64);
@@ -242,6 +249,7 @@ export_plugin! {
     Tool::new("big_output_cut", "Answers with that many bytes of text; its result limit is 100 bytes.", big_output)
         .max_result_bytes(100),
     Tool::new("nap", "Sleeps for ms milliseconds, read-only.", sleep).read_only(true),
+    Tool::new("unschema", "Answers structured content without declaring an output schema.", unschema),
     Tool::new("panic", "Panics with the given message.", panic_tool),
     Tool::new("panic_payload", "Panics with a non-string payload.", panic_payload),
     Tool::new("sleep", "Sleeps for ms milliseconds; stops early when cancelled.", sleep),
