@@ -15,7 +15,7 @@ use rho_core::{
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock as Content,
-    Implementation, InitializeResult, ListToolsResult, PaginatedRequestParams,
+    Implementation, InitializeResult, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
     ProgressNotificationParam, ServerCapabilities, ServerNotification, SubscriptionFilter, Tool,
     ToolAnnotations, ToolListChangedNotification,
 };
@@ -86,6 +86,20 @@ struct Audience {
 struct ElicitAsker {
     peer: Peer<RoleServer>,
     fallback: Action,
+    /// How this request's client can be asked.
+    asking: Asking,
+}
+
+/// How the user of a request's client can be asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asking {
+    /// By an `elicitation/create` request to the client (2025-era sessions that declared
+    /// elicitation).
+    Request,
+    /// Already asked, by an `InputRequiredResult` round trip (2026-07-28); the user's answer.
+    Answered(bool),
+    /// Not at all: the fallback decides.
+    Cannot,
 }
 
 #[derive(serde::Deserialize, rmcp::schemars::JsonSchema)]
@@ -96,6 +110,9 @@ struct Approval {
 }
 
 rmcp::elicit_safe!(Approval);
+
+/// The key of the approval question in an `InputRequiredResult` (2026-07-28).
+const APPROVAL_KEY: &str = "rho/approve";
 
 impl ElicitAsker {
     fn fallback(&self, call: &ToolCall, why: &str) -> Verdict {
@@ -112,12 +129,13 @@ impl ElicitAsker {
 #[async_trait::async_trait]
 impl Asker for ElicitAsker {
     async fn ask(&self, call: &ToolCall) -> Verdict {
-        let supported = self
-            .peer
-            .peer_info()
-            .is_some_and(|info| info.capabilities.elicitation.is_some());
-        if !supported {
-            return self.fallback(call, "the client cannot ask its user");
+        match self.asking {
+            Asking::Request => {}
+            Asking::Answered(true) => return Verdict::Allow,
+            Asking::Answered(false) => {
+                return Verdict::Block(format!("the user declined the call of `{}`", call.name));
+            }
+            Asking::Cannot => return self.fallback(call, "the client cannot ask its user"),
         }
         let question = format!("Allow rho to run `{}` with {}?", call.name, call.arguments);
         match self.peer.elicit::<Approval>(question).await {
@@ -265,12 +283,83 @@ impl RhoServer {
             .collect()
     }
 
+    /// How the user of this request's client can be asked, should the gate ask. A 2026-07-28
+    /// request cannot carry a server-to-client request: when a rule asks about this call, its
+    /// first round ends with an `InputRequiredResult` (`Err`) holding the question, and the
+    /// client's retry carries the answer (no call starts until then).
+    fn asking(
+        &self,
+        call: &ToolCall,
+        context: &RequestContext<RoleServer>,
+        answers: Option<&rmcp::model::InputResponses>,
+    ) -> Result<Asking, InputRequiredResult> {
+        let modern = context
+            .meta
+            .protocol_version()
+            .is_some_and(|v| v.to_string().as_str() >= "2026-07-28");
+        if !modern {
+            let can = context
+                .peer
+                .peer_info()
+                .is_some_and(|info| info.capabilities.elicitation.is_some());
+            return Ok(if can { Asking::Request } else { Asking::Cannot });
+        }
+        if let Some(answer) = answers.and_then(|a| a.get(APPROVAL_KEY)) {
+            let approved = answer["action"] == "accept" && answer["content"]["approve"] == true;
+            return Ok(Asking::Answered(approved));
+        }
+        let can = context
+            .meta
+            .client_capabilities()
+            .is_some_and(|caps| caps.elicitation.is_some());
+        let hints = self
+            .host
+            .tools()
+            .into_iter()
+            .find(|t| t.name == call.name)
+            .map(|t| t.hints)
+            .unwrap_or_default();
+        let asks = self
+            .rules
+            .iter()
+            .find(|rule| rule.matches(&call.name, &hints))
+            .is_some_and(|rule| rule.action == Action::Ask);
+        if !asks {
+            // No rule asks about this call now; should one by the time it runs (a reload in
+            // between), the answer is no.
+            return Ok(Asking::Answered(false));
+        }
+        if !can {
+            return Ok(Asking::Cannot);
+        }
+        let question = format!("Allow rho to run `{}` with {}?", call.name, call.arguments);
+        let schema = match rmcp::model::ElicitationSchema::from_type::<Approval>() {
+            Ok(schema) => schema,
+            Err(_) => return Ok(Asking::Cannot),
+        };
+        let elicit = rmcp::model::ElicitRequest::new(
+            rmcp::model::ElicitRequestParams::FormElicitationParams {
+                meta: None,
+                message: question,
+                requested_schema: schema,
+            },
+        );
+        let requests = std::collections::BTreeMap::from([(
+            APPROVAL_KEY.to_owned(),
+            rmcp::model::InputRequest::Elicitation(elicit),
+        )]);
+        Err(InputRequiredResult::new(
+            Some(requests),
+            Some("rho-approval".into()),
+        ))
+    }
+
     /// Runs the call in a task of its own: whatever happens, the request gets an answer.
     async fn call(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> CallToolResult {
+    ) -> CallToolResponse {
         // The server's own counter: request ids `1` and `"1"` are different requests.
         let n = self
             .calls
@@ -322,11 +411,21 @@ impl RhoServer {
                 (Some(hook), Some((ended, forwarder)))
             }
         };
+        let asking = match self.asking(&call, &context, request.input_responses.as_ref()) {
+            Ok(asking) => asking,
+            Err(input_required) => {
+                if let Some((ended, _)) = progress {
+                    let _ = ended.send(());
+                }
+                return CallToolResponse::InputRequired(input_required);
+            }
+        };
         let gate = Arc::new(RuleGate::new(
             (*self.rules).clone(),
             Arc::new(ElicitAsker {
                 peer: context.peer.clone(),
                 fallback: self.fallback,
+                asking,
             }),
         ));
         // W3C trace context from the request's `_meta.traceparent` (checked by the runner).
@@ -347,7 +446,7 @@ impl RhoServer {
             () = context.ct.cancelled() => None,
         };
         let Some(_turn) = turn else {
-            return mcp_result(
+            return CallToolResponse::Complete(mcp_result(
                 &ToolResult::failed(
                     &call.id,
                     &call.name,
@@ -355,7 +454,7 @@ impl RhoServer {
                     "rho: the call was cancelled before it started",
                 ),
                 self.max_result_bytes,
-            );
+            ));
         };
         let result = self.host.call_with(&call, &options).await;
         if let Some((ended, forwarder)) = progress {
@@ -366,7 +465,7 @@ impl RhoServer {
                 tracing::warn!(call = %call_id, "progress notifications still pending at the answer");
             }
         }
-        mcp_result(&result, self.max_result_bytes)
+        CallToolResponse::Complete(mcp_result(&result, self.max_result_bytes))
     }
 }
 
@@ -411,9 +510,7 @@ impl ServerHandler for RhoServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        Ok(CallToolResponse::Complete(
-            self.call(request, context).await,
-        ))
+        Ok(self.call(request, context).await)
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

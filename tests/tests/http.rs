@@ -353,3 +353,61 @@ fn both_spec_eras_see_a_reload_as_a_list_change_over_stdio_and_http() {
         }
     }
 }
+
+#[test]
+fn both_spec_eras_get_an_ask_approved_or_declined_by_their_user_over_stdio_and_http() {
+    for (mode, requirement, name, version) in [
+        ("modern", "mcp>=2,<3", "mcp2", "2026-07-28"),
+        ("legacy", "mcp>=1.9,<2", "mcp1", "2025-11-25"),
+    ] {
+        let sdk = python_sdk(requirement, name);
+        for transport in ["stdio", "http"] {
+            let dir = plugins(&["echo"]);
+            let config = dir.path().join("../http-ask.toml");
+            std::fs::write(&config, "[[gate]]\ntool = \"echo\"\naction = \"ask\"\n").unwrap();
+            let journal = dir.path().join("../http-ask.jsonl");
+            let server = (transport == "http").then(|| {
+                HttpServer::start(
+                    dir.path(),
+                    &[
+                        "--http",
+                        "127.0.0.1:0",
+                        "--config",
+                        config.to_str().unwrap(),
+                    ],
+                    &journal,
+                )
+            });
+            let target = match &server {
+                Some(server) => server.url(),
+                None => rho_bin().to_str().unwrap().to_owned(),
+            };
+            let out = Command::new("python3")
+                .arg(workspace_dir().join("tests/python/ask.py"))
+                .args([mode, transport, &target])
+                .arg(dir.path())
+                .arg(&config)
+                .env("PYTHONPATH", &sdk)
+                .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"))
+                .env("XDG_RUNTIME_DIR", rho_tests::host_dir("rho-runtime"))
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{mode} over {transport}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+            let context = format!("{mode} over {transport}: {report}");
+            assert_eq!(report["version"], version, "{context}");
+            assert_eq!(report["asked"].as_array().unwrap().len(), 2, "{context}");
+            assert_eq!(report["first"], json!(["approved", false]), "{context}");
+            assert_eq!(
+                report["second"],
+                json!(["the user declined the call of `echo`", true]),
+                "{context}"
+            );
+        }
+    }
+}
