@@ -14,6 +14,11 @@
 //!
 //! A client that disconnects mid-call cancels its call (rmcp cancels the request's token; the
 //! runner ends the call once and stops its worker).
+//!
+//! `/events` streams the host's events as Server-Sent Events (`id:` the event's seq, `data:` its
+//! JSON, the journal's format), behind the same guard. A client that reconnects with
+//! `Last-Event-ID: SEQ` (or `?after=SEQ`) gets every later event exactly once: the missed ones
+//! from the journal, then the live ones; a subscriber that lags is caught up the same way.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -29,6 +34,7 @@ use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
+use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::serve::RhoServer;
@@ -310,10 +316,95 @@ async fn gatekeeper(
     }
 }
 
+/// The seq after which a client wants events: `Last-Event-ID`, else `?after=`, else now.
+fn resume_after(request: &Request) -> Option<u64> {
+    let header = request
+        .headers()
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok());
+    header.or_else(|| {
+        request
+            .uri()
+            .query()?
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("after="))?
+            .parse()
+            .ok()
+    })
+}
+
+/// `GET /events`: the bus as Server-Sent Events, resumable by seq (see the module doc).
+async fn events(State(host): State<rho_core::Host>, request: Request) -> Response {
+    use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+    let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(256);
+    // Subscribed before anything is read back: every event is either in the journal up to
+    // `now` or comes live after it.
+    let mut live = host.subscribe();
+    let now = host.bus().last_seq();
+    // A seq beyond this run's is of an earlier run of the server: this run from its start.
+    let after = resume_after(&request)
+        .map(|seq| if seq > now { 0 } else { seq })
+        .unwrap_or(now);
+    tokio::spawn(async move {
+        let mut last = after;
+        let send = async |event: &rho_core::Event, last: &mut u64| {
+            if event.seq <= *last {
+                return true;
+            }
+            *last = event.seq;
+            let data = serde_json::to_string(event).unwrap_or_default();
+            tx.send(SseEvent::default().id(event.seq.to_string()).data(data))
+                .await
+                .is_ok()
+        };
+        // Read back what the client missed (`after` to `now`), from the journal.
+        let catch_up = async |host: &rho_core::Host, from: u64, to: u64| {
+            if from > to {
+                return Vec::new();
+            }
+            let host = host.clone();
+            let read = tokio::task::spawn_blocking(move || host.replay(from, to)).await;
+            match read {
+                Ok(Some(Ok(events))) => events,
+                _ => Vec::new(),
+            }
+        };
+        for event in catch_up(&host, after + 1, now).await {
+            if !send(&event, &mut last).await {
+                return;
+            }
+        }
+        while let Some(item) = live.recv().await {
+            match item {
+                rho_core::BusItem::Event(event) => {
+                    if !send(&event, &mut last).await {
+                        return;
+                    }
+                }
+                rho_core::BusItem::Lagged { .. } => {
+                    let now = host.bus().last_seq();
+                    for event in catch_up(&host, last + 1, now).await {
+                        if !send(&event, &mut last).await {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    let stream =
+        tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::convert::Infallible>);
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
 /// Serves `server` at `http://addr/mcp` until `stop` is cancelled. Returns once the listener is
 /// bound (the serving goes on in a task), or why it could not be.
 pub async fn start(
     server: RhoServer,
+    host: rho_core::Host,
     calls: HttpCalls,
     addr: SocketAddr,
     guard: Guard,
@@ -339,6 +430,7 @@ pub async fn start(
         calls,
     });
     let app = axum::Router::new()
+        .route("/events", axum::routing::get(events).with_state(host))
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(keeper, gatekeeper));
     let listener = tokio::net::TcpListener::bind(addr)

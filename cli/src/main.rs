@@ -17,6 +17,7 @@ mod http;
 mod journals;
 mod live;
 mod plugin;
+mod remote;
 mod render;
 mod run;
 mod serve;

@@ -756,7 +756,8 @@ async fn serve_http(
         };
     let stop = tokio_util::sync::CancellationToken::new();
     let calls = server.http_calls.clone();
-    let (bound, task) = match crate::http::start(server, calls, addr, guard, stop.clone()).await {
+    let started = crate::http::start(server, host.clone(), calls, addr, guard, stop.clone());
+    let (bound, task) = match started.await {
         Ok(started) => started,
         Err(e) => return refused(e.to_string()).await,
     };

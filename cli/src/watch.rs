@@ -34,9 +34,13 @@ pub struct Args {
     #[command(flatten)]
     run: RunFlags,
     /// Follow the journal of a `rho serve` instead (PATH, or without one the newest under
-    /// ~/.local/state/rho); it follows the server across restarts.
-    #[arg(long, value_name = "PATH", num_args = 0..=1, conflicts_with = "script")]
+    /// ~/.local/state/rho), or the events of a `rho serve --http` (http://HOST:PORT); it follows
+    /// the server across restarts and reconnects where it stopped.
+    #[arg(long, value_name = "PATH|URL", num_args = 0..=1, conflicts_with = "script")]
     attach: Option<Option<PathBuf>>,
+    /// The bearer token of the server given to --attach as a URL: the first line of this file.
+    #[arg(long, value_name = "PATH", requires = "attach")]
+    token_file: Option<PathBuf>,
     /// Print every event as one JSON object per line.
     #[arg(long)]
     json: bool,
@@ -57,6 +61,24 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
     use std::io::IsTerminal;
     let live = detail.is_some() && !args.plain && std::io::stdout().is_terminal();
     let display = |source: &str| Display::new(live, source, detail, args.summary_secs);
+    if let Some(Some(url)) = &args.attach
+        && let Some(authority) = url.to_str().and_then(|u| u.strip_prefix("http://"))
+    {
+        let token = match &args.token_file {
+            Some(path) => match std::fs::read_to_string(path) {
+                Ok(text) => Some(text.lines().next().unwrap_or_default().trim().to_owned()),
+                Err(e) => {
+                    eprintln!("rho: token file {}: {e}", path.display());
+                    return ExitCode::from(1);
+                }
+            },
+            None => None,
+        };
+        let authority = authority.trim_end_matches('/').to_owned();
+        eprintln!("rho: following http://{authority}/events");
+        let display = display(&format!("http://{authority}"));
+        return crate::remote::follow(&authority, token.as_deref(), display).await;
+    }
     if let Some(journal) = &args.attach {
         let journal = match journal {
             Some(path) => path.clone(),
@@ -92,7 +114,7 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
 
 /// Where a watch shows its events: plain lines (with a health table every `every` seconds), or
 /// the live view redrawn in place on a terminal.
-enum Display {
+pub(crate) enum Display {
     Lines {
         detail: Option<Detail>,
         health: Health,
@@ -118,7 +140,7 @@ impl Display {
     }
 
     /// Shows one event; `false` once stdout is gone.
-    fn show(&mut self, event: &Event) -> bool {
+    pub(crate) fn show(&mut self, event: &Event) -> bool {
         match self {
             Display::Lines { detail, health, .. } => {
                 health.observe(event);
@@ -136,14 +158,14 @@ impl Display {
     }
 
     /// How often [`Display::tick`] runs: the live view redraws four times a second.
-    fn ticker(&self) -> tokio::time::Interval {
+    pub(crate) fn ticker(&self) -> tokio::time::Interval {
         match self {
             Display::Lines { every, .. } => ticker(Duration::from_secs(*every)),
             Display::Live(..) => ticker(Duration::from_millis(250)),
         }
     }
 
-    fn tick(&mut self) {
+    pub(crate) fn tick(&mut self) {
         match self {
             Display::Lines { detail, health, .. } => {
                 if health.changed() && detail.is_some() {
@@ -155,7 +177,7 @@ impl Display {
     }
 
     /// Leaves the live view and prints the health table once more.
-    fn finish(self) {
+    pub(crate) fn finish(self) {
         match self {
             Display::Lines {
                 detail, mut health, ..

@@ -411,6 +411,21 @@ impl Host {
         Ok(())
     }
 
+    /// The events with seq in `from..=to` from the host's journal (the one of
+    /// [`HostBuilder::journal`] or the latest [`Host::journal`]), once written: how a subscriber
+    /// that starts late or lags (a page reconnecting with the last seq it saw) gets every event
+    /// once. `None` without a journal. It blocks until `to` is written (five seconds at most):
+    /// call it from a blocking thread.
+    pub fn replay(&self, from: u64, to: u64) -> Option<Result<Vec<crate::Event>, JournalError>> {
+        let journal = self
+            .inner
+            .journal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        journal.map(|j| j.replay(from, to))
+    }
+
     /// Rescans every directory now (what watching does on a change); one report per directory.
     pub async fn reload(&self) -> Vec<ScanReport> {
         let mut reports = Vec::new();

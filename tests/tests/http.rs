@@ -411,3 +411,139 @@ fn both_spec_eras_get_an_ask_approved_or_declined_by_their_user_over_stdio_and_h
         }
     }
 }
+
+/// Reads Server-Sent Events of `/events` from `addr` after `after` until `want` events arrived;
+/// their seqs and types.
+fn read_events(addr: &str, after: u64, want: usize) -> Vec<(u64, String)> {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\nLast-Event-ID: {after}\r\n\r\n"
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buffer = String::new();
+    let mut chunk = [0u8; 4096];
+    while seen.len() < want {
+        let n = stream.read(&mut chunk).expect("events before the timeout");
+        assert!(n > 0, "the stream ended after {seen:?}");
+        buffer.push_str(&String::from_utf8_lossy(&chunk[..n]));
+        seen = buffer
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .map(|e| {
+                (
+                    e["seq"].as_u64().unwrap(),
+                    e["type"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+    }
+    seen
+}
+
+/// One `tools/call` of echo over a fresh session, read to its end.
+fn call_echo(addr: &str, text: &str) {
+    let (status, head) = post(addr, &[], &initialize());
+    assert_eq!(status, 200, "{head}");
+    let session = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("mcp-session-id:")
+                .then(|| l[15..].trim().to_owned())
+        })
+        .unwrap();
+    let headers = [
+        ("Mcp-Session-Id", session.as_str()),
+        ("Mcp-Protocol-Version", "2025-11-25"),
+    ];
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    post(addr, &headers, initialized.to_string().as_bytes());
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": text}}});
+    let (status, text) = post(addr, &headers, call.to_string().as_bytes());
+    assert_eq!(status, 200, "{text}");
+}
+
+#[test]
+fn events_stream_resumes_after_a_reconnect_with_every_event_once() {
+    let dir = plugins(&["echo"]);
+    let journal = dir.path().join("../http-events.jsonl");
+    let _ = std::fs::remove_file(&journal);
+    let server = HttpServer::start(dir.path(), &["--http", "127.0.0.1:0"], &journal);
+    // From the start of the run: the plugin's load.
+    let first = read_events(&server.addr, 0, 1);
+    assert_eq!(first[0], (1, "plugin_loaded".to_owned()));
+    // Calls while nobody listens, then a reconnect from seq 1: each missed event once, in order.
+    call_echo(&server.addr, "one");
+    call_echo(&server.addr, "two");
+    // Each call: start, running, end.
+    let missed = read_events(&server.addr, 1, 6);
+    let seqs: Vec<u64> = missed.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(seqs, (2..=7).collect::<Vec<u64>>(), "{missed:?}");
+    let ends = missed
+        .iter()
+        .filter(|(_, kind)| kind == "tool_execution_end")
+        .count();
+    assert_eq!(ends, 2, "{missed:?}");
+}
+
+#[test]
+fn rho_watch_attach_follows_a_server_over_http_across_a_restart() {
+    let dir = plugins(&["echo"]);
+    let journal = dir.path().join("../http-watch.jsonl");
+    let _ = std::fs::remove_file(&journal);
+    // A port of our own, so the restarted server comes back where the watch looks.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let server = HttpServer::start(dir.path(), &["--http", &addr], &journal);
+    let mut watch = Command::new(rho_bin())
+        .args(["watch", "--plain", "--attach"])
+        .arg(format!("http://{addr}"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, seen) = std::sync::mpsc::channel::<String>();
+    let stdout = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let wait_for = |needle: &str| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match seen.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("no line with {needle:?}"),
+            }
+        }
+    };
+    wait_for("plugin echo@0.1.0");
+    call_echo(&addr, "before the restart");
+    wait_for("ok echo");
+    drop(server);
+    let server = HttpServer::start(dir.path(), &["--http", &addr], &journal);
+    // The new run from its start, then its calls.
+    wait_for("plugin echo@0.1.0");
+    call_echo(&addr, "after the restart");
+    let line = wait_for("ok echo");
+    assert!(line.contains("after the restart"), "{line}");
+    drop(server);
+    let _ = watch.kill();
+    let _ = watch.wait();
+}

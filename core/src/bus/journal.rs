@@ -72,7 +72,8 @@ impl Sink for QueueSink {
 }
 
 /// A journal attached to a bus. Dropping it does not detach it: the writer lives as long as the
-/// bus publishes.
+/// bus publishes. Clones are handles to the same journal.
+#[derive(Clone)]
 pub struct Journal {
     path: PathBuf,
     /// Where this run starts in the file (what it held before is earlier runs').
