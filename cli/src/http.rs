@@ -130,6 +130,8 @@ pub struct Guard {
     pub max_body_bytes: usize,
     /// Requests in flight at most.
     pub max_requests: usize,
+    /// Serve the live page at `/`.
+    pub web: bool,
 }
 
 /// The origins a loopback server's own pages have.
@@ -168,6 +170,7 @@ impl Guard {
         allowed_origins: &[String],
         max_body_bytes: usize,
         max_requests: usize,
+        web: bool,
     ) -> Result<(Guard, bool), HttpError> {
         let (token, made) = match token_file {
             Some(path) => (Some(read_token(path)?), false),
@@ -185,6 +188,7 @@ impl Guard {
                 allowed_origins,
                 max_body_bytes,
                 max_requests,
+                web,
             },
             made,
         ))
@@ -230,6 +234,27 @@ fn make_token() -> std::io::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Whether a GET's query carries `token=<token>`: how the page's `EventSource` and images
+/// authenticate (browsers send no headers of their own for them).
+fn query_token(request: &Request, token: &str) -> bool {
+    request
+        .uri()
+        .query()
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter_map(|pair| pair.strip_prefix("token="))
+        .any(|given| same(given, token))
+}
+
+/// `a == b` in time independent of where they differ.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |diff, (x, y)| diff | (x ^ y))
+            == 0
+}
+
 /// Whether `headers` carry `Authorization: Bearer <token>` (compared in constant time).
 fn authorized(headers: &HeaderMap, token: &str) -> bool {
     let Some(given) = headers
@@ -239,12 +264,7 @@ fn authorized(headers: &HeaderMap, token: &str) -> bool {
     else {
         return false;
     };
-    given.len() == token.len()
-        && given
-            .bytes()
-            .zip(token.bytes())
-            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
-            == 0
+    same(given, token)
 }
 
 struct Gatekeeper {
@@ -261,6 +281,7 @@ async fn gatekeeper(
 ) -> Response {
     if let Some(token) = &keeper.token
         && !authorized(request.headers(), token)
+        && !(request.method() == axum::http::Method::GET && query_token(&request, token))
     {
         return (
             StatusCode::UNAUTHORIZED,
@@ -400,6 +421,50 @@ async fn events(State(host): State<rho_core::Host>, request: Request) -> Respons
         .into_response()
 }
 
+/// The live page (`--web`): calls running and done, images, per-tool health, reloads and
+/// quarantines, fed by `/events`.
+async fn page() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        include_str!("web/page.html"),
+    )
+        .into_response()
+}
+
+/// `GET /images/SHA256`: the bytes of an image a recent call answered (`Bus::image`).
+async fn image(
+    State(host): State<rho_core::Host>,
+    axum::extract::Path(sha256): axum::extract::Path<String>,
+) -> Response {
+    match host.bus().image(&sha256) {
+        Some(image) => {
+            // Only image types a browser shows as images; anything else as bytes to download.
+            let mime = if image.mime_type.starts_with("image/")
+                && !image.mime_type.contains("svg")
+                && image.mime_type.len() < 64
+            {
+                image.mime_type.clone()
+            } else {
+                "application/octet-stream".to_owned()
+            };
+            (
+                [
+                    (header::CONTENT_TYPE, mime),
+                    (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+                    (header::CACHE_CONTROL, "private, max-age=86400".to_owned()),
+                ],
+                image.bytes,
+            )
+                .into_response()
+        }
+        None => (StatusCode::NOT_FOUND, "rho: no such recent image\n").into_response(),
+    }
+}
+
 /// Serves `server` at `http://addr/mcp` until `stop` is cancelled. Returns once the listener is
 /// bound (the serving goes on in a task), or why it could not be.
 pub async fn start(
@@ -429,8 +494,19 @@ pub async fn start(
         max_body_bytes: guard.max_body_bytes,
         calls,
     });
-    let app = axum::Router::new()
-        .route("/events", axum::routing::get(events).with_state(host))
+    let mut app = axum::Router::new()
+        .route(
+            "/events",
+            axum::routing::get(events).with_state(host.clone()),
+        )
+        .route(
+            "/images/{sha256}",
+            axum::routing::get(image).with_state(host),
+        );
+    if guard.web {
+        app = app.route("/", axum::routing::get(page));
+    }
+    let app = app
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(keeper, gatekeeper));
     let listener = tokio::net::TcpListener::bind(addr)

@@ -53,6 +53,10 @@ pub struct Args {
     /// A browser origin allowed to call over HTTP (repeatable; default: the loopback origins).
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     allow_origins: Vec<String>,
+    /// With --http: serve a live page at http://ADDR/ (calls, images, per-tool health, reloads
+    /// and quarantines; with a token, open it as http://ADDR/?token=TOKEN).
+    #[arg(long)]
+    web: bool,
 }
 
 /// The MCP server.
@@ -630,6 +634,11 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
     announce_changes(&host, server.audience.clone());
     // `rho call --host` runs calls here, where this server's journal and views see them.
     let _control = crate::control::listen(&host);
+    if args.web && args.http.or(config.serve.http).is_none() {
+        eprintln!("rho: --web serves its page over HTTP: give --http ADDR (or [serve] http)");
+        shut_down(&host, "a usage error").await;
+        return ExitCode::from(2);
+    }
     if let Some(addr) = args.http.or(config.serve.http) {
         let token_file = args.token_file.clone().or(config.serve.token_file.clone());
         let origins = if args.allow_origins.is_empty() {
@@ -637,12 +646,14 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
         } else {
             args.allow_origins.clone()
         };
+        let web = args.web || config.serve.web;
         return serve_http(
             server,
             &host,
             addr,
             token_file.as_deref(),
             &origins,
+            web,
             &config,
         )
         .await;
@@ -729,6 +740,7 @@ async fn serve_http(
     addr: std::net::SocketAddr,
     token_file: Option<&std::path::Path>,
     origins: &[String],
+    web: bool,
     config: &HostConfig,
 ) -> ExitCode {
     let refused = async |line: String| {
@@ -742,6 +754,7 @@ async fn serve_http(
         origins,
         config.serve.max_body_bytes,
         config.serve.max_requests,
+        web,
     ) {
         Ok(guard) => guard,
         Err(e) => return refused(e.to_string()).await,
@@ -762,6 +775,9 @@ async fn serve_http(
         Err(e) => return refused(e.to_string()).await,
     };
     eprintln!("rho: serving MCP at http://{bound}/mcp");
+    if web {
+        eprintln!("rho: live page at http://{bound}/");
+    }
     let reason = tokio::select! {
         _ = terminate.recv() => "SIGTERM",
         _ = tokio::signal::ctrl_c() => "SIGINT",

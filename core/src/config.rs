@@ -194,6 +194,8 @@ pub struct ServeConfig {
     pub max_body_bytes: usize,
     /// HTTP requests handled at once at most; more are answered 503.
     pub max_requests: usize,
+    /// With `http`: serve the live page at `/`.
+    pub web: bool,
 }
 
 impl Default for ServeConfig {
@@ -210,6 +212,7 @@ impl Default for ServeConfig {
             allowed_origins: Vec::new(),
             max_body_bytes: 16 << 20,
             max_requests: 256,
+            web: false,
         }
     }
 }

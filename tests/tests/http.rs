@@ -448,7 +448,17 @@ fn read_events(addr: &str, after: u64, want: usize) -> Vec<(u64, String)> {
 
 /// One `tools/call` of echo over a fresh session, read to its end.
 fn call_echo(addr: &str, text: &str) {
-    let (status, head) = post(addr, &[], &initialize());
+    call_tool(addr, "echo", json!({ "text": text }));
+}
+
+/// One `tools/call` over a fresh session, read to its end: the response as text.
+fn call_tool(addr: &str, tool: &str, arguments: Value) -> String {
+    call_tool_with(addr, &[], tool, arguments)
+}
+
+/// [`call_tool`] with `extra` headers on every request (a token).
+fn call_tool_with(addr: &str, extra: &[(&str, &str)], tool: &str, arguments: Value) -> String {
+    let (status, head) = post(addr, extra, &initialize());
     assert_eq!(status, 200, "{head}");
     let session = head
         .lines()
@@ -458,16 +468,18 @@ fn call_echo(addr: &str, text: &str) {
                 .then(|| l[15..].trim().to_owned())
         })
         .unwrap();
-    let headers = [
+    let mut headers = vec![
         ("Mcp-Session-Id", session.as_str()),
         ("Mcp-Protocol-Version", "2025-11-25"),
     ];
+    headers.extend_from_slice(extra);
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     post(addr, &headers, initialized.to_string().as_bytes());
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "echo", "arguments": {"text": text}}});
+        "params": {"name": tool, "arguments": arguments}});
     let (status, text) = post(addr, &headers, call.to_string().as_bytes());
     assert_eq!(status, 200, "{text}");
+    text
 }
 
 #[test]
@@ -546,4 +558,256 @@ fn rho_watch_attach_follows_a_server_over_http_across_a_restart() {
     drop(server);
     let _ = watch.kill();
     let _ = watch.wait();
+}
+
+/// A headless Chromium driven over WebDriver (chromedriver), installed from Debian's packages
+/// when missing; quit when dropped.
+struct Browser {
+    driver: std::process::Child,
+    port: u16,
+    session: String,
+    _profile: tempfile::TempDir,
+}
+
+fn installed(names: &[&str]) -> bool {
+    names.iter().all(|name| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {name}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
+
+impl Browser {
+    fn start() -> Browser {
+        if !installed(&["chromium", "chromedriver"]) {
+            let status = Command::new("apt-get")
+                .args(["install", "-y", "-q", "chromium", "chromium-driver"])
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .status()
+                .expect("run apt-get");
+            assert!(status.success(), "apt-get install chromium chromium-driver");
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while webdriver(port, "GET", "/status", None)["value"]["ready"] != true {
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let profile = tempfile::tempdir().unwrap();
+        let created = webdriver(
+            port,
+            "POST",
+            "/session",
+            Some(
+                json!({"capabilities": {"alwaysMatch": {"browserName": "chrome",
+                "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--window-size=1200,900",
+                    format!("--user-data-dir={}", profile.path().display())]}}}}),
+            ),
+        );
+        let session = created["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no WebDriver session: {created}"))
+            .to_owned();
+        Browser {
+            driver,
+            port,
+            session,
+            _profile: profile,
+        }
+    }
+
+    fn open(&self, url: &str) {
+        let path = format!("/session/{}/url", self.session);
+        webdriver(self.port, "POST", &path, Some(json!({ "url": url })));
+    }
+
+    /// Runs `script` (a function body) in the page; its return value.
+    fn run(&self, script: &str) -> Value {
+        let path = format!("/session/{}/execute/sync", self.session);
+        let out = webdriver(
+            self.port,
+            "POST",
+            &path,
+            Some(json!({"script": script, "args": []})),
+        );
+        out["value"].clone()
+    }
+
+    /// Polls `script` until it returns `true`, for at most `within`; how long it took.
+    fn until(&self, script: &str, within: Duration) -> Duration {
+        let started = Instant::now();
+        while self.run(script) != true {
+            assert!(
+                started.elapsed() < within,
+                "not within {within:?}: {script}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        started.elapsed()
+    }
+
+    fn screenshot(&self, to: &Path) {
+        use base64::Engine;
+        let path = format!("/session/{}/screenshot", self.session);
+        let png = webdriver(self.port, "GET", &path, None)["value"]
+            .as_str()
+            .map(|b| base64::engine::general_purpose::STANDARD.decode(b).unwrap())
+            .unwrap();
+        std::fs::write(to, png).unwrap();
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let path = format!("/session/{}", self.session);
+        webdriver(self.port, "DELETE", &path, None);
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// One WebDriver command: its JSON answer (`null` when the driver does not answer yet).
+fn webdriver(port: u16, method: &str, path: &str, body: Option<Value>) -> Value {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return Value::Null;
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let _ = write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    // The answer's head, then exactly its Content-Length (chromedriver keeps the connection).
+    let mut reader = std::io::BufReader::new(stream);
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut reader, &mut line).unwrap_or(0) == 0 {
+            return Value::Null;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = value.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    if reader.read_exact(&mut body).is_err() {
+        return Value::Null;
+    }
+    serde_json::from_slice(&body).unwrap_or(Value::Null)
+}
+
+#[test]
+fn the_live_page_shows_calls_images_and_quarantines_and_every_event_once_after_a_reconnect() {
+    let dir = plugins(&["picture", "faults"]);
+    let journal = dir.path().join("../http-web.jsonl");
+    let _ = std::fs::remove_file(&journal);
+    let token = "a-token-for-the-page-0123456789";
+    let token_file = dir.path().join("../http-web-token");
+    std::fs::write(&token_file, token).unwrap();
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let server = HttpServer::start(
+        dir.path(),
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--web",
+            "--token-file",
+            token_file.to_str().unwrap(),
+        ],
+        &journal,
+    );
+    let bearer = format!("Bearer {token}");
+    let call = |tool: &str, args: Value| {
+        call_tool_with(&server.addr, &[("Authorization", &bearer)], tool, args)
+    };
+    // The page needs the token too.
+    let (status, _) = get(&server.addr, "/");
+    assert_eq!(status, 401);
+    let browser = Browser::start();
+    browser.open(&format!("http://{}/?token={token}", server.addr));
+    browser.until(
+        "return document.getElementById('state').textContent === 'live';",
+        Duration::from_secs(10),
+    );
+    // A call with an image: in the page within a second of its end, its image loaded.
+    call("checkerboard", json!({"size": 32}));
+    let shown = browser.until(
+        "const item = document.querySelector('#calls li[data-outcome=ok]');
+         const img = item && item.querySelector('img');
+         return !!(img && img.complete && img.naturalWidth === 32);",
+        Duration::from_secs(5),
+    );
+    assert!(shown < Duration::from_secs(1), "shown after {shown:?}");
+    // Crashes until the tool is quarantined: the page says so.
+    for _ in 0..3 {
+        call("panic", json!({"message": "boom"}));
+    }
+    browser.until(
+        "return [...document.querySelectorAll('#changes li')].some(li => li.textContent.includes('quarantined panic'));",
+        Duration::from_secs(5),
+    );
+    // A forced reconnect, then more calls: every call shown exactly once.
+    browser.run("window.rho.reconnect(); return true;");
+    call("checkerboard", json!({"size": 8}));
+    call("echo_missing", json!({}));
+    browser.until(
+        "return document.querySelectorAll('#calls li').length >= 6;",
+        Duration::from_secs(5),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let calls = browser
+        .run("return [...document.querySelectorAll('#calls li')].map(li => li.dataset.call);");
+    let calls: Vec<String> = serde_json::from_value(calls).unwrap();
+    let unique: std::collections::HashSet<&String> = calls.iter().collect();
+    assert_eq!(calls.len(), 6, "{calls:?}");
+    assert_eq!(unique.len(), calls.len(), "a call shown twice: {calls:?}");
+    let health = browser.run(
+        "return [...document.querySelectorAll('#health tr[data-tool]')].map(tr => tr.dataset.tool).sort();",
+    );
+    assert_eq!(health, json!(["checkerboard", "echo_missing", "panic"]));
+    let shot = rho_tests::profile_dir().join("rho-web-page.png");
+    browser.screenshot(&shot);
+    assert!(std::fs::metadata(&shot).unwrap().len() > 1000);
+}
+
+/// One raw GET of `path`: the status and the response.
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, response)
 }

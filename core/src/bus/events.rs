@@ -30,6 +30,10 @@ pub struct ImageView {
     pub mime_type: String,
     /// Size of the encoded image.
     pub bytes: usize,
+    /// SHA-256 of its bytes, lowercase hex: [`Bus::image`](crate::Bus::image) hands back the
+    /// bytes of recent ones.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sha256: String,
 }
 
 /// A call's output as events show it: the text, and the images summarized.
@@ -52,6 +56,7 @@ impl From<&Output> for OutputView {
                 .map(|i| ImageView {
                     mime_type: i.mime_type.clone(),
                     bytes: i.bytes.len(),
+                    sha256: crate::plugin::load::sha256_hex(&i.bytes),
                 })
                 .collect(),
         }

@@ -41,7 +41,19 @@ pub struct Bus {
 struct Inner {
     tx: broadcast::Sender<Arc<Event>>,
     state: Mutex<State>,
+    images: Mutex<RecentImages>,
 }
+
+/// The bytes of the images of recent end events, by SHA-256, oldest dropped first past
+/// [`RECENT_IMAGE_BYTES`].
+#[derive(Default)]
+struct RecentImages {
+    total: usize,
+    entries: std::collections::VecDeque<(String, rho_plugin_api::Image)>,
+}
+
+/// How many bytes of recent images a bus keeps for [`Bus::image`]: 64 MiB.
+pub const RECENT_IMAGE_BYTES: usize = 64 << 20;
 
 struct State {
     seq: u64,
@@ -65,6 +77,7 @@ impl Bus {
                     seq: 0,
                     sinks: Vec::new(),
                 }),
+                images: Mutex::default(),
             }),
         }
     }
@@ -112,6 +125,53 @@ impl Bus {
     /// The `seq` of the last event published (0 before the first).
     pub fn last_seq(&self) -> u64 {
         self.state().seq
+    }
+
+    /// The bytes of an image a recent `tool_execution_end` named ([`ImageView::sha256`]);
+    /// `None` once [`RECENT_IMAGE_BYTES`] of newer images pushed it out (or for another hash).
+    ///
+    /// [`ImageView::sha256`]: crate::ImageView::sha256
+    pub fn image(&self, sha256: &str) -> Option<rho_plugin_api::Image> {
+        let images = self
+            .inner
+            .images
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        images
+            .entries
+            .iter()
+            .rev()
+            .find(|(sha, _)| sha == sha256)
+            .map(|(_, image)| image.clone())
+    }
+
+    /// Keeps the images of `output` (named in `view`) for [`Bus::image`].
+    pub(crate) fn keep_images(&self, view: &events::OutputView, output: &rho_plugin_api::Output) {
+        if output.images().is_empty() {
+            return;
+        }
+        let mut images = self
+            .inner
+            .images
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (named, image) in view.images.iter().zip(output.images()) {
+            if image.bytes.len() > RECENT_IMAGE_BYTES
+                || images.entries.iter().any(|(sha, _)| *sha == named.sha256)
+            {
+                continue;
+            }
+            images.total += image.bytes.len();
+            images
+                .entries
+                .push_back((named.sha256.clone(), image.clone()));
+            while images.total > RECENT_IMAGE_BYTES {
+                match images.entries.pop_front() {
+                    Some((_, old)) => images.total -= old.bytes.len(),
+                    None => break,
+                }
+            }
+        }
     }
 
     /// Subscribes to every event published from now on.

@@ -14,7 +14,7 @@ pub use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bus::Bus;
-use crate::bus::events::EventKind;
+use crate::bus::events::{EventKind, OutputView};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 use crate::call::invoke::{Failure, ToolCtx, is_valid_traceparent};
 use crate::call::outcome::{
@@ -338,6 +338,8 @@ impl ToolRunner {
         if let Some(tool) = &resolved {
             self.registry.record(tool, &result);
         }
+        let output = OutputView::from(&result.output);
+        self.bus().keep_images(&output, &result.output);
         self.bus()
             .emit(
                 session,
@@ -345,7 +347,7 @@ impl ToolRunner {
                     call_id: result.call_id.clone(),
                     tool: result.tool.clone(),
                     outcome: result.outcome,
-                    output: (&result.output).into(),
+                    output,
                     is_error: result.is_error(),
                     structured: result.structured.clone(),
                     details: result.details.clone(),
