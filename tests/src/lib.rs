@@ -494,3 +494,26 @@ impl Drop for HttpServer {
         let _ = self.child.wait();
     }
 }
+
+/// The npm project `tests/NAME` (its committed `package.json` and `package-lock.json`), installed
+/// from the npm registry with `npm ci` into `<target>/<profile>/NAME` when missing or when its
+/// lock file changed; the directory holding its `node_modules`.
+pub fn npm_project(name: &str) -> PathBuf {
+    let pinned = workspace_dir().join("tests").join(name);
+    let dir = profile_dir().join(name);
+    let lock = std::fs::read(pinned.join("package-lock.json")).expect("a committed lock file");
+    let installed = std::fs::read(dir.join("package-lock.json")).ok();
+    if installed.as_deref() != Some(&lock[..]) || !dir.join("node_modules").exists() {
+        std::fs::create_dir_all(&dir).expect("the project's directory");
+        for file in ["package.json", "package-lock.json"] {
+            std::fs::copy(pinned.join(file), dir.join(file)).expect("copy the manifest");
+        }
+        let status = Command::new("npm")
+            .args(["ci", "--silent", "--no-audit", "--no-fund"])
+            .current_dir(&dir)
+            .status()
+            .expect("run npm");
+        assert!(status.success(), "npm ci of tests/{name}");
+    }
+    dir
+}

@@ -8,31 +8,15 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rho_tests::{HttpServer, install, profile_dir, workspace_dir};
+use rho_tests::{HttpServer, install, npm_project, workspace_dir};
 
-/// The suite installed from the npm registry into the target directory (`npm ci` from the
-/// committed lock file) when missing or stale; the directory holding its `node_modules`.
+/// The suite, installed from the npm registry into the target directory when missing or stale.
 fn suite() -> PathBuf {
-    let pinned = workspace_dir().join("tests/conformance");
-    let dir = profile_dir().join("conformance");
-    let lock = std::fs::read(pinned.join("package-lock.json")).unwrap();
-    let installed = std::fs::read(dir.join("package-lock.json")).ok();
-    let runnable = dir.join("node_modules/.bin/node").exists()
-        && dir
-            .join("node_modules/@modelcontextprotocol/conformance/dist/index.js")
-            .exists();
-    if installed.as_deref() != Some(&lock[..]) || !runnable {
-        std::fs::create_dir_all(&dir).unwrap();
-        for file in ["package.json", "package-lock.json"] {
-            std::fs::copy(pinned.join(file), dir.join(file)).unwrap();
-        }
-        let status = Command::new("npm")
-            .args(["ci", "--silent", "--no-audit", "--no-fund"])
-            .current_dir(&dir)
-            .status()
-            .expect("run npm");
-        assert!(status.success(), "npm ci of the conformance suite");
-    }
+    let dir = npm_project("conformance");
+    assert!(
+        dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js")
+            .exists()
+    );
     dir
 }
 

@@ -811,3 +811,67 @@ fn get(addr: &str, path: &str) -> (u16, String) {
         .unwrap_or(0);
     (status, response)
 }
+
+#[test]
+fn the_typescript_sdk_in_both_eras_sees_a_reload_and_gets_an_ask_answered_over_stdio_and_http() {
+    let project = rho_tests::npm_project("typescript");
+    let script = workspace_dir().join("tests/typescript/client.mjs");
+    // Resolved from the installed project's node_modules.
+    let installed_script = project.join("client.mjs");
+    std::fs::copy(&script, &installed_script).unwrap();
+    let picture = rho_tests::plugin_lib("picture");
+    for (mode, version) in [("auto", "2026-07-28"), ("legacy", "2025-11-25")] {
+        for transport in ["stdio", "http"] {
+            let dir = plugins(&["echo"]);
+            let config = dir.path().join("../http-ts.toml");
+            std::fs::write(&config, "[[gate]]\ntool = \"echo\"\naction = \"ask\"\n").unwrap();
+            let journal = dir.path().join("../http-ts.jsonl");
+            let server = (transport == "http").then(|| {
+                HttpServer::start(
+                    dir.path(),
+                    &[
+                        "--http",
+                        "127.0.0.1:0",
+                        "--config",
+                        config.to_str().unwrap(),
+                    ],
+                    &journal,
+                )
+            });
+            let target = match &server {
+                Some(server) => server.url(),
+                None => rho_bin().to_str().unwrap().to_owned(),
+            };
+            let out = Command::new("node")
+                .arg(&installed_script)
+                .args([mode, transport, &target])
+                .arg(dir.path())
+                .arg(&picture)
+                .arg(&config)
+                .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"))
+                .env("XDG_RUNTIME_DIR", rho_tests::host_dir("rho-runtime"))
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{mode} over {transport}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+            let context = format!("{mode} over {transport}: {report}");
+            assert_eq!(report["version"], version, "{context}");
+            assert_eq!(
+                report["after"],
+                json!(["checkerboard", "echo"]),
+                "{context}"
+            );
+            assert_eq!(report["first"], json!(["approved", false]), "{context}");
+            assert_eq!(
+                report["second"],
+                json!(["the user declined the call of `echo`", true]),
+                "{context}"
+            );
+        }
+    }
+}
