@@ -71,9 +71,13 @@ enum Command {
         /// Only the figures whose names start with these.
         only: Vec<String>,
     },
-    /// The baseline MCP server of the benchmarks (an in-binary echo tool on stdio).
+    /// The baseline MCP server of the benchmarks (an in-binary echo tool on stdio, or over
+    /// Streamable HTTP at http://ADDR/mcp).
     #[command(hide = true)]
-    McpEchoServer,
+    McpEchoServer {
+        #[arg(long)]
+        http: Option<std::net::SocketAddr>,
+    },
     /// Runs the benchmarks in this (release) build; `bench` calls it.
     #[command(hide = true)]
     BenchExec {
@@ -127,7 +131,7 @@ fn main() -> ExitCode {
         Command::Demo => demo::run(),
         Command::DemoScript { path } => demo::write_script(&path),
         Command::Bench { quick, only } => bench::run(quick, &only),
-        Command::McpEchoServer => bench::mcp::echo_server(),
+        Command::McpEchoServer { http } => bench::mcp::echo_server(http),
         Command::BenchExec {
             plugins,
             quick,

@@ -1,5 +1,7 @@
 //! `mcp_call`: `echo` through `rho serve` from an MCP client, against the same client talking to a
-//! minimal rmcp server with an in-binary echo tool (`xtask mcp-echo-server`).
+//! minimal rmcp server with an in-binary echo tool (`xtask mcp-echo-server`); `mcp_http_call`:
+//! the same over Streamable HTTP (`rho serve --http` against the minimal server on rmcp's HTTP
+//! transport and axum, as rho's), from one keep-alive HTTP client.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -57,20 +59,192 @@ impl ServerHandler for EchoServer {
     }
 }
 
-/// `xtask mcp-echo-server`: serves [`EchoServer`] on stdio until the client leaves.
-pub fn echo_server() -> Result<(), String> {
+/// `xtask mcp-echo-server`: serves [`EchoServer`] on stdio until the client leaves, or over HTTP
+/// at `http` (printing `serving MCP at http://ADDR/mcp` on stderr, as `rho serve --http` does)
+/// until killed.
+pub fn echo_server(http: Option<std::net::SocketAddr>) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let service = EchoServer
-            .serve(rmcp::transport::stdio())
+        let Some(addr) = http else {
+            let service = EchoServer
+                .serve(rmcp::transport::stdio())
+                .await
+                .map_err(|e| e.to_string())?;
+            return service.waiting().await.map_err(|e| e.to_string()).map(drop);
+        };
+        use rmcp::transport::streamable_http_server::{
+            StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+        };
+        let service = StreamableHttpService::new(
+            || Ok(EchoServer),
+            Arc::new(LocalSessionManager::default()),
+            StreamableHttpServerConfig::default(),
+        );
+        let app = axum::Router::new().nest_service("/mcp", service);
+        let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| e.to_string())?;
-        service.waiting().await.map_err(|e| e.to_string()).map(drop)
+        let bound = listener.local_addr().map_err(|e| e.to_string())?;
+        eprintln!("rho: serving MCP at http://{bound}/mcp");
+        axum::serve(listener, app).await.map_err(|e| e.to_string())
     })
+}
+
+/// Starts `command` (a server given `--http 127.0.0.1:0`) and reads the address it serves at.
+async fn http_server(
+    mut command: tokio::process::Command,
+) -> Result<(tokio::process::Child, String), String> {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = command
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let stderr = child.stderr.take().ok_or("no stderr")?;
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    while let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? {
+        if let Some(rest) = line.strip_prefix("rho: serving MCP at http://") {
+            let addr = rest.trim_end_matches("/mcp").to_owned();
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            return Ok((child, addr));
+        }
+    }
+    Err("the server ended before it served".into())
+}
+
+/// A keep-alive HTTP/1.1 MCP client of one session: initialize, then `tools/call`s whose SSE
+/// answers are read to their end.
+struct HttpClient {
+    reader: tokio::io::BufReader<tokio::net::TcpStream>,
+    addr: String,
+    session: String,
+    next_id: u64,
+}
+
+impl HttpClient {
+    async fn connect(addr: &str) -> Result<HttpClient, String> {
+        let socket = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        socket.set_nodelay(true).map_err(|e| e.to_string())?;
+        let mut client = HttpClient {
+            reader: tokio::io::BufReader::new(socket),
+            addr: addr.to_owned(),
+            session: String::new(),
+            next_id: 1,
+        };
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "0"}}});
+        let (headers, _) = client.post(&init.to_string()).await?;
+        client.session = headers
+            .lines()
+            .find_map(|l| {
+                let lower = l.to_ascii_lowercase();
+                lower
+                    .starts_with("mcp-session-id:")
+                    .then(|| l[15..].trim().to_owned())
+            })
+            .ok_or("no session id")?;
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        client.post(&initialized.to_string()).await?;
+        Ok(client)
+    }
+
+    /// One POST; the response head and body (chunked bodies reassembled).
+    async fn post(&mut self, body: &str) -> Result<(String, String), String> {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+        let session = if self.session.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "Mcp-Session-Id: {}\r\nMcp-Protocol-Version: 2025-11-25\r\n",
+                self.session
+            )
+        };
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\n{session}Content-Length: {}\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        );
+        let io = |e: std::io::Error| e.to_string();
+        self.reader
+            .get_mut()
+            .write_all(request.as_bytes())
+            .await
+            .map_err(io)?;
+        let mut head = String::new();
+        let (mut length, mut chunked) = (None, false);
+        loop {
+            let mut line = String::new();
+            if self.reader.read_line(&mut line).await.map_err(io)? == 0 {
+                return Err("the server closed the connection".into());
+            }
+            let lower = line.to_ascii_lowercase();
+            if let Some(n) = lower.strip_prefix("content-length:") {
+                length = n.trim().parse::<usize>().ok();
+            }
+            chunked |= lower.starts_with("transfer-encoding: chunked");
+            head.push_str(&line);
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut body = Vec::new();
+        if chunked {
+            loop {
+                let mut size = String::new();
+                self.reader.read_line(&mut size).await.map_err(io)?;
+                let n = usize::from_str_radix(size.trim(), 16).map_err(|e| e.to_string())?;
+                let mut chunk = vec![0; n + 2];
+                self.reader.read_exact(&mut chunk).await.map_err(io)?;
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+        } else if let Some(n) = length {
+            body.resize(n, 0);
+            self.reader.read_exact(&mut body).await.map_err(io)?;
+        }
+        Ok((head, String::from_utf8_lossy(&body).into_owned()))
+    }
+
+    async fn echo(&mut self) -> Result<(), String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "hello"}}});
+        let (_, body) = self.post(&call.to_string()).await?;
+        if !body.contains("hello") || body.contains("\"isError\":true") {
+            return Err(format!("echo over HTTP failed: {body}"));
+        }
+        Ok(())
+    }
+}
+
+async fn http_per_call_us(
+    command: tokio::process::Command,
+    calls: usize,
+    runs: usize,
+) -> Result<f64, String> {
+    let (_server, addr) = http_server(command).await?;
+    let mut client = HttpClient::connect(&addr).await?;
+    let mut samples = Vec::new();
+    for _ in 0..=runs {
+        let started = Instant::now();
+        for _ in 0..calls {
+            client.echo().await?;
+        }
+        samples.push(started.elapsed().as_secs_f64() * 1e6 / calls as f64);
+    }
+    Ok(median(&mut samples[1..]))
 }
 
 async fn per_call_us(
@@ -116,13 +290,31 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     raw.arg("mcp-echo-server");
     let rho_us = per_call_us(rho, calls, runs).await?;
     let raw_us = per_call_us(raw, calls, runs).await?;
+    let mut rho_http = tokio::process::Command::new(release.join("rho"));
+    rho_http
+        .args(["serve", "--http", "127.0.0.1:0", "--plugins"])
+        .arg(&dir);
+    let mut raw_http = tokio::process::Command::new(release.join("xtask"));
+    raw_http.args(["mcp-echo-server", "--http", "127.0.0.1:0"]);
+    let rho_http_us = http_per_call_us(rho_http, calls, runs).await?;
+    let raw_http_us = http_per_call_us(raw_http, calls, runs).await?;
     let _ = std::fs::remove_dir_all(&dir);
-    Ok(vec![Figure {
-        name: "mcp_call".into(),
-        value: rho_us,
-        unit: "us/call".into(),
-        baseline: "same client, minimal rmcp server with an in-binary echo".into(),
-        baseline_value: raw_us,
-        runs,
-    }])
+    Ok(vec![
+        Figure {
+            name: "mcp_call".into(),
+            value: rho_us,
+            unit: "us/call".into(),
+            baseline: "same client, minimal rmcp server with an in-binary echo".into(),
+            baseline_value: raw_us,
+            runs,
+        },
+        Figure {
+            name: "mcp_http_call".into(),
+            value: rho_http_us,
+            unit: "us/call".into(),
+            baseline: "same keep-alive HTTP client, minimal rmcp HTTP server (axum) with an in-binary echo".into(),
+            baseline_value: raw_http_us,
+            runs,
+        },
+    ])
 }
