@@ -229,6 +229,69 @@ impl HttpClient {
     }
 }
 
+/// Events per second through `/events` to 16 subscribers at once (until every subscriber has
+/// every event of `calls` echo calls), and per second produced by the same calls alone.
+async fn page_stream(
+    command: tokio::process::Command,
+    calls: usize,
+    runs: usize,
+) -> Result<(f64, f64), String> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (_server, addr) = http_server(command).await?;
+    let mut client = HttpClient::connect(&addr).await?;
+    // Three events per call: start, running, end.
+    let events = 3 * calls;
+    let (mut with_16, mut alone) = (Vec::new(), Vec::new());
+    for _ in 0..=runs {
+        let started = Instant::now();
+        for _ in 0..calls {
+            client.echo().await?;
+        }
+        alone.push(events as f64 / started.elapsed().as_secs_f64());
+        let mut readers = Vec::new();
+        for _ in 0..16 {
+            let mut socket = tokio::net::TcpStream::connect(&addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            // No Last-Event-ID: events from now on; the head comes once the stream subscribed.
+            let request = format!("GET /events HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+            socket
+                .write_all(request.as_bytes())
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut lines = tokio::io::BufReader::new(socket).lines();
+            while let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? {
+                if line.is_empty() {
+                    break;
+                }
+            }
+            readers.push(tokio::spawn(async move {
+                let mut seen = 0;
+                while seen < events {
+                    match lines.next_line().await {
+                        Ok(Some(line)) if line.starts_with("data:") => seen += 1,
+                        Ok(Some(_)) => {}
+                        _ => break,
+                    }
+                }
+                seen
+            }));
+        }
+        let started = Instant::now();
+        for _ in 0..calls {
+            client.echo().await?;
+        }
+        for reader in readers {
+            let seen = reader.await.map_err(|e| e.to_string())?;
+            if seen < events {
+                return Err(format!("a subscriber got {seen} of {events} events"));
+            }
+        }
+        with_16.push(16.0 * events as f64 / started.elapsed().as_secs_f64());
+    }
+    Ok((median(&mut with_16[1..]), median(&mut alone[1..])))
+}
+
 async fn http_per_call_us(
     command: tokio::process::Command,
     calls: usize,
@@ -298,6 +361,11 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     raw_http.args(["mcp-echo-server", "--http", "127.0.0.1:0"]);
     let rho_http_us = http_per_call_us(rho_http, calls, runs).await?;
     let raw_http_us = http_per_call_us(raw_http, calls, runs).await?;
+    let mut streamed = tokio::process::Command::new(release.join("rho"));
+    streamed
+        .args(["serve", "--http", "127.0.0.1:0", "--plugins"])
+        .arg(&dir);
+    let (with_16, alone) = page_stream(streamed, calls, runs).await?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(vec![
         Figure {
@@ -306,6 +374,14 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             unit: "us/call".into(),
             baseline: "same client, minimal rmcp server with an in-binary echo".into(),
             baseline_value: raw_us,
+            runs,
+        },
+        Figure {
+            name: "page_stream_16".into(),
+            value: with_16,
+            unit: "events/s".into(),
+            baseline: "the same calls' events per second with no subscriber".into(),
+            baseline_value: alone,
             runs,
         },
         Figure {
