@@ -368,6 +368,11 @@ async fn events(State(host): State<rho_core::Host>, request: Request) -> Respons
         .map(|seq| if seq > now { 0 } else { seq })
         .unwrap_or(now);
     tokio::spawn(async move {
+        // At once, so the client knows the stream is live (a response's head may wait for its
+        // first bytes).
+        if tx.send(SseEvent::default().comment("rho events")).await.is_err() {
+            return;
+        }
         let mut last = after;
         let send = async |event: &rho_core::Event, last: &mut u64| {
             if event.seq <= *last {
