@@ -370,7 +370,11 @@ async fn events(State(host): State<rho_core::Host>, request: Request) -> Respons
     tokio::spawn(async move {
         // At once, so the client knows the stream is live (a response's head may wait for its
         // first bytes).
-        if tx.send(SseEvent::default().comment("rho events")).await.is_err() {
+        if tx
+            .send(SseEvent::default().comment("rho events"))
+            .await
+            .is_err()
+        {
             return;
         }
         let mut last = after;
@@ -524,6 +528,13 @@ pub async fn start(
         addr,
         reason: e.to_string(),
     })?;
+    // Answers end with small writes (the last SSE chunk): without TCP_NODELAY each waits for the
+    // client's delayed ACK, 40 ms a call.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set");
+        }
+    });
     let task = tokio::spawn(async move {
         let serving = axum::serve(listener, app).with_graceful_shutdown(async move {
             stop.cancelled().await;

@@ -90,6 +90,10 @@ pub fn echo_server(http: Option<std::net::SocketAddr>) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         let bound = listener.local_addr().map_err(|e| e.to_string())?;
         eprintln!("rho: serving MCP at http://{bound}/mcp");
+        // As rho's: TCP_NODELAY, or every answer waits for the client's delayed ACK.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         axum::serve(listener, app).await.map_err(|e| e.to_string())
     })
 }
