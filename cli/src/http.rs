@@ -94,6 +94,15 @@ impl Drop for Registered {
     }
 }
 
+/// A JSON-RPC id as a key: a number with an integral value as that integer (rmcp reads `103.0`,
+/// `1.03e2` and `103` as one id), anything else as its JSON text.
+fn id_key(id: &serde_json::Value) -> String {
+    match id.as_f64() {
+        Some(n) if n.fract() == 0.0 && n.abs() < 9e15 => format!("{}", n as i64),
+        _ => id.to_string(),
+    }
+}
+
 /// A response body that cancels its call when dropped before its end (the client went away).
 struct CancelOnDrop<S> {
     inner: S,
@@ -243,16 +252,38 @@ fn query_token(request: &Request, token: &str) -> bool {
         .into_iter()
         .flat_map(|q| q.split('&'))
         .filter_map(|pair| pair.strip_prefix("token="))
-        .any(|given| same(given, token))
+        .filter_map(percent_decoded)
+        .any(|given| same(&given, token))
 }
 
-/// `a == b` in time independent of where they differ.
+/// `a == b` in time independent of where they differ and of their lengths (their SHA-256
+/// digests are compared).
 fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |diff, (x, y)| diff | (x ^ y))
-            == 0
+    let (a, b) = (
+        rho_core::sha256_hex(a.as_bytes()),
+        rho_core::sha256_hex(b.as_bytes()),
+    );
+    a.bytes()
+        .zip(b.bytes())
+        .fold(0u8, |diff, (x, y)| diff | (x ^ y))
+        == 0
+}
+
+/// `%XX` and `+` of a query value decoded (`None` when it is not UTF-8 after decoding).
+fn percent_decoded(value: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(value.len());
+    let mut bytes = value.bytes();
+    while let Some(b) = bytes.next() {
+        match b {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex: String = bytes.by_ref().take(2).map(char::from).collect();
+                out.push(u8::from_str_radix(&hex, 16).ok()?);
+            }
+            other => out.push(other),
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// Whether `headers` carry `Authorization: Bearer <token>` (compared in constant time).
@@ -260,7 +291,12 @@ fn authorized(headers: &HeaderMap, token: &str) -> bool {
     let Some(given) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| {
+            let (scheme, given) = v.split_once(' ')?;
+            scheme
+                .eq_ignore_ascii_case("bearer")
+                .then_some(given.trim())
+        })
     else {
         return false;
     };
@@ -272,6 +308,48 @@ struct Gatekeeper {
     in_flight: Arc<tokio::sync::Semaphore>,
     max_body_bytes: usize,
     calls: HttpCalls,
+    /// Browser origins allowed (`scheme://host[:port|:*]`).
+    allowed_origins: Vec<String>,
+    /// Without a token: the `Host` names the server answers to (loopback names and the bound
+    /// address), so a page that rebinds a name of its own to this address is refused.
+    allowed_hosts: Option<Vec<String>>,
+}
+
+/// How long a client may take to send a request body.
+const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Whether `origin` (`scheme://host[:port]`) is one `allowed` names (`scheme://host`,
+/// `scheme://host:port` or `scheme://host:*`), scheme and host compared without case.
+fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
+    let origin = origin.to_ascii_lowercase();
+    let (scheme, rest) = origin.split_once("://").unwrap_or(("", &origin));
+    let default_port = if scheme == "https" { "443" } else { "80" };
+    let (host, port) = split_port(rest).unwrap_or((rest, default_port));
+    allowed.iter().any(|entry| {
+        let entry = entry.to_ascii_lowercase();
+        let Some((e_scheme, e_rest)) = entry.split_once("://") else {
+            return false;
+        };
+        let (e_host, e_port) = split_port(e_rest).unwrap_or((e_rest, "*"));
+        e_scheme == scheme && e_host == host && (e_port == "*" || e_port == port)
+    })
+}
+
+/// `host:port` (or `[v6]:port`) split at its port, if it has one.
+fn split_port(authority: &str) -> Option<(&str, &str)> {
+    let at = authority.rfind(':')?;
+    let (host, port) = (&authority[..at], &authority[at + 1..]);
+    (!host.is_empty() && (host.ends_with(']') || !host.contains(':'))).then_some((host, port))
+}
+
+/// Whether the `Host` header names this server: a loopback name or the bound address.
+fn host_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let host = host.to_ascii_lowercase();
+    let name = split_port(&host).map_or(host.as_str(), |(name, _)| name);
+    allowed.iter().any(|a| a == name)
 }
 
 async fn gatekeeper(
@@ -279,6 +357,24 @@ async fn gatekeeper(
     request: Request,
     next: Next,
 ) -> Response {
+    // Every route, not only /mcp: a page of another origin, or one that rebound its own name to
+    // this address, reads nothing (events carry every call's arguments and answers).
+    let foreign_origin = request
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|origin| !origin_allowed(origin, &keeper.allowed_origins));
+    let foreign_host = keeper
+        .allowed_hosts
+        .as_ref()
+        .is_some_and(|hosts| !host_allowed(request.headers(), hosts));
+    if foreign_origin || foreign_host {
+        return (
+            StatusCode::FORBIDDEN,
+            "rho: this origin or host is not allowed\n",
+        )
+            .into_response();
+    }
     if let Some(token) = &keeper.token
         && !authorized(request.headers(), token)
         && !(request.method() == axum::http::Method::GET && query_token(&request, token))
@@ -307,20 +403,38 @@ async fn gatekeeper(
     };
     // A session's POST: read it (bounded) to learn which call the response belongs to.
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, keeper.max_body_bytes).await {
-        Ok(bytes) => bytes,
-        Err(_) => {
+    let read = tokio::time::timeout(
+        BODY_TIMEOUT,
+        axum::body::to_bytes(body, keeper.max_body_bytes),
+    );
+    let bytes = match read.await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => {
             return (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "rho: the request body is too large (serve.max_body_bytes)\n",
             )
                 .into_response();
         }
+        Err(_) => {
+            return (
+                StatusCode::REQUEST_TIMEOUT,
+                "rho: the request body took too long\n",
+            )
+                .into_response();
+        }
     };
-    let call = serde_json::from_slice::<serde_json::Value>(&bytes)
+    // Only its method and id: nothing of the arguments is kept in a second copy.
+    #[derive(serde::Deserialize)]
+    struct Head {
+        method: Option<String>,
+        id: Option<serde_json::Value>,
+    }
+    let call = serde_json::from_slice::<Head>(&bytes)
         .ok()
-        .filter(|m| m["method"] == "tools/call")
-        .map(|m| (session, m["id"].to_string()));
+        .filter(|m| m.method.as_deref() == Some("tools/call"))
+        .and_then(|m| m.id)
+        .map(|id| (session, id_key(&id)));
     let response = next
         .run(Request::from_parts(parts, axum::body::Body::from(bytes)))
         .await;
@@ -336,6 +450,9 @@ async fn gatekeeper(
         }
     }
 }
+
+/// The most events one `/events` connection reads back from the journal at a time.
+const MAX_REPLAY: u64 = 20_000;
 
 /// The seq after which a client wants events: `Last-Event-ID`, else `?after=`, else now.
 fn resume_after(request: &Request) -> Option<u64> {
@@ -388,8 +505,11 @@ async fn events(State(host): State<rho_core::Host>, request: Request) -> Respons
                 .await
                 .is_ok()
         };
-        // Read back what the client missed (`after` to `now`), from the journal.
+        // Read back what the client missed (`after` to `now`), from the journal: the last
+        // MAX_REPLAY events at most, so a client cannot make the host read a whole long run
+        // into memory per connection.
         let catch_up = async |host: &rho_core::Host, from: u64, to: u64| {
+            let from = from.max(to.saturating_sub(MAX_REPLAY - 1));
             if from > to {
                 return Vec::new();
             }
@@ -438,10 +558,23 @@ async fn page() -> Response {
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (header::REFERRER_POLICY, "no-referrer"),
             (header::CACHE_CONTROL, "no-store"),
+            (header::X_FRAME_OPTIONS, "DENY"),
         ],
         include_str!("web/page.html"),
     )
         .into_response()
+}
+
+/// The type an image is served as: a raster type browsers show as an image, anything else
+/// (SVG, HTML, types in other cases or with parameters) as bytes to download.
+fn served_type(mime: &str) -> &'static str {
+    match mime.to_ascii_lowercase().trim() {
+        "image/png" => "image/png",
+        "image/jpeg" => "image/jpeg",
+        "image/gif" => "image/gif",
+        "image/webp" => "image/webp",
+        _ => "application/octet-stream",
+    }
 }
 
 /// `GET /images/SHA256`: the bytes of an image a recent call answered (`Bus::image`).
@@ -451,19 +584,18 @@ async fn image(
 ) -> Response {
     match host.bus().image(&sha256) {
         Some(image) => {
-            // Only image types a browser shows as images; anything else as bytes to download.
-            let mime = if image.mime_type.starts_with("image/")
-                && !image.mime_type.contains("svg")
-                && image.mime_type.len() < 64
-            {
-                image.mime_type.clone()
-            } else {
-                "application/octet-stream".to_owned()
-            };
+            // A plugin chose these bytes and this type: only raster types a browser shows as
+            // images (never SVG or HTML, which can run script at this origin), the rest as bytes
+            // to download, and nothing of it may run or be framed.
+            let mime = served_type(&image.mime_type).to_owned();
             (
                 [
                     (header::CONTENT_TYPE, mime),
                     (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+                    (
+                        header::CONTENT_SECURITY_POLICY,
+                        "default-src 'none'; sandbox; frame-ancestors 'none'".to_owned(),
+                    ),
                     (header::CACHE_CONTROL, "private, max-age=86400".to_owned()),
                 ],
                 image.bytes,
@@ -488,20 +620,41 @@ pub async fn start(
         .with_allowed_origins(guard.allowed_origins.clone())
         .with_max_request_body_bytes(guard.max_body_bytes)
         .with_cancellation_token(stop.child_token());
-    if guard.token.is_some() {
-        // With a token, any name may reach the server: rebinding gains nothing without it.
-        config = config.disable_allowed_hosts();
-    }
+    // Host names are checked by the gatekeeper for every route (loopback names and the bound
+    // address without a token, any name with one: rebinding gains nothing without the token).
+    config = config.disable_allowed_hosts();
     let service = StreamableHttpService::new(
         move || Ok(server.clone()),
         Arc::new(LocalSessionManager::default()),
         config,
     );
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| HttpError::Bind {
+            addr,
+            reason: e.to_string(),
+        })?;
+    let bound = listener.local_addr().map_err(|e| HttpError::Bind {
+        addr,
+        reason: e.to_string(),
+    })?;
+    let allowed_hosts = guard.token.is_none().then(|| {
+        let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]", "::1"]
+            .map(String::from)
+            .to_vec();
+        hosts.push(match bound.ip() {
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            ip => ip.to_string(),
+        });
+        hosts
+    });
     let keeper = Arc::new(Gatekeeper {
         token: guard.token,
         in_flight: Arc::new(tokio::sync::Semaphore::new(guard.max_requests)),
         max_body_bytes: guard.max_body_bytes,
         calls,
+        allowed_origins: guard.allowed_origins.clone(),
+        allowed_hosts,
     });
     let mut app = axum::Router::new()
         .route(
@@ -518,16 +671,6 @@ pub async fn start(
     let app = app
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(keeper, gatekeeper));
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| HttpError::Bind {
-            addr,
-            reason: e.to_string(),
-        })?;
-    let bound = listener.local_addr().map_err(|e| HttpError::Bind {
-        addr,
-        reason: e.to_string(),
-    })?;
     // Answers end with small writes (the last SSE chunk): without TCP_NODELAY each waits for the
     // client's delayed ACK, 40 ms a call.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
@@ -544,4 +687,51 @@ pub async fn start(
         }
     });
     Ok((bound, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_hosts_ids_tokens_and_image_types() {
+        let loopback = LOOPBACK_ORIGINS.map(String::from).to_vec();
+        assert!(origin_allowed("http://localhost:3000", &loopback));
+        assert!(origin_allowed("HTTP://LOCALHOST:3000", &loopback));
+        assert!(origin_allowed("http://[::1]:8080", &loopback));
+        assert!(!origin_allowed(
+            "http://rebind.evil.example:3000",
+            &loopback
+        ));
+        assert!(!origin_allowed("http://localhost.evil.com", &loopback));
+        assert!(!origin_allowed("null", &loopback));
+        let exact = vec!["https://ide.example.com".to_owned()];
+        assert!(origin_allowed("https://ide.example.com", &exact));
+        assert!(!origin_allowed("http://ide.example.com", &exact));
+
+        let hosts = vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+            "[::1]".to_owned(),
+        ];
+        let with = |host: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::HOST, host.parse().unwrap());
+            host_allowed(&headers, &hosts)
+        };
+        assert!(with("127.0.0.1:8750") && with("localhost") && with("[::1]:80"));
+        assert!(!with("rebind.evil.example:8750") && !with("localhost.evil.com"));
+
+        assert_eq!(id_key(&serde_json::json!(103)), "103");
+        assert_eq!(id_key(&serde_json::json!(103.0)), "103");
+        assert_eq!(id_key(&serde_json::json!(-0.0)), "0");
+        assert_eq!(id_key(&serde_json::json!("103")), "\"103\"");
+
+        assert_eq!(percent_decoded("a%2Bb+c").as_deref(), Some("a+b c"));
+        assert!(same("token", "token") && !same("token", "tokens"));
+
+        assert_eq!(served_type("image/png"), "image/png");
+        assert_eq!(served_type("image/SVG+xml"), "application/octet-stream");
+        assert_eq!(served_type("text/html"), "application/octet-stream");
+    }
 }

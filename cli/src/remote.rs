@@ -42,12 +42,14 @@ pub async fn follow(authority: &str, token: Option<&str>, mut display: Display) 
                 return ExitCode::SUCCESS;
             }
             Ended::Refused(why) => {
-                eprintln!("rho: {authority}: {why}");
+                let line = format!("rho: {authority}: {why}");
+                eprintln!("{}", crate::render::terminal_safe(&line));
                 return ExitCode::from(1);
             }
             Ended::Retry(why) => {
                 if quiet_retries == 0 {
-                    eprintln!("rho: {authority}: {why}; reconnecting");
+                    let line = format!("rho: {authority}: {why}; reconnecting");
+                    eprintln!("{}", crate::render::terminal_safe(&line));
                 }
                 quiet_retries = (quiet_retries + 1) % 20;
                 tokio::select! {
@@ -129,6 +131,9 @@ async fn stream(
             return Ended::Retry("the server closed the stream".into());
         };
         if let Some(value) = line.strip_prefix("data:") {
+            if data.len() + value.len() > MAX_LINE {
+                return Ended::Retry("an event of more than 64 MiB".into());
+            }
             data.push_str(value.strip_prefix(' ').unwrap_or(value));
         } else if line.is_empty() && !data.is_empty() {
             if let Ok(event) = serde_json::from_str::<Event>(&data) {

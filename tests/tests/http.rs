@@ -875,3 +875,55 @@ fn the_typescript_sdk_in_both_eras_sees_a_reload_and_gets_an_ask_answered_over_s
         }
     }
 }
+
+/// The status of a GET of `path` with `headers` (the `Host` header among them), read from the
+/// response head only (a stream goes on).
+fn status_of(addr: &str, path: &str, headers: &[(&str, &str)]) -> u16 {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut request = format!("GET {path} HTTP/1.1\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut head = [0u8; 64];
+    let n = stream.read(&mut head).unwrap_or(0);
+    String::from_utf8_lossy(&head[..n])
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_page_that_rebinds_a_name_of_its_own_to_a_local_server_reads_nothing() {
+    let dir = plugins(&["echo"]);
+    let journal = dir.path().join("../http-rebind.jsonl");
+    let server = HttpServer::start(dir.path(), &["--http", "127.0.0.1:0", "--web"], &journal);
+    let port = server.addr.rsplit(':').next().unwrap().to_owned();
+    let own = format!("127.0.0.1:{port}");
+    let rebound = format!("rebind.evil.example:{port}");
+    let foreign = format!("http://{rebound}");
+    for path in ["/events?after=0", "/", "/images/00", "/mcp"] {
+        // The name a rebinding page uses: refused on every route, not only /mcp.
+        assert_eq!(
+            status_of(&server.addr, path, &[("Host", &rebound)]),
+            403,
+            "{path}"
+        );
+        // A page of another origin, whatever the name.
+        assert_eq!(
+            status_of(&server.addr, path, &[("Host", &own), ("Origin", &foreign)]),
+            403,
+            "{path}"
+        );
+    }
+    // The server's own names and its loopback origins pass.
+    assert_eq!(status_of(&server.addr, "/events", &[("Host", &own)]), 200);
+    let local_page = format!("http://localhost:{port}");
+    let headers = [("Host", own.as_str()), ("Origin", local_page.as_str())];
+    assert_eq!(status_of(&server.addr, "/", &headers), 200);
+}
