@@ -398,10 +398,11 @@ async fn gatekeeper(
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let Some(session) = session.filter(|_| request.method() == axum::http::Method::POST) else {
+    if request.method() != axum::http::Method::POST {
         return next.run(request).await;
-    };
-    // A session's POST: read it (bounded) to learn which call the response belongs to.
+    }
+    // A POST is read whole here, bounded in size and time (a client that sends its body slowly
+    // holds nothing for long); a session's, to learn which call its response belongs to.
     let (parts, body) = request.into_parts();
     let read = tokio::time::timeout(
         BODY_TIMEOUT,
@@ -430,11 +431,13 @@ async fn gatekeeper(
         method: Option<String>,
         id: Option<serde_json::Value>,
     }
-    let call = serde_json::from_slice::<Head>(&bytes)
-        .ok()
-        .filter(|m| m.method.as_deref() == Some("tools/call"))
-        .and_then(|m| m.id)
-        .map(|id| (session, id_key(&id)));
+    let call = session.and_then(|session| {
+        serde_json::from_slice::<Head>(&bytes)
+            .ok()
+            .filter(|m| m.method.as_deref() == Some("tools/call"))
+            .and_then(|m| m.id)
+            .map(|id| (session, id_key(&id)))
+    });
     let response = next
         .run(Request::from_parts(parts, axum::body::Body::from(bytes)))
         .await;
@@ -448,6 +451,62 @@ async fn gatekeeper(
             };
             Response::from_parts(parts, axum::body::Body::from_stream(body))
         }
+    }
+}
+
+/// Connections open at once at most; more are closed as they arrive.
+const MAX_CONNECTIONS: usize = 1024;
+
+/// How long a client may take to send a request's head (an idle keep-alive connection included).
+const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Accepts connections until `stop`, each served by hyper with a bound on the time its request
+/// heads may take, at most [`MAX_CONNECTIONS`] at once, with TCP_NODELAY (answers end with small
+/// writes, the last SSE chunk, which would otherwise wait for the client's delayed ACK: 40 ms a
+/// call). On `stop`, connections finish their requests and close.
+async fn serve_connections(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    stop: CancellationToken,
+) {
+    let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors, mostly: back off rather than spin.
+                    tracing::warn!(error = %e, "accepting an HTTP connection failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = stop.cancelled() => return,
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set");
+        }
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT);
+            let connection = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = stop.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+        });
     }
 }
 
@@ -671,21 +730,7 @@ pub async fn start(
     let app = app
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(keeper, gatekeeper));
-    // Answers end with small writes (the last SSE chunk): without TCP_NODELAY each waits for the
-    // client's delayed ACK, 40 ms a call.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY not set");
-        }
-    });
-    let task = tokio::spawn(async move {
-        let serving = axum::serve(listener, app).with_graceful_shutdown(async move {
-            stop.cancelled().await;
-        });
-        if let Err(e) = serving.await {
-            tracing::error!(error = %e, "the HTTP server failed");
-        }
-    });
+    let task = tokio::spawn(serve_connections(listener, app, stop));
     Ok((bound, task))
 }
 

@@ -927,3 +927,32 @@ fn a_page_that_rebinds_a_name_of_its_own_to_a_local_server_reads_nothing() {
     let headers = [("Host", own.as_str()), ("Origin", local_page.as_str())];
     assert_eq!(status_of(&server.addr, "/", &headers), 200);
 }
+
+#[test]
+fn a_connection_that_sends_no_request_head_is_closed() {
+    let dir = plugins(&["echo"]);
+    let journal = dir.path().join("../http-idle.jsonl");
+    let server = HttpServer::start(dir.path(), &["--http", "127.0.0.1:0"], &journal);
+    let started = Instant::now();
+    let mut idle = TcpStream::connect(&server.addr).unwrap();
+    let mut partial = TcpStream::connect(&server.addr).unwrap();
+    partial
+        .write_all(b"GET /events HTTP/1.1\r\nHost: 127")
+        .unwrap();
+    for stream in [&mut idle, &mut partial] {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut rest = Vec::new();
+        // Closed by the server (its head timeout is 10 s), not by our 30 s read timeout.
+        let read = stream.read_to_end(&mut rest);
+        assert!(read.is_ok(), "{read:?}");
+    }
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(25), "closed after {took:?}");
+    // And the server still serves.
+    assert_eq!(
+        status_of(&server.addr, "/events", &[("Host", &server.addr)]),
+        200
+    );
+}
