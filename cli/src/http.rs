@@ -15,10 +15,11 @@
 //! A client that disconnects mid-call cancels its call (rmcp cancels the request's token; the
 //! runner ends the call once and stops its worker).
 //!
-//! `/events` streams the host's events as Server-Sent Events (`id:` the event's seq, `data:` its
-//! JSON, the journal's format), behind the same guard. A client that reconnects with
-//! `Last-Event-ID: SEQ` (or `?after=SEQ`) gets every later event exactly once: the missed ones
-//! from the journal, then the live ones; a subscriber that lags is caught up the same way.
+//! `/events` streams the host's events as Server-Sent Events (`id:` `RUN-SEQ`, the server run and
+//! the event's seq; `data:` its JSON, the journal's format), behind the same guard. A client that
+//! reconnects with `Last-Event-ID: RUN-SEQ` (or `?after=RUN-SEQ`) gets every later event exactly
+//! once: the missed ones from the journal, then the live ones; a subscriber that lags is caught up
+//! the same way; an id of an earlier run (the server restarted) gets the new run from its start.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -510,29 +511,52 @@ async fn serve_connections(
     }
 }
 
+/// This server run's id: its start, Unix milliseconds.
+fn run_id() -> String {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+        .to_string()
+}
+
 /// The most events one `/events` connection reads back from the journal at a time.
 const MAX_REPLAY: u64 = 20_000;
 
-/// The seq after which a client wants events: `Last-Event-ID`, else `?after=`, else now.
-fn resume_after(request: &Request) -> Option<u64> {
+/// The seq after which a client wants events: `Last-Event-ID`, else `?after=`, else now. An id
+/// is `RUN-SEQ`: one of another run (the server restarted since) means this run from its start;
+/// a bare `SEQ` is taken as of this run.
+fn resume_after(request: &Request, run: &str) -> Option<u64> {
     let header = request
         .headers()
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse().ok());
-    header.or_else(|| {
+        .map(str::to_owned);
+    let given = header.or_else(|| {
         request
             .uri()
             .query()?
             .split('&')
-            .find_map(|pair| pair.strip_prefix("after="))?
-            .parse()
-            .ok()
-    })
+            .find_map(|pair| pair.strip_prefix("after="))
+            .and_then(percent_decoded)
+    })?;
+    match given.trim().split_once('-') {
+        Some((of, seq)) if of == run => seq.parse().ok(),
+        Some(_) => Some(0),
+        None => given.trim().parse().ok(),
+    }
+}
+
+/// What `/events` serves: the host, and this run's id (the server's start, in ms).
+#[derive(Clone)]
+struct EventsState {
+    host: rho_core::Host,
+    run: Arc<str>,
 }
 
 /// `GET /events`: the bus as Server-Sent Events, resumable by seq (see the module doc).
-async fn events(State(host): State<rho_core::Host>, request: Request) -> Response {
+async fn events(State(state): State<EventsState>, request: Request) -> Response {
+    let EventsState { host, run } = state;
     use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
     let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(256);
     // Subscribed before anything is read back: every event is either in the journal up to
@@ -540,7 +564,7 @@ async fn events(State(host): State<rho_core::Host>, request: Request) -> Respons
     let mut live = host.subscribe();
     let now = host.bus().last_seq();
     // A seq beyond this run's is of an earlier run of the server: this run from its start.
-    let after = resume_after(&request)
+    let after = resume_after(&request, &run)
         .map(|seq| if seq > now { 0 } else { seq })
         .unwrap_or(now);
     tokio::spawn(async move {
@@ -560,9 +584,13 @@ async fn events(State(host): State<rho_core::Host>, request: Request) -> Respons
             }
             *last = event.seq;
             let data = serde_json::to_string(event).unwrap_or_default();
-            tx.send(SseEvent::default().id(event.seq.to_string()).data(data))
-                .await
-                .is_ok()
+            tx.send(
+                SseEvent::default()
+                    .id(format!("{run}-{}", event.seq))
+                    .data(data),
+            )
+            .await
+            .is_ok()
         };
         // Read back what the client missed (`after` to `now`), from the journal: the last
         // MAX_REPLAY events at most, so a client cannot make the host read a whole long run
@@ -718,7 +746,10 @@ pub async fn start(
     let mut app = axum::Router::new()
         .route(
             "/events",
-            axum::routing::get(events).with_state(host.clone()),
+            axum::routing::get(events).with_state(EventsState {
+                host: host.clone(),
+                run: run_id().into(),
+            }),
         )
         .route(
             "/images/{sha256}",

@@ -26,7 +26,7 @@ enum Ended {
 
 /// Follows `authority`'s events until Ctrl-C.
 pub async fn follow(authority: &str, token: Option<&str>, mut display: Display) -> ExitCode {
-    let mut last = 0u64;
+    let mut last = Last::default();
     let mut tick = display.ticker();
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
@@ -64,11 +64,18 @@ pub async fn follow(authority: &str, token: Option<&str>, mut display: Display) 
     }
 }
 
+/// The last event shown: its id (`RUN-SEQ`, sent back on a reconnect) and run.
+#[derive(Default)]
+struct Last {
+    id: String,
+    run: String,
+}
+
 /// One connection: the request, the head, then events until it drops.
 async fn stream(
     authority: &str,
     token: Option<&str>,
-    last: &mut u64,
+    last: &mut Last,
     display: &mut Display,
     tick: &mut tokio::time::Interval,
 ) -> Ended {
@@ -81,7 +88,8 @@ async fn stream(
         .unwrap_or_default();
     let request = format!(
         "GET /events HTTP/1.1\r\nHost: {authority}\r\nAccept: text/event-stream\r\n\
-         Last-Event-ID: {last}\r\n{auth}Connection: close\r\n\r\n"
+         Last-Event-ID: {}\r\n{auth}Connection: close\r\n\r\n",
+        if last.id.is_empty() { "0" } else { &last.id }
     );
     if let Err(e) = socket.write_all(request.as_bytes()).await {
         return Ended::Retry(format!("cannot send the request ({e})"));
@@ -119,6 +127,7 @@ async fn stream(
         left: 0,
     };
     let mut data = String::new();
+    let mut id = String::new();
     loop {
         let line = tokio::select! {
             line = body.line() => line,
@@ -130,20 +139,21 @@ async fn stream(
         let Some(line) = line else {
             return Ended::Retry("the server closed the stream".into());
         };
-        if let Some(value) = line.strip_prefix("data:") {
+        if let Some(value) = line.strip_prefix("id:") {
+            id = value.trim().to_owned();
+        } else if let Some(value) = line.strip_prefix("data:") {
             if data.len() + value.len() > MAX_LINE {
                 return Ended::Retry("an event of more than 64 MiB".into());
             }
             data.push_str(value.strip_prefix(' ').unwrap_or(value));
         } else if line.is_empty() && !data.is_empty() {
             if let Ok(event) = serde_json::from_str::<Event>(&data) {
-                if event.seq <= *last && *last != 0 {
-                    eprintln!(
-                        "rho: the server restarted (seq {} after {}); following its new run",
-                        event.seq, *last
-                    );
+                let run = id.split_once('-').map(|(run, _)| run).unwrap_or_default();
+                if !last.run.is_empty() && run != last.run {
+                    eprintln!("rho: the server restarted; following its new run from its start");
                 }
-                *last = event.seq;
+                last.run = run.to_owned();
+                last.id = std::mem::take(&mut id);
                 if !display.show(&event) {
                     return Ended::Stop;
                 }

@@ -414,7 +414,7 @@ fn both_spec_eras_get_an_ask_approved_or_declined_by_their_user_over_stdio_and_h
 
 /// Reads Server-Sent Events of `/events` from `addr` after `after` until `want` events arrived;
 /// their seqs and types.
-fn read_events(addr: &str, after: u64, want: usize) -> Vec<(u64, String)> {
+fn read_events(addr: &str, after: impl std::fmt::Display, want: usize) -> Vec<(u64, String)> {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -503,6 +503,11 @@ fn events_stream_resumes_after_a_reconnect_with_every_event_once() {
         .filter(|(_, kind)| kind == "tool_execution_end")
         .count();
     assert_eq!(ends, 2, "{missed:?}");
+    // Ids are RUN-SEQ; an id of another run (the server restarted since) gets this run from its
+    // start, however far that run has gone.
+    let all = read_events(&server.addr, "1-5", 7);
+    let seqs: Vec<u64> = all.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(seqs, (1..=7).collect::<Vec<u64>>(), "{all:?}");
 }
 
 #[test]
