@@ -121,7 +121,7 @@ fn dir(names: &[&str]) -> tempfile::TempDir {
 
 #[test]
 fn every_malformed_message_gets_exactly_one_answer_with_its_code_and_id() {
-    let plugins = dir(&["echo"]);
+    let plugins = dir(&["echo", "faults"]);
     let mut raw = Raw::start(plugins.path(), &[], None);
     let deep = format!(
         r#"{{"jsonrpc":"2.0","id":"deep","method":"ping","params":{{"a":{}{}}}}}"#,
@@ -187,8 +187,9 @@ fn every_malformed_message_gets_exactly_one_answer_with_its_code_and_id() {
     // A wrong notification gets no answer.
     raw.send(r#"{"jsonrpc":"2.0","method":"notifications/whatever","params":[]}"#);
     assert_eq!(raw.silent(Duration::from_millis(300)), None);
-    // Two requests with one id in flight: the second is refused, the first answered.
-    raw.send(r#"{"jsonrpc":"2.0","id":20,"method":"tools/call","params":{"name":"echo","arguments":{"text":"first"}}}"#);
+    // Two requests with one id in flight: the second is refused, the first answered. The first
+    // takes 500 ms, so it is still in flight when the second arrives.
+    raw.send(r#"{"jsonrpc":"2.0","id":20,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":500}}}"#);
     raw.send(r#"{"jsonrpc":"2.0","id":20,"method":"tools/call","params":{"name":"echo","arguments":{"text":"second"}}}"#);
     let mut answers = vec![
         raw.next(Duration::from_secs(10)).unwrap(),
@@ -196,7 +197,7 @@ fn every_malformed_message_gets_exactly_one_answer_with_its_code_and_id() {
     ];
     answers.sort_by_key(|a| a.get("error").is_some());
     assert_eq!(
-        answers[0]["result"]["content"][0]["text"], "first",
+        answers[0]["result"]["_meta"]["rho/outcome"], "ok",
         "{answers:?}"
     );
     assert_eq!(answers[1]["error"]["code"], -32600, "{answers:?}");
