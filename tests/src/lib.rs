@@ -517,3 +517,22 @@ pub fn npm_project(name: &str) -> PathBuf {
     }
     dir
 }
+
+/// Runs a client program of the tests (a script under `tests/python` or `tests/typescript`) to
+/// its end with the tests' state directories, asserts that it succeeded (`context` names the
+/// case), and returns its report: the JSON object on the last line of its stdout.
+pub fn client_report(mut client: Command, context: &str) -> serde_json::Value {
+    let out = client
+        .env("XDG_STATE_HOME", host_dir("rho-state"))
+        .env("XDG_RUNTIME_DIR", host_dir("rho-runtime"))
+        .output()
+        .expect("run the client");
+    assert!(
+        out.status.success(),
+        "{context}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{context}: not a report ({e}): {last}"))
+}

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rho_tests::{HttpServer, install, python_sdk, rho_bin, workspace_dir};
+use rho_tests::{HttpServer, client_report, install, python_sdk, rho_bin, workspace_dir};
 use serde_json::{Value, json};
 
 fn plugins(names: &[&str]) -> tempfile::TempDir {
@@ -57,20 +57,51 @@ fn initialize() -> Vec<u8> {
 }
 
 fn python(sdk: &Path, url: &str, token: Option<&str>) -> Value {
-    let out = Command::new("python3")
+    let mut client = Command::new("python3");
+    client
         .arg(workspace_dir().join("tests/python/http_client.py"))
         .arg(url)
         .args(token)
-        .env("PYTHONPATH", sdk)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+        .env("PYTHONPATH", sdk);
+    client_report(client, url)
+}
+
+/// A `rho serve` of a directory holding `echo`, for a client over `transport`: `stdio`, the
+/// client starts it (`target` is the `rho` binary); `http`, it runs here (`target` is its URL).
+/// With `ask`, a config whose rule asks the user about `echo` (given to the server over HTTP,
+/// to be given by the client over stdio).
+struct ClientTarget {
+    dir: tempfile::TempDir,
+    config: Option<std::path::PathBuf>,
+    target: String,
+    _server: Option<HttpServer>,
+}
+
+fn client_target(transport: &str, ask: bool, name: &str) -> ClientTarget {
+    let dir = plugins(&["echo"]);
+    let journal = dir.path().join(format!("../http-{name}.jsonl"));
+    let config = ask.then(|| {
+        let config = dir.path().join(format!("../http-{name}.toml"));
+        std::fs::write(&config, "[[gate]]\ntool = \"echo\"\naction = \"ask\"\n").unwrap();
+        config
+    });
+    let server = (transport == "http").then(|| {
+        let mut args = vec!["--http", "127.0.0.1:0"];
+        if let Some(config) = &config {
+            args.extend(["--config", config.to_str().unwrap()]);
+        }
+        HttpServer::start(dir.path(), &args, &journal)
+    });
+    let target = match &server {
+        Some(server) => server.url(),
+        None => rho_bin().to_str().unwrap().to_owned(),
+    };
+    ClientTarget {
+        dir,
+        config,
+        target,
+        _server: server,
+    }
 }
 
 #[test]
@@ -318,37 +349,22 @@ fn both_spec_eras_see_a_reload_as_a_list_change_over_stdio_and_http() {
     ] {
         let sdk = python_sdk(requirement, name);
         for transport in ["stdio", "http"] {
-            let dir = plugins(&["echo"]);
-            let journal = dir.path().join("../http-listen.jsonl");
-            let server = (transport == "http")
-                .then(|| HttpServer::start(dir.path(), &["--http", "127.0.0.1:0"], &journal));
-            let target = match &server {
-                Some(server) => server.url(),
-                None => rho_bin().to_str().unwrap().to_owned(),
-            };
-            let out = Command::new("python3")
+            let served = client_target(transport, false, "listen");
+            let mut client = Command::new("python3");
+            client
                 .arg(workspace_dir().join("tests/python/listen.py"))
-                .args([mode, transport, &target])
-                .arg(dir.path())
+                .args([mode, transport, &served.target])
+                .arg(served.dir.path())
                 .arg(&picture)
-                .env("PYTHONPATH", &sdk)
-                .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"))
-                .env("XDG_RUNTIME_DIR", rho_tests::host_dir("rho-runtime"))
-                .output()
-                .unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "{mode} over {transport}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-            assert_eq!(report["version"], version, "{mode} over {transport}");
-            assert_eq!(report["before"], json!(["echo"]), "{mode} over {transport}");
+                .env("PYTHONPATH", &sdk);
+            let context = format!("{mode} over {transport}");
+            let report = client_report(client, &context);
+            assert_eq!(report["version"], version, "{context}");
+            assert_eq!(report["before"], json!(["echo"]), "{context}");
             assert_eq!(
                 report["after"],
                 json!(["checkerboard", "echo"]),
-                "{mode} over {transport}"
+                "{context}"
             );
         }
     }
@@ -362,43 +378,15 @@ fn both_spec_eras_get_an_ask_approved_or_declined_by_their_user_over_stdio_and_h
     ] {
         let sdk = python_sdk(requirement, name);
         for transport in ["stdio", "http"] {
-            let dir = plugins(&["echo"]);
-            let config = dir.path().join("../http-ask.toml");
-            std::fs::write(&config, "[[gate]]\ntool = \"echo\"\naction = \"ask\"\n").unwrap();
-            let journal = dir.path().join("../http-ask.jsonl");
-            let server = (transport == "http").then(|| {
-                HttpServer::start(
-                    dir.path(),
-                    &[
-                        "--http",
-                        "127.0.0.1:0",
-                        "--config",
-                        config.to_str().unwrap(),
-                    ],
-                    &journal,
-                )
-            });
-            let target = match &server {
-                Some(server) => server.url(),
-                None => rho_bin().to_str().unwrap().to_owned(),
-            };
-            let out = Command::new("python3")
+            let served = client_target(transport, true, "ask");
+            let mut client = Command::new("python3");
+            client
                 .arg(workspace_dir().join("tests/python/ask.py"))
-                .args([mode, transport, &target])
-                .arg(dir.path())
-                .arg(&config)
-                .env("PYTHONPATH", &sdk)
-                .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"))
-                .env("XDG_RUNTIME_DIR", rho_tests::host_dir("rho-runtime"))
-                .output()
-                .unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "{mode} over {transport}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+                .args([mode, transport, &served.target])
+                .arg(served.dir.path())
+                .args(&served.config)
+                .env("PYTHONPATH", &sdk);
+            let report = client_report(client, &format!("{mode} over {transport}"));
             let context = format!("{mode} over {transport}: {report}");
             assert_eq!(report["version"], version, "{context}");
             assert_eq!(report["asked"].as_array().unwrap().len(), 2, "{context}");
@@ -750,8 +738,7 @@ fn the_live_page_shows_calls_images_and_quarantines_and_every_event_once_after_a
         call_tool_with(&server.addr, &[("Authorization", &bearer)], tool, args)
     };
     // The page needs the token too.
-    let (status, _) = get(&server.addr, "/");
-    assert_eq!(status, 401);
+    assert_eq!(status_of(&server.addr, "/", &[("Host", &server.addr)]), 401);
     let browser = Browser::start();
     browser.open(&format!("http://{}/?token={token}", server.addr));
     browser.until(
@@ -799,24 +786,6 @@ fn the_live_page_shows_calls_images_and_quarantines_and_every_event_once_after_a
     assert!(std::fs::metadata(&shot).unwrap().len() > 1000);
 }
 
-/// One raw GET of `path`: the status and the response.
-fn get(addr: &str, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, response)
-}
-
 #[test]
 fn the_typescript_sdk_in_both_eras_sees_a_reload_and_gets_an_ask_answered_over_stdio_and_http() {
     let project = rho_tests::npm_project("typescript");
@@ -827,43 +796,15 @@ fn the_typescript_sdk_in_both_eras_sees_a_reload_and_gets_an_ask_answered_over_s
     let picture = rho_tests::plugin_lib("picture");
     for (mode, version) in [("auto", "2026-07-28"), ("legacy", "2025-11-25")] {
         for transport in ["stdio", "http"] {
-            let dir = plugins(&["echo"]);
-            let config = dir.path().join("../http-ts.toml");
-            std::fs::write(&config, "[[gate]]\ntool = \"echo\"\naction = \"ask\"\n").unwrap();
-            let journal = dir.path().join("../http-ts.jsonl");
-            let server = (transport == "http").then(|| {
-                HttpServer::start(
-                    dir.path(),
-                    &[
-                        "--http",
-                        "127.0.0.1:0",
-                        "--config",
-                        config.to_str().unwrap(),
-                    ],
-                    &journal,
-                )
-            });
-            let target = match &server {
-                Some(server) => server.url(),
-                None => rho_bin().to_str().unwrap().to_owned(),
-            };
-            let out = Command::new("node")
+            let served = client_target(transport, true, "ts");
+            let mut client = Command::new("node");
+            client
                 .arg(&installed_script)
-                .args([mode, transport, &target])
-                .arg(dir.path())
+                .args([mode, transport, &served.target])
+                .arg(served.dir.path())
                 .arg(&picture)
-                .arg(&config)
-                .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"))
-                .env("XDG_RUNTIME_DIR", rho_tests::host_dir("rho-runtime"))
-                .output()
-                .unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "{mode} over {transport}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+                .args(&served.config);
+            let report = client_report(client, &format!("{mode} over {transport}"));
             let context = format!("{mode} over {transport}: {report}");
             assert_eq!(report["version"], version, "{context}");
             assert_eq!(

@@ -429,20 +429,13 @@ fn the_python_sdk_gets_every_progress_update_and_a_bounded_answer() {
     let plugins = dir(&["faults", "echo"]);
     for (requirement, name) in [("mcp>=2,<3", "mcp2"), ("mcp>=1.9,<2", "mcp1")] {
         let sdk = rho_tests::python_sdk(requirement, name);
-        let out = Command::new("python3")
+        let mut client = Command::new("python3");
+        client
             .arg(rho_tests::workspace_dir().join("tests/python/progress.py"))
             .arg(rho_bin())
             .arg(plugins.path())
-            .env("PYTHONPATH", &sdk)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{requirement}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+            .env("PYTHONPATH", &sdk);
+        let report = rho_tests::client_report(client, requirement);
         for run in report["runs"].as_array().unwrap() {
             let progress = run["progress"].as_array().unwrap();
             assert_eq!(progress.len(), 50, "{requirement}: {run}");
