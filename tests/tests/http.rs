@@ -66,6 +66,13 @@ fn python(sdk: &Path, url: &str, token: Option<&str>) -> Value {
     client_report(client, url)
 }
 
+/// The Python SDK in each spec era: the scripts' mode, the requirement, its directory, the
+/// protocol version it negotiates with rho.
+const PYTHON_ERAS: [(&str, &str, &str, &str); 2] = [
+    ("modern", "mcp>=2,<3", "mcp2", "2026-07-28"),
+    ("legacy", "mcp>=1.9,<2", "mcp1", "2025-11-25"),
+];
+
 /// A `rho serve` of a directory holding `echo`, for a client over `transport`: `stdio`, the
 /// client starts it (`target` is the `rho` binary); `http`, it runs here (`target` is its URL).
 /// With `ask`, a config whose rule asks the user about `echo` (given to the server over HTTP,
@@ -343,10 +350,7 @@ fn a_client_that_disconnects_mid_call_stops_the_call() {
 #[test]
 fn both_spec_eras_see_a_reload_as_a_list_change_over_stdio_and_http() {
     let picture = rho_tests::plugin_lib("picture");
-    for (mode, requirement, name, version) in [
-        ("modern", "mcp>=2,<3", "mcp2", "2026-07-28"),
-        ("legacy", "mcp>=1.9,<2", "mcp1", "2025-11-25"),
-    ] {
+    for (mode, requirement, name, version) in PYTHON_ERAS {
         let sdk = python_sdk(requirement, name);
         for transport in ["stdio", "http"] {
             let served = client_target(transport, false, "listen");
@@ -372,10 +376,7 @@ fn both_spec_eras_see_a_reload_as_a_list_change_over_stdio_and_http() {
 
 #[test]
 fn both_spec_eras_get_an_ask_approved_or_declined_by_their_user_over_stdio_and_http() {
-    for (mode, requirement, name, version) in [
-        ("modern", "mcp>=2,<3", "mcp2", "2026-07-28"),
-        ("legacy", "mcp>=1.9,<2", "mcp1", "2025-11-25"),
-    ] {
+    for (mode, requirement, name, version) in PYTHON_ERAS {
         let sdk = python_sdk(requirement, name);
         for transport in ["stdio", "http"] {
             let served = client_target(transport, true, "ask");
