@@ -10,7 +10,8 @@
 //!   `serve.allowed_origins` says otherwise): a web page cannot reach a local server through DNS
 //!   rebinding;
 //! - request bodies are bounded (`serve.max_body_bytes`) and so are requests in flight
-//!   (`serve.max_requests`, then 503), besides the calls running at once (`serve.max_calls`).
+//!   (`serve.max_requests`, then 503), and so are MCP sessions (`serve.max_sessions`), besides the
+//!   calls running at once (`serve.max_calls`).
 //!
 //! A client that disconnects mid-call cancels its call (rmcp cancels the request's token; the
 //! runner ends the call once and stops its worker).
@@ -20,6 +21,9 @@
 //! reconnects with `Last-Event-ID: RUN-SEQ` (or `?after=RUN-SEQ`) gets every later event exactly
 //! once: the missed ones from the journal, then the live ones; a subscriber that lags is caught up
 //! the same way; an id of an earlier run (the server restarted) gets the new run from its start.
+//! Memory stays bounded whatever the clients do: a connection queues at most 1 MiB of events for
+//! a client that reads slowly (then it lags and is caught up from the journal later, a page at a
+//! time), at most 128 streams are open at once, and images are served from the bus's shared copy.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -140,6 +144,8 @@ pub struct Guard {
     pub max_body_bytes: usize,
     /// Requests in flight at most.
     pub max_requests: usize,
+    /// MCP sessions open at once at most.
+    pub max_sessions: usize,
     /// Serve the live page at `/`.
     pub web: bool,
 }
@@ -180,6 +186,7 @@ impl Guard {
         allowed_origins: &[String],
         max_body_bytes: usize,
         max_requests: usize,
+        max_sessions: usize,
         web: bool,
     ) -> Result<(Guard, bool), HttpError> {
         let (token, made) = match token_file {
@@ -198,6 +205,7 @@ impl Guard {
                 allowed_origins,
                 max_body_bytes,
                 max_requests,
+                max_sessions,
                 web,
             },
             made,
@@ -314,6 +322,10 @@ struct Gatekeeper {
     /// Without a token: the `Host` names the server answers to (loopback names and the bound
     /// address), so a page that rebinds a name of its own to this address is refused.
     allowed_hosts: Option<Vec<String>>,
+    /// The MCP sessions (2025 era): at most `max_sessions` at once (each idle one closes after
+    /// rmcp's 5 minutes); an `initialize` beyond gets 503.
+    sessions: Arc<LocalSessionManager>,
+    max_sessions: usize,
 }
 
 /// How long a client may take to send a request body.
@@ -432,13 +444,22 @@ async fn gatekeeper(
         method: Option<String>,
         id: Option<serde_json::Value>,
     }
-    let call = session.and_then(|session| {
-        serde_json::from_slice::<Head>(&bytes)
-            .ok()
-            .filter(|m| m.method.as_deref() == Some("tools/call"))
-            .and_then(|m| m.id)
-            .map(|id| (session, id_key(&id)))
-    });
+    let head = serde_json::from_slice::<Head>(&bytes).ok();
+    let method = head.as_ref().and_then(|h| h.method.as_deref());
+    if session.is_none()
+        && method == Some("initialize")
+        && keeper.sessions.sessions.read().await.len() >= keeper.max_sessions
+    {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "5")],
+            "rho: too many MCP sessions open; retry\n",
+        )
+            .into_response();
+    }
+    let call = session
+        .filter(|_| method == Some("tools/call"))
+        .and_then(|session| Some((session, id_key(head?.id.as_ref()?))));
     let response = next
         .run(Request::from_parts(parts, axum::body::Body::from(bytes)))
         .await;
@@ -520,8 +541,20 @@ fn run_id() -> String {
         .to_string()
 }
 
-/// The most events one `/events` connection reads back from the journal at a time.
+/// The most events one `/events` connection reads back from the journal in one catch-up.
 const MAX_REPLAY: u64 = 20_000;
+
+/// How many bytes of events one `/events` connection may have queued for a client that reads
+/// slowly: past it the connection waits, its bus subscription lags, and it is caught up from the
+/// journal once the client reads again (nothing lost, memory bounded).
+const QUEUED_BYTES: usize = 1 << 20;
+
+/// How many bytes of journal lines a catch-up reads at a time.
+const REPLAY_PAGE_BYTES: usize = 1 << 20;
+
+/// `/events` connections open at once at most (each may hold [`QUEUED_BYTES`] and a
+/// [`REPLAY_PAGE_BYTES`] page); more get 503.
+const MAX_EVENT_STREAMS: usize = 128;
 
 /// The seq after which a client wants events: `Last-Event-ID`, else `?after=`, else now. An id
 /// is `RUN-SEQ`: one of another run (the server restarted since) means this run from its start;
@@ -547,18 +580,35 @@ fn resume_after(request: &Request, run: &str) -> Option<u64> {
     }
 }
 
-/// What `/events` serves: the host, and this run's id (the server's start, in ms).
+/// What `/events` serves: the host, this run's id (the server's start, in ms), and the streams
+/// that may still open.
 #[derive(Clone)]
 struct EventsState {
     host: rho_core::Host,
     run: Arc<str>,
+    streams: Arc<tokio::sync::Semaphore>,
+}
+
+/// One SSE event on its way to the client, holding its bytes' share of the connection's
+/// [`QUEUED_BYTES`] until hyper takes it.
+struct Queued {
+    event: axum::response::sse::Event,
+    _bytes: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// `GET /events`: the bus as Server-Sent Events, resumable by seq (see the module doc).
 async fn events(State(state): State<EventsState>, request: Request) -> Response {
-    let EventsState { host, run } = state;
     use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-    let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(256);
+    let EventsState { host, run, streams } = state;
+    let Ok(stream_permit) = streams.try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "rho: too many event streams open; retry\n",
+        )
+            .into_response();
+    };
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Queued>();
+    let budget = Arc::new(tokio::sync::Semaphore::new(QUEUED_BYTES));
     // Subscribed before anything is read back: every event is either in the journal up to
     // `now` or comes live after it.
     let mut live = host.subscribe();
@@ -568,13 +618,26 @@ async fn events(State(state): State<EventsState>, request: Request) -> Response 
         .map(|seq| if seq > now { 0 } else { seq })
         .unwrap_or(now);
     tokio::spawn(async move {
+        let _stream_permit = stream_permit;
+        // Waits for room in the connection's byte budget (an event larger than the whole budget
+        // takes all of it), then queues; false once the client is gone.
+        let queue = async |event: SseEvent, bytes: usize| {
+            let Ok(permit) = budget
+                .clone()
+                .acquire_many_owned(bytes.clamp(1, QUEUED_BYTES) as u32)
+                .await
+            else {
+                return false;
+            };
+            tx.send(Queued {
+                event,
+                _bytes: permit,
+            })
+            .is_ok()
+        };
         // At once, so the client knows the stream is live (a response's head may wait for its
         // first bytes).
-        if tx
-            .send(SseEvent::default().comment("rho events"))
-            .await
-            .is_err()
-        {
+        if !queue(SseEvent::default().comment("rho events"), 1).await {
             return;
         }
         let mut last = after;
@@ -584,54 +647,62 @@ async fn events(State(state): State<EventsState>, request: Request) -> Response 
             }
             *last = event.seq;
             let data = serde_json::to_string(event).unwrap_or_default();
-            tx.send(
-                SseEvent::default()
-                    .id(format!("{run}-{}", event.seq))
-                    .data(data),
-            )
-            .await
-            .is_ok()
+            let bytes = data.len();
+            let event = SseEvent::default()
+                .id(format!("{run}-{}", event.seq))
+                .data(data);
+            queue(event, bytes).await
         };
-        // Read back what the client missed (`after` to `now`), from the journal: the last
-        // MAX_REPLAY events at most, so a client cannot make the host read a whole long run
-        // into memory per connection.
-        let catch_up = async |host: &rho_core::Host, from: u64, to: u64| {
+        // Reads back `from..=to` from the journal, a page of REPLAY_PAGE_BYTES at a time, so
+        // neither a long run nor large events make a connection hold much; the last
+        // MAX_REPLAY events at most. False once the client is gone.
+        let catch_up = async |from: u64, to: u64, last: &mut u64| {
             let from = from.max(to.saturating_sub(MAX_REPLAY - 1));
-            if from > to {
-                return Vec::new();
-            }
-            let host = host.clone();
-            let read = tokio::task::spawn_blocking(move || host.replay(from, to)).await;
-            match read {
-                Ok(Some(Ok(events))) => events,
-                _ => Vec::new(),
+            let opened = {
+                let host = host.clone();
+                tokio::task::spawn_blocking(move || host.replay(from, to)).await
+            };
+            let Ok(Some(Ok(mut replay))) = opened else {
+                return true;
+            };
+            loop {
+                let read = tokio::task::spawn_blocking(move || {
+                    let page = replay.page(REPLAY_PAGE_BYTES);
+                    (replay, page)
+                })
+                .await;
+                let Ok((rest, Ok(page))) = read else {
+                    return true;
+                };
+                if page.is_empty() {
+                    return true;
+                }
+                for event in &page {
+                    if !send(event, last).await {
+                        return false;
+                    }
+                }
+                replay = rest;
             }
         };
-        for event in catch_up(&host, after + 1, now).await {
-            if !send(&event, &mut last).await {
+        if !catch_up(after + 1, now, &mut last).await {
+            return;
+        }
+        while let Some(item) = live.recv().await {
+            let open = match item {
+                rho_core::BusItem::Event(event) => send(&event, &mut last).await,
+                rho_core::BusItem::Lagged { .. } => {
+                    let now = host.bus().last_seq();
+                    catch_up(last + 1, now, &mut last).await
+                }
+            };
+            if !open {
                 return;
             }
         }
-        while let Some(item) = live.recv().await {
-            match item {
-                rho_core::BusItem::Event(event) => {
-                    if !send(&event, &mut last).await {
-                        return;
-                    }
-                }
-                rho_core::BusItem::Lagged { .. } => {
-                    let now = host.bus().last_seq();
-                    for event in catch_up(&host, last + 1, now).await {
-                        if !send(&event, &mut last).await {
-                            return;
-                        }
-                    }
-                }
-            }
-        }
     });
-    let stream =
-        tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::convert::Infallible>);
+    let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx)
+        .map(|queued| Ok::<_, std::convert::Infallible>(queued.event));
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()
@@ -664,6 +735,15 @@ fn served_type(mime: &str) -> &'static str {
     }
 }
 
+/// A kept image's bytes as a response body, shared with the bus (no copy).
+struct ImageBytes(Arc<rho_plugin_api::Image>);
+
+impl AsRef<[u8]> for ImageBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.0.bytes
+    }
+}
+
 /// `GET /images/SHA256`: the bytes of an image a recent call answered (`Bus::image`).
 async fn image(
     State(host): State<rho_core::Host>,
@@ -685,7 +765,7 @@ async fn image(
                     ),
                     (header::CACHE_CONTROL, "private, max-age=86400".to_owned()),
                 ],
-                image.bytes,
+                axum::body::Body::from(axum::body::Bytes::from_owner(ImageBytes(image))),
             )
                 .into_response()
         }
@@ -710,11 +790,8 @@ pub async fn start(
     // Host names are checked by the gatekeeper for every route (loopback names and the bound
     // address without a token, any name with one: rebinding gains nothing without the token).
     config = config.disable_allowed_hosts();
-    let service = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let sessions = Arc::new(LocalSessionManager::default());
+    let service = StreamableHttpService::new(move || Ok(server.clone()), sessions.clone(), config);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| HttpError::Bind {
@@ -742,6 +819,8 @@ pub async fn start(
         calls,
         allowed_origins: guard.allowed_origins.clone(),
         allowed_hosts,
+        sessions,
+        max_sessions: guard.max_sessions,
     });
     let mut app = axum::Router::new()
         .route(
@@ -749,6 +828,7 @@ pub async fn start(
             axum::routing::get(events).with_state(EventsState {
                 host: host.clone(),
                 run: run_id().into(),
+                streams: Arc::new(tokio::sync::Semaphore::new(MAX_EVENT_STREAMS)),
             }),
         )
         .route(

@@ -754,6 +754,7 @@ async fn serve_http(
         origins,
         config.serve.max_body_bytes,
         config.serve.max_requests,
+        config.serve.max_sessions,
         web,
     ) {
         Ok(guard) => guard,

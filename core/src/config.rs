@@ -194,13 +194,16 @@ pub struct ServeConfig {
     pub max_body_bytes: usize,
     /// HTTP requests handled at once at most; more are answered 503.
     pub max_requests: usize,
+    /// MCP sessions (of 2025-era clients) open over HTTP at once at most; an `initialize` beyond
+    /// is answered 503. An idle session closes after 5 minutes.
+    pub max_sessions: usize,
     /// With `http`: serve the live page at `/`.
     pub web: bool,
 }
 
 impl Default for ServeConfig {
     /// Deny when nobody can be asked, no journal, 8 MiB answers, 64 calls at once, stdio (no
-    /// HTTP), loopback origins, 16 MiB request bodies, 256 HTTP requests at once.
+    /// HTTP), loopback origins, 16 MiB request bodies, 256 HTTP requests and 256 sessions at once.
     fn default() -> Self {
         ServeConfig {
             ask_fallback: Action::Deny,
@@ -212,6 +215,7 @@ impl Default for ServeConfig {
             allowed_origins: Vec::new(),
             max_body_bytes: 16 << 20,
             max_requests: 256,
+            max_sessions: 256,
             web: false,
         }
     }
@@ -322,6 +326,12 @@ impl HostConfig {
         within(
             "serve.max_requests",
             self.serve.max_requests as u64,
+            1,
+            1 << 16,
+        )?;
+        within(
+            "serve.max_sessions",
+            self.serve.max_sessions as u64,
             1,
             1 << 16,
         )?;

@@ -414,9 +414,9 @@ impl Host {
     /// The events with seq in `from..=to` from the host's journal (the one of
     /// [`HostBuilder::journal`] or the latest [`Host::journal`]), once written: how a subscriber
     /// that starts late or lags (a page reconnecting with the last seq it saw) gets every event
-    /// once. `None` without a journal. It blocks until `to` is written (five seconds at most):
-    /// call it from a blocking thread.
-    pub fn replay(&self, from: u64, to: u64) -> Option<Result<Vec<crate::Event>, JournalError>> {
+    /// once. `None` without a journal. It blocks until `to` is written (five seconds at most),
+    /// and so does reading the [`crate::Replay`]: call it from a blocking thread.
+    pub fn replay(&self, from: u64, to: u64) -> Option<Result<crate::Replay, JournalError>> {
         let journal = self
             .inner
             .journal

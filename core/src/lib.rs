@@ -37,7 +37,7 @@ mod registry;
 pub use agent::model::{AssistantTurn, KeptDetails, Message, Model, ModelError, ScriptedModel};
 pub use agent::session::{CallOrder, KeepDetails, Loop, LoopConfig, RunSummary};
 pub use bus::events::{CallRef, Event, EventKind, ImageView, OutputView};
-pub use bus::journal::{Journal, JournalError, read_range};
+pub use bus::journal::{INDEX_EVERY, Journal, JournalError, Replay, read_range};
 pub use bus::{Bus, BusItem, DEFAULT_CAPACITY, Filter, RECENT_IMAGE_BYTES, Sink, Subscription};
 pub use call::details::{parse_within, text_depth};
 pub use call::gate::{DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};

@@ -486,6 +486,18 @@ impl HttpServer {
     pub fn url(&self) -> String {
         format!("http://{}/mcp", self.addr)
     }
+
+    /// Its resident memory now, bytes (`VmRSS`).
+    pub fn resident_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the server's /proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .expect("VmRSS")
+            * 1024
+    }
 }
 
 impl Drop for HttpServer {

@@ -48,6 +48,33 @@ fn post(addr: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
     (status, text)
 }
 
+/// An `initialize` over `addr` (with `extra` headers) answered 200: the new session's id.
+fn open_session(addr: &str, extra: &[(&str, &str)]) -> String {
+    let (status, head) = post(addr, extra, &initialize());
+    assert_eq!(status, 200, "{head}");
+    head.lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("mcp-session-id:")
+                .then(|| l[15..].trim().to_owned())
+        })
+        .expect("a session id")
+}
+
+/// `rho serve --http` on a free loopback port over `dir` with `config` as its rho.toml, both
+/// files named after `name`.
+fn serve_with_config(dir: &Path, name: &str, config: &str) -> HttpServer {
+    let path = dir.join(format!("../http-{name}.toml"));
+    std::fs::write(&path, config).unwrap();
+    let journal = dir.join(format!("../http-{name}.jsonl"));
+    let _ = std::fs::remove_file(&journal);
+    HttpServer::start(
+        dir,
+        &["--http", "127.0.0.1:0", "--config", path.to_str().unwrap()],
+        &journal,
+    )
+}
+
 fn initialize() -> Vec<u8> {
     json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
@@ -248,31 +275,14 @@ fn requests_without_the_token_or_from_a_foreign_origin_are_refused() {
 #[test]
 fn a_client_that_disconnects_mid_call_stops_the_call() {
     let dir = plugins(&["faults"]);
-    let journal = dir.path().join("../http-disconnect.jsonl");
-    let _ = std::fs::remove_file(&journal);
     // One worker: the next call is answered only if the dropped call's worker was freed.
-    let config = dir.path().join("../http-disconnect.toml");
-    std::fs::write(&config, "[workers]\nmax_workers = 1\nspares = 0\n").unwrap();
-    let server = HttpServer::start(
+    let server = serve_with_config(
         dir.path(),
-        &[
-            "--http",
-            "127.0.0.1:0",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-        &journal,
+        "disconnect",
+        "[workers]\nmax_workers = 1\nspares = 0\n",
     );
-    let (status, head) = post(&server.addr, &[], &initialize());
-    assert_eq!(status, 200, "{head}");
-    let session = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .starts_with("mcp-session-id:")
-                .then(|| l[15..].trim().to_owned())
-        })
-        .expect("a session id");
+    let journal = dir.path().join("../http-disconnect.jsonl");
+    let session = open_session(&server.addr, &[]);
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
     let headers = [
         ("Mcp-Session-Id", session.as_str()),
@@ -447,16 +457,7 @@ fn call_tool(addr: &str, tool: &str, arguments: Value) -> String {
 
 /// [`call_tool`] with `extra` headers on every request (a token).
 fn call_tool_with(addr: &str, extra: &[(&str, &str)], tool: &str, arguments: Value) -> String {
-    let (status, head) = post(addr, extra, &initialize());
-    assert_eq!(status, 200, "{head}");
-    let session = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .starts_with("mcp-session-id:")
-                .then(|| l[15..].trim().to_owned())
-        })
-        .unwrap();
+    let session = open_session(addr, extra);
     let mut headers = vec![
         ("Mcp-Session-Id", session.as_str()),
         ("Mcp-Protocol-Version", "2025-11-25"),
@@ -497,6 +498,116 @@ fn events_stream_resumes_after_a_reconnect_with_every_event_once() {
     let all = read_events(&server.addr, "1-5", 7);
     let seqs: Vec<u64> = all.iter().map(|(seq, _)| *seq).collect();
     assert_eq!(seqs, (1..=7).collect::<Vec<u64>>(), "{all:?}");
+}
+
+/// A raw `GET /events` after `after` that reads nothing yet: a client that has stalled.
+fn open_events(addr: &str, after: u64) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET /events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\nLast-Event-ID: {after}\r\n\r\n"
+    )
+    .unwrap();
+    stream
+}
+
+/// Reads `stream` until the event with id `RUN-last`: the seqs of the ids it saw, in order.
+fn event_ids_until(mut stream: TcpStream, last: u64) -> Vec<u64> {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut ids = Vec::new();
+    let mut pending = Vec::new();
+    let mut chunk = vec![0u8; 1 << 16];
+    while ids.last() != Some(&last) {
+        let n = stream.read(&mut chunk).expect("events before the timeout");
+        assert!(n > 0, "the stream ended after {:?}", ids.last());
+        pending.extend_from_slice(&chunk[..n]);
+        let mut start = 0;
+        while let Some(end) = pending[start..].iter().position(|&b| b == b'\n') {
+            let line = &pending[start..start + end];
+            if let Some(id) = line.strip_prefix(b"id: ") {
+                let id = String::from_utf8_lossy(id);
+                ids.push(id.rsplit('-').next().unwrap().trim().parse().unwrap());
+            }
+            start += end + 1;
+        }
+        pending.drain(..start);
+    }
+    ids
+}
+
+#[test]
+fn stalled_event_streams_hold_a_bounded_queue_and_miss_nothing() {
+    const STREAMS: usize = 16;
+    const CALLS: usize = 40;
+    let dir = plugins(&["echo"]);
+    let journal = dir.path().join("../http-stalled.jsonl");
+    let _ = std::fs::remove_file(&journal);
+    let server = HttpServer::start(dir.path(), &["--http", "127.0.0.1:0"], &journal);
+    // The plugin's load, then streams that read nothing while ~40 MiB of events go by.
+    let _ = read_events(&server.addr, 0, 1);
+    let stalled: Vec<TcpStream> = (0..STREAMS).map(|_| open_events(&server.addr, 1)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = server.resident_bytes();
+    let text = "x".repeat(512 << 10);
+    for _ in 0..CALLS {
+        call_echo(&server.addr, &text);
+    }
+    let grown = server.resident_bytes().saturating_sub(before);
+    eprintln!(
+        "grew by {} MiB with {STREAMS} stalled event streams",
+        grown >> 20
+    );
+    // The events themselves (the bus keeps its last 4,096) are ~40 MiB, once; each stalled
+    // stream may queue 1 MiB more. Queued whole, 16 streams would hold ~640 MiB less what the
+    // kernel's socket buffers took.
+    assert!(
+        grown < 200 << 20,
+        "the server grew by {} MiB with {STREAMS} stalled event streams",
+        grown >> 20
+    );
+    // Read now: every event once, in order, caught up from the journal where the stream lagged.
+    let last = read_events(&server.addr, 1, 1)
+        .last()
+        .map(|(seq, _)| *seq)
+        .unwrap();
+    let last = last.max(std::fs::read_to_string(&journal).unwrap().lines().count() as u64);
+    let readers: Vec<_> = stalled
+        .into_iter()
+        .map(|stream| std::thread::spawn(move || event_ids_until(stream, last)))
+        .collect();
+    for reader in readers {
+        let ids = reader.join().unwrap();
+        assert_eq!(ids, (2..=last).collect::<Vec<u64>>());
+    }
+}
+
+#[test]
+fn mcp_sessions_are_bounded_and_a_closed_one_makes_room() {
+    let dir = plugins(&["echo"]);
+    let server = serve_with_config(dir.path(), "sessions", "[serve]\nmax_sessions = 2\n");
+    let session = open_session(&server.addr, &[]);
+    open_session(&server.addr, &[]);
+    let (third, head) = post(&server.addr, &[], &initialize());
+    assert_eq!(third, 503, "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 5"),
+        "{head}"
+    );
+    assert!(head.contains("too many MCP sessions"), "{head}");
+    // A session's own requests still go through, and closing it makes room.
+    let mut stream = TcpStream::connect(&server.addr).unwrap();
+    write!(
+        stream,
+        "DELETE /mcp HTTP/1.1\r\nHost: {}\r\nMcp-Session-Id: {session}\r\nConnection: close\r\n\r\n",
+        server.addr
+    )
+    .unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    assert!(response.starts_with("HTTP/1.1 2"), "{response}");
+    open_session(&server.addr, &[]);
 }
 
 #[test]

@@ -10,6 +10,11 @@
 //! queue inside `publish`, so the loop never waits for the disk; the cost is memory while the
 //! writer is behind (one `Arc<Event>` per queued event). If a write fails, the journal logs the
 //! error, stops writing, and [`Journal::replay`] reports it instead of returning a partial range.
+//!
+//! Reading back is cheap whatever the run's length: the writer notes where every
+//! [`INDEX_EVERY`]th event starts, so [`Journal::replay`] seeks near its first event, reads
+//! lazily (one event in memory at a time, or a page bounded in bytes, [`Replay::page`]) and stops
+//! after its last.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -54,7 +59,13 @@ pub enum JournalError {
 struct Progress {
     written: u64,
     failed: Option<String>,
+    /// `(seq, offset)` of every [`INDEX_EVERY`]th event of this run, in order.
+    index: Vec<(u64, u64)>,
 }
+
+/// Every how many events the writer notes an event's offset in the file, for
+/// [`Journal::replay`] to seek to: a replay reads at most this many events it does not return.
+pub const INDEX_EVERY: u64 = 256;
 
 struct Shared {
     progress: Mutex<Progress>,
@@ -111,6 +122,7 @@ impl Journal {
             progress: Mutex::new(Progress {
                 written: bus.last_seq(),
                 failed: None,
+                index: Vec::new(),
             }),
             changed: Condvar::new(),
         });
@@ -119,7 +131,14 @@ impl Journal {
         let writer_path = path.to_owned();
         std::thread::Builder::new()
             .name("rho-journal".into())
-            .spawn(move || write_loop(rx, BufWriter::new(file), &writer_shared, &writer_path))
+            .spawn(move || {
+                let out = Output {
+                    file: BufWriter::new(file),
+                    offset: start,
+                    line: Vec::new(),
+                };
+                write_loop(rx, out, &writer_shared, &writer_path);
+            })
             .map_err(|e| io_error(path, &e))?;
         bus.add_sink(Arc::new(QueueSink(Mutex::new(tx))));
         Ok(Journal {
@@ -175,10 +194,115 @@ impl Journal {
     }
 
     /// The events with seq in `from..=to`, in order, once the writer has written `to` (waiting up
-    /// to five seconds). This is how a lagged subscriber recovers what it missed.
-    pub fn replay(&self, from: u64, to: u64) -> Result<Vec<Event>, JournalError> {
+    /// to five seconds), read lazily from the file: memory holds one event at a time (or one
+    /// [`Replay::page`]), and the file is read from the indexed event nearest `from` to `to`.
+    /// This is how a lagged subscriber recovers what it missed.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use rho_core::{Bus, EventKind, Journal};
+    /// let dir = tempfile::tempdir()?;
+    /// let bus = Bus::default();
+    /// let journal = Journal::attach(&bus, &dir.path().join("events.jsonl"))?;
+    /// for n in 0..5 {
+    ///     bus.publish(None, EventKind::Warning { subject: "demo".into(), message: n.to_string() });
+    /// }
+    /// let seqs: Vec<u64> = journal.replay(2, 4)?.map(|e| e.map(|e| e.seq)).collect::<Result<_, _>>()?;
+    /// assert_eq!(seqs, [2, 3, 4]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn replay(&self, from: u64, to: u64) -> Result<Replay, JournalError> {
         self.wait_for(to, Duration::from_secs(5))?;
-        read_run(&self.path, self.start, from, Some(to))
+        let offset = {
+            let progress = self
+                .shared
+                .progress
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let at = progress.index.partition_point(|&(seq, _)| seq <= from);
+            at.checked_sub(1)
+                .map_or(self.start, |at| progress.index[at].1)
+        };
+        Replay::open(&self.path, offset, from, to)
+    }
+}
+
+/// The events of a [`Journal::replay`], read from the file as they are taken. Ends after the
+/// range's last event (or at the end of the file); an error ends it too.
+pub struct Replay {
+    path: PathBuf,
+    lines: std::io::Lines<BufReader<File>>,
+    from: u64,
+    to: u64,
+    done: bool,
+}
+
+impl Replay {
+    fn open(path: &Path, offset: u64, from: u64, to: u64) -> Result<Replay, JournalError> {
+        use std::io::{Seek, SeekFrom};
+        let mut file = File::open(path).map_err(|e| io_error(path, &e))?;
+        file.seek(SeekFrom::Start(offset))
+            .map_err(|e| io_error(path, &e))?;
+        Ok(Replay {
+            path: path.to_owned(),
+            lines: BufReader::new(file).lines(),
+            from,
+            to,
+            done: from > to,
+        })
+    }
+
+    /// The next events, as many as fit in `max_bytes` of journal lines (at least one, if any is
+    /// left): how a reader bounds its memory whatever the events' sizes. Empty at the end.
+    pub fn page(&mut self, max_bytes: usize) -> Result<Vec<Event>, JournalError> {
+        let mut page = Vec::new();
+        let mut bytes = 0;
+        while bytes < max_bytes {
+            match self.next_sized() {
+                Some(Ok((event, len))) => {
+                    bytes += len;
+                    page.push(event);
+                }
+                Some(Err(e)) => return Err(e),
+                None => break,
+            }
+        }
+        Ok(page)
+    }
+
+    fn next_sized(&mut self) -> Option<Result<(Event, usize), JournalError>> {
+        while !self.done {
+            let line = match self.lines.next()? {
+                Ok(line) => line,
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(io_error(&self.path, &e)));
+                }
+            };
+            let Ok(event) = serde_json::from_str::<Event>(&line) else {
+                continue;
+            };
+            if event.seq < self.from {
+                continue;
+            }
+            if event.seq >= self.to {
+                self.done = true;
+                if event.seq > self.to {
+                    return None;
+                }
+            }
+            return Some(Ok((event, line.len() + 1)));
+        }
+        None
+    }
+}
+
+impl Iterator for Replay {
+    type Item = Result<Event, JournalError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_sized().map(|r| r.map(|(event, _)| event))
     }
 }
 
@@ -227,28 +351,55 @@ fn io_error(path: &Path, e: &std::io::Error) -> JournalError {
     }
 }
 
-fn write_loop(
-    rx: mpsc::Receiver<Arc<Event>>,
-    mut out: BufWriter<File>,
-    shared: &Shared,
-    path: &Path,
-) {
+/// The writer's end of the file: where the next line starts, and a buffer to build it in.
+struct Output {
+    file: BufWriter<File>,
+    offset: u64,
+    line: Vec<u8>,
+}
+
+impl Output {
+    /// Writes `event` as one line; returns where it starts.
+    fn write(&mut self, event: &Event) -> std::io::Result<u64> {
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, event)?;
+        self.line.push(b'\n');
+        self.file.write_all(&self.line)?;
+        let at = self.offset;
+        self.offset += self.line.len() as u64;
+        Ok(at)
+    }
+}
+
+fn write_loop(rx: mpsc::Receiver<Arc<Event>>, mut out: Output, shared: &Shared, path: &Path) {
+    let mut indexed = Vec::new();
     while let Ok(first) = rx.recv() {
         let mut last = 0;
-        let mut result = write_event(&mut out, &first).map(|()| last = first.seq);
+        let mut write = |event: &Event, out: &mut Output| {
+            let at = out.write(event)?;
+            if event.seq % INDEX_EVERY == 1 {
+                indexed.push((event.seq, at));
+            }
+            last = event.seq;
+            Ok::<(), std::io::Error>(())
+        };
+        let mut result = write(&first, &mut out);
         while result.is_ok() {
             match rx.try_recv() {
-                Ok(event) => result = write_event(&mut out, &event).map(|()| last = event.seq),
+                Ok(event) => result = write(&event, &mut out),
                 Err(_) => break,
             }
         }
-        let result = result.and_then(|()| out.flush());
+        let result = result.and_then(|()| out.file.flush());
         let mut progress = shared
             .progress
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         match result {
-            Ok(()) => progress.written = last,
+            Ok(()) => {
+                progress.written = last;
+                progress.index.append(&mut indexed);
+            }
             Err(e) => {
                 tracing::error!(journal = %path.display(), error = %e, "journal write failed; journal stopped");
                 progress.failed = Some(e.to_string());
@@ -258,11 +409,6 @@ fn write_loop(
         }
         shared.changed.notify_all();
     }
-}
-
-fn write_event(out: &mut BufWriter<File>, event: &Event) -> std::io::Result<()> {
-    serde_json::to_writer(&mut *out, event)?;
-    out.write_all(b"\n")
 }
 
 #[cfg(test)]
@@ -289,7 +435,7 @@ mod tests {
             for n in 0..3 {
                 bus.publish(None, warn(&format!("{run} {n}")));
             }
-            let replayed = journal.replay(1, 3).unwrap();
+            let replayed: Vec<Event> = journal.replay(1, 3).unwrap().map(Result::unwrap).collect();
             assert_eq!(replayed.len(), 3, "{run}");
             assert!(replayed.iter().all(|e| matches!(&e.kind,
                 EventKind::Warning { message, .. } if message.starts_with(run))));
@@ -305,5 +451,62 @@ mod tests {
         assert!(
             matches!(&last[0].kind, EventKind::Warning { message, .. } if message == "second 1")
         );
+    }
+
+    #[test]
+    fn a_replay_seeks_by_the_index_stops_at_its_end_and_pages_by_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        let bus = Bus::default();
+        let journal = Journal::attach(&bus, &path).unwrap();
+        let total = 3 * INDEX_EVERY + 10;
+        for n in 0..total {
+            bus.publish(
+                None,
+                EventKind::Warning {
+                    subject: "test".into(),
+                    message: "x".repeat(100) + &n.to_string(),
+                },
+            );
+        }
+        let from = 2 * INDEX_EVERY + 5;
+        let seqs: Vec<u64> = journal
+            .replay(from, from + 20)
+            .unwrap()
+            .map(|e| e.unwrap().seq)
+            .collect();
+        assert_eq!(seqs, (from..=from + 20).collect::<Vec<_>>());
+        let index = journal.shared.progress.lock().unwrap().index.clone();
+        assert_eq!(index.len() as u64, 4, "{index:?}");
+        // The index points at the start of its event's line.
+        let text = std::fs::read(&path).unwrap();
+        for (seq, at) in index {
+            let line = &text[at as usize..];
+            let event: Event =
+                serde_json::from_slice(&line[..line.iter().position(|&b| b == b'\n').unwrap()])
+                    .unwrap();
+            assert_eq!(event.seq, seq);
+        }
+        // Pages: at least one event each, however small the bound; in order, no gap.
+        let mut replay = journal.replay(1, total).unwrap();
+        assert_eq!(replay.page(1).unwrap().len(), 1);
+        let mut next = 2;
+        loop {
+            let page = replay.page(4096).unwrap();
+            if page.is_empty() {
+                break;
+            }
+            assert!(
+                page.len() < 40,
+                "a page is bounded by bytes: {}",
+                page.len()
+            );
+            for event in page {
+                assert_eq!(event.seq, next);
+                next += 1;
+            }
+        }
+        assert_eq!(next, total + 1);
+        assert_eq!(journal.replay(5, 4).unwrap().count(), 0, "an empty range");
     }
 }

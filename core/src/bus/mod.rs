@@ -49,7 +49,7 @@ struct Inner {
 #[derive(Default)]
 struct RecentImages {
     total: usize,
-    entries: std::collections::VecDeque<(String, rho_plugin_api::Image)>,
+    entries: std::collections::VecDeque<(String, Arc<rho_plugin_api::Image>)>,
 }
 
 /// How many bytes of recent images a bus keeps for [`Bus::image`]: 64 MiB.
@@ -129,9 +129,10 @@ impl Bus {
 
     /// The bytes of an image a recent `tool_execution_end` named ([`ImageView::sha256`]);
     /// `None` once [`RECENT_IMAGE_BYTES`] of newer images pushed it out (or for another hash).
+    /// Shared, not copied: a download costs no copy of the bytes.
     ///
     /// [`ImageView::sha256`]: crate::ImageView::sha256
-    pub fn image(&self, sha256: &str) -> Option<rho_plugin_api::Image> {
+    pub fn image(&self, sha256: &str) -> Option<Arc<rho_plugin_api::Image>> {
         let images = self
             .inner
             .images
@@ -164,7 +165,7 @@ impl Bus {
             images.total += image.bytes.len();
             images
                 .entries
-                .push_back((named.sha256.clone(), image.clone()));
+                .push_back((named.sha256.clone(), Arc::new(image.clone())));
             while images.total > RECENT_IMAGE_BYTES {
                 match images.entries.pop_front() {
                     Some((_, old)) => images.total -= old.bytes.len(),
