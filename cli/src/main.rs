@@ -16,6 +16,7 @@ mod host;
 mod http;
 mod journals;
 mod live;
+mod meta_tools;
 mod plugin;
 mod remote;
 mod render;

@@ -57,6 +57,10 @@ pub struct Args {
     /// and quarantines; with a token, open it as http://ADDR/?token=TOKEN).
     #[arg(long)]
     web: bool,
+    /// List two meta-tools besides the tools, for clients that never reread the list:
+    /// rho_find_tools (search the tools as they are now) and rho_call_tool (call one by name).
+    #[arg(long)]
+    meta_tools: bool,
 }
 
 /// The MCP server.
@@ -74,6 +78,8 @@ pub struct RhoServer {
     calls: Arc<std::sync::atomic::AtomicU64>,
     /// Calls in flight over HTTP sessions, cancelled when their client disconnects.
     http_calls: crate::http::HttpCalls,
+    /// List and answer the meta-tools ([`crate::meta_tools`]).
+    meta_tools: bool,
 }
 
 /// Who hears of tool list changes: the peers of initialized sessions (2025-era: one over stdio,
@@ -278,6 +284,22 @@ pub fn mcp_result(result: &ToolResult, max_bytes: usize) -> CallToolResult {
 }
 
 impl RhoServer {
+    /// The tools as `tools/list` shows them now: quarantined ones left out; with meta-tools on,
+    /// those two first (a plugin's tool of the same name hidden).
+    fn listed(&self) -> Vec<Tool> {
+        let hidden = self.quarantined();
+        let meta = self.meta_tools.then(crate::meta_tools::tools);
+        let plugin_tools = self
+            .host
+            .tools()
+            .iter()
+            .filter(|t| !hidden.contains(&t.name))
+            .filter(|t| !(self.meta_tools && crate::meta_tools::is_meta(&t.name)))
+            .map(mcp_tool)
+            .collect::<Vec<_>>();
+        meta.into_iter().flatten().chain(plugin_tools).collect()
+    }
+
     fn quarantined(&self) -> Vec<String> {
         self.host
             .stats()
@@ -497,14 +519,7 @@ impl ServerHandler for RhoServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let hidden = self.quarantined();
-        let tools = self
-            .host
-            .tools()
-            .iter()
-            .filter(|t| !hidden.contains(&t.name))
-            .map(mcp_tool)
-            .collect();
+        let tools = self.listed();
         // Fresh only now: a client that caches lists (2026-07-28) sees a reload at its next look.
         Ok(ListToolsResult::with_all_items(tools).with_ttl_ms(0))
     }
@@ -514,6 +529,21 @@ impl ServerHandler for RhoServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        if self.meta_tools {
+            if request.name == crate::meta_tools::FIND {
+                let arguments = request.arguments.unwrap_or_default();
+                return Ok(CallToolResponse::Complete(crate::meta_tools::find(
+                    &self.listed(),
+                    &arguments,
+                )));
+            }
+            if request.name == crate::meta_tools::CALL {
+                return Ok(match crate::meta_tools::unwrap_call(request) {
+                    Ok(inner) => self.call(inner, context).await,
+                    Err(refused) => CallToolResponse::Complete(refused),
+                });
+            }
+        }
         Ok(self.call(request, context).await)
     }
 
@@ -630,6 +660,7 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
         audience: Arc::default(),
         calls: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         http_calls: crate::http::HttpCalls::default(),
+        meta_tools: args.meta_tools || config.serve.meta_tools,
     };
     announce_changes(&host, server.audience.clone());
     // `rho call --host` runs calls here, where this server's journal and views see them.

@@ -199,11 +199,16 @@ pub struct ServeConfig {
     pub max_sessions: usize,
     /// With `http`: serve the live page at `/`.
     pub web: bool,
+    /// List two meta-tools besides the tools, for clients that never reread the list after a
+    /// reload: `rho_find_tools` (search the tools as they are now) and `rho_call_tool` (call one
+    /// by name, under the same gate).
+    pub meta_tools: bool,
 }
 
 impl Default for ServeConfig {
     /// Deny when nobody can be asked, no journal, 8 MiB answers, 64 calls at once, stdio (no
-    /// HTTP), loopback origins, 16 MiB request bodies, 256 HTTP requests and 256 sessions at once.
+    /// HTTP), loopback origins, 16 MiB request bodies, 256 HTTP requests and 256 sessions at once,
+    /// no meta-tools.
     fn default() -> Self {
         ServeConfig {
             ask_fallback: Action::Deny,
@@ -217,6 +222,7 @@ impl Default for ServeConfig {
             max_requests: 256,
             max_sessions: 256,
             web: false,
+            meta_tools: false,
         }
     }
 }

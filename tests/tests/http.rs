@@ -282,13 +282,7 @@ fn a_client_that_disconnects_mid_call_stops_the_call() {
         "[workers]\nmax_workers = 1\nspares = 0\n",
     );
     let journal = dir.path().join("../http-disconnect.jsonl");
-    let session = open_session(&server.addr, &[]);
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
-    let headers = [
-        ("Mcp-Session-Id", session.as_str()),
-        ("Mcp-Protocol-Version", "2025-11-25"),
-    ];
-    assert_eq!(post(&server.addr, &headers, initialized.as_bytes()).0, 202);
+    let mut session = Session::open(&server.addr, &[]);
     // A call that would run 30 s, then the connection drops.
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "sleep", "arguments": {"ms": 30000}}})
@@ -299,7 +293,7 @@ fn a_client_that_disconnects_mid_call_stops_the_call() {
         server.addr,
         call.len()
     );
-    for (name, value) in headers {
+    for (name, value) in session.header_refs() {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
     request.push_str("\r\n");
@@ -344,11 +338,8 @@ fn a_client_that_disconnects_mid_call_stops_the_call() {
     );
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(ends("tool_execution_end").len(), 1, "one end event");
-    let nap = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-        "params": {"name": "nap", "arguments": {"ms": 1}}})
-    .to_string();
     let asked = Instant::now();
-    let (status, text) = post(&server.addr, &headers, nap.as_bytes());
+    let (status, text) = session.send("tools/call", json!({"name": "nap", "arguments": {"ms": 1}}));
     assert_eq!(status, 200, "{text}");
     assert!(text.contains("\"rho/outcome\":\"ok\""), "{text}");
     assert!(
@@ -457,19 +448,165 @@ fn call_tool(addr: &str, tool: &str, arguments: Value) -> String {
 
 /// [`call_tool`] with `extra` headers on every request (a token).
 fn call_tool_with(addr: &str, extra: &[(&str, &str)], tool: &str, arguments: Value) -> String {
-    let session = open_session(addr, extra);
-    let mut headers = vec![
-        ("Mcp-Session-Id", session.as_str()),
-        ("Mcp-Protocol-Version", "2025-11-25"),
-    ];
-    headers.extend_from_slice(extra);
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    post(addr, &headers, initialized.to_string().as_bytes());
-    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments}});
-    let (status, text) = post(addr, &headers, call.to_string().as_bytes());
+    let mut session = Session::open(addr, extra);
+    let (status, text) = session.send("tools/call", json!({"name": tool, "arguments": arguments}));
     assert_eq!(status, 200, "{text}");
     text
+}
+
+/// An initialized 2025-11-25 session over raw HTTP.
+struct Session<'a> {
+    addr: &'a str,
+    headers: Vec<(&'a str, String)>,
+    next_id: u64,
+}
+
+impl<'a> Session<'a> {
+    fn open(addr: &'a str, extra: &[(&'a str, &'a str)]) -> Session<'a> {
+        let mut headers = vec![
+            ("Mcp-Session-Id", open_session(addr, extra)),
+            ("Mcp-Protocol-Version", "2025-11-25".to_owned()),
+        ];
+        headers.extend(
+            extra
+                .iter()
+                .map(|(name, value)| (*name, (*value).to_owned())),
+        );
+        let session = Session {
+            addr,
+            headers,
+            next_id: 2,
+        };
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        post(
+            addr,
+            &session.header_refs(),
+            initialized.to_string().as_bytes(),
+        );
+        session
+    }
+
+    fn header_refs(&self) -> Vec<(&str, &str)> {
+        self.headers.iter().map(|(n, v)| (*n, v.as_str())).collect()
+    }
+
+    /// One request: the status and the raw response.
+    fn send(&mut self, method: &str, params: Value) -> (u16, String) {
+        let request =
+            json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
+        self.next_id += 1;
+        post(
+            self.addr,
+            &self.header_refs(),
+            request.to_string().as_bytes(),
+        )
+    }
+
+    /// One request answered 200: its JSON-RPC `result`.
+    fn result(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        let (status, text) = self.send(method, params);
+        assert_eq!(status, 200, "{text}");
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .find(|m| m["id"] == id)
+            .map(|m| m["result"].clone())
+            .unwrap_or_else(|| panic!("no answer to {method} in {text}"))
+    }
+}
+
+#[test]
+fn meta_tools_find_and_call_tools_a_stale_list_does_not_show() {
+    let dir = plugins(&["echo"]);
+    let server = serve_with_config(
+        dir.path(),
+        "meta",
+        "[serve]\nmeta_tools = true\n[[gate]]\ntool = \"sleep\"\naction = \"deny\"\n",
+    );
+    let mut session = Session::open(&server.addr, &[]);
+    let listed = session.result("tools/list", json!({}));
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["rho_find_tools", "rho_call_tool", "echo"]);
+    // A plugin arrives; this client never rereads the list, and finds it anyway.
+    install(dir.path(), "faults");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let found = loop {
+        let found = session.result(
+            "tools/call",
+            json!({"name": "rho_find_tools", "arguments": {"query": "SLEEP"}}),
+        );
+        if found["structuredContent"]["total"] != 0 || Instant::now() > deadline {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let tools = found["structuredContent"]["tools"].as_array().unwrap();
+    assert_eq!(tools[0]["name"], "sleep", "{found}");
+    assert!(
+        tools[0]["inputSchema"]["properties"]["ms"].is_object(),
+        "{found}"
+    );
+    assert_eq!(tools[0]["annotations"]["readOnlyHint"], false, "{found}");
+    // Calls by name run as direct calls do: the gate on the tool's own name, its end event.
+    let echoed = session.result(
+        "tools/call",
+        json!({"name": "rho_call_tool", "arguments": {"name": "echo", "arguments": {"text": "via meta"}}}),
+    );
+    assert_eq!(echoed["content"][0]["text"], "via meta", "{echoed}");
+    assert_eq!(echoed["_meta"]["rho/outcome"], "ok", "{echoed}");
+    let denied = session.result(
+        "tools/call",
+        json!({"name": "rho_call_tool", "arguments": {"name": "sleep", "arguments": {"ms": 1}}}),
+    );
+    assert_eq!(denied["isError"], true, "{denied}");
+    assert_eq!(denied["_meta"]["rho/outcome"], "blocked", "{denied}");
+    // Bad arguments: an error the model reads, nothing run.
+    for (arguments, says) in [
+        (json!({}), "`name` (a string) is required"),
+        (json!({"name": "rho_call_tool"}), "is a meta-tool"),
+        (
+            json!({"name": "echo", "arguments": [1]}),
+            "must be an object",
+        ),
+        (
+            json!({"name": "echo", "args": {}}),
+            "unknown argument `args`",
+        ),
+    ] {
+        let refused = session.result(
+            "tools/call",
+            json!({"name": "rho_call_tool", "arguments": arguments}),
+        );
+        assert_eq!(
+            refused["_meta"]["rho/outcome"], "invalid_arguments",
+            "{refused}"
+        );
+        assert!(
+            refused["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains(says),
+            "{refused}"
+        );
+    }
+    let journal = std::fs::read_to_string(dir.path().join("../http-meta.jsonl")).unwrap();
+    let ends: Vec<Value> = journal
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "tool_execution_end")
+        .collect();
+    let tools: Vec<&str> = ends.iter().map(|e| e["tool"].as_str().unwrap()).collect();
+    assert_eq!(
+        tools,
+        ["echo", "sleep"],
+        "one end event per call, named by its tool"
+    );
 }
 
 #[test]
