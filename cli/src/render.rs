@@ -319,6 +319,19 @@ pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
             reason,
         } => format!("restored `{tool}` ({origin}): {reason}"),
         EventKind::Warning { subject, message } => format!("warning ({subject}): {message}"),
+        EventKind::ExportStatus {
+            exporter,
+            connected,
+            confirmed,
+            behind,
+            reason,
+        } => match (connected, reason) {
+            (false, Some(reason)) => format!(
+                "export to {exporter} interrupted ({reason}): {behind} events waiting, seq {confirmed} confirmed"
+            ),
+            _ if *behind == 0 => format!("export to {exporter}: caught up at seq {confirmed}"),
+            _ => format!("export to {exporter}: {behind} events behind, seq {confirmed} confirmed"),
+        },
         // A kind newer than this view: its type name says what it is.
         other => other.type_name().to_owned(),
     };

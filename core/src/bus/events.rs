@@ -258,6 +258,21 @@ pub enum EventKind {
         /// Why (a new version, or the host lifted it).
         reason: String,
     },
+    /// How far an exporter of this bus (the NATS bridge) has got: published when it loses or
+    /// regains its destination, and every few seconds while it is behind.
+    ExportStatus {
+        /// The exporter and its destination (`nats://HOST:PORT stream RHO_EVENTS`).
+        exporter: String,
+        /// Whether it reaches its destination now.
+        connected: bool,
+        /// The last seq its destination has confirmed (0: none yet).
+        confirmed: u64,
+        /// How many events of this run are not confirmed yet.
+        behind: u64,
+        /// Why it is not connected, if it is not.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// A warning about the host's health (e.g. too many plugin versions left mapped).
     Warning {
         /// The subject (a plugin, a file, a worker pool).
@@ -288,6 +303,7 @@ impl EventKind {
             EventKind::ToolNameConflict { .. } => "tool_name_conflict",
             EventKind::ToolQuarantined { .. } => "tool_quarantined",
             EventKind::ToolRestored { .. } => "tool_restored",
+            EventKind::ExportStatus { .. } => "export_status",
             EventKind::Warning { .. } => "warning",
         }
     }

