@@ -58,8 +58,8 @@ impl ExportConfig {
             stream: "RHO_EVENTS".into(),
             window: 256,
             ack_timeout: Duration::from_secs(5),
-            max_age: Duration::from_secs(7 * 24 * 3600),
-            max_bytes: 1 << 30,
+            max_age: crate::stream::DEFAULT_MAX_AGE,
+            max_bytes: crate::stream::DEFAULT_MAX_BYTES,
         }
     }
 }
@@ -422,25 +422,18 @@ impl Runner {
 
     /// Creates the stream if it is absent.
     async fn ensure_stream(&self) -> Result<(), String> {
-        let config = jetstream::stream::Config {
-            name: self.config.stream.clone(),
-            subjects: vec!["rho.>".into()],
-            max_age: self.config.max_age,
-            max_bytes: self.config.max_bytes,
-            discard: jetstream::stream::DiscardPolicy::Old,
-            duplicate_window: Duration::from_secs(120),
-            storage: jetstream::stream::StorageType::File,
-            allow_direct: true,
-            ..Default::default()
-        };
         let made = tokio::time::timeout(
             self.config.ack_timeout,
-            self.context.get_or_create_stream(config),
+            crate::stream::ensure(
+                &self.context,
+                &self.config.stream,
+                self.config.max_age,
+                self.config.max_bytes,
+            ),
         )
         .await;
         match made {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(format!("stream {}: {e}", self.config.stream)),
+            Ok(result) => result.map(drop),
             Err(_) => Err(format!(
                 "no answer within {} ms",
                 self.config.ack_timeout.as_millis()

@@ -51,7 +51,7 @@ pub struct Follower {
 }
 
 impl Follower {
-    /// Follows `host` (or every host) in `stream` as the durable consumer `durable` (letters,
+    /// Follows `host` (or every host) in `stream` (made if absent, as an export would) as the durable consumer `durable` (letters,
     /// digits, `-`, `_`), made on first use to start from the stream's first event. A consumer
     /// of that name following other subjects is an error, not changed.
     pub async fn start(
@@ -68,11 +68,16 @@ impl Follower {
         let context = jetstream::new(client);
         let failed =
             |e: &dyn std::fmt::Display| NatsError::JetStream(format!("stream {stream}: {e}"));
-        let stream_handle =
-            tokio::time::timeout(Duration::from_secs(10), context.get_stream(stream))
-                .await
-                .map_err(|_| failed(&"no answer within 10 s (is the server up?)"))?
-                .map_err(|e| failed(&e))?;
+        let made = crate::stream::ensure(
+            &context,
+            stream,
+            crate::stream::DEFAULT_MAX_AGE,
+            crate::stream::DEFAULT_MAX_BYTES,
+        );
+        let stream_handle = tokio::time::timeout(Duration::from_secs(10), made)
+            .await
+            .map_err(|_| failed(&"no answer within 10 s (is the server up?)"))?
+            .map_err(NatsError::JetStream)?;
         let config = |deliver_policy| consumer::pull::Config {
             durable_name: Some(durable.to_owned()),
             filter_subject: subject.clone(),

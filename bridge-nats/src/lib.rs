@@ -40,6 +40,7 @@
 mod export;
 mod follow;
 mod name;
+mod stream;
 
 pub use export::{EventExport, ExportConfig, ExportStatus};
 pub use follow::{Followed, Follower};

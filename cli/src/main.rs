@@ -17,6 +17,7 @@ mod http;
 mod journals;
 mod live;
 mod meta_tools;
+mod nats;
 mod plugin;
 mod remote;
 mod render;

@@ -61,6 +61,8 @@ pub struct Args {
     /// rho_find_tools (search the tools as they are now) and rho_call_tool (call one by name).
     #[arg(long)]
     meta_tools: bool,
+    #[command(flatten)]
+    nats: crate::nats::ExportFlags,
 }
 
 /// The MCP server.
@@ -663,6 +665,16 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
         meta_tools: args.meta_tools || config.serve.meta_tools,
     };
     announce_changes(&host, server.audience.clone());
+    let nats = crate::nats::config_with(
+        &config,
+        args.nats.nats.as_deref(),
+        args.nats.nats_host.as_deref(),
+    );
+    if let Err(line) = crate::nats::start_export(&host, &nats).await {
+        eprintln!("rho: {}", crate::render::terminal_safe(&line));
+        shut_down(&host, "the NATS export could not start").await;
+        return ExitCode::from(1);
+    }
     // `rho call --host` runs calls here, where this server's journal and views see them.
     let _control = crate::control::listen(&host);
     if args.web && args.http.or(config.serve.http).is_none() {
@@ -828,4 +840,5 @@ async fn serve_http(
 async fn shut_down(host: &Host, reason: &str) {
     tracing::info!(reason, "rho serve is stopping");
     host.shutdown_because(reason).await;
+    crate::nats::flush(host).await;
 }

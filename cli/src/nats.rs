@@ -1,0 +1,143 @@
+//! rho and NATS from the command line: `rho serve --nats URL` exports the host's events to
+//! JetStream; `rho watch --nats URL` follows them from anywhere (see `rho_bridge_nats`).
+
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rho_bridge_nats::{EventExport, ExportConfig, Follower, HostName};
+use rho_core::{Host, HostConfig, NatsConfig};
+
+use crate::watch::Display;
+
+/// The NATS flags of `rho serve`.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ExportFlags {
+    /// Publish every event to this NATS server's JetStream (`nats://HOST:PORT`; replaces
+    /// [nats] url), on the subjects rho.<host>.<type>.
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
+    /// This host's name in those subjects (default: [nats] host, else the machine's name).
+    #[arg(long, value_name = "NAME", requires = "nats")]
+    pub nats_host: Option<String>,
+}
+
+/// `config`'s `[nats]` with `url` (and `host`) replaced where given.
+pub fn config_with(config: &HostConfig, url: Option<&str>, host: Option<&str>) -> NatsConfig {
+    let mut nats = config.nats.clone();
+    if let Some(url) = url {
+        nats.url = Some(url.to_owned());
+    }
+    if let Some(host) = host {
+        nats.host = Some(host.to_owned());
+    }
+    nats
+}
+
+/// The host name of `nats`: the configured one, or this machine's.
+fn host_name(nats: &NatsConfig) -> Result<HostName, rho_bridge_nats::NatsError> {
+    match &nats.host {
+        Some(name) => HostName::new(name),
+        None => Ok(HostName::of_this_machine()),
+    }
+}
+
+/// The export of this process's host, flushed at its end ([`flush`]).
+static EXPORT: Mutex<Option<EventExport>> = Mutex::new(None);
+
+/// Starts exporting `host`'s events when `nats` names a server and exporting is on; one line on
+/// stderr says where. `Err` is the line saying why it cannot.
+pub async fn start_export(host: &Host, nats: &NatsConfig) -> Result<(), String> {
+    let Some(url) = nats.url.as_deref().filter(|_| nats.export) else {
+        return Ok(());
+    };
+    let name = host_name(nats).map_err(|e| e.to_string())?;
+    let client = rho_bridge_nats::connect(nats)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut config = ExportConfig::new(name.clone());
+    config.stream = nats.stream.clone();
+    let export = EventExport::start(host, client, config).map_err(|e| e.to_string())?;
+    eprintln!(
+        "rho: events to {url}, stream {}, subjects rho.{name}.<type>",
+        nats.stream
+    );
+    *EXPORT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(export);
+    Ok(())
+}
+
+/// Gives the export up to 2 s to publish the host's last events, then stops it.
+pub async fn flush(host: &Host) {
+    let export = EXPORT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if let Some(export) = export {
+        let last = host.bus().last_seq();
+        if !export.confirmed(last, Duration::from_secs(2)).await {
+            let status = export.status();
+            eprintln!(
+                "rho: {} events not confirmed by NATS at exit (they are in the journal)",
+                status.behind()
+            );
+        }
+        export.stop().await;
+    }
+}
+
+/// Follows the events of `host` (or of every host) from `nats` as the durable consumer
+/// `durable` until Ctrl-C, each shown once and then acknowledged.
+pub async fn follow(
+    nats: &NatsConfig,
+    host: Option<&str>,
+    durable: Option<&str>,
+    mut display: Display,
+) -> ExitCode {
+    let failed = |line: String| {
+        eprintln!("rho: {}", crate::render::terminal_safe(&line));
+        ExitCode::from(1)
+    };
+    let host = match host.map(HostName::new).transpose() {
+        Ok(host) => host,
+        Err(e) => return failed(e.to_string()),
+    };
+    let durable = durable
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("rho-watch-{}", host.as_ref().map_or("all", |h| h.as_str())));
+    let client = match rho_bridge_nats::connect(nats).await {
+        Ok(client) => client,
+        Err(e) => return failed(e.to_string()),
+    };
+    let mut follower = match Follower::start(client, &nats.stream, host.as_ref(), &durable).await {
+        Ok(follower) => follower,
+        Err(e) => return failed(e.to_string()),
+    };
+    let mut tick = display.ticker();
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            next = follower.next() => match next {
+                Ok(followed) => {
+                    if !display.show(&followed.event) {
+                        return ExitCode::SUCCESS;
+                    }
+                    if let Err(e) = followed.ack().await {
+                        tracing::warn!(error = %e, "acknowledging an event failed; it may be shown again");
+                    }
+                }
+                Err(e) => {
+                    display.finish();
+                    return failed(e.to_string());
+                }
+            },
+            _ = tick.tick() => display.tick(),
+            _ = &mut ctrl_c => {
+                display.finish();
+                return ExitCode::SUCCESS;
+            }
+        }
+    }
+}
