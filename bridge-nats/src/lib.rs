@@ -40,11 +40,16 @@
 mod export;
 mod follow;
 mod name;
+mod node;
+mod remote;
+pub mod rpc;
 mod stream;
 
 pub use export::{EventExport, ExportConfig, ExportStatus};
 pub use follow::{Followed, Follower};
 pub use name::HostName;
+pub use node::Node;
+pub use remote::NodeTools;
 
 use std::path::Path;
 

@@ -145,6 +145,11 @@ pub async fn build(
         host.shutdown().await;
         return Err(ExitCode::from(1));
     }
+    if let Err(line) = crate::nats::add_remotes(&host, &config.remote).await {
+        eprintln!("rho: {}", crate::render::terminal_safe(&line));
+        host.shutdown().await;
+        return Err(ExitCode::from(1));
+    }
     Ok((host, config))
 }
 

@@ -18,6 +18,7 @@ mod journals;
 mod live;
 mod meta_tools;
 mod nats;
+mod node;
 mod plugin;
 mod remote;
 mod render;
@@ -53,6 +54,8 @@ enum Command {
     Run(run::Args),
     /// Serve every plugin's tools to any MCP client over stdio.
     Serve(serve::Args),
+    /// Serve the plugins' tools to other hosts over NATS (they add `[[remote]] nats = URL`).
+    Node(node::Args),
     /// Show the live event stream of a session (and, with no script, of the plugin directories).
     Watch(watch::Args),
     /// For plugin authors: make a plugin crate, rebuild it on every save, check a built one.
@@ -89,6 +92,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::main(args, config).await,
             Command::Watch(args) => watch::main(args, config).await,
             Command::Serve(args) => serve::main(args, config).await,
+            Command::Node(args) => node::main(args, config).await,
             Command::Plugin(command) => plugin::main(command),
         }
     });

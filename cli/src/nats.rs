@@ -42,6 +42,31 @@ fn host_name(nats: &NatsConfig) -> Result<HostName, rho_bridge_nats::NatsError> 
     }
 }
 
+/// Adds the tools of the `rho node`s of each `[[remote]]` to `host`, waiting up to 1 s for the
+/// nodes to announce them (so a one-shot command sees them). `Err` is the line saying which
+/// remote cannot be used (credentials unreadable, a bad URL); a server that is down is not an
+/// error: its nodes' tools come when it does.
+pub async fn add_remotes(host: &Host, remotes: &[rho_core::RemoteConfig]) -> Result<(), String> {
+    if remotes.is_empty() {
+        return Ok(());
+    }
+    let mut changes =
+        host.subscribe_filtered(rho_core::Filter::default().types(["remote_tools_changed"]));
+    for remote in remotes {
+        let client = rho_bridge_nats::connect(&remote.nats_config())
+            .await
+            .map_err(|e| format!("[[remote]] {}: {e}", remote.nats))?;
+        host.add_source(&remote.nats, rho_bridge_nats::NodeTools::new(client));
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        for _ in remotes {
+            changes.recv().await;
+        }
+    })
+    .await;
+    Ok(())
+}
+
 /// The export of this process's host, flushed at its end ([`flush`]).
 static EXPORT: Mutex<Option<EventExport>> = Mutex::new(None);
 

@@ -319,6 +319,21 @@ pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
             reason,
         } => format!("restored `{tool}` ({origin}): {reason}"),
         EventKind::Warning { subject, message } => format!("warning ({subject}): {message}"),
+        EventKind::RemoteToolsChanged {
+            source,
+            added,
+            removed,
+            ..
+        } => {
+            let mut s = format!("tools of {source}:");
+            if !added.is_empty() {
+                s.push_str(&format!(" added {}", added.join(", ")));
+            }
+            if !removed.is_empty() {
+                s.push_str(&format!(" removed {}", removed.join(", ")));
+            }
+            s
+        }
         EventKind::ExportStatus {
             exporter,
             connected,

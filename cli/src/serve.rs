@@ -583,6 +583,7 @@ fn announce_changes(host: &Host, audience: Arc<Mutex<Audience>>) {
         "plugin_loaded",
         "plugin_reloaded",
         "plugin_removed",
+        "remote_tools_changed",
         "tool_quarantined",
         "tool_restored",
     ]));

@@ -65,6 +65,36 @@ pub struct HostConfig {
     /// NATS: where the host's events go and other hosts' tools come from (`rho-bridge-nats`).
     #[serde(default)]
     pub nats: NatsConfig,
+    /// Other hosts whose tools this host serves too (`rho node`s over NATS), in rank order after
+    /// the plugin directories.
+    #[serde(default)]
+    pub remote: Vec<RemoteConfig>,
+}
+
+/// `[[remote]]`: the `rho node`s reachable through one NATS server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteConfig {
+    /// The server (`nats://HOST:PORT`).
+    pub nats: String,
+    /// A NATS credentials file.
+    #[serde(default)]
+    pub credentials: Option<PathBuf>,
+    /// A file whose first line is the server's token (owner-only).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+}
+
+impl RemoteConfig {
+    /// The connection settings of this remote, as a [`NatsConfig`].
+    pub fn nats_config(&self) -> NatsConfig {
+        NatsConfig {
+            url: Some(self.nats.clone()),
+            credentials: self.credentials.clone(),
+            token_file: self.token_file.clone(),
+            ..NatsConfig::default()
+        }
+    }
 }
 
 /// `nats`: the NATS server (with JetStream) this host talks to, and as whom.
@@ -457,6 +487,11 @@ impl HostConfig {
             &mut self.nats.token_file,
         ]
         .into_iter()
+        .chain(
+            self.remote
+                .iter_mut()
+                .flat_map(|r| [&mut r.credentials, &mut r.token_file]),
+        )
         .flatten()
         {
             absolute(path);

@@ -50,6 +50,7 @@ use crate::plugin::dir::{DirOptions, PluginDir, ScanReport};
 use crate::plugin::load::PluginInfo;
 use crate::plugin::watch::{DEFAULT_DEBOUNCE, DirWatcher};
 use crate::registry::health::{QuarantinePolicy, ToolStats};
+use crate::registry::remote::{RemoteSource, ToolSource};
 use crate::registry::spec::ToolSpec;
 use crate::registry::{RegistryError, ToolRegistry};
 
@@ -108,9 +109,18 @@ pub struct HostBuilder {
     journal: Option<PathBuf>,
     tools: Vec<Arc<dyn Tool>>,
     bus: Option<Bus>,
+    sources: Vec<(String, Box<dyn ToolSource>)>,
 }
 
 impl HostBuilder {
+    /// Adds a source of tools served elsewhere (`rho_bridge_nats::NodeTools`: other hosts' tools
+    /// over NATS), named `name` in events and origins; it runs from `build` until the host
+    /// shuts down, after the directories in rank.
+    pub fn source(mut self, name: &str, source: impl ToolSource) -> Self {
+        self.sources.push((name.to_owned(), Box::new(source)));
+        self
+    }
+
     /// Adds a plugin directory (in process or isolated, per `options`). Directories rank in the
     /// order they are added: the first to offer a tool name serves it.
     pub fn plugin_dir(mut self, dir: impl AsRef<Path>, options: DirOptions) -> Self {
@@ -242,7 +252,13 @@ impl HostBuilder {
             )),
         };
         let runner = ToolRunner::new(registry.clone(), self.runner);
+        let sources = self
+            .sources
+            .into_iter()
+            .map(|(name, source)| start_source(&registry, &name, source))
+            .collect();
         let inner = Inner {
+            sources: Mutex::new(sources),
             bus,
             registry,
             runner,
@@ -303,6 +319,8 @@ pub struct Host {
 }
 
 struct Inner {
+    /// The remote sources' tasks, stopped at shutdown.
+    sources: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     bus: Bus,
     registry: ToolRegistry,
     runner: ToolRunner,
@@ -314,8 +332,26 @@ struct Inner {
     calls: AtomicU64,
 }
 
+/// Runs `source` in a task of its own, with its place in `registry`.
+fn start_source(
+    registry: &ToolRegistry,
+    name: &str,
+    source: Box<dyn ToolSource>,
+) -> tokio::task::JoinHandle<()> {
+    let handle = RemoteSource::new(registry, name);
+    tokio::spawn(source.run(handle))
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
+        for task in self
+            .sources
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            task.abort();
+        }
         // Calls in flight end at once (each still with its end event); the directories'
         // workers stop with their pools.
         self.runner.stop("the host was dropped");
@@ -338,6 +374,7 @@ impl Host {
             journal: None,
             tools: Vec::new(),
             bus: None,
+            sources: Vec::new(),
         }
     }
 
@@ -447,6 +484,14 @@ impl Host {
     pub async fn shutdown_because(&self, reason: &str) {
         let inner = &self.inner;
         inner.runner.stop(reason);
+        for task in inner
+            .sources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            task.abort();
+        }
         if !inner.runner.stopped(Duration::from_secs(2)).await {
             tracing::warn!(in_flight = inner.runner.in_flight(), "calls still running");
         }
@@ -468,6 +513,16 @@ impl Host {
         for dir in &inner.dirs {
             dir.shut_down().await;
         }
+    }
+
+    /// Adds a source of tools served elsewhere to a running host (see [`HostBuilder::source`]).
+    pub fn add_source(&self, name: &str, source: impl ToolSource) {
+        let task = start_source(&self.inner.registry, name, Box::new(source));
+        self.inner
+            .sources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(task);
     }
 
     /// [`Host::shutdown_because`] "the host shut down".

@@ -48,7 +48,7 @@ pub use call::runner::{
     CallOptions, CancellationToken, MAX_UPDATE_BYTES, RunnerConfig, UpdateHook,
 };
 pub use config::{
-    ConfigError, HostConfig, MAX_PARALLEL, MAX_TIMEOUT_MS, NatsConfig, PluginSource,
+    ConfigError, HostConfig, MAX_PARALLEL, MAX_TIMEOUT_MS, NatsConfig, PluginSource, RemoteConfig,
     RunnerSettings, ServeConfig,
 };
 pub use error::LoadError;
@@ -61,6 +61,9 @@ pub use plugin::trust::Trust;
 pub use plugin::watch::DEFAULT_DEBOUNCE;
 pub use registry::RegistryError;
 pub use registry::health::{HealthView, QuarantinePolicy, ToolStats};
+pub use registry::remote::{
+    RemoteCall, RemoteFailure, RemoteSource, RemoteTool, RemoteToolEntry, ToolSource,
+};
 pub use registry::spec::ToolSpec;
 /// The plugin API this host speaks, for hosts and tools that need its ABI types.
 pub use rho_plugin_api as plugin_api;

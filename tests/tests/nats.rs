@@ -251,3 +251,272 @@ fn rho_serve_exports_and_rho_watch_follows_across_its_own_restart() {
     assert_eq!(unique, (1..=last).collect::<Vec<u64>>(), "{seen:?}");
     assert!(seen.len() - unique.len() <= 1, "{seen:?}");
 }
+
+/// A `rho node` process serving `dir`, journaling its events; killed when dropped.
+struct NodeProcess {
+    child: std::process::Child,
+    name: String,
+    dir: std::path::PathBuf,
+    journal: std::path::PathBuf,
+}
+
+impl NodeProcess {
+    fn start(server: &NatsServer, dir: &std::path::Path, name: &str) -> NodeProcess {
+        let journal = dir.join(format!("../{name}.jsonl"));
+        let config = dir.join(format!("../{name}.toml"));
+        std::fs::write(
+            &config,
+            format!("[serve]\njournal = {:?}\n", journal.display().to_string()),
+        )
+        .unwrap();
+        let _ = std::fs::remove_file(&journal);
+        let mut child = std::process::Command::new(rho_tests::rho_bin())
+            .args(["node", "--nats", &server.url(), "--node", name, "--plugins"])
+            .arg(dir)
+            .arg("--config")
+            .arg(&config)
+            .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"))
+            .env("XDG_RUNTIME_DIR", rho_tests::host_dir("rho-runtime"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines =
+            std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+        loop {
+            let line = lines
+                .next()
+                .expect("the node ended early")
+                .expect("a line of stderr");
+            if line.contains(" serves ") {
+                break;
+            }
+        }
+        std::thread::spawn(move || for _ in lines {});
+        NodeProcess {
+            child,
+            name: name.to_owned(),
+            dir: dir.to_owned(),
+            journal,
+        }
+    }
+
+    /// The events of its journal of type `kind`.
+    fn events(&self, kind: &str) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.journal)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["type"] == kind)
+            .collect()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Waits up to `secs` for `ready`.
+async fn until(secs: u64, what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while !ready() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The node that ran a `call_info` call, from the call id it saw (`ID@NODE`).
+async fn node_of_call(host: &Host) -> String {
+    let result = host.call("call_info", json!({})).await;
+    assert_eq!(result.outcome, rho_core::Outcome::Ok, "{result:?}");
+    let info: serde_json::Value = serde_json::from_str(result.text()).unwrap();
+    info["call_id"]
+        .as_str()
+        .unwrap()
+        .rsplit('@')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_served_by_nodes_keep_every_local_guarantee() {
+    let server = NatsServer::start();
+    let dirs = [plugin_dir(&["faults"]), plugin_dir(&["faults"])];
+    let mut a = NodeProcess::start(&server, dirs[0].path(), "node-a");
+    let b = NodeProcess::start(&server, dirs[1].path(), "node-b");
+    let (host, _) = Host::builder()
+        .source(
+            "nats",
+            rho_bridge_nats::NodeTools::new(client(&server).await),
+        )
+        .runner(rho_tests::timeout(5_000))
+        .build()
+        .await
+        .unwrap();
+    until(10, "the nodes' tools never came", || {
+        host.tools().iter().any(|t| t.name == "call_info")
+    })
+    .await;
+    let origin = host
+        .stats()
+        .into_iter()
+        .find(|s| s.tool == "call_info")
+        .unwrap()
+        .origin;
+    assert!(
+        origin.starts_with("faults@") && origin.ends_with(" via nats"),
+        "{origin}"
+    );
+    // Calls spread over both nodes (a queue group), with the caller's deadline.
+    let mut ran_on = std::collections::BTreeMap::<String, usize>::new();
+    for _ in 0..20 {
+        *ran_on.entry(node_of_call(&host).await).or_default() += 1;
+    }
+    assert_eq!(
+        ran_on.keys().collect::<Vec<_>>(),
+        ["node-a", "node-b"],
+        "{ran_on:?}"
+    );
+    // The caller's timeout counts, and the node is told to stop the call.
+    let started = std::time::Instant::now();
+    let result = host
+        .call_with(
+            &rho_core::ToolCall::new("short", "sleep", json!({"ms": 30_000})),
+            &rho_core::CallOptions {
+                cancel: Some({
+                    let token = rho_core::CancellationToken::new();
+                    let later = token.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(700)).await;
+                        later.cancel();
+                    });
+                    token
+                }),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert_eq!(result.outcome, rho_core::Outcome::Error, "{result:?}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    until(5, "the node never ended the cancelled call", || {
+        [&a, &b].iter().any(|n| {
+            n.events("tool_execution_end").iter().any(|e| {
+                e["call_id"]
+                    .as_str()
+                    .is_some_and(|c| c.starts_with("short@"))
+            })
+        })
+    })
+    .await;
+    // A node killed mid-call: that call ends `crashed` naming it, within a bounded time.
+    let sleeper = tokio::spawn({
+        let host = host.clone();
+        async move { host.call("sleep", json!({"ms": 20_000})).await }
+    });
+    let mut holder = None;
+    until(5, "no node ran the sleep", || {
+        for node in [&a, &b] {
+            let running = node.events("tool_running");
+            if running.iter().any(|e| {
+                e["tool"] == "sleep"
+                    && !e["call_id"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .starts_with("short@")
+            }) {
+                holder = Some(node.name.clone());
+            }
+        }
+        holder.is_some()
+    })
+    .await;
+    let holder = holder.unwrap();
+    let killed_at = std::time::Instant::now();
+    let (survivor, mut b) = if holder == "node-a" {
+        a.kill();
+        ("node-b", b)
+    } else {
+        let mut b = b;
+        b.kill();
+        ("node-a", b)
+    };
+    let crashed = sleeper.await.unwrap();
+    assert_eq!(crashed.outcome, rho_core::Outcome::Crashed, "{crashed:?}");
+    assert!(crashed.text().contains(&holder), "{}", crashed.text());
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        killed_at.elapsed()
+    );
+    // Later calls go to the other node.
+    for _ in 0..5 {
+        assert_eq!(node_of_call(&host).await, survivor);
+    }
+    // The killed node, started again, rejoins.
+    let restarted = if holder == "node-a" {
+        a = NodeProcess::start(&server, dirs[0].path(), "node-a");
+        &a
+    } else {
+        b = NodeProcess::start(&server, dirs[1].path(), "node-b");
+        &b
+    };
+    let mut rejoined = false;
+    for _ in 0..40 {
+        if node_of_call(&host).await == restarted.name {
+            rejoined = true;
+            break;
+        }
+    }
+    assert!(rejoined, "{} never ran a call again", restarted.name);
+    // A node's plugin added and removed changes the host's tool list.
+    let mut changes =
+        host.subscribe_filtered(rho_core::Filter::default().types(["remote_tools_changed"]));
+    let echo = rho_tests::install(&a.dir, "echo");
+    until(10, "the node's new plugin never reached the host", || {
+        host.tools().iter().any(|t| t.name == "echo")
+    })
+    .await;
+    assert_eq!(
+        host.call("echo", json!({"text": "far"})).await.text(),
+        "far"
+    );
+    std::fs::remove_file(echo).unwrap();
+    until(10, "the node's removed plugin stayed on the host", || {
+        !host.tools().iter().any(|t| t.name == "echo")
+    })
+    .await;
+    assert!(matches!(
+        tokio::time::timeout(Duration::from_secs(1), changes.recv()).await,
+        Ok(Some(rho_core::BusItem::Event(_)))
+    ));
+    // Crashes count against the plugin version whichever node runs them: quarantine applies.
+    for _ in 0..3 {
+        let result = host.call("segfault", json!({})).await;
+        assert_eq!(result.outcome, rho_core::Outcome::Crashed, "{result:?}");
+    }
+    let refused = host.call("segfault", json!({})).await;
+    assert_eq!(
+        refused.outcome,
+        rho_core::Outcome::Quarantined,
+        "{refused:?}"
+    );
+    // No node left: a call is `unavailable`.
+    a.kill();
+    b.kill();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let unavailable = host.call("call_info", json!({})).await;
+    assert_eq!(
+        unavailable.outcome,
+        rho_core::Outcome::Unavailable,
+        "{unavailable:?}"
+    );
+}

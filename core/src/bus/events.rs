@@ -258,6 +258,17 @@ pub enum EventKind {
         /// Why (a new version, or the host lifted it).
         reason: String,
     },
+    /// A remote source's tools changed (a node joined, left or reloaded).
+    RemoteToolsChanged {
+        /// The source (`nats://HOST:PORT`).
+        source: String,
+        /// Every tool it offers now.
+        tools: Vec<String>,
+        /// Tools offered now that were not (or from another origin): `name (origin)`.
+        added: Vec<String>,
+        /// Tools no longer offered.
+        removed: Vec<String>,
+    },
     /// How far an exporter of this bus (the NATS bridge) has got: published when it loses or
     /// regains its destination, and every few seconds while it is behind.
     ExportStatus {
@@ -303,6 +314,7 @@ impl EventKind {
             EventKind::ToolNameConflict { .. } => "tool_name_conflict",
             EventKind::ToolQuarantined { .. } => "tool_quarantined",
             EventKind::ToolRestored { .. } => "tool_restored",
+            EventKind::RemoteToolsChanged { .. } => "remote_tools_changed",
             EventKind::ExportStatus { .. } => "export_status",
             EventKind::Warning { .. } => "warning",
         }

@@ -74,7 +74,10 @@ impl FailureKind {
                 (FailureKind::Panic, crate::call::outcome::crash_text(reason))
             }
             Failure::InvalidArguments(m) => (FailureKind::InvalidArguments, m.clone()),
-            Failure::UnknownTool(m) => (FailureKind::UnknownTool, m.clone()),
+            // Never from a worker's plugin (only remote tools are unavailable): the nearest kind.
+            Failure::UnknownTool(m) | Failure::Unavailable(m) => {
+                (FailureKind::UnknownTool, m.clone())
+            }
         }
     }
 }

@@ -24,6 +24,8 @@ pub enum Failure {
     InvalidArguments(String),
     /// The tool is not there (outcome `unknown_tool`).
     UnknownTool(String),
+    /// Nothing can run the tool now (outcome `unavailable`): a remote tool no node answers for.
+    Unavailable(String),
 }
 
 /// A boxed future of a call's answer.

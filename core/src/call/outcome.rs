@@ -28,11 +28,13 @@ pub enum Outcome {
     InvalidArguments,
     /// The tool failed too often recently and is not run.
     Quarantined,
+    /// The tool is served from elsewhere and nothing there can run it now (no node answers).
+    Unavailable,
 }
 
 impl Outcome {
     /// Every outcome, in a stable order.
-    pub const ALL: [Outcome; 8] = [
+    pub const ALL: [Outcome; 9] = [
         Outcome::Ok,
         Outcome::Error,
         Outcome::Blocked,
@@ -41,6 +43,7 @@ impl Outcome {
         Outcome::UnknownTool,
         Outcome::InvalidArguments,
         Outcome::Quarantined,
+        Outcome::Unavailable,
     ];
 
     /// The outcome's name as it appears in JSON (`timed_out`, ...).
@@ -54,6 +57,7 @@ impl Outcome {
             Outcome::UnknownTool => "unknown_tool",
             Outcome::InvalidArguments => "invalid_arguments",
             Outcome::Quarantined => "quarantined",
+            Outcome::Unavailable => "unavailable",
         }
     }
 

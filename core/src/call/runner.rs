@@ -621,6 +621,7 @@ impl ToolRunner {
                     None,
                 ),
                 Failure::UnknownTool(text) => (Outcome::UnknownTool, Output::Text(text), None),
+                Failure::Unavailable(text) => (Outcome::Unavailable, Output::Text(text), None),
             },
             Err((outcome, text)) => (outcome, Output::Text(text), None),
         };

@@ -53,6 +53,9 @@ pub struct ToolStats {
     pub invalid_arguments: u64,
     /// Refused while quarantined.
     pub quarantined_calls: u64,
+    /// Ended `unavailable` (a remote tool no node answered for).
+    #[serde(default)]
+    pub unavailable: u64,
     /// Median duration of recent calls, milliseconds.
     pub p50_ms: f64,
     /// 99th percentile duration of recent calls, milliseconds.
@@ -87,12 +90,16 @@ impl Tally {
             Outcome::Blocked => s.blocked += 1,
             Outcome::InvalidArguments => s.invalid_arguments += 1,
             Outcome::Quarantined => s.quarantined_calls += 1,
+            Outcome::Unavailable => s.unavailable += 1,
             Outcome::UnknownTool => {}
         }
         // Calls the tool never ran do not count towards its latency.
         if !matches!(
             outcome,
-            Outcome::Quarantined | Outcome::Blocked | Outcome::InvalidArguments
+            Outcome::Quarantined
+                | Outcome::Blocked
+                | Outcome::InvalidArguments
+                | Outcome::Unavailable
         ) {
             if self.recent.len() == RECENT {
                 self.recent.pop_front();

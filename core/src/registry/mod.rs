@@ -6,6 +6,7 @@
 //! conflict is published once as `tool_name_conflict`, naming both origins.
 
 pub(crate) mod health;
+pub(crate) mod remote;
 pub(crate) mod spec;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

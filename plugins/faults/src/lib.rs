@@ -235,7 +235,8 @@ pub fn unschema(_args: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
 pub fn call_info(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
     let left = ctx.time_left().map(|left| left.as_millis() as u64);
     Ok(Answer::text(
-        json!({"time_left_ms": left, "traceparent": ctx.traceparent()}).to_string(),
+        json!({"time_left_ms": left, "traceparent": ctx.traceparent(), "call_id": ctx.call_id()})
+            .to_string(),
     ))
 }
 
@@ -245,7 +246,7 @@ export_plugin! {
         .read_only(true)
         .idempotent(true)
         .open_world(false),
-    Tool::new("call_info", "Answers the call's time left and traceparent.", call_info).read_only(true),
+    Tool::new("call_info", "Answers the call's id, time left and traceparent.", call_info).read_only(true),
     Tool::new("big_output_cut", "Answers with that many bytes of text; its result limit is 100 bytes.", big_output)
         .max_result_bytes(100),
     Tool::new("nap", "Sleeps for ms milliseconds, read-only.", sleep).read_only(true),

@@ -1,0 +1,363 @@
+//! [`NodeTools`]: the tools of `rho node`s, joined to a host's registry as a remote source.
+//!
+//! The source follows the nodes' announcements: a tool is offered while at least one node that
+//! announced within the last 2 s serves it (a node that stops cleanly is dropped at once). When
+//! nodes serve different versions of one tool, the version most nodes serve wins (ties: the
+//! greater version string), and calls go only to nodes of that version, so every call of a tool
+//! counts against one plugin version, whichever node runs it.
+//!
+//! A call (see [`crate::rpc`]) ends
+//! - `unavailable` when no node listens for it (NATS answers "no responders");
+//! - `crashed`, naming the node, when the node that accepted it falls silent for 1.5 s (it died,
+//!   or was cut off), or when no node accepts it within 2 s;
+//! - as the node's call ended otherwise: `ok`, `error`; a node's `crashed` or `timed_out` is
+//!   `crashed` here (naming the node), a tool the node no longer has is `unavailable`.
+//!
+//! The calling host's timeout is the one that counts: when it passes (or the call is cancelled)
+//! the node is told to stop the call.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use futures_util::StreamExt;
+use rho_core::{
+    Answer, Image, Outcome, Output, RemoteCall, RemoteFailure, RemoteSource, RemoteTool,
+    RemoteToolEntry, ToolCtx, ToolError, ToolSource,
+};
+use serde_json::Value;
+
+use crate::rpc::{
+    self, ANNOUNCE, Announce, CHUNK_HEADER, CallRequest, Cancel, Done, HELLO, NODE_GONE_AFTER,
+    Offer, Reply, SILENT_AFTER,
+};
+
+/// How long a call waits for a node to accept it.
+const ACCEPT_WAIT: Duration = Duration::from_secs(2);
+
+/// The largest answer a node may send, bytes (in parts).
+const MAX_ANSWER_BYTES: usize = 64 << 20;
+
+/// The largest announcement read, bytes.
+const MAX_ANNOUNCE_BYTES: usize = 8 << 20;
+
+/// The tools of the `rho node`s reachable through a NATS client, as a [`ToolSource`]:
+/// `Host::builder().source("nats://...", NodeTools::new(client))`.
+pub struct NodeTools {
+    client: async_nats::Client,
+}
+
+impl NodeTools {
+    /// The nodes' tools through `client`.
+    pub fn new(client: async_nats::Client) -> NodeTools {
+        NodeTools { client }
+    }
+}
+
+impl ToolSource for NodeTools {
+    fn run(
+        self: Box<Self>,
+        source: RemoteSource,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        Box::pin(follow_nodes(self.client, source))
+    }
+}
+
+/// A node as last heard.
+struct Heard {
+    at: Instant,
+    tools: Vec<Offer>,
+}
+
+async fn follow_nodes(client: async_nats::Client, source: RemoteSource) {
+    let mut announcements = loop {
+        match client.subscribe(ANNOUNCE).await {
+            Ok(subscriber) => break subscriber,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot follow the nodes yet; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    let _ = client.publish(HELLO, Vec::new().into()).await;
+    let mut nodes: BTreeMap<String, Heard> = BTreeMap::new();
+    let mut offered: Vec<(String, String)> = Vec::new();
+    let mut check = tokio::time::interval(Duration::from_millis(250));
+    let mut warned: std::collections::HashSet<String> = Default::default();
+    loop {
+        tokio::select! {
+            message = announcements.next() => {
+                let Some(message) = message else { return };
+                if message.payload.len() > MAX_ANNOUNCE_BYTES {
+                    continue;
+                }
+                let Ok(announce) = serde_json::from_slice::<Announce>(&message.payload) else {
+                    continue;
+                };
+                if announce.leaving {
+                    nodes.remove(&announce.node);
+                } else {
+                    nodes.insert(announce.node, Heard { at: Instant::now(), tools: announce.tools });
+                }
+            }
+            _ = check.tick() => {
+                nodes.retain(|_, heard| heard.at.elapsed() < NODE_GONE_AFTER);
+            }
+        }
+        let chosen = choose(&nodes);
+        let now: Vec<(String, String)> = chosen
+            .iter()
+            .map(|o| (o.spec.name.clone(), o.origin.clone()))
+            .collect();
+        if now == offered {
+            continue;
+        }
+        offered = now;
+        let entries = chosen
+            .into_iter()
+            .map(|offer| RemoteToolEntry {
+                origin: format!("{} via {}", offer.origin, source.name()),
+                tool: Arc::new(NodeTool {
+                    client: client.clone(),
+                    subject: rpc::call_subject(&offer.spec.name, &offer.origin),
+                    tool: offer.spec.name.clone(),
+                    origin: offer.origin.clone(),
+                }),
+                spec: offer.spec,
+            })
+            .collect();
+        for refused in source.set_tools(entries) {
+            if warned.insert(refused.clone()) {
+                tracing::warn!(%refused, "a node's tool refused");
+                source.bus().publish(
+                    None,
+                    rho_core::EventKind::Warning {
+                        subject: source.name().to_owned(),
+                        message: refused,
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// One offer per tool name: the version most nodes serve (ties: the greater version string).
+fn choose(nodes: &BTreeMap<String, Heard>) -> Vec<Offer> {
+    let mut by_tool: BTreeMap<&str, HashMap<&str, (usize, &Offer)>> = BTreeMap::new();
+    for heard in nodes.values() {
+        for offer in &heard.tools {
+            let versions = by_tool.entry(offer.spec.name.as_str()).or_default();
+            versions
+                .entry(offer.origin.as_str())
+                .or_insert((0, offer))
+                .0 += 1;
+        }
+    }
+    by_tool
+        .into_values()
+        .filter_map(|versions| {
+            versions
+                .into_iter()
+                .max_by(|(a_origin, (a, _)), (b_origin, (b, _))| {
+                    a.cmp(b).then_with(|| a_origin.cmp(b_origin))
+                })
+                .map(|(_, (_, offer))| offer.clone())
+        })
+        .collect()
+}
+
+/// One remote tool version: its call subject.
+struct NodeTool {
+    client: async_nats::Client,
+    subject: String,
+    tool: String,
+    origin: String,
+}
+
+impl RemoteTool for NodeTool {
+    fn call(&self, args: Arc<Value>, ctx: ToolCtx) -> RemoteCall {
+        let client = self.client.clone();
+        let subject = self.subject.clone();
+        let request = CallRequest {
+            call_id: ctx.call_id().to_owned(),
+            tool: self.tool.clone(),
+            arguments: Arc::unwrap_or_clone(args),
+            time_left_ms: ctx.time_left().map(|d| d.as_millis() as u64),
+            traceparent: ctx.traceparent().map(str::to_owned),
+        };
+        let what = format!("`{}` ({})", self.tool, self.origin);
+        Box::pin(async move { call(client, subject, request, what, ctx).await })
+    }
+}
+
+/// Tells the node to stop the call if the call ends (or is dropped) before its answer.
+struct CancelOnDrop {
+    client: async_nats::Client,
+    call_id: String,
+    node: Option<String>,
+    answered: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let (false, Some(node)) = (self.answered, self.node.take()) {
+            let client = self.client.clone();
+            let cancel = Cancel {
+                call_id: std::mem::take(&mut self.call_id),
+            };
+            if let (Ok(payload), Ok(runtime)) = (
+                serde_json::to_vec(&cancel),
+                tokio::runtime::Handle::try_current(),
+            ) {
+                runtime.spawn(async move {
+                    let _ = client
+                        .publish(rpc::cancel_subject(&node), payload.into())
+                        .await;
+                    let _ = client.flush().await;
+                });
+            }
+        }
+    }
+}
+
+async fn call(
+    client: async_nats::Client,
+    subject: String,
+    request: CallRequest,
+    what: String,
+    ctx: ToolCtx,
+) -> Result<Answer, RemoteFailure> {
+    let crashed = |text: String| RemoteFailure::Crashed(text);
+    let inbox = client.new_inbox();
+    let mut replies = client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(|e| crashed(format!("{what}: cannot wait for a node's answer: {e}")))?;
+    let payload = serde_json::to_vec(&request)
+        .map_err(|e| crashed(format!("{what}: the request cannot be encoded: {e}")))?;
+    let mut guard = CancelOnDrop {
+        client: client.clone(),
+        call_id: request.call_id.clone(),
+        node: None,
+        answered: false,
+    };
+    client
+        .publish_with_reply(subject, inbox, payload.into())
+        .await
+        .map_err(|e| RemoteFailure::Unavailable(format!("{what}: cannot reach NATS: {e}")))?;
+    let mut parts: Vec<u8> = Vec::new();
+    loop {
+        let wait = if guard.node.is_some() {
+            SILENT_AFTER
+        } else {
+            ACCEPT_WAIT
+        };
+        let message = match tokio::time::timeout(wait, replies.next()).await {
+            Ok(Some(message)) => message,
+            Ok(None) => return Err(crashed(format!("{what}: the reply subscription ended"))),
+            Err(_) => {
+                return Err(crashed(match &guard.node {
+                    Some(node) => format!(
+                        "node {node} stopped answering during the call of {what}: nothing for {} ms (it died or was cut off)",
+                        wait.as_millis()
+                    ),
+                    None => format!(
+                        "no node accepted the call of {what} within {} ms",
+                        wait.as_millis()
+                    ),
+                }));
+            }
+        };
+        if message.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+            return Err(RemoteFailure::Unavailable(format!(
+                "no node serves {what} now"
+            )));
+        }
+        let node = guard.node.clone().unwrap_or_else(|| "?".into());
+        let part = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(CHUNK_HEADER))
+            .and_then(|v| {
+                let (index, count) = v.as_str().split_once('/')?;
+                Some((index.parse::<usize>().ok()?, count.parse::<usize>().ok()?))
+            });
+        let reply = match part {
+            Some((index, count)) => {
+                parts.extend_from_slice(&message.payload);
+                if parts.len() > MAX_ANSWER_BYTES {
+                    return Err(crashed(format!(
+                        "node {node} sent an answer over {MAX_ANSWER_BYTES} bytes for {what}"
+                    )));
+                }
+                if index < count {
+                    continue;
+                }
+                serde_json::from_slice::<Reply>(&std::mem::take(&mut parts))
+            }
+            None => serde_json::from_slice::<Reply>(&message.payload),
+        };
+        let reply = reply.map_err(|e| {
+            crashed(format!(
+                "node {node} broke the protocol answering {what}: {e}"
+            ))
+        })?;
+        match reply {
+            Reply::Accepted { node } => guard.node = Some(node),
+            Reply::Update { text } => ctx.update(&text),
+            Reply::Beat => {}
+            Reply::Done(done) => {
+                guard.answered = true;
+                return answer(done, &node);
+            }
+        }
+    }
+}
+
+/// The call's result from the node's end of it.
+fn answer(done: Done, node: &str) -> Result<Answer, RemoteFailure> {
+    match done.outcome {
+        Outcome::Ok => {
+            let mut images = Vec::new();
+            for image in done.images {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(image.base64)
+                    .map_err(|e| {
+                        RemoteFailure::Crashed(format!(
+                            "node {node} sent an image that is not base64: {e}"
+                        ))
+                    })?;
+                images.push(Image::new(image.mime_type, bytes));
+            }
+            let output = match images.len() {
+                0 => Output::Text(done.text),
+                1 => Output::Image {
+                    image: images.remove(0),
+                    text: done.text,
+                },
+                _ => Output::Images {
+                    images,
+                    text: done.text,
+                },
+            };
+            Ok(Answer {
+                output,
+                structured: done.structured,
+                details: done.details,
+            })
+        }
+        Outcome::Crashed | Outcome::TimedOut => Err(RemoteFailure::Crashed(format!(
+            "on node {node}: {}",
+            done.text
+        ))),
+        Outcome::UnknownTool | Outcome::Quarantined | Outcome::Unavailable => Err(
+            RemoteFailure::Unavailable(format!("on node {node}: {}", done.text)),
+        ),
+        _ => {
+            let mut error = ToolError::new(done.text);
+            error.details = done.details;
+            Err(RemoteFailure::Tool(error))
+        }
+    }
+}
