@@ -153,6 +153,12 @@ pub async fn build(
     Ok((host, config))
 }
 
+/// SIGTERM as a stream, or the line saying why it cannot be handled.
+pub fn sigterm() -> Result<tokio::signal::unix::Signal, String> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot handle SIGTERM: {e}"))
+}
+
 /// Prints a usage error and returns its exit status.
 pub fn usage(message: &str) -> ExitCode {
     eprintln!("rho: {message}");

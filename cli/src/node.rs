@@ -60,14 +60,14 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let mut terminate =
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(e) => {
-                eprintln!("rho: cannot handle SIGTERM: {e}");
-                return ExitCode::from(1);
-            }
-        };
+    let mut terminate = match host::sigterm() {
+        Ok(signal) => signal,
+        Err(line) => {
+            eprintln!("rho: {line}");
+            host.shutdown().await;
+            return ExitCode::from(1);
+        }
+    };
     // The server may be down at start: the node registers once it is up.
     let mut told = false;
     let node = loop {

@@ -709,14 +709,13 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let mut terminate =
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(e) => {
-                eprintln!("rho: cannot handle SIGTERM: {e}");
-                return ExitCode::from(1);
-            }
-        };
+    let mut terminate = match host::sigterm() {
+        Ok(signal) => signal,
+        Err(line) => {
+            eprintln!("rho: {line}");
+            return ExitCode::from(1);
+        }
+    };
     let guard = crate::stdio::start(stdout);
     let mut closed = guard.closed;
     let drain = guard.drain;
@@ -807,11 +806,10 @@ async fn serve_http(
     if made && let Some(token) = &guard.token {
         eprintln!("rho: token (send `Authorization: Bearer TOKEN`; shown once): {token}");
     }
-    let mut terminate =
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(e) => return refused(format!("cannot handle SIGTERM: {e}")).await,
-        };
+    let mut terminate = match host::sigterm() {
+        Ok(signal) => signal,
+        Err(line) => return refused(line).await,
+    };
     let stop = tokio_util::sync::CancellationToken::new();
     let calls = server.http_calls.clone();
     let started = crate::http::start(server, host.clone(), calls, addr, guard, stop.clone());

@@ -342,16 +342,23 @@ fn start_source(
     tokio::spawn(source.run(handle))
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
+impl Inner {
+    /// Stops the remote sources' tasks (their tools stay until the registry goes).
+    fn stop_sources(&self) {
         for task in self
             .sources
-            .get_mut()
+            .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .drain(..)
         {
             task.abort();
         }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop_sources();
         // Calls in flight end at once (each still with its end event); the directories'
         // workers stop with their pools.
         self.runner.stop("the host was dropped");
@@ -484,14 +491,7 @@ impl Host {
     pub async fn shutdown_because(&self, reason: &str) {
         let inner = &self.inner;
         inner.runner.stop(reason);
-        for task in inner
-            .sources
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .drain(..)
-        {
-            task.abort();
-        }
+        inner.stop_sources();
         if !inner.runner.stopped(Duration::from_secs(2)).await {
             tracing::warn!(in_flight = inner.runner.in_flight(), "calls still running");
         }
