@@ -520,3 +520,81 @@ async fn tools_served_by_nodes_keep_every_local_guarantee() {
         "{unavailable:?}"
     );
 }
+
+/// A source that offers what it is given, once, and reports what the host refused.
+struct Offering(
+    Vec<rho_core::RemoteToolEntry>,
+    tokio::sync::oneshot::Sender<Vec<String>>,
+);
+
+impl rho_core::ToolSource for Offering {
+    fn run(
+        self: Box<Self>,
+        source: rho_core::RemoteSource,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        Box::pin(async move {
+            let refused = source.set_tools(self.0);
+            let _ = self.1.send(refused);
+            std::future::pending::<()>().await;
+        })
+    }
+}
+
+struct Answers;
+
+impl rho_core::RemoteTool for Answers {
+    fn call(
+        &self,
+        _args: std::sync::Arc<serde_json::Value>,
+        _ctx: rho_core::ToolCtx,
+    ) -> rho_core::RemoteCall {
+        Box::pin(async { Ok(rho_core::Answer::text("remote")) })
+    }
+}
+
+#[tokio::test]
+async fn a_remote_source_offering_what_a_plugin_could_not_declare_is_refused_tool_by_tool() {
+    let spec = |name: &str| rho_core::ToolSpec::native(name, "d", json!({"type": "object"}));
+    let entry = |spec: rho_core::ToolSpec| rho_core::RemoteToolEntry {
+        spec,
+        origin: "p@1".into(),
+        tool: std::sync::Arc::new(Answers),
+    };
+    let mut hidden_title = spec("titled");
+    hidden_title.title = Some("safe\u{202e}txt.exe".into());
+    let mut regex_bomb = spec("bomb");
+    let many: serde_json::Map<String, serde_json::Value> =
+        (0..100).map(|i| (format!("^a{i}+$"), json!({}))).collect();
+    regex_bomb.parameters = json!({"type": "object", "patternProperties": many});
+    let mut no_object = spec("flat");
+    no_object.parameters = json!("string");
+    let mut bad_origin = entry(spec("origin"));
+    bad_origin.origin = "p@1\u{1b}[2J".into();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let offered = vec![
+        entry(spec("good")),
+        entry(spec("bad name!")),
+        entry(spec("good")),
+        entry(hidden_title),
+        entry(regex_bomb),
+        entry(no_object),
+        bad_origin,
+    ];
+    let (host, _) = Host::builder()
+        .source("hostile", Offering(offered, tx))
+        .build()
+        .await
+        .unwrap();
+    let refused = rx.await.unwrap();
+    assert_eq!(refused.len(), 6, "{refused:#?}");
+    assert_eq!(
+        host.tools()
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>(),
+        ["good"]
+    );
+    let result = host.call("good", json!({})).await;
+    assert_eq!(result.text(), "remote");
+    assert_eq!(host.stats()[0].origin, "p@1");
+}

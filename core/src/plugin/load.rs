@@ -603,6 +603,34 @@ fn declaration_problem(declared: &ToolDeclaration) -> Option<String> {
     None
 }
 
+/// Why a tool offered by a remote source is refused, if it is: the checks of a plugin's tools
+/// ([`check_tools`]: its argument schema an object, its declaration, the cost of its schemas),
+/// on a spec a node sent.
+pub(crate) fn spec_problem(spec: &ToolSpec) -> Option<String> {
+    if !spec.parameters.is_object() {
+        return Some("its parameters are not a JSON Schema object".into());
+    }
+    let declared = ToolDeclaration {
+        name: spec.name.clone(),
+        title: spec.title.clone(),
+        hints: spec.hints,
+        output_schema: spec.output_schema.clone(),
+        max_result_bytes: spec.max_result_bytes,
+    };
+    if let Some(problem) = declaration_problem(&declared) {
+        return Some(problem);
+    }
+    let costly = |which: &str, schema: &serde_json::Value| {
+        crate::call::validate::schema_cost_problem(schema)
+            .map(|problem| format!("its {which} has {problem}"))
+    };
+    costly("argument schema", &spec.parameters).or_else(|| {
+        spec.output_schema
+            .as_ref()
+            .and_then(|schema| costly("output schema", schema))
+    })
+}
+
 /// Checks a plugin's name and version as the host shows them: at most 128 characters, no
 /// control characters.
 pub(crate) fn check_identity(path: &Path, name: &str, version: &str) -> Result<(), LoadError> {

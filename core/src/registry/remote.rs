@@ -137,6 +137,25 @@ impl RemoteSource {
                 ));
                 continue;
             }
+            if let Some(problem) = crate::plugin::load::spec_problem(&entry.spec) {
+                refused.push(format!(
+                    "{}: tool `{}` refused: {problem}",
+                    inner.name, entry.spec.name
+                ));
+                continue;
+            }
+            let origin_ok = !entry.origin.is_empty()
+                && entry.origin.chars().count() <= 256
+                && !entry.origin.chars().any(char::is_control);
+            if !origin_ok {
+                refused.push(format!(
+                    "{}: tool `{}` refused: its origin must be 1 to 256 characters without control characters",
+                    inner.name, entry.spec.name
+                ));
+                continue;
+            }
+            let mut entry = entry;
+            entry.spec.hints = entry.spec.hints.normalized();
             let key = (entry.spec.name.clone(), entry.origin.clone());
             let generation = *state
                 .generations

@@ -6,6 +6,7 @@ mod bus;
 mod inproc;
 mod isolated;
 pub mod mcp;
+mod nats;
 mod reload;
 
 use std::path::{Path, PathBuf};
@@ -199,6 +200,7 @@ const GROUPS: &[&[&str]] = &[
     &["mcp_call"],
     &["mem_plugin"],
     &["bus"],
+    &["nats"],
 ];
 
 fn figures_from_json(text: &str) -> Result<Vec<Figure>, String> {
@@ -295,6 +297,9 @@ pub fn exec(
     }
     if wanted("bus") {
         figures.extend(runtime.block_on(bus::fanout(&ctx))?);
+    }
+    if wanted("nats") {
+        figures.extend(runtime.block_on(nats::figures(&ctx))?);
     }
     runtime.shutdown_timeout(Duration::from_secs(1));
     if let Some(out) = out {
