@@ -773,25 +773,29 @@ async fn image(
     }
 }
 
-/// Serves `server` at `http://addr/mcp` until `stop` is cancelled. Returns once the listener is
-/// bound (the serving goes on in a task), or why it could not be.
+/// Serves `server` at `http://addr/mcp` (none without one: a page and its events only) until
+/// `stop` is cancelled. Returns once the listener is bound (the serving goes on in a task), or
+/// why it could not be.
 pub async fn start(
-    server: RhoServer,
+    server: Option<RhoServer>,
     host: rho_core::Host,
     calls: HttpCalls,
     addr: SocketAddr,
     guard: Guard,
     stop: CancellationToken,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), HttpError> {
-    let mut config = StreamableHttpServerConfig::default()
-        .with_allowed_origins(guard.allowed_origins.clone())
-        .with_max_request_body_bytes(guard.max_body_bytes)
-        .with_cancellation_token(stop.child_token());
-    // Host names are checked by the gatekeeper for every route (loopback names and the bound
-    // address without a token, any name with one: rebinding gains nothing without the token).
-    config = config.disable_allowed_hosts();
     let sessions = Arc::new(LocalSessionManager::default());
-    let service = StreamableHttpService::new(move || Ok(server.clone()), sessions.clone(), config);
+    let service = server.map(|server| {
+        let config = StreamableHttpServerConfig::default()
+            .with_allowed_origins(guard.allowed_origins.clone())
+            .with_max_request_body_bytes(guard.max_body_bytes)
+            .with_cancellation_token(stop.child_token())
+            // Host names are checked by the gatekeeper for every route (loopback names and the
+            // bound address without a token, any name with one: rebinding gains nothing without
+            // the token).
+            .disable_allowed_hosts();
+        StreamableHttpService::new(move || Ok(server.clone()), sessions.clone(), config)
+    });
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| HttpError::Bind {
@@ -838,9 +842,10 @@ pub async fn start(
     if guard.web {
         app = app.route("/", axum::routing::get(page));
     }
-    let app = app
-        .nest_service("/mcp", service)
-        .layer(axum::middleware::from_fn_with_state(keeper, gatekeeper));
+    if let Some(service) = service {
+        app = app.nest_service("/mcp", service);
+    }
+    let app = app.layer(axum::middleware::from_fn_with_state(keeper, gatekeeper));
     let task = tokio::spawn(serve_connections(listener, app, stop));
     Ok((bound, task))
 }

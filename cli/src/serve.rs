@@ -812,7 +812,7 @@ async fn serve_http(
     };
     let stop = tokio_util::sync::CancellationToken::new();
     let calls = server.http_calls.clone();
-    let started = crate::http::start(server, host.clone(), calls, addr, guard, stop.clone());
+    let started = crate::http::start(Some(server), host.clone(), calls, addr, guard, stop.clone());
     let (bound, task) = match started.await {
         Ok(started) => started,
         Err(e) => return refused(e.to_string()).await,

@@ -38,8 +38,9 @@ pub struct Args {
     /// the server across restarts and reconnects where it stopped.
     #[arg(long, value_name = "PATH|URL", num_args = 0..=1, conflicts_with = "script")]
     attach: Option<Option<PathBuf>>,
-    /// The bearer token of the server given to --attach as a URL: the first line of this file.
-    #[arg(long, value_name = "PATH", requires = "attach")]
+    /// The bearer token of the server given to --attach as a URL (or, with --web, of this
+    /// watcher's page): the first line of this file.
+    #[arg(long, value_name = "PATH")]
     token_file: Option<PathBuf>,
     /// Follow the events hosts publish to this NATS server (`nats://HOST:PORT`; `rho serve
     /// --nats`), through a durable consumer: started again, it goes on where it stopped.
@@ -52,6 +53,10 @@ pub struct Args {
     /// watcher per name.
     #[arg(long, value_name = "NAME", requires = "nats")]
     durable: Option<String>,
+    /// With --nats: also serve the live page of the followed events at http://ADDR/ (as `rho
+    /// serve --http --web` does; a token is required off loopback, as there).
+    #[arg(long, value_name = "ADDR", requires = "nats")]
+    web: Option<std::net::SocketAddr>,
     /// Print every event as one JSON object per line.
     #[arg(long)]
     json: bool,
@@ -82,13 +87,13 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
                 .map_or("every host".to_owned(), |h| format!("host {h}"))
         );
         let display = display(url);
-        return crate::nats::follow(
-            &nats,
-            args.host.as_deref(),
-            args.durable.as_deref(),
-            display,
-        )
-        .await;
+        let follow = crate::nats::Follow {
+            host: args.host.as_deref(),
+            durable: args.durable.as_deref(),
+            web: args.web,
+            token_file: args.token_file.as_deref(),
+        };
+        return crate::nats::follow(&nats, follow, display).await;
     }
     if let Some(Some(url)) = &args.attach
         && let Some(authority) = url.to_str().and_then(|u| u.strip_prefix("http://"))

@@ -177,38 +177,49 @@ fn seqs_until(lines: &mut impl Iterator<Item = std::io::Result<String>>, last: u
     seqs
 }
 
-#[test]
-fn rho_serve_exports_and_rho_watch_follows_across_its_own_restart() {
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
-    let server = NatsServer::start();
-    let dir = plugin_dir(&["echo"]);
-    let journal = dir.path().join("serve.jsonl");
-    let rho = rho_tests::HttpServer::start(
-        dir.path(),
+/// `rho serve --http` over `dir` exporting its events to `server` as host `name` (journal
+/// `dir/NAME.jsonl`).
+fn exporting_serve(
+    server: &NatsServer,
+    dir: &std::path::Path,
+    name: &str,
+) -> rho_tests::HttpServer {
+    rho_tests::HttpServer::start(
+        dir,
         &[
             "--http",
             "127.0.0.1:0",
             "--nats",
             &server.url(),
             "--nats-host",
-            "cli-host",
+            name,
         ],
-        &journal,
-    );
-    let call_echo = |n: usize| {
-        for i in 0..n {
-            let status = Command::new(rho_tests::rho_bin())
-                .arg("call")
-                .arg("--host")
-                .arg(rho.control_socket())
-                .args(["echo", &format!(r#"{{"text":"{i}"}}"#)])
-                .stdout(Stdio::null())
-                .status()
-                .unwrap();
-            assert!(status.success());
-        }
-    };
+        &dir.join(format!("{name}.jsonl")),
+    )
+}
+
+/// `rho call --host` of echo with `text` in the running `rho`.
+fn echo_in(rho: &rho_tests::HttpServer, text: &str) {
+    let status = std::process::Command::new(rho_tests::rho_bin())
+        .arg("call")
+        .arg("--host")
+        .arg(rho.control_socket())
+        .args(["echo", &serde_json::json!({ "text": text }).to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn rho_serve_exports_and_rho_watch_follows_across_its_own_restart() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let server = NatsServer::start();
+    let dir = plugin_dir(&["echo"]);
+    let rho = exporting_serve(&server, dir.path(), "cli-host");
+    let journal = dir.path().join("cli-host.jsonl");
+    let call_echo = |n: usize| (0..n).for_each(|i| echo_in(&rho, &i.to_string()));
     let watch = || {
         Command::new(rho_tests::rho_bin())
             .args([
@@ -597,4 +608,67 @@ async fn a_remote_source_offering_what_a_plugin_could_not_declare_is_refused_too
     let result = host.call("good", json!({})).await;
     assert_eq!(result.text(), "remote");
     assert_eq!(host.stats()[0].origin, "p@1");
+}
+
+#[test]
+fn rho_watch_nats_serves_the_live_page_of_every_host() {
+    use std::io::{BufRead, Read, Write};
+    use std::process::{Command, Stdio};
+    let server = NatsServer::start();
+    let dir = plugin_dir(&["echo"]);
+    let rho = exporting_serve(&server, dir.path(), "page-host");
+    let mut watch = Command::new(rho_tests::rho_bin())
+        .args([
+            "watch",
+            "--json",
+            "--nats",
+            &server.url(),
+            "--durable",
+            "page-watch",
+        ])
+        .args(["--web", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(watch.stderr.take().unwrap()).lines();
+    let page = loop {
+        let line = lines.next().expect("the watcher ended").unwrap();
+        if let Some(rest) = line.strip_prefix("rho: live page at http://") {
+            break rest.trim_end_matches('/').to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    echo_in(&rho, "to the page");
+    // The page's own event stream has the call, its id marked with its host.
+    let mut stream = std::net::TcpStream::connect(&page).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /events HTTP/1.1\r\nHost: {page}\r\nLast-Event-ID: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut seen = String::new();
+    let mut chunk = [0u8; 4096];
+    while !(seen.contains("tool_execution_end") && seen.contains("to the page")) {
+        let n = stream
+            .read(&mut chunk)
+            .expect("the call on the page in time");
+        assert!(n > 0, "the page's stream ended: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&chunk[..n]));
+    }
+    assert!(seen.contains("\"call_id\":\"page-host/"), "{seen}");
+    let mut get = std::net::TcpStream::connect(&page).unwrap();
+    write!(
+        get,
+        "GET / HTTP/1.1\r\nHost: {page}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    let _ = get.read_to_string(&mut body);
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    let _ = watch.kill();
+    let _ = watch.wait();
 }
