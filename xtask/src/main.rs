@@ -70,6 +70,23 @@ enum Command {
         quick: bool,
         /// Only the figures whose names start with these.
         only: Vec<String>,
+        /// Print each figure's change against this earlier report (a copy of
+        /// target/bench/report.json).
+        #[arg(long, value_name = "BASE.json")]
+        compare: Option<PathBuf>,
+        /// With --compare: compare this report instead of measuring.
+        #[arg(long, value_name = "NEW.json", requires = "compare")]
+        report: Option<PathBuf>,
+    },
+    /// A loop of calls for the instruction counts (run under callgrind by `bench`).
+    #[command(hide = true)]
+    BenchLoop {
+        #[arg(long)]
+        plugins: PathBuf,
+        /// Which loop.
+        #[arg(value_parser = clap::builder::PossibleValuesParser::new(bench::instructions::LOOPS))]
+        what: String,
+        calls: usize,
     },
     /// The baseline MCP server of the benchmarks (an in-binary echo tool on stdio, or over
     /// Streamable HTTP at http://ADDR/mcp).
@@ -130,7 +147,29 @@ fn main() -> ExitCode {
         }
         Command::Demo => demo::run(),
         Command::DemoScript { path } => demo::write_script(&path),
-        Command::Bench { quick, only } => bench::run(quick, &only),
+        Command::Bench {
+            compare: Some(compare),
+            report: Some(report),
+            ..
+        } => bench::read_report(&compare).and_then(|base| {
+            bench::print_comparison(&base, &bench::read_report(&report)?);
+            Ok(())
+        }),
+        Command::Bench {
+            quick,
+            only,
+            compare,
+            report,
+        } => match report {
+            // clap requires --compare with --report.
+            Some(_) => Err("--report needs --compare BASE.json".into()),
+            None => bench::run(quick, &only, compare.as_deref()),
+        },
+        Command::BenchLoop {
+            plugins,
+            what,
+            calls,
+        } => bench::instructions::run_loop(&plugins, &what, calls),
         Command::McpEchoServer { http } => bench::mcp::echo_server(http),
         Command::BenchExec {
             plugins,

@@ -4,6 +4,7 @@
 
 mod bus;
 mod inproc;
+pub mod instructions;
 mod isolated;
 pub mod mcp;
 mod nats;
@@ -121,9 +122,61 @@ pub fn per_iter_us(n: usize, started: Instant) -> f64 {
     started.elapsed().as_secs_f64() * 1e6 / n as f64
 }
 
+/// The figures of a report written by an earlier run.
+pub fn read_report(path: &Path) -> Result<Vec<Figure>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    figures_from_json(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Prints each figure of `now` beside the same figure of `base`: both values, the value's change
+/// and both ratios to their baselines (the ratio is what to read on a noisy machine). Figures
+/// only one side has are listed as such.
+pub fn print_comparison(base: &[Figure], now: &[Figure]) {
+    println!(
+        "\n{:<28} {:>14} {:>14} {:>9}  {:>8} {:>8} {:<10}",
+        "figure", "base", "now", "change", "ratio", "was", "unit"
+    );
+    for figure in now {
+        match base.iter().find(|b| b.name == figure.name) {
+            Some(before) => {
+                let change = if before.value == 0.0 {
+                    0.0
+                } else {
+                    (figure.value / before.value - 1.0) * 100.0
+                };
+                println!(
+                    "{:<28} {:>14.3} {:>14.3} {:>+8.1}%  {:>8.2} {:>8.2} {:<10}",
+                    figure.name,
+                    before.value,
+                    figure.value,
+                    change,
+                    figure.ratio(),
+                    before.ratio(),
+                    figure.unit
+                );
+            }
+            None => println!(
+                "{:<28} {:>14} {:>14.3}   (new)",
+                figure.name, "-", figure.value
+            ),
+        }
+    }
+    for before in base
+        .iter()
+        .filter(|b| !now.iter().any(|f| f.name == b.name))
+    {
+        println!(
+            "{:<28} {:>14.3} {:>14}   (not measured now)",
+            before.name, before.value, "-"
+        );
+    }
+}
+
 /// `cargo xtask bench`: builds everything in release and runs the benchmarks in a release build
 /// of this task.
-pub fn run(quick: bool, only: &[String]) -> Result<(), String> {
+pub fn run(quick: bool, only: &[String], compare: Option<&Path>) -> Result<(), String> {
+    // Read first: a bad path is known before minutes of measuring.
+    let base = compare.map(read_report).transpose()?;
     let plugins_dir = target_dir().join("bench").join("plugins");
     eprintln!("building release plugins into {}", plugins_dir.display());
     plugins::build_and_install(
@@ -187,6 +240,9 @@ pub fn run(quick: bool, only: &[String]) -> Result<(), String> {
         path.display(),
         started.elapsed().as_secs_f64()
     );
+    if let Some(base) = base {
+        print_comparison(&base, &figures);
+    }
     Ok(())
 }
 
@@ -201,6 +257,7 @@ const GROUPS: &[&[&str]] = &[
     &["mem_plugin"],
     &["bus"],
     &["nats"],
+    &["instr"],
 ];
 
 fn figures_from_json(text: &str) -> Result<Vec<Figure>, String> {
@@ -300,6 +357,9 @@ pub fn exec(
     }
     if wanted("nats") {
         figures.extend(runtime.block_on(nats::figures(&ctx))?);
+    }
+    if wanted("instr") {
+        figures.extend(instructions::figures(&ctx)?);
     }
     runtime.shutdown_timeout(Duration::from_secs(1));
     if let Some(out) = out {
