@@ -140,7 +140,8 @@ pub async fn calls(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     Ok(figures)
 }
 
-async fn direct(module: PluginModRef) {
+/// One raw call of `echo`: spawn_blocking and a direct call of the plugin's entry point.
+pub(super) async fn direct(module: PluginModRef) {
     let _ = tokio::task::spawn_blocking(move || {
         let cancelled = AtomicBool::new(false);
         let noop = |_: &str| {};

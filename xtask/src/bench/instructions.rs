@@ -8,9 +8,8 @@
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
-use rho_core::loader::{CallInfo, CopyDir, PluginFile, call_module, load_in_process};
+use rho_core::loader::{CopyDir, PluginFile, load_in_process};
 use rho_core::{CallOptions, DirOptions, Host, Isolation, ToolCall, WorkerOptions, allow_all};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -26,11 +25,7 @@ const LONG: usize = 1_200;
 
 /// `xtask bench-loop`: `calls` calls of `echo` the way `what` says, after a warm-up of 50.
 pub fn run_loop(plugins: &Path, what: &str, calls: usize) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let runtime = super::runtime()?;
     runtime.block_on(async {
         let echo = plugins.join("libecho.so");
         match what {
@@ -71,20 +66,7 @@ pub fn run_loop(plugins: &Path, what: &str, calls: usize) -> Result<(), String> 
                 let file = PluginFile::open(&echo, &copies).map_err(|e| e.to_string())?;
                 let module = load_in_process(&file).map_err(|e| e.to_string())?.module;
                 for _ in 0..50 + calls {
-                    let _ = tokio::task::spawn_blocking(move || {
-                        let cancelled = AtomicBool::new(false);
-                        let noop = |_: &str| {};
-                        call_module(
-                            module,
-                            "echo",
-                            r#"{"text":"hello"}"#,
-                            "c",
-                            &cancelled,
-                            &noop,
-                            CallInfo::default(),
-                        )
-                    })
-                    .await;
+                    super::inproc::direct(module).await;
                 }
             }
             "isolated_raw" => {

@@ -63,11 +63,7 @@ impl ServerHandler for EchoServer {
 /// at `http` (printing `serving MCP at http://ADDR/mcp` on stderr, as `rho serve --http` does)
 /// until killed.
 pub fn echo_server(http: Option<std::net::SocketAddr>) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let runtime = super::runtime()?;
     runtime.block_on(async {
         let Some(addr) = http else {
             let service = EchoServer

@@ -122,6 +122,15 @@ pub fn per_iter_us(n: usize, started: Instant) -> f64 {
     started.elapsed().as_secs_f64() * 1e6 / n as f64
 }
 
+/// The runtime benchmarks run on: two worker threads, as on this 2-core machine.
+pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))
+}
+
 /// The figures of a report written by an earlier run.
 pub fn read_report(path: &Path) -> Result<Vec<Figure>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -315,11 +324,7 @@ pub fn exec(
     if cfg!(debug_assertions) {
         eprintln!("warning: benchmarks built without optimizations; use `cargo xtask bench`");
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let runtime = runtime()?;
     let wanted = |name: &str| {
         only.is_empty()
             || only
