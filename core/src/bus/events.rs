@@ -115,7 +115,7 @@ pub enum EventKind {
         /// The tool asked for.
         tool: String,
         /// Its arguments.
-        args: Value,
+        args: std::sync::Arc<Value>,
     },
     /// The gate has not answered within a short moment (a screen can show "waiting for approval").
     ToolGateWaiting {

@@ -14,13 +14,14 @@ pub struct ToolCall {
     pub id: String,
     /// The tool asked for.
     pub name: String,
-    /// Its arguments (a JSON object; missing means `{}`).
+    /// Its arguments (a JSON object; missing means `{}`), shared and never changed: the gate,
+    /// the tool, the start event and every clone of the call read one copy.
     #[serde(default = "empty_object")]
-    pub arguments: Value,
+    pub arguments: Arc<Value>,
 }
 
-fn empty_object() -> Value {
-    Value::Object(Default::default())
+fn empty_object() -> Arc<Value> {
+    Arc::new(Value::Object(Default::default()))
 }
 
 impl ToolCall {
@@ -29,7 +30,7 @@ impl ToolCall {
         ToolCall {
             id: id.into(),
             name: name.into(),
-            arguments,
+            arguments: Arc::new(arguments),
         }
     }
 }

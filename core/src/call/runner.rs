@@ -379,9 +379,10 @@ impl ToolRunner {
         if let Some(reason) = self.registry.quarantined(tool) {
             return fail(Outcome::Quarantined, reason);
         }
-        let args = match &call.arguments {
-            Value::Null => Value::Object(Default::default()),
-            other => other.clone(),
+        // Shared, not copied: the gate, the tool and the start event read the call's own.
+        let args = match &*call.arguments {
+            Value::Null => Arc::new(Value::Object(Default::default())),
+            _ => call.arguments.clone(),
         };
         if let Err(text) = tool.check_args(&args) {
             return fail(Outcome::InvalidArguments, text);
@@ -434,15 +435,7 @@ impl ToolRunner {
         )
         .with_traceparent(traceparent);
         let (running_tx, running_rx) = oneshot::channel::<Instant>();
-        let task = self.spawn_task(
-            call,
-            tool,
-            gate,
-            options,
-            Arc::new(args),
-            ctx.clone(),
-            running_tx,
-        );
+        let task = self.spawn_task(call, tool, gate, options, args, ctx.clone(), running_tx);
         let result = self
             .supervise(call, tool, options, task, running_rx, &ctx)
             .await;
