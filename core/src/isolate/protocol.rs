@@ -5,7 +5,10 @@
 //! cancellations.
 //!
 //! A frame is `u32 LE body length`, then the body: `u32 LE JSON length`, the JSON message, and the
-//! raw blobs the message announces, back to back.
+//! raw blobs the message announces, back to back. Messages are externally tagged
+//! (`{"answer": {...}}`): decoding one reads it once, where an internal tag would first buffer
+//! the whole message to find its kind. Host and worker are one build (`rho-worker` ships with the
+//! host); the protocol is theirs alone.
 
 use std::io::{Read, Write};
 
@@ -33,7 +36,7 @@ pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
 
 /// What the host sends a worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "t", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum ToWorker {
     /// The first frame a worker reads: how to confine itself before it loads the plugin.
     Start {
@@ -74,7 +77,7 @@ pub struct ImageHead {
 
 /// What a worker sends the host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "t", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum FromWorker {
     /// The worker is confined: what of the sandbox is in force. Sent before the plugin is loaded,
     /// so the plugin's own code cannot forge it.
