@@ -732,7 +732,7 @@ extern "C" fn forge_ready() {
         )
     };
     let json = format!(
-        r#"{{"t":"ready","name":"forged","version":"1.0","interface_version":1,"tools":[{},{},{},{}],"rejected":["\u001b[2Jplanted line"]}}"#,
+        r#"{{"ready":{{"name":"forged","version":"1.0","interface_version":1,"tools":[{},{},{},{}],"rejected":["\u001b[2Jplanted line"]}}}}"#,
         tool("bad name/../with spaces", "{}"),
         tool("dup", "{}"),
         tool("dup", "{}"),
