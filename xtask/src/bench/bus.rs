@@ -7,7 +7,7 @@ use rho_core::{Bus, BusItem, EventKind};
 use tokio::sync::broadcast;
 use tokio_stream::StreamExt;
 
-use super::{Ctx, Figure, median};
+use super::{Ctx, Figure};
 
 const CAPACITY: usize = 1 << 16;
 
@@ -92,14 +92,13 @@ pub async fn fanout(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             rho.push(rho_round(subscribers, events).await);
             raw.push(raw_round(subscribers, events).await);
         }
-        figures.push(Figure {
-            name: format!("bus_{subscribers}"),
-            value: median(&mut rho[1..]),
-            unit: "events/s".into(),
-            baseline: format!("raw tokio broadcast, {subscribers} receivers"),
-            baseline_value: median(&mut raw[1..]),
-            runs,
-        });
+        figures.push(Figure::paired(
+            format!("bus_{subscribers}"),
+            "events/s",
+            format!("raw tokio broadcast, {subscribers} receivers"),
+            &mut rho[1..],
+            &mut raw[1..],
+        ));
     }
     Ok(figures)
 }

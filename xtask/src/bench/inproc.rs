@@ -50,6 +50,7 @@ pub fn load(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         baseline: format!("copy + dlopen + dlsym ({} KiB .so)", size / 1024),
         baseline_value: raw,
         runs,
+        spread: None,
     }])
 }
 
@@ -115,6 +116,7 @@ pub async fn calls(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         baseline: "spawn_blocking + direct entry-point call".into(),
         baseline_value: raw,
         runs,
+        spread: None,
     }];
     for concurrency in [1usize, 64] {
         let total = n * 2;
@@ -125,14 +127,13 @@ pub async fn calls(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             rho.push(throughput(&host, concurrency, total).await);
             raw.push(raw_throughput(module, concurrency, total).await);
         }
-        figures.push(Figure {
-            name: format!("inproc_calls_per_s_{concurrency}"),
-            value: super::median(&mut rho[1..]),
-            unit: "calls/s".into(),
-            baseline: format!("spawn_blocking + direct call, {concurrency} at once"),
-            baseline_value: super::median(&mut raw[1..]),
-            runs,
-        });
+        figures.push(Figure::paired(
+            format!("inproc_calls_per_s_{concurrency}"),
+            "calls/s",
+            format!("spawn_blocking + direct call, {concurrency} at once"),
+            &mut rho[1..],
+            &mut raw[1..],
+        ));
     }
     drain.abort();
     host.shutdown().await;
@@ -224,5 +225,6 @@ pub fn memory(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         baseline: "copy + dlopen of the same file".into(),
         baseline_value: raw,
         runs: LOADS,
+        spread: None,
     }])
 }

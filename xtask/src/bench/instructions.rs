@@ -165,6 +165,7 @@ pub fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             baseline: baseline.into(),
             baseline_value: per_call(&exe, &ctx.plugins, raw)?,
             runs: 1,
+            spread: None,
         });
     }
     Ok(figures)

@@ -170,14 +170,13 @@ pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Fig
             }
             raw.push(median(&mut samples));
         }
-        figures.push(Figure {
-            name: name.into(),
-            value: median(&mut rho[1..]),
-            unit: "us/call".into(),
-            baseline: format!("raw round trip to `cat` over pipes ({bytes} B)"),
-            baseline_value: median(&mut raw[1..]),
-            runs,
-        });
+        figures.push(Figure::paired(
+            name,
+            "us/call",
+            format!("raw round trip to `cat` over pipes ({bytes} B)"),
+            &mut rho[1..],
+            &mut raw[1..],
+        ));
     }
 
     if wanted("isolated_calls_per_s_8") {
@@ -222,6 +221,7 @@ pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Fig
             baseline: "8 `cat` children, round trips over pipes".into(),
             baseline_value: raw_rate,
             runs: 1,
+            spread: None,
         });
     }
     if wanted("crash_detect") {
@@ -262,6 +262,7 @@ pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Fig
             baseline: "SIGSEGV to a sleeping child -> wait".into(),
             baseline_value: median(&mut raw[1..]),
             runs,
+            spread: None,
         });
     }
     if wanted("timeout_kill") {
@@ -275,14 +276,13 @@ pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Fig
             tokio::time::sleep(Duration::from_millis(200)).await;
             raw.push(started.elapsed().as_secs_f64() * 1e6 - 200_000.0);
         }
-        figures.push(Figure {
-            name: "timeout_kill".into(),
-            value: median(&mut rho[1..]),
-            unit: "us over".into(),
-            baseline: "tokio sleep(200 ms) overshoot".into(),
-            baseline_value: median(&mut raw[1..]),
-            runs: runs.min(7),
-        });
+        figures.push(Figure::paired(
+            "timeout_kill",
+            "us over",
+            "tokio sleep(200 ms) overshoot",
+            &mut rho[1..],
+            &mut raw[1..],
+        ));
     }
     if wanted("mem_worker") {
         // Memory of an idle worker (its processes together) against a bare child (`cat`).
@@ -302,6 +302,7 @@ pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Fig
             baseline: "a bare `cat` child".into(),
             baseline_value: cat_kib,
             runs: workers.len(),
+            spread: None,
         });
     }
     isolated.close().await;
@@ -373,6 +374,7 @@ pub async fn sandbox_cost(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             baseline: "the same worker without the sandbox".into(),
             baseline_value: start_off,
             runs,
+            spread: None,
         },
         Figure {
             name: "worker_start_unsandboxed".into(),
@@ -381,6 +383,7 @@ pub async fn sandbox_cost(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             baseline: "spawn + wait of `true`".into(),
             baseline_value: median(&mut bare[1..]),
             runs,
+            spread: None,
         },
         Figure {
             name: "mem_worker_sandbox".into(),
@@ -389,15 +392,15 @@ pub async fn sandbox_cost(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             baseline: "an idle worker without the sandbox".into(),
             baseline_value: mem[1],
             runs: 1,
+            spread: None,
         },
-        Figure {
-            name: "isolated_call_sandbox".into(),
-            value: median(&mut call_on[1..]),
-            unit: "us/call".into(),
-            baseline: "the same `echo` call without the sandbox".into(),
-            baseline_value: median(&mut call_off[1..]),
-            runs,
-        },
+        Figure::paired(
+            "isolated_call_sandbox",
+            "us/call",
+            "the same `echo` call without the sandbox",
+            &mut call_on[1..],
+            &mut call_off[1..],
+        ),
     ])
 }
 

@@ -375,6 +375,7 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             baseline: "same client, minimal rmcp server with an in-binary echo".into(),
             baseline_value: raw_us,
             runs,
+            spread: None,
         },
         Figure {
             name: "page_stream_16".into(),
@@ -383,6 +384,7 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             baseline: "the same calls' events per second with no subscriber".into(),
             baseline_value: alone,
             runs,
+            spread: None,
         },
         Figure {
             name: "mcp_http_call".into(),
@@ -391,6 +393,7 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             baseline: "same keep-alive HTTP client, minimal rmcp HTTP server (axum) with an in-binary echo".into(),
             baseline_value: raw_http_us,
             runs,
+            spread: None,
         },
     ])
 }

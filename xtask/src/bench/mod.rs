@@ -32,9 +32,41 @@ pub struct Figure {
     pub baseline_value: f64,
     /// How many measured runs the medians are of.
     pub runs: usize,
+    /// The lowest and highest ratio of one run's figure to the same run's baseline, where rho
+    /// and its baseline were measured in pairs.
+    pub spread: Option<(f64, f64)>,
 }
 
 impl Figure {
+    /// A figure of paired runs (`rho[i]` and `raw[i]` measured one after the other): the median
+    /// of each side and the spread of the per-run ratios.
+    pub fn paired(
+        name: impl Into<String>,
+        unit: &str,
+        baseline: impl Into<String>,
+        rho: &mut [f64],
+        raw: &mut [f64],
+    ) -> Figure {
+        let ratios = rho
+            .iter()
+            .zip(raw.iter())
+            .filter(|(_, raw)| **raw != 0.0)
+            .map(|(rho, raw)| rho / raw);
+        let spread = ratios.fold(None, |acc: Option<(f64, f64)>, r| match acc {
+            None => Some((r, r)),
+            Some((low, high)) => Some((low.min(r), high.max(r))),
+        });
+        Figure {
+            name: name.into(),
+            value: median(rho),
+            unit: unit.into(),
+            baseline: baseline.into(),
+            baseline_value: median(raw),
+            runs: rho.len(),
+            spread,
+        }
+    }
+
     /// value / baseline_value.
     pub fn ratio(&self) -> f64 {
         if self.baseline_value == 0.0 {
@@ -280,6 +312,7 @@ fn figures_from_json(text: &str) -> Result<Vec<Figure>, String> {
             baseline: v["baseline"].as_str().unwrap_or_default().to_owned(),
             baseline_value: v["baseline_value"].as_f64().unwrap_or_default(),
             runs: v["runs"].as_u64().unwrap_or_default() as usize,
+            spread: v["ratio_min"].as_f64().zip(v["ratio_max"].as_f64()),
         })
         .collect())
 }
@@ -383,18 +416,23 @@ pub fn exec(
 
 fn print_table(figures: &[Figure]) {
     println!(
-        "\n{:<28} {:>14} {:<10} {:>14}  {:<40} {:>8}",
-        "figure", "rho", "unit", "baseline", "baseline is", "ratio"
+        "\n{:<28} {:>14} {:<10} {:>14}  {:<40} {:>8} {:>13}",
+        "figure", "rho", "unit", "baseline", "baseline is", "ratio", "runs min-max"
     );
     for f in figures {
+        let spread = f
+            .spread
+            .map(|(low, high)| format!("{low:.2}-{high:.2}"))
+            .unwrap_or_default();
         println!(
-            "{:<28} {:>14.3} {:<10} {:>14.3}  {:<40} {:>8.2}",
+            "{:<28} {:>14.3} {:<10} {:>14.3}  {:<40} {:>8.2} {:>13}",
             f.name,
             f.value,
             f.unit,
             f.baseline_value,
             f.baseline,
-            f.ratio()
+            f.ratio(),
+            spread
         );
     }
 }
@@ -421,6 +459,8 @@ fn report_values(figures: &[Figure]) -> Vec<serde_json::Value> {
                 "baseline": f.baseline,
                 "baseline_value": f.baseline_value,
                 "ratio": f.ratio(),
+                "ratio_min": f.spread.map(|s| s.0),
+                "ratio_max": f.spread.map(|s| s.1),
                 "runs": f.runs,
             })
         })

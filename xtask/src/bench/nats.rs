@@ -15,7 +15,7 @@ use rho_bridge_nats::{EventExport, ExportConfig, HostName, Node, NodeTools};
 use rho_core::{DirOptions, EventKind, Host};
 use serde_json::json;
 
-use super::{Ctx, Figure, median};
+use super::{Ctx, Figure};
 use crate::plugins::target_dir;
 
 /// A `nats-server` with JetStream on a port it picked, with a temporary store; killed on drop.
@@ -282,21 +282,19 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         raw_call.push(raw_request_round(&server.url, calls).await?);
     }
     Ok(vec![
-        Figure {
-            name: "nats_export".into(),
-            value: median(&mut rho_rate),
-            unit: "events/s".into(),
-            baseline: "raw async-nats JetStream publish, same payloads, 256 acks in flight".into(),
-            baseline_value: median(&mut raw_rate),
-            runs,
-        },
-        Figure {
-            name: "nats_remote_call".into(),
-            value: median(&mut rho_call),
-            unit: "us/call".into(),
-            baseline: "raw NATS request/reply to an echoing responder".into(),
-            baseline_value: median(&mut raw_call),
-            runs,
-        },
+        Figure::paired(
+            "nats_export",
+            "events/s",
+            "raw async-nats JetStream publish, same payloads, 256 acks in flight",
+            &mut rho_rate,
+            &mut raw_rate,
+        ),
+        Figure::paired(
+            "nats_remote_call",
+            "us/call",
+            "raw NATS request/reply to an echoing responder",
+            &mut rho_call,
+            &mut raw_call,
+        ),
     ])
 }

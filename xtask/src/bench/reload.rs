@@ -148,6 +148,7 @@ pub async fn reload(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             baseline: format!("copy + dlopen + init + call ({size_kib} KiB)"),
             baseline_value: median(&mut raw),
             runs: runs * 2,
+            spread: None,
         },
         Figure {
             name: "reload_watched".into(),
@@ -159,6 +160,7 @@ pub async fn reload(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             ),
             baseline_value: rho_core::DEFAULT_DEBOUNCE.as_secs_f64() * 1e3,
             runs,
+            spread: None,
         },
         Figure {
             name: "reload_mem".into(),
@@ -167,6 +169,7 @@ pub async fn reload(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             baseline: format!("file size ({size_kib} KiB)"),
             baseline_value: size_kib as f64,
             runs: runs * 2,
+            spread: None,
         },
     ])
 }
