@@ -49,7 +49,7 @@ pub use export::{EventExport, ExportConfig, ExportStatus};
 pub use follow::{Followed, Follower};
 pub use name::HostName;
 pub use node::Node;
-pub use remote::NodeTools;
+pub use remote::{MAX_TOOLS_PER_NODE, NodeTools};
 
 use std::path::Path;
 

@@ -42,6 +42,10 @@ const MAX_ANSWER_BYTES: usize = 64 << 20;
 /// The largest announcement read, bytes.
 const MAX_ANNOUNCE_BYTES: usize = 8 << 20;
 
+/// The most tools taken from one node: past it, the rest of its announcement is set aside
+/// (each tool's schemas are compiled when the list changes).
+pub const MAX_TOOLS_PER_NODE: usize = 1024;
+
 /// The tools of the `rho node`s reachable through a NATS client, as a [`ToolSource`]:
 /// `Host::builder().source("nats://...", NodeTools::new(client))`.
 pub struct NodeTools {
@@ -95,6 +99,16 @@ async fn follow_nodes(client: async_nats::Client, source: RemoteSource) {
                 let Ok(announce) = serde_json::from_slice::<Announce>(&message.payload) else {
                     continue;
                 };
+                let mut announce = announce;
+                if announce.tools.len() > MAX_TOOLS_PER_NODE {
+                    let line = format!(
+                        "node {} offers {} tools; the first {MAX_TOOLS_PER_NODE} are taken",
+                        announce.node,
+                        announce.tools.len()
+                    );
+                    announce.tools.truncate(MAX_TOOLS_PER_NODE);
+                    warn_once(&source, &mut warned, line);
+                }
                 if announce.leaving {
                     nodes.remove(&announce.node);
                 } else {
@@ -128,17 +142,26 @@ async fn follow_nodes(client: async_nats::Client, source: RemoteSource) {
             })
             .collect();
         for refused in source.set_tools(entries) {
-            if warned.insert(refused.clone()) {
-                tracing::warn!(%refused, "a node's tool refused");
-                source.bus().publish(
-                    None,
-                    rho_core::EventKind::Warning {
-                        subject: source.name().to_owned(),
-                        message: refused,
-                    },
-                );
-            }
+            warn_once(&source, &mut warned, refused);
         }
+    }
+}
+
+/// Logs `line` and publishes it as a warning, the first time only.
+fn warn_once(source: &RemoteSource, warned: &mut std::collections::HashSet<String>, line: String) {
+    // Bounded: a publisher making up new lines cannot grow it without end.
+    if warned.len() >= 4096 {
+        warned.clear();
+    }
+    if warned.insert(line.clone()) {
+        tracing::warn!(%line, "a node's offer set aside");
+        source.bus().publish(
+            None,
+            rho_core::EventKind::Warning {
+                subject: source.name().to_owned(),
+                message: line,
+            },
+        );
     }
 }
 

@@ -672,3 +672,53 @@ fn rho_watch_nats_serves_the_live_page_of_every_host() {
     let _ = watch.kill();
     let _ = watch.wait();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_announcing_too_many_tools_gets_the_first_ones_and_a_warning() {
+    let server = NatsServer::start();
+    let (host, _) = Host::builder()
+        .source(
+            "nats",
+            rho_bridge_nats::NodeTools::new(client(&server).await),
+        )
+        .build()
+        .await
+        .unwrap();
+    let mut warnings = host.subscribe_filtered(rho_core::Filter::default().types(["warning"]));
+    let many = rho_bridge_nats::MAX_TOOLS_PER_NODE + 100;
+    let announce = rho_bridge_nats::rpc::Announce {
+        node: "greedy".into(),
+        tools: (0..many)
+            .map(|i| rho_bridge_nats::rpc::Offer {
+                spec: rho_core::ToolSpec::native(&format!("t{i}"), "d", json!({"type": "object"})),
+                origin: "greedy@1".into(),
+            })
+            .collect(),
+        leaving: false,
+    };
+    let publisher = client(&server).await;
+    let payload = serde_json::to_vec(&announce).unwrap();
+    until(10, "the announced tools never came", || {
+        let publisher = publisher.clone();
+        let payload = payload.clone();
+        tokio::spawn(async move {
+            let _ = publisher
+                .publish(rho_bridge_nats::rpc::ANNOUNCE, payload.into())
+                .await;
+        });
+        !host.tools().is_empty()
+    })
+    .await;
+    assert_eq!(host.tools().len(), rho_bridge_nats::MAX_TOOLS_PER_NODE);
+    let warned = tokio::time::timeout(Duration::from_secs(5), warnings.recv())
+        .await
+        .unwrap();
+    match warned {
+        Some(rho_core::BusItem::Event(event)) => assert!(
+            matches!(&event.kind, EventKind::Warning { message, .. }
+                if message.contains("node greedy offers 1124 tools")),
+            "{event:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
