@@ -690,7 +690,7 @@ async fn a_node_announcing_too_many_tools_gets_the_first_ones_and_a_warning() {
         node: "greedy".into(),
         tools: (0..many)
             .map(|i| rho_bridge_nats::rpc::Offer {
-                spec: rho_core::ToolSpec::native(&format!("t{i}"), "d", json!({"type": "object"})),
+                spec: rho_core::ToolSpec::native(format!("t{i}"), "d", json!({"type": "object"})),
                 origin: "greedy@1".into(),
             })
             .collect(),
