@@ -8,7 +8,7 @@
 //! A follower is one reader: two with one name would share its events between them, and the
 //! second to start would set the first back; give each its own name.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
@@ -41,13 +41,14 @@ impl Followed {
     }
 }
 
-/// Where each host's events have got to: (run, seq) of the last one handed out.
-type Positions = HashMap<String, (u64, u64)>;
-
 /// A durable follower of the stream's events (see the module doc).
 pub struct Follower {
     messages: consumer::pull::Stream,
-    positions: Positions,
+    hosts: HashMap<String, HostState>,
+    /// Events in order, not handed out yet.
+    ready: VecDeque<Followed>,
+    /// Duplicates to acknowledge and drop.
+    stale: Vec<Followed>,
 }
 
 impl Follower {
@@ -117,16 +118,45 @@ impl Follower {
         let messages = consumer.messages().await.map_err(|e| failed(&e))?;
         Ok(Follower {
             messages,
-            positions: Positions::new(),
+            hosts: HashMap::new(),
+            ready: VecDeque::new(),
+            stale: Vec::new(),
         })
     }
 
-    /// The next event not handed out before. Waits for one; a server that is away is waited for
-    /// too (the client reconnects). A message that is not a rho event is acknowledged and passed
-    /// over with a warning.
+    /// The next event not handed out before, in each host's order. Waits for one; a server that
+    /// is away is waited for too (the client reconnects). A message that is not a rho event is
+    /// acknowledged and passed over with a warning.
+    ///
+    /// A host's events may sit in the stream out of order (after an outage, the export publishes
+    /// again what was not confirmed, and the client may already have delivered later ones): an
+    /// event that comes before one it follows is held, up to [`HOLD`], until the missing one
+    /// arrives; then both go out in order. One still missing after that is given up (the host
+    /// lost it, or the stream's limits dropped it).
     pub async fn next(&mut self) -> Result<Followed, NatsError> {
         loop {
-            let message = match self.messages.next().await {
+            // Seen already: acknowledged (so the consumer goes on past them), not handed out.
+            for seen in self.stale.drain(..) {
+                let _ = seen.ack().await;
+            }
+            if let Some(followed) = self.ready.pop_front() {
+                return Ok(followed);
+            }
+            let held_since = self.hosts.values().filter_map(|h| h.since).min();
+            let message = match held_since {
+                Some(since) => {
+                    let at = tokio::time::Instant::from_std(since + HOLD);
+                    match tokio::time::timeout_at(at, self.messages.next()).await {
+                        Ok(message) => message,
+                        Err(_) => {
+                            self.give_up_gaps();
+                            continue;
+                        }
+                    }
+                }
+                None => self.messages.next().await,
+            };
+            let message = match message {
                 Some(Ok(message)) => message,
                 Some(Err(e)) => {
                     // Heartbeats missed, the server restarting: the stream goes on by itself.
@@ -142,18 +172,89 @@ impl Follower {
             let Some(followed) = parse(message) else {
                 continue;
             };
-            let place = (followed.run, followed.event.seq);
-            match self.positions.get(&followed.host) {
-                Some(last) if place <= *last => {
-                    // Seen already: acknowledged, not handed out again.
-                    let _ = followed.ack().await;
-                    continue;
-                }
-                _ => {}
-            }
-            self.positions.insert(followed.host.clone(), place);
-            return Ok(followed);
+            self.take(followed);
         }
+    }
+
+    /// Places a followed event: ready when it is its host's next, held when one before it is
+    /// missing, stale when it was handed out (or is held) already.
+    fn take(&mut self, followed: Followed) {
+        let place = (followed.run, followed.event.seq);
+        let state = self.hosts.entry(followed.host.clone()).or_default();
+        match state.last {
+            Some(last) if place <= last || state.held.contains_key(&place) => {
+                self.stale.push(followed);
+            }
+            Some(last) if !follows(last, place) => {
+                state.held.insert(place, followed);
+                state.since.get_or_insert_with(std::time::Instant::now);
+            }
+            _ => {
+                state.last = Some(place);
+                self.ready.push_back(followed);
+                state.release(&mut self.ready, &mut self.stale);
+            }
+        }
+    }
+
+    /// Gives up the missing events of hosts that have held one for [`HOLD`]: the first held goes
+    /// out, and those that follow it.
+    fn give_up_gaps(&mut self) {
+        for (host, state) in &mut self.hosts {
+            if state.since.is_none_or(|since| since.elapsed() < HOLD) {
+                continue;
+            }
+            if let Some((place, followed)) = state.held.pop_first() {
+                tracing::warn!(%host, run = place.0, seq = place.1, "events before it never arrived; going on");
+                state.last = Some(place);
+                self.ready.push_back(followed);
+                state.release(&mut self.ready, &mut self.stale);
+            }
+        }
+    }
+}
+
+/// How long a follower holds a host's event while one before it is missing.
+pub const HOLD: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether `place` is the event right after `last` (the next seq of the run, or the first of a
+/// later run).
+fn follows(last: (u64, u64), place: (u64, u64)) -> bool {
+    (place.0 == last.0 && place.1 == last.1 + 1) || (place.0 > last.0 && place.1 == 1)
+}
+
+/// Where one host's events have got to.
+#[derive(Default)]
+struct HostState {
+    /// (run, seq) of the last event handed out (or made ready).
+    last: Option<(u64, u64)>,
+    /// Events waiting for one before them.
+    held: std::collections::BTreeMap<(u64, u64), Followed>,
+    /// Since when something is held without progress.
+    since: Option<std::time::Instant>,
+}
+
+impl HostState {
+    /// Moves the held events that now follow in order to `ready` (and those already handed out
+    /// to `stale`).
+    fn release(&mut self, ready: &mut VecDeque<Followed>, stale: &mut Vec<Followed>) {
+        while let Some(last) = self.last {
+            let Some((&place, _)) = self.held.first_key_value() else {
+                break;
+            };
+            if place <= last {
+                stale.extend(self.held.pop_first().map(|(_, followed)| followed));
+                continue;
+            }
+            if !follows(last, place) {
+                break;
+            }
+            if let Some((place, followed)) = self.held.pop_first() {
+                self.last = Some(place);
+                ready.push_back(followed);
+            }
+        }
+        self.since = (!self.held.is_empty()).then(std::time::Instant::now);
     }
 }
 

@@ -46,7 +46,7 @@ pub mod rpc;
 mod stream;
 
 pub use export::{EventExport, ExportConfig, ExportStatus};
-pub use follow::{Followed, Follower};
+pub use follow::{Followed, Follower, HOLD};
 pub use name::HostName;
 pub use node::Node;
 pub use remote::{MAX_TOOLS_PER_NODE, NodeTools};
