@@ -6,9 +6,11 @@
 //!   `<host>.<run>.<seq>`; at most [`ExportConfig::window`] wait for their acknowledgement at a
 //!   time. When one fails (the server went away, an acknowledgement timed out), the export
 //!   starts again after the last confirmed event, so JetStream's duplicate window drops what had
-//!   been stored unconfirmed: nothing is lost, nothing doubled. (An outage longer than the
-//!   stream's duplicate window, two minutes by default, may double at most `window` events: a
-//!   reader that deduplicates by `Rho-Run` and `Rho-Seq`, as [`crate::Follower`] does, sees none.)
+//!   been stored unconfirmed: nothing is lost, nothing doubled. The stream may then hold a few of
+//!   them after later ones (the client delivers what it had buffered when it reconnects, before
+//!   the export publishes again what was lost): readers order by `Rho-Run` and `Rho-Seq`, as
+//!   [`crate::Follower`] does. (An outage longer than the stream's duplicate window, two minutes
+//!   by default, may double at most `window` events; such a reader sees none.)
 //! - **Off the host's path.** The export is a bus subscriber like any other, in a task of its own:
 //!   publishing never makes a call wait. When it lags behind the bus, or the server is away, it
 //!   catches up from the host's journal, a page at a time, in order.

@@ -17,7 +17,8 @@
 //! | `Rho-Cut` | present when a string field was cut to fit the server's largest message (the journal keeps it whole): the bytes cut |
 //!
 //! A subscriber in any language follows `rho.<host>.>` (one host) or `rho.*.>` (all) with a
-//! JetStream consumer, and orders and deduplicates by (`Rho-Host`, `Rho-Run`, `Rho-Seq`).
+//! JetStream consumer, and orders and deduplicates by (`Rho-Host`, `Rho-Run`, `Rho-Seq`): after an
+//! outage a host's events may be stored slightly out of order, and a few twice.
 //!
 //! # Example
 //!
