@@ -90,7 +90,9 @@ async fn follow_nodes(client: async_nats::Client, source: RemoteSource) {
     let mut check = tokio::time::interval(Duration::from_millis(250));
     let mut warned: std::collections::HashSet<String> = Default::default();
     loop {
-        tokio::select! {
+        // Whether any node's set of (tool, version) changed: nodes announce every 500 ms, and
+        // most announcements repeat the last.
+        let changed = tokio::select! {
             message = announcements.next() => {
                 let Some(message) = message else { return };
                 if message.payload.len() > MAX_ANNOUNCE_BYTES {
@@ -110,14 +112,23 @@ async fn follow_nodes(client: async_nats::Client, source: RemoteSource) {
                     warn_once(&source, &mut warned, line);
                 }
                 if announce.leaving {
-                    nodes.remove(&announce.node);
+                    nodes.remove(&announce.node).is_some()
                 } else {
+                    let same = nodes
+                        .get(&announce.node)
+                        .is_some_and(|before| versions(&before.tools).eq(versions(&announce.tools)));
                     nodes.insert(announce.node, Heard { at: Instant::now(), tools: announce.tools });
+                    !same
                 }
             }
             _ = check.tick() => {
+                let before = nodes.len();
                 nodes.retain(|_, heard| heard.at.elapsed() < NODE_GONE_AFTER);
+                nodes.len() != before
             }
+        };
+        if !changed {
+            continue;
         }
         let chosen = choose(&nodes);
         let now: Vec<(String, String)> = chosen
@@ -163,6 +174,13 @@ fn warn_once(source: &RemoteSource, warned: &mut std::collections::HashSet<Strin
             },
         );
     }
+}
+
+/// What a node's offers amount to for the host: each tool's name and version.
+fn versions(tools: &[Offer]) -> impl Iterator<Item = (&str, &str)> {
+    tools
+        .iter()
+        .map(|o| (o.spec.name.as_str(), o.origin.as_str()))
 }
 
 /// One offer per tool name: the version most nodes serve (ties: the greater version string).

@@ -576,11 +576,15 @@ impl RawTool {
     }
 }
 
-/// Why a tool's declaration is refused, if it is: a title that is empty, longer than 128
-/// characters or holds control characters; an output schema that is not an object schema
-/// (`"type": "object"`, as MCP requires); a result limit of zero.
-fn declaration_problem(declared: &ToolDeclaration) -> Option<String> {
-    if let Some(title) = &declared.title
+/// Why a tool is refused, if it is, whether a plugin or a remote source offers it: its argument
+/// schema is not a JSON object; its title is empty, longer than 128 characters or holds control
+/// or invisible characters; its output schema does not describe an object (`"type": "object"`,
+/// as MCP requires); its result limit is zero; or one of its schemas costs too much to compile.
+pub(crate) fn spec_problem(spec: &ToolSpec) -> Option<String> {
+    if !spec.parameters.is_object() {
+        return Some("its parameters are not a JSON Schema object".into());
+    }
+    if let Some(title) = &spec.title
         && (title.is_empty() || title.chars().count() > 128 || title.chars().any(invisible))
     {
         return Some(
@@ -589,7 +593,7 @@ fn declaration_problem(declared: &ToolDeclaration) -> Option<String> {
                 .into(),
         );
     }
-    if let Some(schema) = &declared.output_schema
+    if let Some(schema) = &spec.output_schema
         && schema.get("type").and_then(|t| t.as_str()) != Some("object")
     {
         return Some(
@@ -597,28 +601,8 @@ fn declaration_problem(declared: &ToolDeclaration) -> Option<String> {
                 .into(),
         );
     }
-    if declared.max_result_bytes == Some(0) {
+    if spec.max_result_bytes == Some(0) {
         return Some("its result limit must be at least 1 byte".into());
-    }
-    None
-}
-
-/// Why a tool offered by a remote source is refused, if it is: the checks of a plugin's tools
-/// ([`check_tools`]: its argument schema an object, its declaration, the cost of its schemas),
-/// on a spec a node sent.
-pub(crate) fn spec_problem(spec: &ToolSpec) -> Option<String> {
-    if !spec.parameters.is_object() {
-        return Some("its parameters are not a JSON Schema object".into());
-    }
-    let declared = ToolDeclaration {
-        name: spec.name.clone(),
-        title: spec.title.clone(),
-        hints: spec.hints,
-        output_schema: spec.output_schema.clone(),
-        max_result_bytes: spec.max_result_bytes,
-    };
-    if let Some(problem) = declaration_problem(&declared) {
-        return Some(problem);
     }
     let costly = |which: &str, schema: &serde_json::Value| {
         crate::call::validate::schema_cost_problem(schema)
@@ -691,30 +675,6 @@ pub(crate) fn check_tools(
             ));
             continue;
         };
-        if !parameters.is_object() {
-            rejected.push(format!(
-                "{file}: tool `{name}` refused: its parameters are not a JSON Schema object"
-            ));
-            continue;
-        }
-        if let Some(problem) = declaration_problem(&tool.declared) {
-            rejected.push(format!("{file}: tool `{name}` refused: {problem}"));
-            continue;
-        }
-        let costly = |which: &str, schema: &serde_json::Value| {
-            crate::call::validate::schema_cost_problem(schema)
-                .map(|problem| format!("{file}: tool `{name}` refused: its {which} has {problem}"))
-        };
-        let too_costly = costly("argument schema", &parameters).or_else(|| {
-            tool.declared
-                .output_schema
-                .as_ref()
-                .and_then(|schema| costly("output schema", schema))
-        });
-        if let Some(line) = too_costly {
-            rejected.push(line);
-            continue;
-        }
         let ToolDeclaration {
             title,
             hints,
@@ -722,7 +682,7 @@ pub(crate) fn check_tools(
             max_result_bytes,
             ..
         } = tool.declared;
-        tools.push(ToolSpec {
+        let spec = ToolSpec {
             name,
             title,
             description,
@@ -733,7 +693,13 @@ pub(crate) fn check_tools(
             timeout_ms: tool.timeout_ms,
             plugin: Some(plugin.to_owned()),
             plugin_version: Some(version.to_owned()),
-        });
+        };
+        match spec_problem(&spec) {
+            Some(problem) => {
+                rejected.push(format!("{file}: tool `{}` refused: {problem}", spec.name));
+            }
+            None => tools.push(spec),
+        }
     }
     (tools, rejected)
 }
