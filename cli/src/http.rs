@@ -784,6 +784,8 @@ pub async fn start(
     guard: Guard,
     stop: CancellationToken,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), HttpError> {
+    // `/images` serves what the bus keeps from now on.
+    host.bus().keep_recent_images();
     let sessions = Arc::new(LocalSessionManager::default());
     let service = server.map(|server| {
         let config = StreamableHttpServerConfig::default()

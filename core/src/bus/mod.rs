@@ -16,9 +16,9 @@ use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio_stream::Stream;
-use tokio_stream::wrappers::BroadcastStream;
-use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+use tokio_util::sync::ReusableBoxFuture;
 
 use crate::bus::events::{Event, EventKind};
 
@@ -42,6 +42,8 @@ struct Inner {
     tx: broadcast::Sender<Arc<Event>>,
     state: Mutex<State>,
     images: Mutex<RecentImages>,
+    /// Whether end events' images are kept ([`Bus::keep_recent_images`]).
+    keeping_images: std::sync::atomic::AtomicBool,
 }
 
 /// The bytes of the images of recent end events, by SHA-256, oldest dropped first past
@@ -78,6 +80,7 @@ impl Bus {
                     sinks: Vec::new(),
                 }),
                 images: Mutex::default(),
+                keeping_images: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -109,12 +112,19 @@ impl Bus {
         event
     }
 
-    /// Publishes an event, then spends one unit of the task's tokio budget, yielding when it is
-    /// exhausted: a loop that publishes in bursts cannot starve subscribers on its runtime.
-    pub async fn emit(&self, session_id: Option<&str>, kind: EventKind) -> Arc<Event> {
+    /// Publishes an event at once (when called, not when first polled), then, awaited, spends one
+    /// unit of the task's tokio budget, yielding when it is exhausted: a loop that publishes in
+    /// bursts cannot starve subscribers on its runtime. The event is not kept in the future.
+    pub fn emit(
+        &self,
+        session_id: Option<&str>,
+        kind: EventKind,
+    ) -> impl Future<Output = Arc<Event>> + Send + use<> {
         let event = self.publish(session_id, kind);
-        tokio::task::coop::consume_budget().await;
-        event
+        async move {
+            tokio::task::coop::consume_budget().await;
+            event
+        }
     }
 
     /// Adds a must-see sink; it gets every event published from now on.
@@ -127,9 +137,20 @@ impl Bus {
         self.state().seq
     }
 
-    /// The bytes of an image a recent `tool_execution_end` named ([`ImageView::sha256`]);
-    /// `None` once [`RECENT_IMAGE_BYTES`] of newer images pushed it out (or for another hash).
-    /// Shared, not copied: a download costs no copy of the bytes.
+    /// From now on, keeps the images of `tool_execution_end` events (up to
+    /// [`RECENT_IMAGE_BYTES`], oldest dropped first) for [`Bus::image`]. Off until called: a host
+    /// that serves no image downloads (the HTTP server calls this) pays no copy and no memory for
+    /// them.
+    pub fn keep_recent_images(&self) {
+        self.inner
+            .keeping_images
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The bytes of an image a recent `tool_execution_end` named ([`ImageView::sha256`]), once
+    /// [`Bus::keep_recent_images`] was called; `None` before, once [`RECENT_IMAGE_BYTES`] of newer
+    /// images pushed it out, or for another hash. Shared, not copied: a download costs no copy of
+    /// the bytes.
     ///
     /// [`ImageView::sha256`]: crate::ImageView::sha256
     pub fn image(&self, sha256: &str) -> Option<Arc<rho_plugin_api::Image>> {
@@ -148,7 +169,12 @@ impl Bus {
 
     /// Keeps the images of `output` (named in `view`) for [`Bus::image`].
     pub(crate) fn keep_images(&self, view: &events::OutputView, output: &rho_plugin_api::Output) {
-        if output.images().is_empty() {
+        if output.images().is_empty()
+            || !self
+                .inner
+                .keeping_images
+                .load(std::sync::atomic::Ordering::Relaxed)
+        {
             return;
         }
         let mut images = self
@@ -185,7 +211,8 @@ impl Bus {
         let state = self.state();
         let rx = self.inner.tx.subscribe();
         Subscription {
-            stream: BroadcastStream::new(rx),
+            rx: Some(rx),
+            waiting: None,
             filter,
             last_seq: state.seq,
         }
@@ -278,9 +305,22 @@ pub enum BusItem {
 /// holds a call's context, and no `Bus` clone of the embedder's own is left. A subscription that
 /// falls behind does not end: it gets a [`BusItem::Lagged`] and goes on.
 pub struct Subscription {
-    stream: BroadcastStream<Arc<Event>>,
+    /// The receiver, while no wait is under way (it is inside the wait's future meanwhile).
+    rx: Option<broadcast::Receiver<Arc<Event>>>,
+    /// The wait for the next event once none was ready; its box is reused by later waits.
+    waiting: Option<ReusableBoxFuture<'static, Received>>,
     filter: Filter,
     last_seq: u64,
+}
+
+/// What a wait for the next event gives: the event (or why none) and the receiver back.
+type Received = (
+    Result<Arc<Event>, RecvError>,
+    broadcast::Receiver<Arc<Event>>,
+);
+
+async fn next_event(mut rx: broadcast::Receiver<Arc<Event>>) -> Received {
+    (rx.recv().await, rx)
 }
 
 impl Subscription {
@@ -297,16 +337,47 @@ impl Subscription {
     }
 }
 
+impl Subscription {
+    /// The next event or lag notice from the channel, before filtering: taken at once when one is
+    /// ready (no future, no allocation), else waited for in the reused box.
+    fn poll_raw(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Arc<Event>, u64>>> {
+        if let Some(rx) = &mut self.rx {
+            match rx.try_recv() {
+                Ok(event) => return Poll::Ready(Some(Ok(event))),
+                Err(TryRecvError::Lagged(missed)) => return Poll::Ready(Some(Err(missed))),
+                Err(TryRecvError::Closed) => return Poll::Ready(None),
+                Err(TryRecvError::Empty) => {}
+            }
+        }
+        let waiting = match (self.rx.take(), &mut self.waiting) {
+            (Some(rx), Some(waiting)) => {
+                waiting.set(next_event(rx));
+                waiting
+            }
+            (Some(rx), waiting @ None) => waiting.insert(ReusableBoxFuture::new(next_event(rx))),
+            (None, Some(waiting)) => waiting,
+            // Unreachable: the receiver is either here or inside the wait.
+            (None, None) => return Poll::Ready(None),
+        };
+        let (received, rx) = std::task::ready!(waiting.poll(cx));
+        self.rx = Some(rx);
+        Poll::Ready(match received {
+            Ok(event) => Some(Ok(event)),
+            Err(RecvError::Lagged(missed)) => Some(Err(missed)),
+            Err(RecvError::Closed) => None,
+        })
+    }
+}
+
 impl Stream for Subscription {
     type Item = BusItem;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<BusItem>> {
         let this = self.get_mut();
         loop {
-            match Pin::new(&mut this.stream).poll_next(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => return Poll::Ready(None),
-                Poll::Ready(Some(Err(BroadcastStreamRecvError::Lagged(missed)))) => {
+            match std::task::ready!(this.poll_raw(cx)) {
+                None => return Poll::Ready(None),
+                Some(Err(missed)) => {
                     let resume_from = this.last_seq + 1;
                     this.last_seq += missed;
                     return Poll::Ready(Some(BusItem::Lagged {
@@ -314,7 +385,7 @@ impl Stream for Subscription {
                         resume_from,
                     }));
                 }
-                Poll::Ready(Some(Ok(event))) => {
+                Some(Ok(event)) => {
                     this.last_seq = event.seq;
                     if this.filter.matches(&event) {
                         return Poll::Ready(Some(BusItem::Event(event)));

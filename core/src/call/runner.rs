@@ -259,7 +259,8 @@ impl ToolRunner {
         };
         let drop_guard = abandoned.clone().drop_guard();
         let runner = self.clone();
-        let (call, gate) = (call.clone(), gate.clone());
+        // One copy of the call, shared by the task, the gate and the fallback below.
+        let (call, gate) = (Arc::new(call.clone()), gate.clone());
         let options = CallOptions {
             cancel: Some(abandoned),
             ..options.clone()
@@ -301,7 +302,7 @@ impl ToolRunner {
 
     async fn run_to_end(
         &self,
-        call: &ToolCall,
+        call: &Arc<ToolCall>,
         gate: &Arc<dyn Gate>,
         options: &CallOptions,
     ) -> ToolResult {
@@ -370,7 +371,7 @@ impl ToolRunner {
 
     async fn execute(
         &self,
-        call: &ToolCall,
+        call: &Arc<ToolCall>,
         tool: &ResolvedTool,
         gate: &Arc<dyn Gate>,
         options: &CallOptions,
@@ -448,7 +449,7 @@ impl ToolRunner {
     #[allow(clippy::too_many_arguments)]
     fn spawn_task(
         &self,
-        call: &ToolCall,
+        call: &Arc<ToolCall>,
         tool: &ResolvedTool,
         gate: &Arc<dyn Gate>,
         options: &CallOptions,

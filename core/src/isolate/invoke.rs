@@ -260,20 +260,31 @@ fn to_answer(tool: &str, shape: AnswerShape, mut blobs: Vec<u8>) -> Result<Answe
             blobs.len()
         ))));
     }
-    let image_bytes = blobs.split_off(text_len);
-    let text = String::from_utf8(blobs).map_err(|e| {
+    // The common shapes keep the buffer the frame was read into: text alone is the whole of it,
+    // and so is a lone image after empty text. Others copy each part out once.
+    let (text, images) = match heads.as_slice() {
+        [] => (blobs, Vec::new()),
+        [head] if text_len == 0 => (Vec::new(), vec![Image::new(head.mime_type.clone(), blobs)]),
+        _ => {
+            let mut at = text_len;
+            let images = heads
+                .iter()
+                .map(|head| {
+                    let image = Image::new(head.mime_type.clone(), &blobs[at..at + head.len]);
+                    at += head.len;
+                    image
+                })
+                .collect();
+            blobs.truncate(text_len);
+            (blobs, images)
+        }
+    };
+    let text = String::from_utf8(text).map_err(|e| {
         Failure::Crash(CrashReason::Protocol(format!(
             "invalid UTF-8 in the answer's text: {}",
             e.utf8_error()
         )))
     })?;
-    let blobs = image_bytes;
-    let mut images = Vec::with_capacity(heads.len());
-    let mut at = 0;
-    for head in heads {
-        images.push(Image::new(head.mime_type, &blobs[at..at + head.len]));
-        at += head.len;
-    }
     Ok(Answer {
         output: answer::output(kind, text, images)?,
         structured: json_of(tool, "structured content", structured)?,

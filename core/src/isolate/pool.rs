@@ -10,7 +10,9 @@ use tokio::io::AsyncWriteExt;
 
 use crate::error::LoadError;
 use crate::isolate::WorkerOptions;
-use crate::isolate::protocol::{Frame, FrameError, FromWorker, ToWorker, encode, read_frame_async};
+use crate::isolate::protocol::{
+    Frame, FrameError, FromWorker, ToWorker, encode_parts, read_frame_async,
+};
 use crate::isolate::sandbox::SandboxReport;
 use crate::isolate::spawn::{Payload, Process, kill_group, start};
 use crate::plugin::load::PluginInfo;
@@ -52,13 +54,16 @@ impl Worker {
     /// Sends one message with its blob (a call's arguments): calls on the channel, cancellations
     /// on the cancel channel.
     pub async fn send(&mut self, message: &ToWorker, blob: &[u8]) -> std::io::Result<()> {
-        let frame = encode(message, &[blob]);
-        match message {
-            ToWorker::Cancel { .. } => self.process.cancel.write_all(&frame).await,
-            ToWorker::Call { .. } | ToWorker::Start { .. } => {
-                self.process.stream.write_all(&frame).await
-            }
+        let (head, large) = encode_parts(message, &[blob]);
+        let stream = match message {
+            ToWorker::Cancel { .. } => &mut self.process.cancel,
+            ToWorker::Call { .. } | ToWorker::Start { .. } => &mut self.process.stream,
+        };
+        stream.write_all(&head).await?;
+        for blob in large {
+            stream.write_all(blob).await?;
         }
+        Ok(())
     }
 
     /// Reads one frame, refusing frames over `limit` bytes.

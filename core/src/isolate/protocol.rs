@@ -209,40 +209,44 @@ pub struct Frame<M> {
     pub blobs: Vec<u8>,
 }
 
-/// Encodes `message` and `blobs` into one frame.
-pub fn encode<M: Serialize>(message: &M, blobs: &[&[u8]]) -> Vec<u8> {
+/// Blobs up to this many bytes in all are copied behind the JSON part and written in one go;
+/// larger ones are written from where they lie, after the head (no copy of a large payload).
+const INLINE_BLOBS: usize = 64 << 10;
+
+/// A frame's head: its length prefix, the JSON part's length and the JSON part, for a frame whose
+/// blobs add up to `blob_len` bytes.
+fn encode_head<M: Serialize>(message: &M, blob_len: usize, spare: usize) -> Vec<u8> {
     // Serializing these enums of strings and numbers cannot fail.
     let json = serde_json::to_vec(message).unwrap_or_default();
-    let blob_len: usize = blobs.iter().map(|b| b.len()).sum();
     let body = 4 + json.len() + blob_len;
-    let mut out = Vec::with_capacity(4 + body);
+    let mut out = Vec::with_capacity(8 + json.len() + spare);
     out.extend_from_slice(&(body as u32).to_le_bytes());
     out.extend_from_slice(&(json.len() as u32).to_le_bytes());
     out.extend_from_slice(&json);
+    out
+}
+
+/// Encodes `message` and `blobs` into one frame.
+pub fn encode<M: Serialize>(message: &M, blobs: &[&[u8]]) -> Vec<u8> {
+    let blob_len: usize = blobs.iter().map(|b| b.len()).sum();
+    let mut out = encode_head(message, blob_len, blob_len);
     for blob in blobs {
         out.extend_from_slice(blob);
     }
     out
 }
 
-fn decode<M: for<'de> Deserialize<'de>>(mut body: Vec<u8>) -> Result<Frame<M>, FrameError> {
-    if body.len() < 4 {
-        return Err(FrameError::Malformed(format!(
-            "a body of {} bytes",
-            body.len()
-        )));
+/// A frame as the writes that send it: the head with small blobs copied in, then each large blob
+/// as it is.
+pub(crate) fn encode_parts<'a, M: Serialize>(
+    message: &M,
+    blobs: &[&'a [u8]],
+) -> (Vec<u8>, Vec<&'a [u8]>) {
+    let blob_len: usize = blobs.iter().map(|b| b.len()).sum();
+    if blob_len <= INLINE_BLOBS {
+        return (encode(message, blobs), Vec::new());
     }
-    let json_len = u32::from_le_bytes([body[0], body[1], body[2], body[3]]) as usize;
-    if json_len > body.len() - 4 {
-        return Err(FrameError::Malformed(format!(
-            "a JSON part of {json_len} bytes in a body of {}",
-            body.len()
-        )));
-    }
-    let blobs = body.split_off(4 + json_len);
-    let text = std::str::from_utf8(&body[4..]).map_err(FrameError::Utf8)?;
-    let message = serde_json::from_str(text).map_err(FrameError::Json)?;
-    Ok(Frame { message, blobs })
+    (encode_head(message, blob_len, 0), blobs.to_vec())
 }
 
 fn check_len(header: [u8; 4], limit: usize) -> Result<usize, FrameError> {
@@ -253,7 +257,37 @@ fn check_len(header: [u8; 4], limit: usize) -> Result<usize, FrameError> {
     Ok(size)
 }
 
-/// Reads one frame (blocking).
+/// The JSON part's length from its prefix, checked against the body's `size`.
+fn json_len(prefix: [u8; 4], size: usize) -> Result<usize, FrameError> {
+    let json_len = u32::from_le_bytes(prefix) as usize;
+    if json_len > size - 4 {
+        return Err(FrameError::Malformed(format!(
+            "a JSON part of {json_len} bytes in a body of {size}"
+        )));
+    }
+    Ok(json_len)
+}
+
+/// Room reserved up front for a frame's blobs: what it announces, up to 4 MiB (a frame that
+/// announces more grows its buffer as its bytes arrive, so a lying length costs no memory).
+fn blob_room(len: usize) -> usize {
+    len.min(4 << 20)
+}
+
+fn closed_at_eof(e: std::io::Error) -> FrameError {
+    match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => FrameError::Closed,
+        _ => FrameError::Io(e),
+    }
+}
+
+fn message_of<M: for<'de> Deserialize<'de>>(json: &[u8]) -> Result<M, FrameError> {
+    let text = std::str::from_utf8(json).map_err(FrameError::Utf8)?;
+    serde_json::from_str(text).map_err(FrameError::Json)
+}
+
+/// Reads one frame (blocking). The blobs are read straight into their own buffer: no copy, no
+/// zeroing.
 pub fn read_frame<M: for<'de> Deserialize<'de>>(
     reader: &mut impl Read,
     limit: usize,
@@ -264,15 +298,29 @@ pub fn read_frame<M: for<'de> Deserialize<'de>>(
         other => other?,
     }
     let size = check_len(header, limit)?;
-    let mut body = vec![0u8; size];
-    reader.read_exact(&mut body).map_err(|e| match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => FrameError::Closed,
-        _ => FrameError::Io(e),
-    })?;
-    decode(body)
+    if size < 4 {
+        return Err(FrameError::Malformed(format!("a body of {size} bytes")));
+    }
+    reader.read_exact(&mut header).map_err(closed_at_eof)?;
+    let json_len = json_len(header, size)?;
+    let mut json = vec![0u8; json_len];
+    reader.read_exact(&mut json).map_err(closed_at_eof)?;
+    let rest = size - 4 - json_len;
+    let mut blobs = Vec::with_capacity(blob_room(rest));
+    (&mut *reader)
+        .take(rest as u64)
+        .read_to_end(&mut blobs)
+        .map_err(FrameError::Io)?;
+    if blobs.len() < rest {
+        return Err(FrameError::Closed);
+    }
+    Ok(Frame {
+        message: message_of(&json)?,
+        blobs,
+    })
 }
 
-/// Reads one frame (async).
+/// Reads one frame (async), as [`read_frame`] does.
 pub async fn read_frame_async<M: for<'de> Deserialize<'de>>(
     reader: &mut (impl AsyncRead + Unpin),
     limit: usize,
@@ -283,24 +331,43 @@ pub async fn read_frame_async<M: for<'de> Deserialize<'de>>(
         other => other?,
     };
     let size = check_len(header, limit)?;
-    let mut body = vec![0u8; size];
+    if size < 4 {
+        return Err(FrameError::Malformed(format!("a body of {size} bytes")));
+    }
     reader
-        .read_exact(&mut body)
+        .read_exact(&mut header)
         .await
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => FrameError::Closed,
-            _ => FrameError::Io(e),
-        })?;
-    decode(body)
+        .map_err(closed_at_eof)?;
+    let json_len = json_len(header, size)?;
+    let mut json = vec![0u8; json_len];
+    reader.read_exact(&mut json).await.map_err(closed_at_eof)?;
+    let rest = size - 4 - json_len;
+    let mut blobs = Vec::with_capacity(blob_room(rest));
+    (&mut *reader)
+        .take(rest as u64)
+        .read_to_end(&mut blobs)
+        .await
+        .map_err(FrameError::Io)?;
+    if blobs.len() < rest {
+        return Err(FrameError::Closed);
+    }
+    Ok(Frame {
+        message: message_of(&json)?,
+        blobs,
+    })
 }
 
-/// Writes one frame (blocking).
+/// Writes one frame (blocking); large blobs are written from where they lie.
 pub fn write_frame<M: Serialize>(
     writer: &mut impl Write,
     message: &M,
     blobs: &[&[u8]],
 ) -> std::io::Result<()> {
-    writer.write_all(&encode(message, blobs))?;
+    let (head, large) = encode_parts(message, blobs);
+    writer.write_all(&head)?;
+    for blob in large {
+        writer.write_all(blob)?;
+    }
     writer.flush()
 }
 

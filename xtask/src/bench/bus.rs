@@ -11,7 +11,7 @@ use super::{Ctx, Figure};
 
 const CAPACITY: usize = 1 << 16;
 
-async fn rho_round(subscribers: usize, events: u64) -> f64 {
+pub(super) async fn rho_round(subscribers: usize, events: u64) -> f64 {
     let bus = Bus::new(CAPACITY);
     let tasks: Vec<_> = (0..subscribers)
         .map(|_| {
@@ -45,7 +45,7 @@ async fn rho_round(subscribers: usize, events: u64) -> f64 {
     delivered as f64 / started.elapsed().as_secs_f64()
 }
 
-async fn raw_round(subscribers: usize, events: u64) -> f64 {
+pub(super) async fn raw_round(subscribers: usize, events: u64) -> f64 {
     let (tx, _) = broadcast::channel::<Arc<u64>>(CAPACITY);
     let tasks: Vec<_> = (0..subscribers)
         .map(|_| {

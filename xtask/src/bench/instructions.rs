@@ -1,5 +1,6 @@
-//! `instr_*`: instructions per call, counted by `valgrind --tool=callgrind` (stable whatever else
-//! the machine does), for the in-process and isolated call paths against their raw baselines.
+//! `instr_*`: instructions per call (or per event delivered), counted by `valgrind --tool=callgrind`
+//! (stable whatever else the machine does), for the in-process and isolated call paths and the
+//! bus against their raw baselines.
 //! Each figure runs a loop of calls (`xtask bench-loop`) under callgrind twice, with a short and
 //! a long count, and divides the difference: start-up and warm-up cancel out. Isolated figures
 //! count the host's side only (callgrind does not follow the worker processes). Without valgrind
@@ -17,7 +18,14 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use super::{Ctx, Figure};
 
 /// The loops `xtask bench-loop` runs: rho's and the raw baseline of each path.
-pub const LOOPS: [&str; 4] = ["inproc", "inproc_raw", "isolated", "isolated_raw"];
+pub const LOOPS: [&str; 6] = [
+    "inproc",
+    "inproc_raw",
+    "isolated",
+    "isolated_raw",
+    "bus",
+    "bus_raw",
+];
 
 /// Calls of the short and the long run.
 const SHORT: usize = 200;
@@ -89,6 +97,13 @@ pub fn run_loop(plugins: &Path, what: &str, calls: usize) -> Result<(), String> 
                         .map_err(|e| e.to_string())?;
                 }
             }
+            // `calls` events published to one subscriber, which reads them all.
+            "bus" => {
+                super::bus::rho_round(1, calls as u64).await;
+            }
+            "bus_raw" => {
+                super::bus::raw_round(1, calls as u64).await;
+            }
             other => return Err(format!("no loop `{other}`")),
         }
         Ok(())
@@ -144,24 +159,33 @@ pub fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut figures = Vec::new();
-    for (name, rho, raw, baseline) in [
+    for (name, unit, rho, raw, baseline) in [
         (
             "instr_inproc_call",
+            "instr/call",
             "inproc",
             "inproc_raw",
             "spawn_blocking + direct entry-point call",
         ),
         (
             "instr_isolated_call",
+            "instr/call",
             "isolated",
             "isolated_raw",
             "a round trip to `cat` over pipes (host side)",
+        ),
+        (
+            "instr_bus_event",
+            "instr/event",
+            "bus",
+            "bus_raw",
+            "raw tokio broadcast, 1 receiver",
         ),
     ] {
         figures.push(Figure {
             name: name.into(),
             value: per_call(&exe, &ctx.plugins, rho)?,
-            unit: "instr/call".into(),
+            unit: unit.into(),
             baseline: baseline.into(),
             baseline_value: per_call(&exe, &ctx.plugins, raw)?,
             runs: 1,
