@@ -257,22 +257,15 @@ fn check_len(header: [u8; 4], limit: usize) -> Result<usize, FrameError> {
     Ok(size)
 }
 
-/// The JSON part's length from its prefix, checked against the body's `size`.
-fn json_len(prefix: [u8; 4], size: usize) -> Result<usize, FrameError> {
-    let json_len = u32::from_le_bytes(prefix) as usize;
-    if json_len > size - 4 {
-        return Err(FrameError::Malformed(format!(
-            "a JSON part of {json_len} bytes in a body of {size}"
-        )));
-    }
-    Ok(json_len)
-}
-
 /// Room reserved up front for a frame's blobs: what it announces, up to 4 MiB (a frame that
 /// announces more grows its buffer as its bytes arrive, so a lying length costs no memory).
 fn blob_room(len: usize) -> usize {
     len.min(4 << 20)
 }
+
+/// The first bytes of a body are read at once, up to this many: a small frame takes one read
+/// after its length, a large one copies no more than this of its blobs.
+const BODY_PREFIX: usize = 8 << 10;
 
 fn closed_at_eof(e: std::io::Error) -> FrameError {
     match e.kind() {
@@ -281,13 +274,62 @@ fn closed_at_eof(e: std::io::Error) -> FrameError {
     }
 }
 
-fn message_of<M: for<'de> Deserialize<'de>>(json: &[u8]) -> Result<M, FrameError> {
-    let text = std::str::from_utf8(json).map_err(FrameError::Utf8)?;
-    serde_json::from_str(text).map_err(FrameError::Json)
+/// A body being read: the length prefix and JSON part in `json`, the blob bytes read so far in
+/// `blobs`.
+struct Body {
+    json: Vec<u8>,
+    blobs: Vec<u8>,
+    /// Blob bytes still to read.
+    missing: usize,
+    /// JSON bytes still to read (into `json`, after what it holds).
+    json_missing: usize,
 }
 
-/// Reads one frame (blocking). The blobs are read straight into their own buffer: no copy, no
-/// zeroing.
+/// Splits the first bytes of a body of `size` bytes into its parts.
+fn body_of(mut prefix: Vec<u8>, size: usize) -> Result<Body, FrameError> {
+    let json_len = u32::from_le_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+    if json_len > size - 4 {
+        return Err(FrameError::Malformed(format!(
+            "a JSON part of {json_len} bytes in a body of {size}"
+        )));
+    }
+    let blob_len = size - 4 - json_len;
+    let json_end = 4 + json_len;
+    if json_end <= prefix.len() {
+        let mut blobs = Vec::with_capacity(blob_room(blob_len));
+        blobs.extend_from_slice(&prefix[json_end..]);
+        prefix.truncate(json_end);
+        Ok(Body {
+            missing: blob_len - blobs.len(),
+            json: prefix,
+            blobs,
+            json_missing: 0,
+        })
+    } else {
+        Ok(Body {
+            json_missing: json_end - prefix.len(),
+            json: prefix,
+            blobs: Vec::with_capacity(blob_room(blob_len)),
+            missing: blob_len,
+        })
+    }
+}
+
+impl Body {
+    fn frame<M: for<'de> Deserialize<'de>>(self) -> Result<Frame<M>, FrameError> {
+        if self.missing > 0 {
+            return Err(FrameError::Closed);
+        }
+        let text = std::str::from_utf8(&self.json[4..]).map_err(FrameError::Utf8)?;
+        Ok(Frame {
+            message: serde_json::from_str(text).map_err(FrameError::Json)?,
+            blobs: self.blobs,
+        })
+    }
+}
+
+/// Reads one frame (blocking). The blobs are read straight into their own buffer: past the first
+/// [`BODY_PREFIX`] bytes, no copy and no zeroing.
 pub fn read_frame<M: for<'de> Deserialize<'de>>(
     reader: &mut impl Read,
     limit: usize,
@@ -301,23 +343,25 @@ pub fn read_frame<M: for<'de> Deserialize<'de>>(
     if size < 4 {
         return Err(FrameError::Malformed(format!("a body of {size} bytes")));
     }
-    reader.read_exact(&mut header).map_err(closed_at_eof)?;
-    let json_len = json_len(header, size)?;
-    let mut json = vec![0u8; json_len];
-    reader.read_exact(&mut json).map_err(closed_at_eof)?;
-    let rest = size - 4 - json_len;
-    let mut blobs = Vec::with_capacity(blob_room(rest));
-    (&mut *reader)
-        .take(rest as u64)
-        .read_to_end(&mut blobs)
-        .map_err(FrameError::Io)?;
-    if blobs.len() < rest {
-        return Err(FrameError::Closed);
+    let mut prefix = vec![0u8; size.min(BODY_PREFIX)];
+    reader.read_exact(&mut prefix).map_err(closed_at_eof)?;
+    let mut body = body_of(prefix, size)?;
+    if body.json_missing > 0 {
+        let at = body.json.len();
+        body.json.resize(at + body.json_missing, 0);
+        reader
+            .read_exact(&mut body.json[at..])
+            .map_err(closed_at_eof)?;
     }
-    Ok(Frame {
-        message: message_of(&json)?,
-        blobs,
-    })
+    if body.missing > 0 {
+        let before = body.blobs.len();
+        (&mut *reader)
+            .take(body.missing as u64)
+            .read_to_end(&mut body.blobs)
+            .map_err(FrameError::Io)?;
+        body.missing -= body.blobs.len() - before;
+    }
+    body.frame()
 }
 
 /// Reads one frame (async), as [`read_frame`] does.
@@ -334,27 +378,30 @@ pub async fn read_frame_async<M: for<'de> Deserialize<'de>>(
     if size < 4 {
         return Err(FrameError::Malformed(format!("a body of {size} bytes")));
     }
+    let mut prefix = vec![0u8; size.min(BODY_PREFIX)];
     reader
-        .read_exact(&mut header)
+        .read_exact(&mut prefix)
         .await
         .map_err(closed_at_eof)?;
-    let json_len = json_len(header, size)?;
-    let mut json = vec![0u8; json_len];
-    reader.read_exact(&mut json).await.map_err(closed_at_eof)?;
-    let rest = size - 4 - json_len;
-    let mut blobs = Vec::with_capacity(blob_room(rest));
-    (&mut *reader)
-        .take(rest as u64)
-        .read_to_end(&mut blobs)
-        .await
-        .map_err(FrameError::Io)?;
-    if blobs.len() < rest {
-        return Err(FrameError::Closed);
+    let mut body = body_of(prefix, size)?;
+    if body.json_missing > 0 {
+        let at = body.json.len();
+        body.json.resize(at + body.json_missing, 0);
+        reader
+            .read_exact(&mut body.json[at..])
+            .await
+            .map_err(closed_at_eof)?;
     }
-    Ok(Frame {
-        message: message_of(&json)?,
-        blobs,
-    })
+    if body.missing > 0 {
+        let before = body.blobs.len();
+        (&mut *reader)
+            .take(body.missing as u64)
+            .read_to_end(&mut body.blobs)
+            .await
+            .map_err(FrameError::Io)?;
+        body.missing -= body.blobs.len() - before;
+    }
+    body.frame()
 }
 
 /// Writes one frame (blocking); large blobs are written from where they lie.
@@ -427,5 +474,43 @@ mod tests {
             err.to_string().starts_with("malformed JSON in a frame"),
             "{err}"
         );
+    }
+
+    /// Frames whose JSON or blobs run past the first read, written in parts (large blobs apart
+    /// from the head), read back whole both ways; a frame cut anywhere is `Closed`.
+    #[tokio::test]
+    async fn large_parts_round_trip_and_a_cut_frame_is_closed() {
+        let msg = FromWorker::Failure {
+            id: 1,
+            kind: FailureKind::Error,
+            message: "m".repeat(3 * BODY_PREFIX),
+            details: None,
+            spent: false,
+        };
+        let big: Vec<u8> = (0..INLINE_BLOBS * 3).map(|i| i as u8).collect();
+        for blobs in [&[][..], &[&b"xy"[..]][..], &[&big[..], &b"tail"[..]][..]] {
+            let (head, large) = encode_parts(&msg, blobs);
+            let mut bytes = head;
+            for blob in large {
+                bytes.extend_from_slice(blob);
+            }
+            assert_eq!(bytes, encode(&msg, blobs));
+            let whole: Vec<u8> = blobs.concat();
+            let frame: Frame<FromWorker> = read_frame(&mut &bytes[..], 1 << 30).unwrap();
+            assert_eq!((&frame.message, &frame.blobs), (&msg, &whole));
+            let frame: Frame<FromWorker> =
+                read_frame_async(&mut &bytes[..], 1 << 30).await.unwrap();
+            assert_eq!((&frame.message, &frame.blobs), (&msg, &whole));
+            for cut in [5, BODY_PREFIX, bytes.len() - 1] {
+                assert!(matches!(
+                    read_frame::<FromWorker>(&mut &bytes[..cut], 1 << 30),
+                    Err(FrameError::Closed)
+                ));
+                assert!(matches!(
+                    read_frame_async::<FromWorker>(&mut &bytes[..cut], 1 << 30).await,
+                    Err(FrameError::Closed)
+                ));
+            }
+        }
     }
 }

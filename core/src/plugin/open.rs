@@ -15,7 +15,7 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
@@ -356,79 +356,38 @@ impl DirHandle {
 
 use std::os::unix::ffi::OsStringExt;
 
-/// The copy advances this many bytes at a time, each chunk hashed while the next is copied.
-const COPY_CHUNK: u64 = 1 << 20;
-
 /// Copies `source` into `dest` (the kernel copies where it can) and hashes what `dest` holds,
-/// reading it back in chunks: what is hashed is the private copy that loads. The two run at once:
-/// a second thread hashes each chunk of the copy while the next one is copied, so loading costs
-/// the longer of the two rather than their sum.
+/// reading it back in chunks: what is hashed is the private copy that loads.
 pub(crate) fn copy_and_hash(
     source: &mut File,
     dest: &mut File,
     max: u64,
 ) -> std::io::Result<(String, u64)> {
-    use std::os::unix::fs::FileExt;
-    let copy = dest.try_clone()?;
-    std::thread::scope(|scope| {
-        // Each message: how many bytes the copy holds so far.
-        let (copied_tx, copied_rx) = std::sync::mpsc::sync_channel::<u64>(16);
-        let hasher = scope.spawn(move || -> std::io::Result<(String, u64)> {
-            let mut hasher = Sha256::new();
-            let mut chunk = vec![0u8; COPY_CHUNK as usize];
-            let mut hashed = 0u64;
-            while let Ok(copied) = copied_rx.recv() {
-                while hashed < copied {
-                    let want = (copied - hashed).min(COPY_CHUNK) as usize;
-                    let n = copy.read_at(&mut chunk[..want], hashed)?;
-                    if n == 0 {
-                        return Err(std::io::Error::other(
-                            "the private copy shrank while it was hashed",
-                        ));
-                    }
-                    hasher.update(&chunk[..n]);
-                    hashed += n as u64;
-                }
-            }
-            let hex = hasher
-                .finalize()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            Ok((hex, hashed))
-        });
-        let mut copied = 0u64;
-        // A file that grows past the bound after it was checked is not copied past it.
-        let bound = max.saturating_add(1);
-        let copying = loop {
-            let step = COPY_CHUNK.min(bound - copied);
-            if step == 0 {
-                break Err(std::io::Error::other(format!(
-                    "it grew past the largest plugin file loaded ({max} bytes) while it was copied"
-                )));
-            }
-            match std::io::copy(&mut (&*source).take(step), dest) {
-                Ok(0) => break Ok(()),
-                Ok(n) => {
-                    copied += n;
-                    if copied > max {
-                        continue;
-                    }
-                    if copied_tx.send(copied).is_err() {
-                        // The hasher failed: its error is the one to report.
-                        break Ok(());
-                    }
-                }
-                Err(e) => break Err(e),
-            }
-        };
-        drop(copied_tx);
-        let hashed = hasher
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("hashing the private copy panicked")));
-        copying?;
-        hashed
-    })
+    // A file that grows past the bound after it was checked is not copied past it.
+    let copied = std::io::copy(&mut source.take(max.saturating_add(1)), dest)?;
+    if copied > max {
+        return Err(std::io::Error::other(format!(
+            "it grew past the largest plugin file loaded ({max} bytes) while it was copied"
+        )));
+    }
+    dest.rewind()?;
+    let mut hasher = Sha256::new();
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut len = 0u64;
+    loop {
+        let n = dest.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&chunk[..n]);
+        len += n as u64;
+    }
+    let hex = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok((hex, len))
 }
 
 /// Runs `check` over the first `len` bytes of `file`, mapped read-only (only the pages it reads
