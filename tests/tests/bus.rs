@@ -337,3 +337,37 @@ async fn filters_keep_only_what_was_asked() {
         [2, 4]
     );
 }
+
+/// Image bytes are kept for `Bus::image` only once asked (`Bus::keep_recent_images`, as the HTTP
+/// server does): before, an image answer leaves nothing behind on the bus; after, its bytes are
+/// there under the hash its end event names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_bytes_are_kept_only_once_asked() {
+    let dir = plugin_dir(&["faults"]);
+    let (host, _report) = host_with(dir.path(), DirOptions::in_process(), |b| b).await;
+    let mut sub = host.subscribe_filtered(Filter::default().types(["tool_execution_end"]));
+    let image_of = |event: &Event| match &event.kind {
+        EventKind::ToolExecutionEnd { output, .. } => output.images[0].sha256.clone(),
+        other => panic!("not an end: {other:?}"),
+    };
+    let mut hashes = Vec::new();
+    for (i, bytes) in [1000, 2000].into_iter().enumerate() {
+        if i == 1 {
+            host.bus().keep_recent_images();
+        }
+        let result = host
+            .call_with(
+                &call(&format!("c{i}"), "raw_image", json!({"bytes": bytes})),
+                &CallOptions::default(),
+            )
+            .await;
+        assert_eq!(result.outcome, Outcome::Ok, "{}", result.text());
+        let Some(BusItem::Event(end)) = sub.recv().await else {
+            panic!("no end event")
+        };
+        hashes.push(image_of(&end));
+    }
+    assert!(host.bus().image(&hashes[0]).is_none(), "kept before asked");
+    let kept = host.bus().image(&hashes[1]).expect("kept once asked");
+    assert_eq!(kept.bytes.len(), 2000);
+}

@@ -125,13 +125,9 @@ fn line_of(bytes: usize) -> Vec<u8> {
 
 /// `isolated_call*`, `isolated_calls_per_s_8`, `crash_detect`, `timeout_kill`, `mem_worker`.
 pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Figure>, String> {
-    let isolated = host_with(
-        ctx,
-        Duration::from_millis(200),
-        std::env::var_os("RHO_BENCH_NO_SANDBOX").is_none(),
-        2,
-    )
-    .await?;
+    // `RHO_BENCH_NO_SANDBOX=1`: the same figures without the sandbox, to see its share.
+    let sandbox = std::env::var_os("RHO_BENCH_NO_SANDBOX").is_none();
+    let isolated = host_with(ctx, Duration::from_millis(200), sandbox, 2).await?;
     let host = &isolated.host;
     let n = if ctx.quick { 300 } else { 2000 };
     let runs = ctx.runs();
