@@ -335,9 +335,7 @@ impl Subscription {
     pub fn last_seq(&self) -> u64 {
         self.last_seq
     }
-}
 
-impl Subscription {
     /// The next event or lag notice from the channel, before filtering: taken at once when one is
     /// ready (no future, no allocation), else waited for in the reused box.
     fn poll_raw(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Arc<Event>, u64>>> {

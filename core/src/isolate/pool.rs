@@ -54,7 +54,8 @@ impl Worker {
     /// Sends one message with its blob (a call's arguments): calls on the channel, cancellations
     /// on the cancel channel.
     pub async fn send(&mut self, message: &ToWorker, blob: &[u8]) -> std::io::Result<()> {
-        let (head, large) = encode_parts(message, &[blob]);
+        let blobs = [blob];
+        let (head, large) = encode_parts(message, &blobs);
         let stream = match message {
             ToWorker::Cancel { .. } => &mut self.process.cancel,
             ToWorker::Call { .. } | ToWorker::Start { .. } => &mut self.process.stream,

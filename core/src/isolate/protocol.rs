@@ -236,25 +236,17 @@ pub fn encode<M: Serialize>(message: &M, blobs: &[&[u8]]) -> Vec<u8> {
     out
 }
 
-/// A frame as the writes that send it: the head with small blobs copied in, then each large blob
-/// as it is.
-pub(crate) fn encode_parts<'a, M: Serialize>(
+/// A frame as the writes that send it: the head with small blobs copied in (and no blobs after
+/// it), or the head alone followed by the blobs as they are.
+pub(crate) fn encode_parts<'b, 'a, M: Serialize>(
     message: &M,
-    blobs: &[&'a [u8]],
-) -> (Vec<u8>, Vec<&'a [u8]>) {
+    blobs: &'b [&'a [u8]],
+) -> (Vec<u8>, &'b [&'a [u8]]) {
     let blob_len: usize = blobs.iter().map(|b| b.len()).sum();
     if blob_len <= INLINE_BLOBS {
-        return (encode(message, blobs), Vec::new());
+        return (encode(message, blobs), &[]);
     }
-    (encode_head(message, blob_len, 0), blobs.to_vec())
-}
-
-fn check_len(header: [u8; 4], limit: usize) -> Result<usize, FrameError> {
-    let size = u32::from_le_bytes(header) as usize;
-    if size > limit {
-        return Err(FrameError::TooLarge { size, limit });
-    }
-    Ok(size)
+    (encode_head(message, blob_len, 0), blobs)
 }
 
 /// Room reserved up front for a frame's blobs: what it announces, up to 4 MiB (a frame that
@@ -274,50 +266,50 @@ fn closed_at_eof(e: std::io::Error) -> FrameError {
     }
 }
 
-/// A body being read: the length prefix and JSON part in `json`, the blob bytes read so far in
-/// `blobs`.
+/// A body being read: its JSON part (after the 4-byte length) in `json`, of which the first
+/// `json_read` bytes are in; the blob bytes read so far in `blobs`.
 struct Body {
     json: Vec<u8>,
+    json_read: usize,
     blobs: Vec<u8>,
-    /// Blob bytes still to read.
-    missing: usize,
-    /// JSON bytes still to read (into `json`, after what it holds).
-    json_missing: usize,
-}
-
-/// Splits the first bytes of a body of `size` bytes into its parts.
-fn body_of(mut prefix: Vec<u8>, size: usize) -> Result<Body, FrameError> {
-    let json_len = u32::from_le_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
-    if json_len > size - 4 {
-        return Err(FrameError::Malformed(format!(
-            "a JSON part of {json_len} bytes in a body of {size}"
-        )));
-    }
-    let blob_len = size - 4 - json_len;
-    let json_end = 4 + json_len;
-    if json_end <= prefix.len() {
-        let mut blobs = Vec::with_capacity(blob_room(blob_len));
-        blobs.extend_from_slice(&prefix[json_end..]);
-        prefix.truncate(json_end);
-        Ok(Body {
-            missing: blob_len - blobs.len(),
-            json: prefix,
-            blobs,
-            json_missing: 0,
-        })
-    } else {
-        Ok(Body {
-            json_missing: json_end - prefix.len(),
-            json: prefix,
-            blobs: Vec::with_capacity(blob_room(blob_len)),
-            missing: blob_len,
-        })
-    }
+    blob_len: usize,
 }
 
 impl Body {
+    /// Splits the first bytes of a body of `size` bytes (at least 4) into its parts.
+    fn of(mut prefix: Vec<u8>, size: usize) -> Result<Body, FrameError> {
+        let json_len = u32::from_le_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+        if json_len > size - 4 {
+            return Err(FrameError::Malformed(format!(
+                "a JSON part of {json_len} bytes in a body of {size}"
+            )));
+        }
+        let json_end = 4 + json_len;
+        let blob_len = size - json_end;
+        let json_read = json_end.min(prefix.len());
+        let mut blobs = Vec::with_capacity(blob_room(blob_len));
+        blobs.extend_from_slice(&prefix[json_read..]);
+        prefix.resize(json_end, 0);
+        Ok(Body {
+            json: prefix,
+            json_read,
+            blobs,
+            blob_len,
+        })
+    }
+
+    /// Where the rest of the JSON part goes (empty when the prefix held it all).
+    fn json_rest(&mut self) -> &mut [u8] {
+        &mut self.json[self.json_read..]
+    }
+
+    /// Blob bytes still to read.
+    fn blobs_missing(&self) -> usize {
+        self.blob_len - self.blobs.len()
+    }
+
     fn frame<M: for<'de> Deserialize<'de>>(self) -> Result<Frame<M>, FrameError> {
-        if self.missing > 0 {
+        if self.blobs_missing() > 0 {
             return Err(FrameError::Closed);
         }
         let text = std::str::from_utf8(&self.json[4..]).map_err(FrameError::Utf8)?;
@@ -326,6 +318,19 @@ impl Body {
             blobs: self.blobs,
         })
     }
+}
+
+/// The body length a frame's header announces: at most `limit`, and room for the body's own
+/// 4-byte JSON length.
+fn body_len(header: [u8; 4], limit: usize) -> Result<usize, FrameError> {
+    let size = u32::from_le_bytes(header) as usize;
+    if size > limit {
+        return Err(FrameError::TooLarge { size, limit });
+    }
+    if size < 4 {
+        return Err(FrameError::Malformed(format!("a body of {size} bytes")));
+    }
+    Ok(size)
 }
 
 /// Reads one frame (blocking). The blobs are read straight into their own buffer: past the first
@@ -339,27 +344,17 @@ pub fn read_frame<M: for<'de> Deserialize<'de>>(
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
         other => other?,
     }
-    let size = check_len(header, limit)?;
-    if size < 4 {
-        return Err(FrameError::Malformed(format!("a body of {size} bytes")));
-    }
+    let size = body_len(header, limit)?;
     let mut prefix = vec![0u8; size.min(BODY_PREFIX)];
     reader.read_exact(&mut prefix).map_err(closed_at_eof)?;
-    let mut body = body_of(prefix, size)?;
-    if body.json_missing > 0 {
-        let at = body.json.len();
-        body.json.resize(at + body.json_missing, 0);
-        reader
-            .read_exact(&mut body.json[at..])
-            .map_err(closed_at_eof)?;
-    }
-    if body.missing > 0 {
-        let before = body.blobs.len();
+    let mut body = Body::of(prefix, size)?;
+    reader.read_exact(body.json_rest()).map_err(closed_at_eof)?;
+    let missing = body.blobs_missing();
+    if missing > 0 {
         (&mut *reader)
-            .take(body.missing as u64)
+            .take(missing as u64)
             .read_to_end(&mut body.blobs)
             .map_err(FrameError::Io)?;
-        body.missing -= body.blobs.len() - before;
     }
     body.frame()
 }
@@ -374,32 +369,24 @@ pub async fn read_frame_async<M: for<'de> Deserialize<'de>>(
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
         other => other?,
     };
-    let size = check_len(header, limit)?;
-    if size < 4 {
-        return Err(FrameError::Malformed(format!("a body of {size} bytes")));
-    }
+    let size = body_len(header, limit)?;
     let mut prefix = vec![0u8; size.min(BODY_PREFIX)];
     reader
         .read_exact(&mut prefix)
         .await
         .map_err(closed_at_eof)?;
-    let mut body = body_of(prefix, size)?;
-    if body.json_missing > 0 {
-        let at = body.json.len();
-        body.json.resize(at + body.json_missing, 0);
-        reader
-            .read_exact(&mut body.json[at..])
-            .await
-            .map_err(closed_at_eof)?;
-    }
-    if body.missing > 0 {
-        let before = body.blobs.len();
+    let mut body = Body::of(prefix, size)?;
+    reader
+        .read_exact(body.json_rest())
+        .await
+        .map_err(closed_at_eof)?;
+    let missing = body.blobs_missing();
+    if missing > 0 {
         (&mut *reader)
-            .take(body.missing as u64)
+            .take(missing as u64)
             .read_to_end(&mut body.blobs)
             .await
             .map_err(FrameError::Io)?;
-        body.missing -= body.blobs.len() - before;
     }
     body.frame()
 }
