@@ -15,10 +15,11 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
-use std::io::{Read, Seek};
+use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
@@ -356,38 +357,179 @@ impl DirHandle {
 
 use std::os::unix::ffi::OsStringExt;
 
+/// The copy advances this many bytes at a time; the hasher reads each chunk back while the next
+/// one is copied.
+const COPY_CHUNK: u64 = 1 << 20;
+
+/// One copy being hashed while it is made, shared by the copier and the hashing thread. Waits
+/// are on a mutex and condition variable: std's channels register a thread-local destructor on a
+/// thread's first blocking receive, which takes the dynamic loader's lock, and a plugin's
+/// load-time code running inside `dlopen` holds that lock for as long as it likes.
+struct HashJob {
+    copy: File,
+    state: std::sync::Mutex<HashState>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct HashState {
+    /// Bytes in the copy so far.
+    copied: u64,
+    /// The copier is done (or gave up): nothing more comes.
+    finished: bool,
+    /// The hash and length, once hashed.
+    result: Option<std::io::Result<(String, u64)>>,
+}
+
+impl HashJob {
+    fn state(&self) -> std::sync::MutexGuard<'_, HashState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The copier: `copied` bytes are in the copy now.
+    fn copied(&self, copied: u64) {
+        self.state().copied = copied;
+        self.changed.notify_all();
+    }
+
+    /// The copier: nothing more comes.
+    fn finish(&self) {
+        self.state().finished = true;
+        self.changed.notify_all();
+    }
+
+    /// The hasher: waits until more than `hashed` bytes are in, or the copy is finished; the
+    /// length in then (`None`: finished at `hashed`).
+    fn wait_past(&self, hashed: u64) -> Option<u64> {
+        let mut state = self.state();
+        while state.copied <= hashed && !state.finished {
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        (state.copied > hashed).then_some(state.copied)
+    }
+
+    /// The hash of the copy, read back as the copier says it is there.
+    fn hash(&self) -> std::io::Result<(String, u64)> {
+        use std::os::unix::fs::FileExt;
+        let mut hasher = Sha256::new();
+        let mut chunk = vec![0u8; COPY_CHUNK as usize];
+        let mut hashed = 0u64;
+        while let Some(len) = self.wait_past(hashed) {
+            while hashed < len {
+                let want = (len - hashed).min(COPY_CHUNK) as usize;
+                let n = self.copy.read_at(&mut chunk[..want], hashed)?;
+                if n == 0 {
+                    return Err(std::io::Error::other(
+                        "the private copy shrank while it was hashed",
+                    ));
+                }
+                hasher.update(&chunk[..n]);
+                hashed += n as u64;
+            }
+        }
+        let hex = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        Ok((hex, hashed))
+    }
+
+    /// The hasher: hashes and hands the result over.
+    fn run(&self) {
+        let result = self.hash();
+        self.state().result = Some(result);
+        self.changed.notify_all();
+    }
+
+    /// The copier: waits for the result.
+    fn result(&self) -> std::io::Result<(String, u64)> {
+        let mut state = self.state();
+        loop {
+            if let Some(result) = state.result.take() {
+                return result;
+            }
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+}
+
+/// The thread that hashes private copies while they are copied. Started once, at the process's
+/// first copy (before it loads any plugin), and never ends: a thread started while a plugin's
+/// load-time code runs inside `dlopen` may wait on the dynamic loader's lock. `None` if it
+/// could not be started: copies are then hashed after they are made, on the caller's thread.
+fn hasher() -> Option<&'static std::sync::mpsc::Sender<Arc<HashJob>>> {
+    static HASHER: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Arc<HashJob>>>> =
+        std::sync::OnceLock::new();
+    HASHER
+        .get_or_init(|| {
+            let (jobs, rx) = std::sync::mpsc::channel::<Arc<HashJob>>();
+            let thread = std::thread::Builder::new()
+                .name("rho-hash".into())
+                .spawn(move || {
+                    for job in rx {
+                        job.run();
+                    }
+                });
+            thread.ok().map(|_| jobs)
+        })
+        .as_ref()
+}
+
 /// Copies `source` into `dest` (the kernel copies where it can) and hashes what `dest` holds,
-/// reading it back in chunks: what is hashed is the private copy that loads.
+/// reading it back in chunks: what is hashed is the private copy that loads. The hashing thread
+/// reads each chunk back while the next one is copied, so a load costs the longer of the two
+/// rather than their sum.
 pub(crate) fn copy_and_hash(
     source: &mut File,
     dest: &mut File,
     max: u64,
 ) -> std::io::Result<(String, u64)> {
-    // A file that grows past the bound after it was checked is not copied past it.
-    let copied = std::io::copy(&mut source.take(max.saturating_add(1)), dest)?;
-    if copied > max {
-        return Err(std::io::Error::other(format!(
-            "it grew past the largest plugin file loaded ({max} bytes) while it was copied"
-        )));
-    }
-    dest.rewind()?;
-    let mut hasher = Sha256::new();
-    let mut chunk = vec![0u8; 1 << 20];
-    let mut len = 0u64;
+    let job = Arc::new(HashJob {
+        copy: dest.try_clone()?,
+        state: Default::default(),
+        changed: Default::default(),
+    });
+    // Without the thread the hash is made here, after the copy.
+    let handed_over = hasher().is_some_and(|jobs| jobs.send(job.clone()).is_ok());
+    let copying = copy_in_chunks(source, dest, max, &job);
+    job.finish();
+    let hashed = if handed_over {
+        job.result()
+    } else {
+        job.hash()
+    };
+    copying?;
+    hashed
+}
+
+/// Copies `source` into `dest` a chunk at a time, telling `job` the length copied after each;
+/// refuses to copy past `max` bytes.
+fn copy_in_chunks(source: &File, dest: &mut File, max: u64, job: &HashJob) -> std::io::Result<()> {
+    let mut copied = 0u64;
     loop {
-        let n = dest.read(&mut chunk)?;
+        // A file that grows past the bound after it was checked is not copied past it.
+        let step = COPY_CHUNK.min(max.saturating_add(1) - copied);
+        let n = std::io::copy(&mut source.take(step), dest)?;
         if n == 0 {
-            break;
+            return Ok(());
         }
-        hasher.update(&chunk[..n]);
-        len += n as u64;
+        copied += n;
+        if copied > max {
+            return Err(std::io::Error::other(format!(
+                "it grew past the largest plugin file loaded ({max} bytes) while it was copied"
+            )));
+        }
+        job.copied(copied);
     }
-    let hex = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    Ok((hex, len))
 }
 
 /// Runs `check` over the first `len` bytes of `file`, mapped read-only (only the pages it reads
