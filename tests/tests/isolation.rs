@@ -266,9 +266,10 @@ async fn workers_get_a_clean_environment_and_only_their_channel() {
     assert_ne!(path.text(), "(unset)", "PATH is on the allow-list");
     let fds = run(&host, "3", "fds", json!({})).await;
     // 0-2, the channel (3), the cancel channel (4), the worker's clone of the channel for writing
-    // (5), and the handle reading /proc/self/fd (6).
+    // (5), its /proc/self/stat for counting threads after each call (6), and the handle reading
+    // /proc/self/fd (7).
     let fds: Vec<i32> = fds.text().split(',').map(|f| f.parse().unwrap()).collect();
-    assert_eq!(fds, [0, 1, 2, 3, 4, 5, 6], "the host leaked fd {leaked}");
+    assert_eq!(fds, [0, 1, 2, 3, 4, 5, 6, 7], "the host leaked fd {leaked}");
     // SAFETY: closes the descriptor dup'ed above.
     unsafe { libc::close(leaked) };
     host.shutdown().await;

@@ -134,7 +134,8 @@ pub fn main() -> ExitCode {
     let sandbox = Confinement {
         grants: spec.grants,
         report,
-        threads: sandbox::thread_count(),
+        threads: sandbox::ThreadCounter::open()
+            .and_then(|counter| Some((counter.count()?, counter))),
     };
     serve(
         BufReader::new(stream),
@@ -149,8 +150,9 @@ pub fn main() -> ExitCode {
 struct Confinement {
     grants: sandbox::Grants,
     report: sandbox::SandboxReport,
-    /// Threads once loaded (the plugin's own load-time threads included).
-    threads: Option<usize>,
+    /// Threads once loaded (the plugin's own load-time threads included), and the counter that
+    /// counts them again after each call.
+    threads: Option<(usize, sandbox::ThreadCounter)>,
 }
 
 /// Sets the flag of the running call when its `Cancel` arrives.
@@ -220,7 +222,8 @@ fn serve(
         let result = call_module(module, &tool, &args, &call_id, &cancelled, &on_update, info);
         *running.lock().unwrap_or_else(PoisonError::into_inner) = None;
         // Before answering: what the call started is gone when the host reads the answer.
-        let spent = sandbox::after_call(&sandbox.report, sandbox.threads);
+        let threads = sandbox.threads.as_ref().map(|(n, counter)| (*n, counter));
+        let spent = sandbox::after_call(&sandbox.report, threads);
         answer(channel, id, result, spent, &sandbox.grants);
     }
 }
