@@ -513,3 +513,44 @@ async fn max_workers_bounds_the_processes_and_calls_wait_their_turn() {
     );
     host.shutdown().await;
 }
+
+/// Without the sandbox the worker is the plugin process: it closes the status pipe at once, and
+/// the host reads how it ended from `waitpid` and the end of its stderr, as it did before the
+/// sandboxed worker reported the status itself. The texts are the sandboxed ones (see
+/// `every_fault_ends_its_call_and_the_next_call_answers`), and the plugin holds no descriptor
+/// beyond those of the sandboxed plugin process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsandboxed_worker_ends_calls_with_the_same_texts() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let options = WorkerOptions {
+        sandbox: false,
+        ..WorkerOptions::default()
+    };
+    let Served { host, dir: _dir } = serve(options, |b| b.runner(timeout(5_000))).await;
+    let cases = [
+        (
+            "segfault",
+            json!({}),
+            "the plugin's worker process died: killed by signal 11 (SIGSEGV) during the call",
+        ),
+        (
+            "exit_process",
+            json!({"code": 7}),
+            "the plugin's worker process died: exited with status 7 during the call",
+        ),
+        (
+            "alloc",
+            json!({"mib": 4096}),
+            "the plugin's worker process died: killed by signal 6 (SIGABRT) during the call (its last words on stderr: memory allocation of",
+        ),
+    ];
+    for (i, (tool, args, text)) in cases.into_iter().enumerate() {
+        let r = run(&host, &format!("{tool}-{i}"), tool, args).await;
+        assert_eq!(r.outcome, Outcome::Crashed, "{tool}: {}", r.text());
+        assert!(r.text().starts_with(text), "{tool}: {}", r.text());
+    }
+    let fds = run(&host, "fds", "fds", json!({})).await;
+    let fds: Vec<i32> = fds.text().split(',').map(|f| f.parse().unwrap()).collect();
+    assert_eq!(fds, [0, 1, 2, 3, 4, 5, 6, 7]);
+    host.shutdown().await;
+}

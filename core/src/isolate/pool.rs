@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::error::LoadError;
 use crate::isolate::WorkerOptions;
@@ -81,13 +81,31 @@ impl Worker {
             pid,
             last_stderr,
             stderr_reader,
+            stderr_marks,
+            status: reported,
             ..
         } = &mut self.process;
+        // Marks read from here on are the worker's report of this end.
+        let marks_before = *stderr_marks.borrow();
+        let status = async {
+            // A sandboxed worker reports its plugin process's status before it tears its
+            // namespaces down; an unsandboxed one closed the pipe at once.
+            if let Some(pipe) = reported {
+                let mut raw = [0u8; 4];
+                if pipe.read_exact(&mut raw).await.is_ok() {
+                    use std::os::unix::process::ExitStatusExt;
+                    return Ok(std::process::ExitStatus::from_raw(i32::from_ne_bytes(raw)));
+                }
+            }
+            child.wait().await
+        };
         let (status, words) = tokio::join!(
-            tokio::time::timeout(wait, child.wait()),
+            tokio::time::timeout(wait, status),
             crate::isolate::spawn::last_words(
                 last_stderr,
                 stderr_reader,
+                stderr_marks,
+                marks_before,
                 Duration::from_millis(200)
             )
         );

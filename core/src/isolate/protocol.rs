@@ -31,6 +31,18 @@ pub const CANCEL_FD: i32 = 4;
 /// that anyone could swap or write; gone with the last process holding it).
 pub const PLUGIN_FD: i32 = 5;
 
+/// The fd the sandboxed worker reports on once its plugin process has ended: that process's wait
+/// status, 4 bytes (native order), written before the worker tears its namespaces down and ends
+/// itself, so the host knows how a call's process ended without waiting for that. Only the
+/// worker holds it: the namespace's init closes it first thing, before it forks the plugin
+/// process. An unsandboxed worker closes it at once (it is the plugin process).
+pub const STATUS_FD: i32 = 6;
+
+/// The line the sandboxed worker writes on stderr before it reports the status on
+/// [`STATUS_FD`]: everything the plugin process wrote on stderr comes before it, so its last
+/// words are in once the host has read this line.
+pub const STDERR_END_MARK: &str = "rho-worker: the plugin process has ended";
+
 /// The default largest frame a host accepts from a worker: 64 MiB.
 pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
 

@@ -4,7 +4,7 @@
 //! # What a worker is made of
 //!
 //! The host starts `rho-worker` (a new session, a parent-death signal, a cleared environment, the
-//! channels on fds 3 and 4, the plugin as a sealed memfd on fd 5, its scratch directory on fd 6).
+//! channels on fds 3 and 4, the plugin as a sealed memfd on fd 5, the status pipe on fd 6).
 //! The worker reads its [`SandboxSpec`] from the channel, then:
 //!
 //! 1. **identity**: a worker started as root switches to the spec's user and group (by default
@@ -14,8 +14,10 @@
 //! 3. **three processes**: the worker (the host's child) forks the namespace's init (pid 1), which
 //!    mounts a fresh `/proc` (only the sandbox's processes are visible) and the scratch directory
 //!    on `/tmp`, then forks the process that loads the plugin and serves calls. The init reaps
-//!    orphans and hands the plugin process's wait status to the worker, which ends the same way
-//!    (`killed by signal 11 (SIGSEGV)` reads as before). When the init dies the kernel kills every
+//!    orphans and hands the plugin process's wait status to the worker, which reports it to the
+//!    host on fd 6 ([`STATUS_FD`], after a [`STDERR_END_MARK`] line on stderr) and ends the same
+//!    way (`killed by signal 11 (SIGSEGV)` reads as before). The init closes fd 6 before it forks
+//!    the plugin process: only the worker, which runs no plugin code, can report. When the init dies the kernel kills every
 //!    process in the namespace, `setsid` or not; each of the three has a parent-death signal, so
 //!    the chain falls with the host;
 //! 4. **confinement** of the plugin process: all capabilities dropped, resource limits (memory,
@@ -45,7 +47,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::isolate::WorkerLimits;
-use crate::isolate::protocol::{CANCEL_FD, CHANNEL_FD, PLUGIN_FD, SandboxSpec};
+use crate::isolate::protocol::{
+    CANCEL_FD, CHANNEL_FD, PLUGIN_FD, STATUS_FD, STDERR_END_MARK, SandboxSpec,
+};
 
 /// What an isolated plugin may do beyond the defaults. Without grants a plugin reads system
 /// files (`/usr`, `/lib*`, `/bin`, `/sbin`, `/etc`, `/opt`, its own `/proc`), writes only its scratch
@@ -396,8 +400,12 @@ fn write_file(path: &str, text: &str) -> Result<(), String> {
 pub(crate) fn enter(spec: &SandboxSpec) -> Result<SandboxReport, String> {
     let mut report = SandboxReport::default();
     if !spec.enabled {
-        // SAFETY: geteuid and getegid have no preconditions.
-        (report.uid, report.gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        // SAFETY: geteuid and getegid have no preconditions; closing the status descriptor,
+        // which this process (the plugin process from here on) must not hold.
+        (report.uid, report.gid) = unsafe {
+            libc::close(STATUS_FD);
+            (libc::geteuid(), libc::getegid())
+        };
         report
             .missing
             .push("the sandbox is turned off (WorkerOptions::sandbox = false)".into());
@@ -483,6 +491,9 @@ unsafe fn be_init(
 ) -> Result<SandboxReport, String> {
     // SAFETY: as in `enter`: system calls on this single-threaded process's own state.
     unsafe {
+        // Neither the init nor the plugin process it forks may report to the host: only the
+        // worker, which runs no plugin code, writes the status the host trusts.
+        libc::close(STATUS_FD);
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
         // The worker died before the signal was armed: its end of the pipe is gone.
         let mut poll = libc::pollfd {
@@ -602,8 +613,9 @@ unsafe fn mount_private(spec: &SandboxSpec, report: &mut SandboxReport) {
     }
 }
 
-/// The worker: waits for the init to hand over the plugin process's status, then ends the same
-/// way (so the host reads `killed by signal 11 (SIGSEGV)` as it would without a sandbox).
+/// The worker: waits for the init to hand over the plugin process's status, reports it to the
+/// host on [`STATUS_FD`] (after the [`STDERR_END_MARK`] line on stderr), then ends the same way
+/// (so the host reads `killed by signal 11 (SIGSEGV)` as it would without a sandbox).
 unsafe fn mirror(init: libc::pid_t, status_read: i32) -> ! {
     // SAFETY: system calls on this process's own state.
     unsafe {
@@ -616,6 +628,12 @@ unsafe fn mirror(init: libc::pid_t, status_read: i32) -> ! {
             } else if n == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
                 break;
             }
+        }
+        if got == 4 {
+            // The host: the plugin's last words are in once it reads the mark; then the status.
+            let mark = format!("{STDERR_END_MARK}\n");
+            libc::write(2, mark.as_ptr().cast(), mark.len());
+            libc::write(STATUS_FD, bytes.as_ptr().cast(), bytes.len());
         }
         let mut init_status = 0;
         while libc::waitpid(init, &mut init_status, 0) < 0

@@ -6,7 +6,7 @@
 //! forked the child ends, and tokio's blocking threads come and go.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::Path;
 use std::process::Stdio;
@@ -18,7 +18,9 @@ use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 
 use crate::isolate::WorkerOptions;
-use crate::isolate::protocol::{CANCEL_FD, CHANNEL_FD, PLUGIN_FD, SandboxSpec, ToWorker, encode};
+use crate::isolate::protocol::{
+    CANCEL_FD, CHANNEL_FD, PLUGIN_FD, STATUS_FD, STDERR_END_MARK, SandboxSpec, ToWorker, encode,
+};
 
 /// A started worker process and the host's ends of its channels.
 pub(crate) struct Process {
@@ -31,17 +33,33 @@ pub(crate) struct Process {
     /// The last line the worker wrote on stderr, and the task that reads it (done at EOF).
     pub last_stderr: Arc<Mutex<Option<String>>>,
     pub stderr_reader: Option<tokio::task::JoinHandle<()>>,
+    /// Counts the [`STDERR_END_MARK`] lines the stderr reader has read.
+    pub stderr_marks: tokio::sync::watch::Receiver<u64>,
+    /// Where a sandboxed worker reports its plugin process's wait status ([`STATUS_FD`]).
+    pub status: Option<tokio::net::unix::pipe::Receiver>,
 }
 
-/// A worker's last stderr line once its stderr is closed (waiting up to `wait` for the reader):
-/// after a crash it often says why (`memory allocation of N bytes failed`).
+/// A worker's last stderr line once its stderr is closed, or once the reader has read a
+/// [`STDERR_END_MARK`] beyond `marks_before` (waiting up to `wait` for either): after a crash it
+/// often says why (`memory allocation of N bytes failed`).
 pub(crate) async fn last_words(
     last_stderr: &Mutex<Option<String>>,
     reader: &mut Option<tokio::task::JoinHandle<()>>,
+    marks: &mut tokio::sync::watch::Receiver<u64>,
+    marks_before: u64,
     wait: std::time::Duration,
 ) -> Option<String> {
-    if let Some(reader) = reader.take() {
-        let _ = tokio::time::timeout(wait, reader).await;
+    if let Some(running) = reader.as_mut() {
+        let ended = tokio::time::timeout(wait, async {
+            tokio::select! {
+                _ = running => true,
+                _ = marks.wait_for(|&n| n > marks_before) => false,
+            }
+        })
+        .await;
+        if ended == Ok(true) {
+            *reader = None;
+        }
     }
     last_stderr
         .lock()
@@ -102,6 +120,7 @@ pub(crate) async fn start(
     }
     // Inside the sandbox /tmp is the worker's own tmpfs.
     cmd.env("TMPDIR", "/tmp").env("HOME", "/tmp");
+    let (status_read, status_write) = status_pipe()?;
     let worker_fd = OwnedFd::from(worker_end);
     let cancel_fd = OwnedFd::from(worker_cancel);
     // Each descriptor the worker gets and the number it gets it on.
@@ -109,6 +128,7 @@ pub(crate) async fn start(
         (worker_fd.as_raw_fd(), CHANNEL_FD),
         (cancel_fd.as_raw_fd(), CANCEL_FD),
         (payload.plugin.as_raw_fd(), PLUGIN_FD),
+        (status_write.as_raw_fd(), STATUS_FD),
     ];
     let last = handed.iter().map(|(_, to)| *to).max().unwrap_or(CANCEL_FD);
     // SAFETY: `getpid` has no preconditions.
@@ -131,9 +151,9 @@ pub(crate) async fn start(
             }
             // Each moved out of the way first (above every target), so none lands on another's
             // target number; dup2 leaves the targets without close-on-exec.
-            let mut high = [0; 3];
+            let mut high = [0; 4];
             for (slot, (from, _)) in high.iter_mut().zip(&handed) {
-                *slot = libc::fcntl(*from, libc::F_DUPFD, PLUGIN_FD + 1);
+                *slot = libc::fcntl(*from, libc::F_DUPFD, last + 1);
                 if *slot < 0 {
                     return Err(io::Error::last_os_error());
                 }
@@ -164,6 +184,7 @@ pub(crate) async fn start(
         let spawned = cmd.spawn();
         drop(worker_fd);
         drop(cancel_fd);
+        drop(status_write);
         let _ = tx.send(spawned);
     });
     spawner()
@@ -176,7 +197,8 @@ pub(crate) async fn start(
         .map_err(|_| io::Error::other("the worker spawner thread dropped the request"))??;
     let pid = child.id().map(|p| p as i32).unwrap_or(0);
     let last_stderr = Arc::new(Mutex::new(None));
-    let stderr_reader = forward_output(&mut child, label, pid, &last_stderr);
+    let (marks, stderr_marks) = tokio::sync::watch::channel(0);
+    let stderr_reader = forward_output(&mut child, label, pid, &last_stderr, marks);
     host_end.set_nonblocking(true)?;
     host_cancel.set_nonblocking(true)?;
     let mut stream = UnixStream::from_std(host_end)?;
@@ -195,7 +217,26 @@ pub(crate) async fn start(
         cancel,
         last_stderr,
         stderr_reader,
+        stderr_marks,
+        status: tokio::net::unix::pipe::Receiver::from_owned_fd(status_read).ok(),
     })
+}
+
+/// A pipe for [`STATUS_FD`]: the host's reading end (non-blocking, for the runtime) and the end
+/// the worker gets.
+fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`, owned below.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let (read, write) = (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]));
+        // The worker's end blocks as pipes do (the worker writes 4 bytes into an empty pipe).
+        let flags = libc::fcntl(write.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(write.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        Ok((read, write))
+    }
 }
 
 /// Sends the worker's stdout and stderr (the plugin's prints) to the host's logs, line by line,
@@ -205,6 +246,7 @@ fn forward_output(
     label: &str,
     pid: i32,
     last_stderr: &Arc<Mutex<Option<String>>>,
+    marks: tokio::sync::watch::Sender<u64>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if let Some(out) = child.stdout.take() {
         let label = label.to_owned();
@@ -220,10 +262,21 @@ fn forward_output(
     let last = last_stderr.clone();
     Some(tokio::spawn(async move {
         let mut err = BufReader::new(err);
-        while let Ok(Some(line)) = capped_line(&mut err).await {
-            tracing::info!(target: "rho::plugin", plugin = %label, pid, stream = "stderr", "{line}");
-            if says_why(&line) {
-                *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(line);
+        while let Ok(Some(mut line)) = capped_line(&mut err).await {
+            // The worker's mark (after a last line the plugin left unfinished, if any) is counted,
+            // not logged.
+            let marked = line.ends_with(STDERR_END_MARK);
+            if marked {
+                line.truncate(line.len() - STDERR_END_MARK.len());
+            }
+            if !(marked && line.is_empty()) {
+                tracing::info!(target: "rho::plugin", plugin = %label, pid, stream = "stderr", "{line}");
+                if says_why(&line) {
+                    *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(line);
+                }
+            }
+            if marked {
+                marks.send_modify(|n| *n += 1);
             }
         }
     }))
