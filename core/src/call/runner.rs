@@ -390,8 +390,7 @@ impl ToolRunner {
         }
         let session = options.session_id.clone();
         let bus = self.bus().clone();
-        let update_call = call.id.clone();
-        let update_tool = call.name.clone();
+        let update_of = call.clone();
         // Set once the call has ended: a runaway plugin thread that goes on sending updates must
         // not put events after the call's `tool_execution_end`. Held across the check, the hook
         // and the publish, and taken to set it: no update is under way when the end goes out.
@@ -421,14 +420,14 @@ impl ToolRunner {
                     let called =
                         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(&partial)));
                     if called.is_err() {
-                        tracing::error!(call = %update_call, "the call's update hook panicked");
+                        tracing::error!(call = %update_of.id, "the call's update hook panicked");
                     }
                 }
                 bus.publish(
                     session.as_deref(),
                     EventKind::ToolExecutionUpdate {
-                        call_id: update_call.clone(),
-                        tool: update_tool.clone(),
+                        call_id: update_of.id.clone(),
+                        tool: update_of.name.clone(),
                         partial,
                     },
                 );
@@ -458,19 +457,18 @@ impl ToolRunner {
         running_tx: oneshot::Sender<Instant>,
     ) -> tokio::task::JoinHandle<TaskEnd> {
         let gate = gate.clone();
-        let gate_call = call.clone();
+        let task_call = call.clone();
         let gate_ctx = GateCtx {
             session_id: options.session_id.clone(),
             tool: tool.spec.clone(),
         };
         let invoke = tool.invoke.clone();
         let answer_check = tool.answer_check();
-        let name = call.name.clone();
         let bus = self.bus().clone();
         let session = options.session_id.clone();
         let timeout = self.timeout_for(tool);
         self.tracker.spawn(async move {
-            match catch(async { gate.check(&gate_call, &gate_ctx).await }).await {
+            match catch(async { gate.check(&task_call, &gate_ctx).await }).await {
                 Err(caught) => return TaskEnd::GateCrashed(caught.describe("the gate")),
                 Ok(Verdict::Block(reason)) => return TaskEnd::Blocked(reason),
                 Ok(Verdict::Allow) => {}
@@ -480,8 +478,8 @@ impl ToolRunner {
             bus.publish(
                 session.as_deref(),
                 EventKind::ToolRunning {
-                    call_id: gate_call.id.clone(),
-                    tool: name.clone(),
+                    call_id: task_call.id.clone(),
+                    tool: task_call.name.clone(),
                     timeout_ms: timeout.as_millis() as u64,
                 },
             );
@@ -503,13 +501,13 @@ impl ToolRunner {
                         Ok((answer, Ok(()))) => TaskEnd::Answered(Ok(answer)),
                         Ok((_, Err(text))) => TaskEnd::BrokeSchema(text),
                         Err(_) => TaskEnd::Answered(Err(Failure::Crash(CrashReason::Formatted(
-                            format!("checking the answer of tool `{name}` failed"),
+                            format!("checking the answer of tool `{}` failed", task_call.name),
                         )))),
                     }
                 }
                 Ok(answer) => TaskEnd::Answered(answer),
                 Err(caught) => TaskEnd::Answered(Err(Failure::Crash(CrashReason::Formatted(
-                    caught.describe(&format!("tool `{name}`")),
+                    caught.describe(&format!("tool `{}`", task_call.name)),
                 )))),
             }
         })

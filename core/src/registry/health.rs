@@ -185,13 +185,23 @@ impl Health {
             duration,
             text,
         } = *end;
-        let entry = self.entries.entry(tool.to_owned()).or_default();
+        // No allocation for a tool already known (every call but its first).
+        if !self.entries.contains_key(tool) {
+            self.entries.insert(tool.to_owned(), Default::default());
+        }
+        let Some(entry) = self.entries.get_mut(tool) else {
+            return Change::None;
+        };
         if entry.generation != generation {
             entry.generation = generation;
             entry.failures.clear();
         }
-        entry.tally.stats.tool = tool.to_owned();
-        entry.tally.stats.origin = origin.to_owned();
+        if entry.tally.stats.tool != tool {
+            entry.tally.stats.tool = tool.to_owned();
+        }
+        if entry.tally.stats.origin != origin {
+            entry.tally.stats.origin = origin.to_owned();
+        }
         entry.tally.count(outcome, duration.as_secs_f64() * 1000.0);
         if !matches!(outcome, Outcome::Crashed | Outcome::TimedOut) || policy.max_failures == 0 {
             return Change::None;

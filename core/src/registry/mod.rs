@@ -365,10 +365,9 @@ impl ToolRegistry {
             .policy
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        let origin = tool.origin.to_string();
         let key = ToolKey {
             tool: &tool.spec.name,
-            origin: &origin,
+            origin: &tool.origin,
             generation: tool.generation,
         };
         let end = CallEnd {
@@ -383,7 +382,7 @@ impl ToolRegistry {
                 None,
                 EventKind::ToolQuarantined {
                     tool: tool.spec.name.clone(),
-                    origin,
+                    origin: tool.origin.to_string(),
                     reason,
                 },
             );
