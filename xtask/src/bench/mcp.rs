@@ -339,7 +339,7 @@ async fn per_call_us(
     Ok(median(&mut samples[1..]))
 }
 
-/// `mcp_call`.
+/// `mcp_call`, `mcp_call_inproc`, `mcp_http_call`, `page_stream_16`.
 pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     let calls = if ctx.quick { 300 } else { 2000 };
     let runs = ctx.runs().min(9);
@@ -353,6 +353,13 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     raw.arg("mcp-echo-server");
     let rho_us = per_call_us(rho, calls, runs).await?;
     let raw_us = per_call_us(raw, calls, runs).await?;
+    // The same server with the plugin in process: the MCP path without the worker's round trip
+    // (the minimal server's echo is in process too).
+    let mut rho_inproc = tokio::process::Command::new(release.join("rho"));
+    rho_inproc
+        .args(["serve", "--in-process", "--plugins"])
+        .arg(&dir);
+    let rho_inproc_us = per_call_us(rho_inproc, calls, runs).await?;
     let mut rho_http = tokio::process::Command::new(release.join("rho"));
     rho_http
         .args(["serve", "--http", "127.0.0.1:0", "--plugins"])
@@ -373,6 +380,15 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             value: rho_us,
             unit: "us/call".into(),
             baseline: "same client, minimal rmcp server with an in-binary echo".into(),
+            baseline_value: raw_us,
+            runs,
+            spread: None,
+        },
+        Figure {
+            name: "mcp_call_inproc".into(),
+            value: rho_inproc_us,
+            unit: "us/call".into(),
+            baseline: "the same minimal rmcp server (`rho serve --in-process`)".into(),
             baseline_value: raw_us,
             runs,
             spread: None,
