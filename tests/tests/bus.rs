@@ -371,3 +371,76 @@ async fn image_bytes_are_kept_only_once_asked() {
     let kept = host.bus().image(&hashes[1]).expect("kept once asked");
     assert_eq!(kept.bytes.len(), 2000);
 }
+
+/// Events are built and published only for someone who receives them: with no subscriber a call
+/// publishes nothing; a subscription filtered to end events makes each call publish its end
+/// alone; an unfiltered one, all three; a dropped one stops counting. The store of recent images
+/// still gets an image answer's bytes when no one listens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_nobody_listens_for_are_not_published() {
+    let dir = plugin_dir(&["echo", "faults"]);
+    let (host, _report) = host_with(dir.path(), DirOptions::in_process(), |b| b).await;
+    let bus = host.bus();
+    let echo = |id: &str| call(id, "echo", json!({"text": "x"}));
+    let published_by = |id: &'static str| {
+        let host = host.clone();
+        async move {
+            let before = host.bus().last_seq();
+            let result = host.call_with(&echo(id), &CallOptions::default()).await;
+            assert_eq!(result.outcome, Outcome::Ok, "{}", result.text());
+            host.bus().last_seq() - before
+        }
+    };
+    assert_eq!(
+        published_by("alone").await,
+        0,
+        "published with no one listening"
+    );
+
+    let mut ends = host.subscribe_filtered(Filter::default().types(["tool_execution_end"]));
+    let mut unknown = host.subscribe_filtered(Filter::default().types(["no_such_type"]));
+    assert_eq!(published_by("ends").await, 1);
+    let Some(BusItem::Event(end)) = ends.recv().await else {
+        panic!("no end event")
+    };
+    assert_eq!(end.kind.call_id(), Some("ends"));
+    assert_eq!(end.seq, bus.last_seq());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), unknown.recv())
+            .await
+            .is_err(),
+        "a filter of no known type received something"
+    );
+
+    let mut all = host.subscribe();
+    assert_eq!(published_by("all").await, 3);
+    let seen: Vec<_> = drain(&mut all, Duration::from_millis(100))
+        .await
+        .iter()
+        .map(|e| e.kind.type_name())
+        .collect();
+    assert_eq!(
+        seen,
+        ["tool_execution_start", "tool_running", "tool_execution_end"]
+    );
+    drop((ends, unknown, all));
+    assert_eq!(
+        published_by("after").await,
+        0,
+        "a dropped subscription still counted"
+    );
+
+    bus.keep_recent_images();
+    let result = host
+        .call_with(
+            &call("img", "raw_image", json!({"bytes": 1500})),
+            &CallOptions::default(),
+        )
+        .await;
+    assert_eq!(result.outcome, Outcome::Ok, "{}", result.text());
+    let view = rho_core::OutputView::from(&result.output);
+    let kept = bus
+        .image(&view.images[0].sha256)
+        .expect("image kept unheard");
+    assert_eq!(kept.bytes.len(), 1500);
+}

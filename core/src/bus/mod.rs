@@ -5,12 +5,20 @@
 //! [`BusItem::Lagged`] item saying how many events it missed and the `seq` to resume from, never a
 //! silent gap. Must-see consumers (the [`crate::Journal`]) are fed inside the publish itself, in
 //! `seq` order, through an unbounded channel, so they see every event without slowing the loop.
+//!
+//! Events nobody would receive are not built. The bus counts its listeners by event type (a sink
+//! or an unfiltered subscription takes every type; a [`Filter`] with `types` only those), and the
+//! runner asks before it builds a call's events: with no subscriber and no journal, a call
+//! publishes nothing, and the copy of its answer an end event carries is never made. Seqs stay
+//! gapless over the events published, and a subscription sees every event of its types published
+//! after it was opened.
 
 pub(crate) mod events;
 pub(crate) mod journal;
 
 use std::collections::HashSet;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -20,7 +28,7 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio_stream::Stream;
 use tokio_util::sync::ReusableBoxFuture;
 
-use crate::bus::events::{Event, EventKind};
+use crate::bus::events::{Event, EventKind, EventType};
 
 /// The default number of events a subscriber may fall behind before it lags.
 pub const DEFAULT_CAPACITY: usize = 4096;
@@ -40,6 +48,7 @@ pub struct Bus {
 
 struct Inner {
     tx: broadcast::Sender<Arc<Event>>,
+    interest: Arc<Interest>,
     state: Mutex<State>,
     images: Mutex<RecentImages>,
     /// Whether end events' images are kept ([`Bus::keep_recent_images`]).
@@ -56,6 +65,65 @@ struct RecentImages {
 
 /// How many bytes of recent images a bus keeps for [`Bus::image`]: 64 MiB.
 pub const RECENT_IMAGE_BYTES: usize = 64 << 20;
+
+/// Who listens for which types of event: the producers of costly events ask
+/// ([`Bus::wants`]) before they build one, as tracing-core's callsites ask for interest, and an
+/// event nobody would receive (no sink, no subscription whose filter lets its type through) is
+/// never built or published.
+#[derive(Default)]
+struct Interest {
+    /// Sinks, and subscriptions that take every type.
+    every: AtomicUsize,
+    /// Subscriptions that take only some types, by [`EventType::index`].
+    by_type: [AtomicUsize; EventType::ALL.len()],
+}
+
+impl Interest {
+    /// Counts one more listener for `types` (`None`: every type) until the returned guard drops.
+    fn listen(self: &Arc<Self>, types: Option<&HashSet<String>>) -> Listening {
+        let types: Option<Vec<usize>> = types.map(|names| {
+            names
+                .iter()
+                .filter_map(|name| EventType::named(name))
+                .map(EventType::index)
+                .collect()
+        });
+        match &types {
+            None => self.every.fetch_add(1, Ordering::AcqRel),
+            Some(indexes) => {
+                for &i in indexes {
+                    self.by_type[i].fetch_add(1, Ordering::AcqRel);
+                }
+                0
+            }
+        };
+        Listening {
+            interest: self.clone(),
+            types,
+        }
+    }
+}
+
+/// One subscription's share of the bus's [`Interest`], given back when it drops.
+struct Listening {
+    interest: Arc<Interest>,
+    types: Option<Vec<usize>>,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        match &self.types {
+            None => {
+                self.interest.every.fetch_sub(1, Ordering::AcqRel);
+            }
+            Some(indexes) => {
+                for &i in indexes {
+                    self.interest.by_type[i].fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+        }
+    }
+}
 
 struct State {
     seq: u64,
@@ -75,6 +143,7 @@ impl Bus {
         Bus {
             inner: Arc::new(Inner {
                 tx,
+                interest: Arc::default(),
                 state: Mutex::new(State {
                     seq: 0,
                     sinks: Vec::new(),
@@ -129,7 +198,32 @@ impl Bus {
 
     /// Adds a must-see sink; it gets every event published from now on.
     pub fn add_sink(&self, sink: Arc<dyn Sink>) {
-        self.state().sinks.push(sink);
+        let mut state = self.state();
+        self.inner.interest.every.fetch_add(1, Ordering::AcqRel);
+        state.sinks.push(sink);
+    }
+
+    /// Whether an event of type `ty` published now would reach anyone: a sink, or a subscription
+    /// whose filter lets the type through. A subscription opened after this answer misses the
+    /// event, as it would have had it subscribed a moment later.
+    pub(crate) fn wants(&self, ty: EventType) -> bool {
+        let interest = &self.inner.interest;
+        interest.every.load(Ordering::Acquire) > 0
+            || interest.by_type[ty.index()].load(Ordering::Acquire) > 0
+    }
+
+    /// [`Bus::emit`] of the event `build` makes, built and published only if someone
+    /// [`wants`](Bus::wants) events of type `ty`; the task's budget is spent either way.
+    pub(crate) async fn emit_wanted(
+        &self,
+        session_id: Option<&str>,
+        ty: EventType,
+        build: impl FnOnce() -> EventKind,
+    ) {
+        if self.wants(ty) {
+            self.publish(session_id, build());
+        }
+        tokio::task::coop::consume_budget().await;
     }
 
     /// The `seq` of the last event published (0 before the first).
@@ -167,14 +261,19 @@ impl Bus {
             .map(|(_, image)| image.clone())
     }
 
-    /// Keeps the images of `output` (named in `view`) for [`Bus::image`].
-    pub(crate) fn keep_images(&self, view: &events::OutputView, output: &rho_plugin_api::Output) {
-        if output.images().is_empty()
-            || !self
+    /// Whether [`Bus::keep_images`] would keep anything of `output`: it has images and
+    /// [`Bus::keep_recent_images`] was called.
+    pub(crate) fn keeps_images_of(&self, output: &rho_plugin_api::Output) -> bool {
+        !output.images().is_empty()
+            && self
                 .inner
                 .keeping_images
                 .load(std::sync::atomic::Ordering::Relaxed)
-        {
+    }
+
+    /// Keeps the images of `output` (named in `view`) for [`Bus::image`].
+    pub(crate) fn keep_images(&self, view: &events::OutputView, output: &rho_plugin_api::Output) {
+        if !self.keeps_images_of(output) {
             return;
         }
         let mut images = self
@@ -209,8 +308,10 @@ impl Bus {
     /// Subscribes to the events `filter` lets through, from now on.
     pub fn subscribe_filtered(&self, filter: Filter) -> Subscription {
         let state = self.state();
+        let listening = self.inner.interest.listen(filter.types.as_ref());
         let rx = self.inner.tx.subscribe();
         Subscription {
+            _listening: listening,
             rx: Some(rx),
             waiting: None,
             filter,
@@ -305,6 +406,8 @@ pub enum BusItem {
 /// holds a call's context, and no `Bus` clone of the embedder's own is left. A subscription that
 /// falls behind does not end: it gets a [`BusItem::Lagged`] and goes on.
 pub struct Subscription {
+    /// Counts this subscription in the bus's interest while it is open.
+    _listening: Listening,
     /// The receiver, while no wait is under way (it is inside the wait's future meanwhile).
     rx: Option<broadcast::Receiver<Arc<Event>>>,
     /// The wait for the next event once none was ready; its box is reused by later waits.

@@ -74,25 +74,48 @@ pub(crate) fn payload_message(payload: Box<dyn Any + Send>) -> Option<String> {
     }
 }
 
-/// A future that turns a panic of `inner` into `Err(Caught)`.
-pub(crate) struct Catch<F> {
-    inner: Pin<Box<F>>,
+/// A future that makes its inner future and polls it, turning a panic of either into
+/// `Err(Caught)`. No allocation of its own: the futures it runs (a gate's check, a tool's call)
+/// come boxed already.
+pub(crate) struct Catch<M, F> {
+    /// Makes the inner future at the first poll, inside the catch.
+    make: Option<M>,
+    inner: Option<F>,
 }
 
-/// Wraps `future` so that a panic while polling it ends it with `Err(Caught)`.
-pub(crate) fn catch<F: Future>(future: F) -> Catch<F> {
+/// Wraps the future `make` makes so that a panic while making or polling it ends it with
+/// `Err(Caught)`.
+pub(crate) fn catch<M, F>(make: M) -> Catch<M, F>
+where
+    M: FnOnce() -> F + Unpin,
+    F: Future + Unpin,
+{
     install_hook();
     Catch {
-        inner: Box::pin(future),
+        make: Some(make),
+        inner: None,
     }
 }
 
-impl<F: Future> Future for Catch<F> {
+impl<M, F> Future for Catch<M, F>
+where
+    M: FnOnce() -> F + Unpin,
+    F: Future + Unpin,
+{
     type Output = Result<F::Output, Caught>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
         let outer = CAPTURE.with(|c| c.replace(true));
-        let polled = catch_unwind(AssertUnwindSafe(|| self.inner.as_mut().poll(cx)));
+        let polled = catch_unwind(AssertUnwindSafe(|| {
+            let inner = match (&mut this.inner, this.make.take()) {
+                (Some(inner), _) => inner,
+                (inner @ None, Some(make)) => inner.insert(make()),
+                // Polled again after its maker panicked: never ready.
+                (None, None) => return Poll::Pending,
+            };
+            Pin::new(inner).poll(cx)
+        }));
         CAPTURE.with(|c| c.set(outer));
         match polled {
             Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),

@@ -14,7 +14,7 @@ pub use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bus::Bus;
-use crate::bus::events::{EventKind, OutputView};
+use crate::bus::events::{EventKind, EventType, OutputView};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 use crate::call::invoke::{Failure, ToolCtx, is_valid_traceparent};
 use crate::call::outcome::{
@@ -310,14 +310,13 @@ impl ToolRunner {
         let _in_flight = InFlight::new(&self.stop);
         let session = options.session_id.as_deref();
         self.bus()
-            .emit(
-                session,
+            .emit_wanted(session, EventType::ToolExecutionStart, || {
                 EventKind::ToolExecutionStart {
                     call_id: call.id.clone(),
                     tool: call.name.clone(),
                     args: call.arguments.clone(),
-                },
-            )
+                }
+            })
             .await;
         let resolved = self.registry.lookup(&call.name);
         let mut result = match &resolved {
@@ -339,24 +338,34 @@ impl ToolRunner {
         if let Some(tool) = &resolved {
             self.registry.record(tool, &result);
         }
-        let output = OutputView::from(&result.output);
-        self.bus().keep_images(&output, &result.output);
-        self.bus()
-            .emit(
-                session,
-                EventKind::ToolExecutionEnd {
-                    call_id: result.call_id.clone(),
-                    tool: result.tool.clone(),
-                    outcome: result.outcome,
-                    output,
-                    is_error: result.is_error(),
-                    structured: result.structured.clone(),
-                    details: result.details.clone(),
-                    full_text: result.full_text.clone(),
-                    duration_ms: result.duration.as_secs_f64() * 1000.0,
-                },
-            )
-            .await;
+        // The view (a copy of the text, a hash of each image) is built only for someone who reads
+        // it: a subscriber or sink of end events, or the store of recent images.
+        let bus = self.bus();
+        let keep_images = bus.keeps_images_of(&result.output);
+        let end_wanted = bus.wants(EventType::ToolExecutionEnd);
+        if keep_images || end_wanted {
+            let output = OutputView::from(&result.output);
+            if keep_images {
+                bus.keep_images(&output, &result.output);
+            }
+            if end_wanted {
+                bus.publish(
+                    session,
+                    EventKind::ToolExecutionEnd {
+                        call_id: result.call_id.clone(),
+                        tool: result.tool.clone(),
+                        outcome: result.outcome,
+                        output,
+                        is_error: result.is_error(),
+                        structured: result.structured.clone(),
+                        details: result.details.clone(),
+                        full_text: result.full_text.clone(),
+                        duration_ms: result.duration.as_secs_f64() * 1000.0,
+                    },
+                );
+            }
+        }
+        tokio::task::coop::consume_budget().await;
         result
     }
 
@@ -411,7 +420,8 @@ impl ToolRunner {
                 let ended = ended_for_updates
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if *ended {
+                let wanted = bus.wants(EventType::ToolExecutionUpdate);
+                if *ended || !wanted && hook.is_none() {
                     return;
                 }
                 let partial = bounded_update(partial);
@@ -423,14 +433,16 @@ impl ToolRunner {
                         tracing::error!(call = %update_of.id, "the call's update hook panicked");
                     }
                 }
-                bus.publish(
-                    session.as_deref(),
-                    EventKind::ToolExecutionUpdate {
-                        call_id: update_of.id.clone(),
-                        tool: update_of.name.clone(),
-                        partial,
-                    },
-                );
+                if wanted {
+                    bus.publish(
+                        session.as_deref(),
+                        EventKind::ToolExecutionUpdate {
+                            call_id: update_of.id.clone(),
+                            tool: update_of.name.clone(),
+                            partial,
+                        },
+                    );
+                }
             }),
         )
         .with_traceparent(traceparent);
@@ -468,27 +480,29 @@ impl ToolRunner {
         let session = options.session_id.clone();
         let timeout = self.timeout_for(tool);
         self.tracker.spawn(async move {
-            match catch(async { gate.check(&task_call, &gate_ctx).await }).await {
+            match catch(|| gate.check(&task_call, &gate_ctx)).await {
                 Err(caught) => return TaskEnd::GateCrashed(caught.describe("the gate")),
                 Ok(Verdict::Block(reason)) => return TaskEnd::Blocked(reason),
                 Ok(Verdict::Allow) => {}
             }
             // Published here, before the tool can send its first update; the loop starts the
             // timeout clock from the instant sent.
-            bus.publish(
-                session.as_deref(),
-                EventKind::ToolRunning {
-                    call_id: task_call.id.clone(),
-                    tool: task_call.name.clone(),
-                    timeout_ms: timeout.as_millis() as u64,
-                },
-            );
+            if bus.wants(EventType::ToolRunning) {
+                bus.publish(
+                    session.as_deref(),
+                    EventKind::ToolRunning {
+                        call_id: task_call.id.clone(),
+                        tool: task_call.name.clone(),
+                        timeout_ms: timeout.as_millis() as u64,
+                    },
+                );
+            }
             let allowed_at = Instant::now();
             if let Some(deadline) = allowed_at.checked_add(timeout) {
                 ctx.start_clock(deadline);
             }
             let _ = running_tx.send(allowed_at);
-            match catch(invoke.invoke(args, ctx)).await {
+            match catch(|| invoke.invoke(args, ctx)).await {
                 Ok(Ok(answer)) if answer_check.needed() => {
                     // Schema checks cost what the plugin's schema and answer make them: off the
                     // runtime threads, and inside the call, so its deadline still holds.
@@ -526,8 +540,15 @@ impl ToolRunner {
     ) -> ToolResult {
         let session = options.session_id.as_deref();
         let timeout = self.timeout_for(tool);
-        let never = CancellationToken::new();
-        let cancel = options.cancel.as_ref().unwrap_or(&never);
+        let cancelled = async {
+            match &options.cancel {
+                Some(cancel) => cancel.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(cancelled);
+        let stopped = self.stop.token.cancelled();
+        tokio::pin!(stopped);
         let gate_waiting = tokio::time::sleep(self.config.gate_waiting_after);
         tokio::pin!(gate_waiting);
         let mut gate_waiting_sent = false;
@@ -553,17 +574,17 @@ impl ToolRunner {
                 }
                 () = &mut gate_waiting, if !gate_waiting_sent && !gate_answered => {
                     gate_waiting_sent = true;
-                    self.bus().emit(session, EventKind::ToolGateWaiting {
+                    self.bus().emit_wanted(session, EventType::ToolGateWaiting, || EventKind::ToolGateWaiting {
                         call_id: call.id.clone(),
                         tool: call.name.clone(),
                     }).await;
                 }
-                () = self.stop.token.cancelled() => {
+                () = &mut stopped => {
                     ctx.cancel();
                     task.abort();
                     break Err((Outcome::Error, self.stop.text(&call.name)));
                 }
-                () = cancel.cancelled() => {
+                () = &mut cancelled => {
                     ctx.cancel();
                     task.abort();
                     break Err((Outcome::Error, format!("call of tool `{}` cancelled by the client", call.name)));
