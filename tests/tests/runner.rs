@@ -40,6 +40,25 @@ impl Gate for PanicGate {
     }
 }
 
+/// A gate written without `async_trait` that panics before it returns its future.
+struct EagerPanicGate;
+
+impl Gate for EagerPanicGate {
+    fn check<'a, 'b, 'c, 'd>(
+        &'a self,
+        _call: &'b ToolCall,
+        _ctx: &'c GateCtx,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Verdict> + Send + 'd>>
+    where
+        'a: 'd,
+        'b: 'd,
+        'c: 'd,
+        Self: 'd,
+    {
+        panic!("gate exploded early")
+    }
+}
+
 /// A host-native tool that panics with a non-string payload, or answers details of a given size.
 struct Native;
 
@@ -309,6 +328,18 @@ async fn host_tool_and_gate_panics_are_crashes_with_texts() {
         r.text()
     );
     assert!(r.text().ends_with(": gate exploded"), "{}", r.text());
+    let gate: Arc<dyn Gate> = Arc::new(EagerPanicGate);
+    let r = host
+        .call_with(&call("3b", "echo", json!({"text": "x"})), &gated(gate))
+        .await;
+    assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
+    assert!(
+        r.text()
+            .starts_with("the gate panicked at tests/tests/runner.rs:")
+            && r.text().ends_with(": gate exploded early"),
+        "{}",
+        r.text()
+    );
     let r = host
         .call_with(&call("4", "native", json!({"mode": "fine"})), &opts)
         .await;

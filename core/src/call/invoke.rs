@@ -45,49 +45,59 @@ pub(crate) trait Invoke: Send + Sync {
 }
 
 /// The context a tool gets for one call: its id, its cancellation flag, a way to send partial
-/// updates, its deadline and its trace context. Cheap to clone.
+/// updates, its deadline and its trace context. Cheap to clone: clones share one allocation.
 #[derive(Clone)]
 pub struct ToolCtx {
-    call_id: Arc<str>,
-    cancelled: Arc<AtomicBool>,
+    shared: Arc<CtxShared>,
+}
+
+/// What the clones of one call's [`ToolCtx`] share.
+struct CtxShared {
+    call_id: String,
+    cancelled: AtomicBool,
     on_update: Arc<dyn Fn(&str) + Send + Sync>,
-    deadline: Arc<OnceLock<Instant>>,
+    deadline: OnceLock<Instant>,
     traceparent: Option<Arc<str>>,
 }
 
 impl ToolCtx {
     /// A context for call `call_id` that hands partial updates to `on_update`.
     pub fn new(call_id: &str, on_update: Arc<dyn Fn(&str) + Send + Sync>) -> Self {
-        ToolCtx {
-            call_id: call_id.into(),
-            cancelled: Arc::new(AtomicBool::new(false)),
-            on_update,
-            deadline: Arc::default(),
-            traceparent: None,
-        }
+        ToolCtx::with_traceparent(call_id, on_update, None)
     }
 
-    /// The same context carrying `traceparent` (already checked by the runner).
-    pub(crate) fn with_traceparent(mut self, traceparent: Option<Arc<str>>) -> Self {
-        self.traceparent = traceparent;
-        self
+    /// A context that also carries `traceparent` (already checked by the runner).
+    pub(crate) fn with_traceparent(
+        call_id: &str,
+        on_update: Arc<dyn Fn(&str) + Send + Sync>,
+        traceparent: Option<Arc<str>>,
+    ) -> Self {
+        ToolCtx {
+            shared: Arc::new(CtxShared {
+                call_id: call_id.to_owned(),
+                cancelled: AtomicBool::new(false),
+                on_update,
+                deadline: OnceLock::new(),
+                traceparent,
+            }),
+        }
     }
 
     /// Starts the call's clock: the runner does when the gate allows, the deadline being that
     /// instant plus the tool's timeout. Only the first call counts.
     pub(crate) fn start_clock(&self, deadline: Instant) {
-        let _ = self.deadline.set(deadline);
+        let _ = self.shared.deadline.set(deadline);
     }
 
     /// The call's id.
     pub fn call_id(&self) -> &str {
-        &self.call_id
+        &self.shared.call_id
     }
 
     /// When the runner ends the call at its timeout (set once the gate has allowed it); `None`
     /// before that or without a timeout.
     pub fn deadline(&self) -> Option<Instant> {
-        self.deadline.get().copied()
+        self.shared.deadline.get().copied()
     }
 
     /// How long until [`ToolCtx::deadline`], zero once it has passed.
@@ -99,32 +109,27 @@ impl ToolCtx {
     /// The call's W3C `traceparent`, if its caller gave a valid one
     /// ([`CallOptions::traceparent`](crate::CallOptions::traceparent)).
     pub fn traceparent(&self) -> Option<&str> {
-        self.traceparent.as_deref()
+        self.shared.traceparent.as_deref()
     }
 
     /// Whether the host has given up on the call.
     pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Relaxed)
+        self.shared.cancelled.load(Ordering::Relaxed)
     }
 
     /// Marks the call cancelled; the tool sees it through [`ToolCtx::is_cancelled`].
     pub fn cancel(&self) {
-        self.cancelled.store(true, Ordering::Relaxed);
+        self.shared.cancelled.store(true, Ordering::Relaxed);
     }
 
     /// Sends a partial update for the call.
     pub fn update(&self, partial: &str) {
-        (self.on_update)(partial);
+        (self.shared.on_update)(partial);
     }
 
-    /// The shared cancellation flag (what a plugin polls).
-    pub(crate) fn cancel_flag(&self) -> &Arc<AtomicBool> {
-        &self.cancelled
-    }
-
-    /// The update callback, shareable with a blocking thread.
-    pub(crate) fn update_fn(&self) -> Arc<dyn Fn(&str) + Send + Sync> {
-        self.on_update.clone()
+    /// The cancellation flag itself (what a plugin polls).
+    pub(crate) fn cancel_flag(&self) -> &AtomicBool {
+        &self.shared.cancelled
     }
 }
 

@@ -414,7 +414,7 @@ impl ToolRunner {
             }
             None => None,
         };
-        let ctx = ToolCtx::new(
+        let ctx = ToolCtx::with_traceparent(
             &call.id,
             Arc::new(move |partial: &str| {
                 let ended = ended_for_updates
@@ -444,8 +444,8 @@ impl ToolRunner {
                     );
                 }
             }),
-        )
-        .with_traceparent(traceparent);
+            traceparent,
+        );
         let (running_tx, running_rx) = oneshot::channel::<Instant>();
         let task = self.spawn_task(call, tool, gate, options, args, ctx.clone(), running_tx);
         let result = self
@@ -549,31 +549,35 @@ impl ToolRunner {
         tokio::pin!(cancelled);
         let stopped = self.stop.token.cancelled();
         tokio::pin!(stopped);
-        let gate_waiting = tokio::time::sleep(self.config.gate_waiting_after);
-        tokio::pin!(gate_waiting);
-        let mut gate_waiting_sent = false;
+        // One timer: first the gate's `tool_gate_waiting` notice, then, once the gate allowed,
+        // the call's deadline.
+        let timer = tokio::time::sleep(self.config.gate_waiting_after);
+        tokio::pin!(timer);
+        let mut timer_armed = true;
         let mut gate_answered = false;
-        let mut deadline: Option<tokio::time::Instant> = None;
         let end = loop {
-            let far = tokio::time::Instant::now() + Duration::from_secs(86_400);
             tokio::select! {
                 biased;
                 allowed = &mut running_rx, if !gate_answered => {
                     gate_answered = true;
                     // An error means the task ended without allowing: its end comes next.
                     // A timeout too long to add (`Duration::MAX`: "never") is no deadline.
-                    if let Ok(at) = allowed {
-                        deadline = tokio::time::Instant::from_std(at).checked_add(timeout);
+                    let deadline = allowed
+                        .ok()
+                        .and_then(|at| tokio::time::Instant::from_std(at).checked_add(timeout));
+                    timer_armed = deadline.is_some();
+                    if let Some(deadline) = deadline {
+                        timer.as_mut().reset(deadline);
                     }
                 }
                 joined = &mut task => break self.joined(joined),
-                () = tokio::time::sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => {
-                    ctx.cancel();
-                    task.abort();
-                    break Err((Outcome::TimedOut, timeout_text(&call.name, timeout)));
-                }
-                () = &mut gate_waiting, if !gate_waiting_sent && !gate_answered => {
-                    gate_waiting_sent = true;
+                () = &mut timer, if timer_armed => {
+                    if gate_answered {
+                        ctx.cancel();
+                        task.abort();
+                        break Err((Outcome::TimedOut, timeout_text(&call.name, timeout)));
+                    }
+                    timer_armed = false;
                     self.bus().emit_wanted(session, EventType::ToolGateWaiting, || EventKind::ToolGateWaiting {
                         call_id: call.id.clone(),
                         tool: call.name.clone(),

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use abi_stable::std_types::{ROption, RResult, RStr, RString};
 use rho_plugin_api::ffi::{FfiAnswer2, FfiCallInfo, FfiCtx, FfiOutcome2, PluginModRef};
@@ -200,23 +200,24 @@ impl Invoke for InProcessInvoke {
                 state: state.clone(),
                 plugin: plugin.clone(),
             };
-            let cancelled = ctx.cancel_flag().clone();
-            let on_update = ctx.update_fn();
-            let call_id = ctx.call_id().to_owned();
-            let traceparent = ctx.traceparent().unwrap_or_default().to_owned();
-            let deadline = ctx.deadline();
             let module = plugin.module;
             let thread_plugin = plugin.clone();
             let (tx, rx) = tokio::sync::oneshot::channel();
             let spawned = crate::plugin::pool::spawn(move || {
                 let args_json = args.to_string();
-                let on_update = |partial: &str| on_update(partial);
+                let on_update = |partial: &str| ctx.update(partial);
                 let info = CallInfo {
-                    time_left: deadline.map(|at| at.saturating_duration_since(Instant::now())),
-                    traceparent: &traceparent,
+                    time_left: ctx.time_left(),
+                    traceparent: ctx.traceparent().unwrap_or_default(),
                 };
                 let result = call_module(
-                    module, &tool, &args_json, &call_id, &cancelled, &on_update, info,
+                    module,
+                    &tool,
+                    &args_json,
+                    ctx.call_id(),
+                    ctx.cancel_flag(),
+                    &on_update,
+                    info,
                 );
                 if state.swap(FINISHED, Ordering::AcqRel) == ABANDONED {
                     thread_plugin.runaway.fetch_sub(1, Ordering::Relaxed);

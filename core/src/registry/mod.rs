@@ -77,7 +77,7 @@ impl ResolvedTool {
     /// How the tool's answers are checked, movable into the call's task.
     pub(crate) fn answer_check(&self) -> AnswerCheck {
         AnswerCheck {
-            tool: self.spec.name.clone(),
+            tool: self.spec.clone(),
             validator: self.output_validator.clone(),
         }
     }
@@ -86,7 +86,7 @@ impl ResolvedTool {
 /// A tool's output schema check, run on a blocking thread inside the call (so under its deadline,
 /// its cancellation and the host's stop, and never on a runtime thread).
 pub(crate) struct AnswerCheck {
-    tool: String,
+    tool: Arc<ToolSpec>,
     validator: Option<Arc<SchemaValidator>>,
 }
 
@@ -103,7 +103,7 @@ impl AnswerCheck {
             (None, _) => Ok(()),
             (Some(_), None) => Err(format!(
                 "tool `{}` declares an output schema but answered without structured content",
-                self.tool
+                self.tool.name
             )),
             (Some(v), Some(value)) => {
                 let bytes = serde_json::to_vec(value)
@@ -113,10 +113,10 @@ impl AnswerCheck {
                     return Err(format!(
                         "tool `{}` answered with {bytes} bytes of structured content, over the \
                          {MAX_STRUCTURED_BYTES} a host checks",
-                        self.tool
+                        self.tool.name
                     ));
                 }
-                v.check(&self.tool, value, Checked::Answer)
+                v.check(&self.tool.name, value, Checked::Answer)
             }
         }
     }
