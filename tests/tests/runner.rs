@@ -613,3 +613,41 @@ async fn a_huge_partial_update_is_cut_before_it_is_published() {
     );
     assert!(partial.ends_with("[rho: update cut from 8388608 bytes]"));
 }
+
+/// Blocks its thread (a host's bug: it should await) for as long as it is told, then allows.
+struct ThreadBlockingGate(Duration);
+
+#[async_trait::async_trait]
+impl Gate for ThreadBlockingGate {
+    async fn check(&self, _call: &ToolCall, _ctx: &GateCtx) -> Verdict {
+        std::thread::sleep(self.0);
+        Verdict::Allow
+    }
+}
+
+/// The call's task and its supervisor are separate tasks: a gate that blocks its worker thread
+/// for 1.5 s does not hold back a client's cancellation 200 ms in, which ends the call at once on
+/// the runtime's other worker thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_that_blocks_its_thread_does_not_hold_back_a_cancellation() {
+    let FaultsHost { host, _dir } = faults_host(5_000, |b| b).await;
+    let cancel = tokio_util_cancel();
+    let options = CallOptions {
+        cancel: Some(cancel.clone()),
+        gate: Some(Arc::new(ThreadBlockingGate(Duration::from_millis(1500)))),
+        ..CallOptions::default()
+    };
+    let canceller = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        cancel.cancel();
+    });
+    let started = Instant::now();
+    let r = host
+        .call_with(&call("blocking", "echo", json!({"text": "x"})), &options)
+        .await;
+    let took = started.elapsed();
+    let _ = canceller.join();
+    assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
+    assert!(r.text().contains("cancelled by the client"), "{}", r.text());
+    assert!(took < Duration::from_millis(1200), "ended after {took:?}");
+}
