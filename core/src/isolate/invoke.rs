@@ -113,7 +113,7 @@ impl Invoke for IsolatedInvoke {
                     .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
                 traceparent: ctx.traceparent().map(str::to_owned),
             };
-            let args = args.to_string();
+            let args = crate::call::json::to_json(&args);
             let limit = pool.options().max_frame;
             let mut guard = CallGuard {
                 worker: Some(worker),

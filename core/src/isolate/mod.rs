@@ -7,6 +7,7 @@
 //! plugin version has a [`pool`] of workers with warm spares; a reload starts a new pool and
 //! retires the old one, whose busy workers finish their call and exit.
 
+pub(crate) mod channel;
 pub(crate) mod invoke;
 pub(crate) mod pool;
 pub(crate) mod protocol;

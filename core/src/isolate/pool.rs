@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 
 use crate::error::LoadError;
 use crate::isolate::WorkerOptions;
 use crate::isolate::protocol::{
-    Frame, FrameError, FromWorker, ToWorker, encode_parts, read_frame_async,
+    Frame, FrameError, FromWorker, ToWorker, encode_head, read_frame_async,
 };
 use crate::isolate::sandbox::SandboxReport;
 use crate::isolate::spawn::{Payload, Process, kill_group, start};
@@ -54,17 +54,12 @@ impl Worker {
     /// Sends one message with its blob (a call's arguments): calls on the channel, cancellations
     /// on the cancel channel.
     pub async fn send(&mut self, message: &ToWorker, blob: &[u8]) -> std::io::Result<()> {
-        let blobs = [blob];
-        let (head, large) = encode_parts(message, &blobs);
-        let stream = match message {
-            ToWorker::Cancel { .. } => &mut self.process.cancel,
-            ToWorker::Call { .. } | ToWorker::Start { .. } => &mut self.process.stream,
+        let head = encode_head(message, blob.len());
+        let channel = match message {
+            ToWorker::Cancel { .. } => &self.process.cancel,
+            ToWorker::Call { .. } | ToWorker::Start { .. } => self.process.stream.get_ref(),
         };
-        stream.write_all(&head).await?;
-        for blob in large {
-            stream.write_all(blob).await?;
-        }
-        Ok(())
+        channel.write_all(&[&head, blob]).await
     }
 
     /// Reads one frame, refusing frames over `limit` bytes.

@@ -10,7 +10,7 @@
 //! the whole message to find its kind. Host and worker are one build (`rho-worker` ships with the
 //! host); the protocol is theirs alone.
 
-use std::io::{Read, Write};
+use std::io::{IoSlice, Read, Write};
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -221,44 +221,29 @@ pub struct Frame<M> {
     pub blobs: Vec<u8>,
 }
 
-/// Blobs up to this many bytes in all are copied behind the JSON part and written in one go;
-/// larger ones are written from where they lie, after the head (no copy of a large payload).
-const INLINE_BLOBS: usize = 64 << 10;
-
 /// A frame's head: its length prefix, the JSON part's length and the JSON part, for a frame whose
-/// blobs add up to `blob_len` bytes.
-fn encode_head<M: Serialize>(message: &M, blob_len: usize, spare: usize) -> Vec<u8> {
+/// blobs add up to `blob_len` bytes. The blobs follow it on the wire as they lie (a frame is
+/// written as one vectored write of its head and blobs: no copy of a payload).
+pub(crate) fn encode_head<M: Serialize>(message: &M, blob_len: usize) -> Vec<u8> {
     // Serializing these enums of strings and numbers cannot fail.
     let json = serde_json::to_vec(message).unwrap_or_default();
     let body = 4 + json.len() + blob_len;
-    let mut out = Vec::with_capacity(8 + json.len() + spare);
+    let mut out = Vec::with_capacity(8 + json.len());
     out.extend_from_slice(&(body as u32).to_le_bytes());
     out.extend_from_slice(&(json.len() as u32).to_le_bytes());
     out.extend_from_slice(&json);
     out
 }
 
-/// Encodes `message` and `blobs` into one frame.
+/// Encodes `message` and `blobs` into one frame, in one buffer.
 pub fn encode<M: Serialize>(message: &M, blobs: &[&[u8]]) -> Vec<u8> {
     let blob_len: usize = blobs.iter().map(|b| b.len()).sum();
-    let mut out = encode_head(message, blob_len, blob_len);
+    let mut out = encode_head(message, blob_len);
+    out.reserve_exact(blob_len);
     for blob in blobs {
         out.extend_from_slice(blob);
     }
     out
-}
-
-/// A frame as the writes that send it: the head with small blobs copied in (and no blobs after
-/// it), or the head alone followed by the blobs as they are.
-pub(crate) fn encode_parts<'b, 'a, M: Serialize>(
-    message: &M,
-    blobs: &'b [&'a [u8]],
-) -> (Vec<u8>, &'b [&'a [u8]]) {
-    let blob_len: usize = blobs.iter().map(|b| b.len()).sum();
-    if blob_len <= INLINE_BLOBS {
-        return (encode(message, blobs), &[]);
-    }
-    (encode_head(message, blob_len, 0), blobs)
 }
 
 /// Room reserved up front for a frame's blobs: what it announces, up to 4 MiB (a frame that
@@ -346,7 +331,7 @@ fn body_len(header: [u8; 4], limit: usize) -> Result<usize, FrameError> {
 }
 
 /// Reads one frame (blocking). The blobs are read straight into their own buffer: past the first
-/// [`BODY_PREFIX`] bytes, no copy and no zeroing.
+/// [`BODY_PREFIX`] bytes, no copy.
 pub fn read_frame<M: for<'de> Deserialize<'de>>(
     reader: &mut impl Read,
     limit: usize,
@@ -361,12 +346,15 @@ pub fn read_frame<M: for<'de> Deserialize<'de>>(
     reader.read_exact(&mut prefix).map_err(closed_at_eof)?;
     let mut body = Body::of(prefix, size)?;
     reader.read_exact(body.json_rest()).map_err(closed_at_eof)?;
-    let missing = body.blobs_missing();
-    if missing > 0 {
-        (&mut *reader)
-            .take(missing as u64)
-            .read_to_end(&mut body.blobs)
-            .map_err(FrameError::Io)?;
+    // The rest of the blobs in reads as large as what is missing (up to 4 MiB at a time, so a
+    // lying length costs no memory): one system call when it has all arrived.
+    while body.blobs_missing() > 0 {
+        let start = body.blobs.len();
+        body.blobs
+            .resize(start + body.blobs_missing().min(4 << 20), 0);
+        reader
+            .read_exact(&mut body.blobs[start..])
+            .map_err(closed_at_eof)?;
     }
     body.frame()
 }
@@ -403,16 +391,28 @@ pub async fn read_frame_async<M: for<'de> Deserialize<'de>>(
     body.frame()
 }
 
-/// Writes one frame (blocking); large blobs are written from where they lie.
+/// Writes one frame (blocking): its head and blobs in one vectored write (more only when the
+/// socket's buffer cannot take it all at once), the blobs from where they lie.
 pub fn write_frame<M: Serialize>(
     writer: &mut impl Write,
     message: &M,
     blobs: &[&[u8]],
 ) -> std::io::Result<()> {
-    let (head, large) = encode_parts(message, blobs);
-    writer.write_all(&head)?;
-    for blob in large {
-        writer.write_all(blob)?;
+    let blob_len: usize = blobs.iter().map(|b| b.len()).sum();
+    let head = encode_head(message, blob_len);
+    let mut slices: Vec<IoSlice<'_>> = std::iter::once(&head[..])
+        .chain(blobs.iter().copied())
+        .filter(|part| !part.is_empty())
+        .map(IoSlice::new)
+        .collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        match writer.write_vectored(rest) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut rest, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
     writer.flush()
 }
@@ -475,8 +475,22 @@ mod tests {
         );
     }
 
-    /// Frames whose JSON or blobs run past the first read, written in parts (large blobs apart
-    /// from the head), read back whole both ways; a frame cut anywhere is `Closed`.
+    /// A writer that takes at most 1000 bytes a call, as a full socket buffer would.
+    struct Trickle(Vec<u8>);
+
+    impl Write for Trickle {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(1000);
+            self.0.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Frames whose JSON or blobs run past the first read, written in parts by a writer that
+    /// takes a little at a time, read back whole both ways; a frame cut anywhere is `Closed`.
     #[tokio::test]
     async fn large_parts_round_trip_and_a_cut_frame_is_closed() {
         let msg = FromWorker::Failure {
@@ -486,13 +500,15 @@ mod tests {
             details: None,
             spent: false,
         };
-        let big: Vec<u8> = (0..INLINE_BLOBS * 3).map(|i| i as u8).collect();
-        for blobs in [&[][..], &[&b"xy"[..]][..], &[&big[..], &b"tail"[..]][..]] {
-            let (head, large) = encode_parts(&msg, blobs);
-            let mut bytes = head;
-            for blob in large {
-                bytes.extend_from_slice(blob);
-            }
+        let big: Vec<u8> = (0..200_000).map(|i| i as u8).collect();
+        for blobs in [
+            &[][..],
+            &[&b"xy"[..]][..],
+            &[&big[..], &b""[..], &b"tail"[..]][..],
+        ] {
+            let mut written = Trickle(Vec::new());
+            write_frame(&mut written, &msg, blobs).unwrap();
+            let bytes = written.0;
             assert_eq!(bytes, encode(&msg, blobs));
             let whole: Vec<u8> = blobs.concat();
             let frame: Frame<FromWorker> = read_frame(&mut &bytes[..], 1 << 30).unwrap();

@@ -13,11 +13,11 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::UnixStream;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::isolate::WorkerOptions;
+use crate::isolate::channel::Channel;
 use crate::isolate::protocol::{
     CANCEL_FD, CHANNEL_FD, PLUGIN_FD, STATUS_FD, STDERR_END_MARK, SandboxSpec, ToWorker, encode,
 };
@@ -27,9 +27,10 @@ pub(crate) struct Process {
     pub child: Child,
     /// Its pid, which is also its process group id.
     pub pid: i32,
-    pub stream: UnixStream,
+    /// The channel (the worker's fd 3), read through a buffer: a small frame takes one read.
+    pub stream: BufReader<Channel>,
     /// The cancel channel.
-    pub cancel: UnixStream,
+    pub cancel: Channel,
     /// The last line the worker wrote on stderr, and the task that reads it (done at EOF).
     pub last_stderr: Arc<Mutex<Option<String>>>,
     pub stderr_reader: Option<tokio::task::JoinHandle<()>>,
@@ -199,17 +200,16 @@ pub(crate) async fn start(
     let last_stderr = Arc::new(Mutex::new(None));
     let (marks, stderr_marks) = tokio::sync::watch::channel(0);
     let stderr_reader = forward_output(&mut child, label, pid, &last_stderr, marks);
-    host_end.set_nonblocking(true)?;
-    host_cancel.set_nonblocking(true)?;
-    let mut stream = UnixStream::from_std(host_end)?;
+    let stream = Channel::new(host_end)?;
     let first = encode(
         &ToWorker::Start {
             sandbox: payload.sandbox.clone(),
         },
         &[],
     );
-    stream.write_all(&first).await?;
-    let cancel = UnixStream::from_std(host_cancel)?;
+    stream.write_all(&[&first]).await?;
+    let stream = BufReader::new(stream);
+    let cancel = Channel::new(host_cancel)?;
     Ok(Process {
         child,
         pid,

@@ -204,7 +204,7 @@ impl Invoke for InProcessInvoke {
             let thread_plugin = plugin.clone();
             let (tx, rx) = tokio::sync::oneshot::channel();
             let spawned = crate::plugin::pool::spawn(move || {
-                let args_json = args.to_string();
+                let args_json = crate::call::json::to_json(&args);
                 let on_update = |partial: &str| ctx.update(partial);
                 let info = CallInfo {
                     time_left: ctx.time_left(),

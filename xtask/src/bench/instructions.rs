@@ -18,10 +18,11 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use super::{Ctx, Figure};
 
 /// The loops `xtask bench-loop` runs: rho's and the raw baseline of each path.
-pub const LOOPS: [&str; 6] = [
+pub const LOOPS: [&str; 7] = [
     "inproc",
     "inproc_raw",
     "isolated",
+    "isolated_64k",
     "isolated_raw",
     "bus",
     "bus_raw",
@@ -37,7 +38,7 @@ pub fn run_loop(plugins: &Path, what: &str, calls: usize) -> Result<(), String> 
     runtime.block_on(async {
         let echo = plugins.join("libecho.so");
         match what {
-            "inproc" | "isolated" => {
+            "inproc" | "isolated" | "isolated_64k" => {
                 let dir =
                     std::env::temp_dir().join(format!("rho-bench-loop-{}", std::process::id()));
                 std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -62,7 +63,11 @@ pub fn run_loop(plugins: &Path, what: &str, calls: usize) -> Result<(), String> 
                     .await
                     .map_err(|e| e.to_string())?;
                 super::loaded(&reports)?;
-                let call = ToolCall::new("c", "echo", json!({"text": "hello"}));
+                let text = match what {
+                    "isolated_64k" => "x".repeat(64 << 10),
+                    _ => "hello".to_owned(),
+                };
+                let call = ToolCall::new("c", "echo", json!({ "text": text }));
                 for _ in 0..50 + calls {
                     host.call_with(&call, &CallOptions::default()).await;
                 }
