@@ -2,7 +2,7 @@
 //! JSON for the small parts and raw bytes for image payloads (no base64).
 //!
 //! The worker has two sockets: [`CHANNEL_FD`] for calls, updates and answers, [`CANCEL_FD`] for
-//! cancellations.
+//! cancellations; the channel first brings it its other descriptors ([`HANDED_OVER`]).
 //!
 //! A frame is `u32 LE body length`, then the body: `u32 LE JSON length`, the JSON message, and the
 //! raw blobs the message announces, back to back. Messages are externally tagged
@@ -20,7 +20,8 @@ use crate::isolate::WorkerLimits;
 use crate::isolate::sandbox::{Grants, SandboxReport};
 use crate::registry::spec::ToolSpec;
 
-/// The fd the worker finds its channel on: calls go in, updates and answers come out.
+/// The fd the worker keeps its channel on (its stdin at `exec`, moved here first thing): calls go
+/// in, updates and answers come out.
 pub const CHANNEL_FD: i32 = 3;
 
 /// The fd the worker finds its cancel channel on: `Cancel` messages only, read by a thread of
@@ -37,6 +38,11 @@ pub const PLUGIN_FD: i32 = 5;
 /// worker holds it: the namespace's init closes it first thing, before it forks the plugin
 /// process. An unsandboxed worker closes it at once (it is the plugin process).
 pub const STATUS_FD: i32 = 6;
+
+/// The descriptors the host hands a worker on its channel, in this order: one byte carrying
+/// them (`SCM_RIGHTS`), before any frame. The channel itself is the worker's stdin, which it
+/// moves to [`CHANNEL_FD`]; it places these on the numbers listed.
+pub const HANDED_OVER: [i32; 3] = [CANCEL_FD, PLUGIN_FD, STATUS_FD];
 
 /// The line the sandboxed worker writes on stderr before it reports the status on
 /// [`STATUS_FD`]: everything the plugin process wrote on stderr comes before it, so its last

@@ -1,8 +1,8 @@
-//! The worker side: what `rho-worker` runs. It reads the sandbox to enter from its channel (fd 3),
-//! enters it (see [`crate::isolate::sandbox`]), loads the plugin from fd 5, says `Ready` with what
-//! of the sandbox is in force, then runs calls one at a time on its main thread; a second thread
-//! reads the cancel channel (fd 4) and sets the running call's flag. It exits when the host
-//! closes the channel.
+//! The worker side: what `rho-worker` runs. It takes its descriptors (see [`take_handed`]), reads
+//! the sandbox to enter from its channel (fd 3), enters it (see [`crate::isolate::sandbox`]),
+//! loads the plugin from fd 5, says `Ready` with what of the sandbox is in force, then runs calls
+//! one at a time on its main thread; a second thread reads the cancel channel (fd 4) and sets the
+//! running call's flag. It exits when the host closes the channel.
 //!
 //! Only this process is at risk: a plugin that segfaults, aborts or exits takes the worker down,
 //! and the host reads that as the call's crash.
@@ -21,8 +21,8 @@ use rho_plugin_api::Answer;
 use crate::call::answer::{FailureKind, OutputKind};
 use crate::call::invoke::Failure;
 use crate::isolate::protocol::{
-    CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, ImageHead, PLUGIN_FD, ToWorker,
-    read_frame, write_frame,
+    CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, HANDED_OVER, ImageHead, PLUGIN_FD,
+    ToWorker, read_frame, write_frame,
 };
 use crate::isolate::sandbox;
 use crate::plugin::call::{CallInfo, call_module};
@@ -41,6 +41,73 @@ fn send(channel: &Channel, message: &FromWorker, blobs: &[&[u8]]) -> bool {
 /// The call running now, for the cancel thread.
 type Running = Arc<Mutex<Option<(u64, Arc<AtomicBool>)>>>;
 
+/// The worker's first step, before it reads a frame: a session of its own (no terminal, a process
+/// group the host can kill whole), the parent-death signal, the channel moved from stdin to
+/// [`CHANNEL_FD`] (stdin becomes `/dev/null`), every other descriptor it inherited closed, then
+/// the [`HANDED_OVER`] descriptors taken from the channel onto their numbers, close-on-exec.
+fn take_handed() -> Result<(), String> {
+    let os_error = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
+    // SAFETY (this function): system calls on this process's own descriptors and state, while it
+    // is single-threaded; `recvmsg` writes into `byte` and `control`, which outlive the call, and
+    // the descriptors are read from inside `control` as the kernel wrote them.
+    unsafe {
+        libc::setsid();
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        if libc::dup3(0, CHANNEL_FD, libc::O_CLOEXEC) != CHANNEL_FD {
+            return Err(os_error("no channel on stdin"));
+        }
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+        if null < 0 || libc::dup2(null, 0) != 0 {
+            return Err(os_error("opening /dev/null"));
+        }
+        let first = CHANNEL_FD as u32 + 1;
+        if libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) != 0 {
+            // Kernels before 5.11: one descriptor at a time.
+            for fd in first as i32..4096 {
+                libc::close(fd);
+            }
+        }
+        let mut byte = [0u8];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: byte.len(),
+        };
+        let mut control = [0u64; 8];
+        let data_len = std::mem::size_of_val(&HANDED_OVER) as u32;
+        let mut message: libc::msghdr = std::mem::zeroed();
+        message.msg_iov = &mut iov;
+        message.msg_iovlen = 1;
+        message.msg_control = control.as_mut_ptr().cast();
+        message.msg_controllen = std::mem::size_of_val(&control);
+        if libc::recvmsg(CHANNEL_FD, &mut message, libc::MSG_CMSG_CLOEXEC) != 1 {
+            return Err(os_error("no descriptors on the channel"));
+        }
+        let header = libc::CMSG_FIRSTHDR(&message);
+        if header.is_null()
+            || (*header).cmsg_level != libc::SOL_SOCKET
+            || (*header).cmsg_type != libc::SCM_RIGHTS
+            || (*header).cmsg_len != libc::CMSG_LEN(data_len) as usize
+            || message.msg_flags & libc::MSG_CTRUNC != 0
+        {
+            return Err("the channel's first message did not carry the descriptors".into());
+        }
+        let mut got = [0i32; HANDED_OVER.len()];
+        std::ptr::copy_nonoverlapping(
+            libc::CMSG_DATA(header),
+            got.as_mut_ptr().cast::<u8>(),
+            data_len as usize,
+        );
+        // Everything from CHANNEL_FD + 1 up was closed: they arrived on the lowest free numbers,
+        // which are theirs.
+        if got != HANDED_OVER {
+            return Err(format!(
+                "descriptors arrived on {got:?}, not {HANDED_OVER:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Takes a descriptor the host passed, marking it close-on-exec (the plugin's own children must
 /// not inherit it).
 fn take_fd(fd: i32, what: &str) -> Option<UnixStream> {
@@ -53,9 +120,13 @@ fn take_fd(fd: i32, what: &str) -> Option<UnixStream> {
     Some(unsafe { UnixStream::from_raw_fd(fd) })
 }
 
-/// The worker's main: `rho-worker SHOWN_PATH`, with its channels on fds 3 and 4, the plugin on
-/// fd 5. The first frame on the channel is the sandbox to enter.
+/// The worker's main: `rho-worker SHOWN_PATH`, with its channel on stdin bringing its other
+/// descriptors (see [`take_handed`]). The first frame on the channel is the sandbox to enter.
 pub fn main() -> ExitCode {
+    if let Err(e) = take_handed() {
+        eprintln!("rho-worker: {e} (this program is started by a rho host)");
+        return ExitCode::from(2);
+    }
     keep_freed_memory();
     let Some(shown) = std::env::args_os().nth(1).map(PathBuf::from) else {
         eprintln!(
@@ -82,6 +153,11 @@ pub fn main() -> ExitCode {
         Ok(_) => return load_failed("the host sent something else than Start".into()),
         Err(e) => return load_failed(format!("reading the sandbox: {e}")),
     };
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } != spec.host_pid {
+        // The host died before the parent-death signal was armed.
+        return ExitCode::from(1);
+    }
     // Only the plugin process returns from here; the worker and the sandbox's init wait inside
     // and end as it does.
     let mut report = match sandbox::enter(&spec) {
