@@ -618,7 +618,7 @@ fn announce_changes(host: &Host, audience: Arc<Mutex<Audience>>) {
 
 /// Keeps fd 1 for the protocol only: returns a private duplicate for the transport and points fd 1
 /// at stderr.
-fn protocol_stdout() -> std::io::Result<tokio::fs::File> {
+fn protocol_stdout() -> std::io::Result<std::fs::File> {
     // SAFETY: dup/dup2 on the standard descriptors; the duplicate is owned by the File below.
     unsafe {
         let fd = libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3);
@@ -628,9 +628,7 @@ fn protocol_stdout() -> std::io::Result<tokio::fs::File> {
         if libc::dup2(2, 1) < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(tokio::fs::File::from_std(std::fs::File::from(
-            OwnedFd::from_raw_fd(fd),
-        )))
+        Ok(std::fs::File::from(OwnedFd::from_raw_fd(fd)))
     }
 }
 

@@ -88,7 +88,7 @@ impl Drain {
 type InFlight = Arc<Mutex<HashSet<String>>>;
 
 /// Starts the guard between the client (stdin, and `stdout`) and rmcp.
-pub fn start(stdout: tokio::fs::File) -> Guard {
+pub fn start(stdout: std::fs::File) -> Guard {
     let (rmcp_in, guard_in) = tokio::io::duplex(1 << 16);
     let (rmcp_out, guard_out) = tokio::io::duplex(1 << 16);
     let (closed_tx, closed) = mpsc::channel(2);
@@ -180,28 +180,32 @@ pub fn start(stdout: tokio::fs::File) -> Guard {
         }
     });
 
-    // The one writer of stdout.
-    tokio::spawn(async move {
-        let mut stdout = stdout;
-        while let Some(mut line) = out.recv().await {
-            line.push('\n');
-            let written = match stdout.write_all(line.as_bytes()).await {
-                Ok(()) => stdout.flush().await,
-                Err(e) => Err(e),
-            };
-            unwritten
-                .fetch_update(
-                    std::sync::atomic::Ordering::AcqRel,
-                    std::sync::atomic::Ordering::Acquire,
-                    |n| Some(n.saturating_sub(1)),
-                )
-                .ok();
-            if written.is_err() {
-                let _ = closed_tx.send(Closed::Output).await;
-                break;
+    // The one writer of stdout, on a thread of its own: a blocking write per line (through
+    // tokio's file, each line was a hand-off to a blocking thread and back).
+    let writer = std::thread::Builder::new()
+        .name("rho-stdout".into())
+        .spawn(move || {
+            use std::io::Write;
+            let mut stdout = stdout;
+            while let Some(mut line) = out.blocking_recv() {
+                line.push('\n');
+                let written = stdout.write_all(line.as_bytes());
+                unwritten
+                    .fetch_update(
+                        std::sync::atomic::Ordering::AcqRel,
+                        std::sync::atomic::Ordering::Acquire,
+                        |n| Some(n.saturating_sub(1)),
+                    )
+                    .ok();
+                if written.is_err() {
+                    let _ = closed_tx.blocking_send(Closed::Output);
+                    break;
+                }
             }
-        }
-    });
+        });
+    if let Err(e) = writer {
+        tracing::error!(error = %e, "cannot start the stdout writer");
+    }
 
     Guard {
         to_rmcp: rmcp_in,
