@@ -171,7 +171,7 @@ pub fn start(stdout: std::fs::File) -> Guard {
                 events: 0,
                 revents: 0,
             };
-            // SAFETY: polls a descriptor the writer task keeps open for the server's life.
+            // SAFETY: polls a descriptor the writer thread keeps open for the server's life.
             let ready = unsafe { libc::poll(&mut poll, 1, 0) };
             if ready > 0 && poll.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
                 let _ = hung_up.send(Closed::Output).await;
