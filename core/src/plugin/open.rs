@@ -361,6 +361,12 @@ use std::os::unix::ffi::OsStringExt;
 /// one is copied.
 const COPY_CHUNK: u64 = 1 << 20;
 
+/// The hasher reads the copy back this many bytes at a time: a buffer under glibc's mmap
+/// threshold, so the hashing thread's heap never keeps a megabyte after the first few loads (a
+/// buffer of `COPY_CHUNK` is first mapped and unmapped, which raises the threshold, and from then
+/// on stays resident in that thread's arena).
+const READ_CHUNK: usize = 64 << 10;
+
 /// One copy being hashed while it is made, shared by the copier and the hashing thread. Waits
 /// are on a mutex and condition variable: std's channels register a thread-local destructor on a
 /// thread's first blocking receive, which takes the dynamic loader's lock, and a plugin's
@@ -417,11 +423,11 @@ impl HashJob {
     fn hash(&self) -> std::io::Result<(String, u64)> {
         use std::os::unix::fs::FileExt;
         let mut hasher = Sha256::new();
-        let mut chunk = vec![0u8; COPY_CHUNK as usize];
+        let mut chunk = vec![0u8; READ_CHUNK];
         let mut hashed = 0u64;
         while let Some(len) = self.wait_past(hashed) {
             while hashed < len {
-                let want = (len - hashed).min(COPY_CHUNK) as usize;
+                let want = usize::try_from(len - hashed).map_or(READ_CHUNK, |n| n.min(READ_CHUNK));
                 let n = self.copy.read_at(&mut chunk[..want], hashed)?;
                 if n == 0 {
                     return Err(std::io::Error::other(
