@@ -182,6 +182,7 @@ pub fn start(stdout: std::fs::File) -> Guard {
 
     // The one writer of stdout, on a thread of its own: a blocking write per line (through
     // tokio's file, each line was a hand-off to a blocking thread and back).
+    let unstarted = closed_tx.clone();
     let writer = std::thread::Builder::new()
         .name("rho-stdout".into())
         .spawn(move || {
@@ -204,7 +205,9 @@ pub fn start(stdout: std::fs::File) -> Guard {
             }
         });
     if let Err(e) = writer {
+        // Nothing could reach the client: the server stops as if it had hung up.
         tracing::error!(error = %e, "cannot start the stdout writer");
+        let _ = unstarted.try_send(Closed::Output);
     }
 
     Guard {

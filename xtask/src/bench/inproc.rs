@@ -195,40 +195,41 @@ async fn raw_throughput(module: PluginModRef, concurrency: usize, total: usize) 
     total as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Loads for `mem_plugin`, each side the same way.
+const LOADS: usize = 10;
+
+/// KiB of RSS each of `LOADS` loads (numbered from 0) adds, after one load (number `LOADS`) that
+/// pays the one-off costs.
+fn per_load(mut load: impl FnMut(usize) -> Result<(), String>) -> Result<f64, String> {
+    load(LOADS)?;
+    let before = crate::bench::reload::rss_kib();
+    for n in 0..LOADS {
+        load(n)?;
+    }
+    Ok(crate::bench::reload::rss_kib().saturating_sub(before) as f64 / LOADS as f64)
+}
+
 /// `mem_plugin`: resident memory each in-process load of `echo` adds (read, check, copy, dlopen,
 /// abi_stable's layout check, describe), against a raw copy + dlopen of the same file. Each side
 /// loads once before it is measured: what the first load alone costs (the host's own loading
 /// code paged in, the hashing thread and its arena) is not a cost per plugin.
 pub fn memory(ctx: &Ctx) -> Result<Vec<Figure>, String> {
-    const LOADS: usize = 10;
     let path = ctx.plugin("echo");
     let copies = CopyDir::new().map_err(|e| e.to_string())?;
-    let load_rho = || -> Result<(), String> {
+    let rho = per_load(|_| {
         let file = PluginFile::open(&path, &copies).map_err(|e| e.to_string())?;
         load_in_process(&file).map_err(|e| e.to_string())?;
         Ok(())
-    };
-    load_rho()?;
-    let before = crate::bench::reload::rss_kib();
-    for _ in 0..LOADS {
-        load_rho()?;
-    }
-    let rho = crate::bench::reload::rss_kib().saturating_sub(before) as f64 / LOADS as f64;
+    })?;
     let dir = tempfile_dir()?;
-    let load_raw = |n: usize| -> Result<(), String> {
+    let raw = per_load(|n| {
         let copy = dir.join(format!("mem-{n}.so"));
         std::fs::copy(&path, &copy).map_err(|e| e.to_string())?;
         // SAFETY: rho's own echo plugin; its initializers are benign.
         let lib = unsafe { libloading::Library::new(&copy) }.map_err(|e| e.to_string())?;
         std::mem::forget(lib);
         Ok(())
-    };
-    load_raw(LOADS)?;
-    let before = crate::bench::reload::rss_kib();
-    for n in 0..LOADS {
-        load_raw(n)?;
-    }
-    let raw = crate::bench::reload::rss_kib().saturating_sub(before) as f64 / LOADS as f64;
+    })?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(vec![Figure {
         name: "mem_plugin".into(),
