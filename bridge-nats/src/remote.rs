@@ -360,6 +360,14 @@ async fn call(
 fn answer(done: Done, node: &str) -> Result<Answer, RemoteFailure> {
     match done.outcome {
         Outcome::Ok => {
+            // Refused before any image is decoded (the runner holds every answer to the limit).
+            if done.images.len() > rho_core::MAX_IMAGES {
+                return Err(RemoteFailure::Tool(ToolError::new(format!(
+                    "node {node} answered with {} images; an answer may carry at most {}",
+                    done.images.len(),
+                    rho_core::MAX_IMAGES
+                ))));
+            }
             let mut images = Vec::new();
             for image in done.images {
                 let bytes = base64::engine::general_purpose::STANDARD

@@ -36,9 +36,10 @@ mod registry;
 
 pub use agent::model::{AssistantTurn, KeptDetails, Message, Model, ModelError, ScriptedModel};
 pub use agent::session::{CallOrder, KeepDetails, Loop, LoopConfig, RunSummary};
-pub use bus::events::{CallRef, Event, EventKind, ImageView, OutputView};
+pub use bus::events::{CallRef, Event, EventKind, ImageView, MAX_EVENT_TEXT, OutputView};
 pub use bus::journal::{INDEX_EVERY, Journal, JournalError, Replay, read_range};
 pub use bus::{Bus, BusItem, DEFAULT_CAPACITY, Filter, RECENT_IMAGE_BYTES, Sink, Subscription};
+pub use call::answer::{MAX_DETAILS_BYTES, MAX_IMAGES};
 pub use call::details::{parse_within, text_depth};
 pub use call::gate::{DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};
 pub use call::invoke::{Tool, ToolCtx, is_valid_traceparent};

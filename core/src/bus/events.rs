@@ -36,7 +36,33 @@ pub struct ImageView {
     pub sha256: String,
 }
 
-/// A call's output as events show it: the text, and the images summarized.
+/// The most bytes of one text an event keeps (a call's output text, its whole text when cut):
+/// 1 MiB. Past it the event holds the first 1 MiB and a note of how much was left out; the
+/// call's [`ToolResult`](crate::ToolResult) keeps the whole. With the answer codec's limits
+/// ([`MAX_IMAGES`](crate::MAX_IMAGES) image summaries, details and structured content of
+/// [`MAX_DETAILS_BYTES`](crate::MAX_DETAILS_BYTES) each), this bounds what one end event holds on
+/// the bus and writes to a journal, whatever the tool answered.
+pub const MAX_EVENT_TEXT: usize = 1 << 20;
+
+/// `text` as events keep it: whole up to [`MAX_EVENT_TEXT`], else cut at a character boundary
+/// with a note saying how much was left out.
+pub(crate) fn event_text(text: &str) -> String {
+    if text.len() <= MAX_EVENT_TEXT {
+        return text.to_owned();
+    }
+    let at = (0..=MAX_EVENT_TEXT)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    format!(
+        "{}\n[rho: events keep {at} of {} bytes of this text; the call's result has the whole]",
+        &text[..at],
+        text.len()
+    )
+}
+
+/// A call's output as events show it: the text (up to [`MAX_EVENT_TEXT`]), and the images
+/// summarized.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutputView {
     /// The text the model reads.
@@ -49,7 +75,7 @@ pub struct OutputView {
 impl From<&Output> for OutputView {
     fn from(output: &Output) -> Self {
         OutputView {
-            text: output.text().to_owned(),
+            text: event_text(output.text()),
             images: output
                 .images()
                 .iter()
@@ -159,7 +185,8 @@ pub enum EventKind {
         structured: Option<Value>,
         /// Details for screens.
         details: Option<Value>,
-        /// The whole text, when `output`'s was cut at the tool's result limit.
+        /// The whole text, when `output`'s was cut at the tool's result limit (up to
+        /// [`MAX_EVENT_TEXT`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         full_text: Option<String>,
         /// From start to end, milliseconds.

@@ -1,6 +1,13 @@
 //! The one answer codec: how an answer's shape and a failure's kind are named (typed, never
 //! strings), and the one place an [`Output`] is assembled from its parts and a [`Failure`] from its
 //! kind, whether the parts came through the FFI (in process) or the worker protocol (isolated).
+//!
+//! It also holds the limits every answer is held to, whatever its source (a native tool, a
+//! plugin in process or in a worker, a remote node): at most [`MAX_IMAGES`] images, and details
+//! and structured content of at most [`MAX_DETAILS_BYTES`] bytes of JSON each. An answer over a
+//! limit ends its call `error` with a text naming the limit; where the answer arrives as parts
+//! (the FFI, a worker's frame, a node's reply) it is refused before the parts past the limit are
+//! copied or decoded, so its size never becomes the host's memory.
 
 use rho_plugin_api::ffi::{FfiFailureKind, FfiOutputKind};
 use rho_plugin_api::{Image, Output, ToolError};
@@ -82,13 +89,94 @@ impl FailureKind {
     }
 }
 
+/// The most images one answer may carry.
+pub const MAX_IMAGES: usize = 256;
+
+/// The largest details, and the largest structured content, one answer may carry: bytes of JSON
+/// text (as the plugin or node sent it; a native tool's values are measured as serialized).
+pub const MAX_DETAILS_BYTES: usize = 4 << 20;
+
+/// The error of an answer of `tool` with `count` images, over [`MAX_IMAGES`].
+pub(crate) fn too_many_images(tool: &str, count: usize) -> Failure {
+    Failure::Tool(ToolError::new(format!(
+        "tool `{tool}` answered with {count} images; an answer may carry at most {MAX_IMAGES}"
+    )))
+}
+
+/// The error of `what` (details, structured content) of `tool` of `bytes`, over
+/// [`MAX_DETAILS_BYTES`].
+pub(crate) fn too_large(tool: &str, what: &str, bytes: usize) -> Failure {
+    Failure::Tool(ToolError::new(format!(
+        "tool `{tool}` answered with {what} of {bytes} bytes; an answer may carry at most \
+         {MAX_DETAILS_BYTES} bytes of {what}"
+    )))
+}
+
+/// A plugin's or node's JSON text (`what` of `tool`: details, structured content) as a value:
+/// over [`MAX_DETAILS_BYTES`] it is the tool's error, unparsed; text that is not JSON, or nests
+/// deeper than [`MAX_DETAILS_DEPTH`](rho_plugin_api::MAX_DETAILS_DEPTH), is the tool's broken
+/// contract (`crashed`).
+pub(crate) fn json_part(tool: &str, what: &str, json: &str) -> Result<Value, Failure> {
+    if json.len() > MAX_DETAILS_BYTES {
+        return Err(too_large(tool, what, json.len()));
+    }
+    crate::call::details::parse(json).map_err(|e| {
+        Failure::Crash(CrashReason::Formatted(format!(
+            "tool `{tool}` answered with {what} {e}"
+        )))
+    })
+}
+
+/// Holds an answer assembled by the host's own code (a native tool, a remote source) to the
+/// limits the codecs apply to parts as they arrive.
+pub(crate) fn check_limits(tool: &str, answer: &rho_plugin_api::Answer) -> Result<(), Failure> {
+    let count = answer.output.images().len();
+    if count > MAX_IMAGES {
+        return Err(too_many_images(tool, count));
+    }
+    for (what, value) in [
+        ("details", &answer.details),
+        ("structured content", &answer.structured),
+    ] {
+        if let Some(value) = value {
+            let bytes = serialized_len(value);
+            if bytes > MAX_DETAILS_BYTES {
+                return Err(too_large(tool, what, bytes));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The length of `value` as JSON text, counted without keeping the text.
+fn serialized_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.saturating_add(buf.len());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail; a value serde cannot write counts as what was written.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// The output of shape `kind` from its text and images; a shape that does not match the number
 /// of images (`Text` with images, `Image` without exactly one) is the plugin's broken contract.
 pub(crate) fn output(
+    tool: &str,
     kind: OutputKind,
     text: String,
     mut images: Vec<Image>,
 ) -> Result<Output, Failure> {
+    if images.len() > MAX_IMAGES {
+        return Err(too_many_images(tool, images.len()));
+    }
     match (kind, images.len()) {
         (OutputKind::Text, 0) => Ok(Output::Text(text)),
         (OutputKind::Image, 1) => match images.pop() {

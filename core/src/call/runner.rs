@@ -14,7 +14,7 @@ pub use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bus::Bus;
-use crate::bus::events::{EventKind, EventType, OutputView};
+use crate::bus::events::{EventKind, EventType, OutputView, event_text};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 use crate::call::invoke::{Failure, ToolCtx, is_valid_traceparent};
 use crate::call::outcome::{
@@ -359,7 +359,7 @@ impl ToolRunner {
                         is_error: result.is_error(),
                         structured: result.structured.clone(),
                         details: result.details.clone(),
-                        full_text: result.full_text.clone(),
+                        full_text: result.full_text.as_deref().map(event_text),
                         duration_ms: result.duration.as_secs_f64() * 1000.0,
                     },
                 );

@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::call::invoke::{CallFuture, Failure, Invoke, ToolCtx};
 use crate::call::outcome::CrashReason;
 use crate::isolate::pool::{Pool, Worker};
-use crate::isolate::protocol::{Frame, FrameError, FromWorker, ImageHead, ToWorker};
+use crate::isolate::protocol::{Frame, FrameError, FromWorker, ImageHeads, ToWorker};
 
 /// One tool of an isolated plugin version.
 pub(crate) struct IsolatedInvoke {
@@ -220,22 +220,25 @@ fn details_of(tool: &str, details: Option<String>) -> Result<Option<Value>, Fail
     json_of(tool, "details", details)
 }
 
-/// A worker's JSON text (`what` of `tool`: details, structured content) as a value; text that is
-/// not JSON or nests too deep breaks the protocol.
+/// A worker's JSON text (`what` of `tool`: details, structured content) as a value, through the
+/// answer codec's one reader of such parts.
 fn json_of(tool: &str, what: &str, json: Option<String>) -> Result<Option<Value>, Failure> {
-    match json {
-        None => Ok(None),
-        Some(json) => crate::call::details::parse(&json)
-            .map(Some)
-            .map_err(|e| Failure::Crash(CrashReason::Protocol(format!("{what} of `{tool}` {e}")))),
-    }
+    let part = json
+        .map(|json| answer::json_part(tool, what, &json))
+        .transpose();
+    // The worker checked the plugin's text before sending it: text the host cannot read was
+    // forged on the channel.
+    part.map_err(|failure| match failure {
+        Failure::Crash(CrashReason::Formatted(text)) => Failure::Crash(CrashReason::Protocol(text)),
+        other => other,
+    })
 }
 
 /// The parts of an `Answer` message besides its blobs.
 struct AnswerShape {
     kind: OutputKind,
     text_len: usize,
-    images: Vec<ImageHead>,
+    images: ImageHeads,
     details: Option<String>,
     structured: Option<String>,
 }
@@ -244,25 +247,28 @@ fn to_answer(tool: &str, shape: AnswerShape, mut blobs: Vec<u8>) -> Result<Answe
     let AnswerShape {
         kind,
         text_len,
-        images: heads,
+        images,
         details,
         structured,
     } = shape;
-    let total = heads
-        .iter()
-        .map(|h| h.len)
-        .sum::<usize>()
-        .checked_add(text_len);
-    if total != Some(blobs.len()) {
+    // The heads' lengths were summed as they were read (none past the limit was kept).
+    let announced = images.total_len().and_then(|len| len.checked_add(text_len));
+    if announced != Some(blobs.len()) {
         return Err(Failure::Crash(CrashReason::Protocol(format!(
             "an answer announcing {text_len} text bytes and {} image bytes carried {}",
-            heads.iter().map(|h| h.len).sum::<usize>(),
+            images
+                .total_len()
+                .map_or_else(|| "more than 2^64".to_owned(), |n| n.to_string()),
             blobs.len()
         ))));
     }
+    if images.count() > answer::MAX_IMAGES {
+        return Err(answer::too_many_images(tool, images.count()));
+    }
+    let heads = images.heads();
     // The common shapes keep the buffer the frame was read into: text alone is the whole of it,
     // and so is a lone image after empty text. Others copy each part out once.
-    let (text, images) = match heads.as_slice() {
+    let (text, images) = match heads {
         [] => (blobs, Vec::new()),
         [head] if text_len == 0 => (Vec::new(), vec![Image::new(head.mime_type.clone(), blobs)]),
         _ => {
@@ -286,7 +292,7 @@ fn to_answer(tool: &str, shape: AnswerShape, mut blobs: Vec<u8>) -> Result<Answe
         )))
     })?;
     Ok(Answer {
-        output: answer::output(kind, text, images)?,
+        output: answer::output(tool, kind, text, images)?,
         structured: json_of(tool, "structured content", structured)?,
         details: details_of(tool, details)?,
     })

@@ -93,6 +93,84 @@ pub struct ImageHead {
     pub len: usize,
 }
 
+/// An answer's image heads as a worker announced them. Read from a frame, at most
+/// [`MAX_IMAGES`](crate::call::answer::MAX_IMAGES) heads are kept; the rest are counted and their
+/// lengths summed as they are read, never stored, so an answer announcing 300,000 images costs
+/// the host the frame's bytes and no more.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageHeads {
+    heads: Vec<ImageHead>,
+    count: usize,
+    total_len: Option<usize>,
+}
+
+impl ImageHeads {
+    /// The heads of an answer's images, in order.
+    pub fn new(heads: Vec<ImageHead>) -> ImageHeads {
+        let total_len = heads
+            .iter()
+            .try_fold(0usize, |sum, h| sum.checked_add(h.len));
+        ImageHeads {
+            count: heads.len(),
+            heads,
+            total_len,
+        }
+    }
+
+    /// How many images were announced.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The heads kept (all of them, unless more than the limit were announced).
+    pub fn heads(&self) -> &[ImageHead] {
+        &self.heads
+    }
+
+    /// The announced images' lengths summed; `None` when the sum overflows.
+    pub fn total_len(&self) -> Option<usize> {
+        self.total_len
+    }
+}
+
+impl Serialize for ImageHeads {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.heads.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for ImageHeads {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Heads;
+        impl<'de> serde::de::Visitor<'de> for Heads {
+            type Value = ImageHeads;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of image heads")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<ImageHeads, A::Error> {
+                let limit = crate::call::answer::MAX_IMAGES;
+                let mut heads = ImageHeads {
+                    heads: Vec::new(),
+                    count: 0,
+                    total_len: Some(0),
+                };
+                while let Some(head) = seq.next_element::<ImageHead>()? {
+                    heads.count += 1;
+                    heads.total_len = heads.total_len.and_then(|sum| sum.checked_add(head.len));
+                    if heads.heads.len() < limit {
+                        heads.heads.push(head);
+                    }
+                }
+                Ok(heads)
+            }
+        }
+        deserializer.deserialize_seq(Heads)
+    }
+}
+
 /// What a worker sends the host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -141,7 +219,7 @@ pub enum FromWorker {
         /// The length of the text blob.
         text_len: usize,
         /// The images' heads.
-        images: Vec<ImageHead>,
+        images: ImageHeads,
         /// Details, JSON text.
         details: Option<String>,
         /// Structured content, JSON text.
@@ -269,11 +347,14 @@ fn closed_at_eof(e: std::io::Error) -> FrameError {
     }
 }
 
-/// A body being read: its JSON part (after the 4-byte length) in `json`, of which the first
-/// `json_read` bytes are in; the blob bytes read so far in `blobs`.
+/// A body being read: its JSON part (after the 4-byte length) in `json`, up to `json_end` bytes
+/// of which those in `json` have arrived; the blob bytes read so far in `blobs`. Neither buffer
+/// is grown past the bytes that arrived (but for the worker's own reads of its host's frames,
+/// see [`read_frame`]): a peer that announces a large part and stalls costs its buffer's room,
+/// not the announced length.
 struct Body {
     json: Vec<u8>,
-    json_read: usize,
+    json_end: usize,
     blobs: Vec<u8>,
     blob_len: usize,
 }
@@ -292,18 +373,18 @@ impl Body {
         let json_read = json_end.min(prefix.len());
         let mut blobs = Vec::with_capacity(blob_room(blob_len));
         blobs.extend_from_slice(&prefix[json_read..]);
-        prefix.resize(json_end, 0);
+        prefix.truncate(json_read);
         Ok(Body {
             json: prefix,
-            json_read,
+            json_end,
             blobs,
             blob_len,
         })
     }
 
-    /// Where the rest of the JSON part goes (empty when the prefix held it all).
-    fn json_rest(&mut self) -> &mut [u8] {
-        &mut self.json[self.json_read..]
+    /// JSON bytes still to read.
+    fn json_missing(&self) -> usize {
+        self.json_end - self.json.len()
     }
 
     /// Blob bytes still to read.
@@ -312,7 +393,7 @@ impl Body {
     }
 
     fn frame<M: for<'de> Deserialize<'de>>(self) -> Result<Frame<M>, FrameError> {
-        if self.blobs_missing() > 0 {
+        if self.json_missing() > 0 || self.blobs_missing() > 0 {
             return Err(FrameError::Closed);
         }
         let text = std::str::from_utf8(&self.json[4..]).map_err(FrameError::Utf8)?;
@@ -351,7 +432,8 @@ pub fn read_frame<M: for<'de> Deserialize<'de>>(
     let mut prefix = vec![0u8; size.min(BODY_PREFIX)];
     reader.read_exact(&mut prefix).map_err(closed_at_eof)?;
     let mut body = Body::of(prefix, size)?;
-    reader.read_exact(body.json_rest()).map_err(closed_at_eof)?;
+    let missing = body.json_missing() as u64;
+    reader.take(missing).read_to_end(&mut body.json)?;
     // The rest of the blobs in reads as large as what is missing (up to 4 MiB at a time, so a
     // lying length costs no memory): one system call when it has all arrived.
     while body.blobs_missing() > 0 {
@@ -382,17 +464,20 @@ pub async fn read_frame_async<M: for<'de> Deserialize<'de>>(
         .await
         .map_err(closed_at_eof)?;
     let mut body = Body::of(prefix, size)?;
-    reader
-        .read_exact(body.json_rest())
-        .await
-        .map_err(closed_at_eof)?;
-    let missing = body.blobs_missing();
-    if missing > 0 {
-        (&mut *reader)
-            .take(missing as u64)
-            .read_to_end(&mut body.blobs)
-            .await
-            .map_err(FrameError::Io)?;
+    // Both parts grow as their bytes arrive (`read_to_end` reserves ahead of what came, never
+    // the announced length): what a worker announces costs nothing until it sends it.
+    let (json_missing, blobs_missing) = (body.json_missing(), body.blobs_missing());
+    for (part, missing) in [
+        (&mut body.json, json_missing),
+        (&mut body.blobs, blobs_missing),
+    ] {
+        if missing > 0 {
+            (&mut *reader)
+                .take(missing as u64)
+                .read_to_end(part)
+                .await
+                .map_err(FrameError::Io)?;
+        }
     }
     body.frame()
 }
@@ -433,7 +518,7 @@ mod tests {
             id: 7,
             kind: OutputKind::Images,
             text_len: 0,
-            images: vec![
+            images: ImageHeads::new(vec![
                 ImageHead {
                     mime_type: "image/png".into(),
                     len: 3,
@@ -442,7 +527,7 @@ mod tests {
                     mime_type: "image/png".into(),
                     len: 2,
                 },
-            ],
+            ]),
             details: None,
             structured: Some("{}".into()),
             spent: false,

@@ -21,8 +21,8 @@ use rho_plugin_api::Answer;
 use crate::call::answer::{FailureKind, OutputKind};
 use crate::call::invoke::Failure;
 use crate::isolate::protocol::{
-    CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, HANDED_OVER, ImageHead, PLUGIN_FD,
-    ToWorker, read_frame, write_frame,
+    CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, HANDED_OVER, ImageHead, ImageHeads,
+    PLUGIN_FD, ToWorker, read_frame, write_frame,
 };
 use crate::isolate::sandbox;
 use crate::plugin::call::{CallInfo, call_module};
@@ -366,13 +366,15 @@ fn answer(
             let kind = OutputKind::of(&answer.output);
             let text = answer.output.text();
             let images = answer.output.images();
-            let heads = images
-                .iter()
-                .map(|i| ImageHead {
-                    mime_type: i.mime_type.clone(),
-                    len: i.bytes.len(),
-                })
-                .collect();
+            let heads = ImageHeads::new(
+                images
+                    .iter()
+                    .map(|i| ImageHead {
+                        mime_type: i.mime_type.clone(),
+                        len: i.bytes.len(),
+                    })
+                    .collect(),
+            );
             let message = FromWorker::Answer {
                 id,
                 kind,

@@ -23,18 +23,21 @@ pub(crate) fn plain_text(s: RString) -> Option<String> {
 
 /// Copies a plugin's answer into host-owned data. Text, mime types, messages or details that are
 /// not UTF-8, and details that are not JSON (or nest deeper than [`MAX_DETAILS_DEPTH`](rho_plugin_api::MAX_DETAILS_DEPTH)), make the
-/// call crash with a text naming the field: the plugin broke its contract.
+/// call crash with a text naming the field: the plugin broke its contract. An answer over the
+/// codec's limits ([`MAX_IMAGES`](crate::call::answer::MAX_IMAGES) images, details of
+/// [`MAX_DETAILS_BYTES`](crate::call::answer::MAX_DETAILS_BYTES)) is the tool's error, and what
+/// lies past the limit is not copied.
 pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome2) -> Result<Answer, Failure> {
     let broken = |what: &str| {
         Failure::Crash(CrashReason::Formatted(format!(
             "tool `{tool}` answered with {what} not UTF-8"
         )))
     };
-    let details = |json: ROption<RString>| match json.into_option() {
+    let json = |what: &str, json: ROption<RString>| match json.into_option() {
         None => Ok(None),
         Some(json) => {
-            let json = plain_text(json).ok_or_else(|| broken("details that are"))?;
-            parse_details(tool, &json).map(Some)
+            let json = plain_text(json).ok_or_else(|| broken(&format!("{what} that are")))?;
+            answer::json_part(tool, what, &json).map(Some)
         }
     };
     match outcome {
@@ -42,19 +45,11 @@ pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome2) -> Result<Answer, Failu
             answer,
             structured_json,
         }) => {
-            let structured = match structured_json.into_option() {
-                None => None,
-                Some(json) => {
-                    let json =
-                        plain_text(json).ok_or_else(|| broken("structured content that is"))?;
-                    Some(crate::call::details::parse(&json).map_err(|e| {
-                        Failure::Crash(CrashReason::Formatted(format!(
-                            "tool `{tool}` answered with structured content {e}"
-                        )))
-                    })?)
-                }
-            };
-            let details = details(answer.details_json)?;
+            if answer.images.len() > answer::MAX_IMAGES {
+                return Err(answer::too_many_images(tool, answer.images.len()));
+            }
+            let structured = json("structured content", structured_json)?;
+            let details = json("details", answer.details_json)?;
             let text = plain_text(answer.text).ok_or_else(|| broken("a text that is"))?;
             let mut images = Vec::with_capacity(answer.images.len());
             for image in answer.images {
@@ -62,7 +57,7 @@ pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome2) -> Result<Answer, Failu
                     plain_text(image.mime_type).ok_or_else(|| broken("a mime type that is"))?;
                 images.push(Image::new(mime, image.bytes.as_slice()));
             }
-            let output = answer::output(answer.kind.into(), text, images)?;
+            let output = answer::output(tool, answer.kind.into(), text, images)?;
             Ok(Answer {
                 output,
                 structured,
@@ -79,18 +74,10 @@ pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome2) -> Result<Answer, Failu
                 _ => message,
             };
             Err(answer::failure(kind, message, || {
-                details(failure.details_json)
+                json("details", failure.details_json)
             }))
         }
     }
-}
-
-fn parse_details(tool: &str, json: &str) -> Result<Value, Failure> {
-    crate::call::details::parse(json).map_err(|e| {
-        Failure::Crash(CrashReason::Formatted(format!(
-            "tool `{tool}` answered with details {e}"
-        )))
-    })
 }
 
 /// What a plugin is told about a call besides its arguments (interface 2; a plugin of interface

@@ -162,7 +162,10 @@ impl RemoteSource {
                 .entry(key)
                 .or_insert_with(|| inner.registry.new_generation());
             let name = entry.spec.name.clone();
-            let invoke: Arc<dyn Invoke> = Arc::new(RemoteInvoke(entry.tool));
+            let invoke: Arc<dyn Invoke> = Arc::new(RemoteInvoke {
+                tool: entry.tool,
+                name: name.as_str().into(),
+            });
             match ResolvedTool::new(entry.spec, generation, &entry.origin, invoke) {
                 Ok(tool) => {
                     offered.insert(name, entry.origin);
@@ -199,18 +202,24 @@ impl RemoteSource {
     }
 }
 
-/// A remote tool as the runner calls it.
-struct RemoteInvoke(Arc<dyn RemoteTool>);
+/// A remote tool as the runner calls it: its answers held to the answer codec's limits.
+struct RemoteInvoke {
+    tool: Arc<dyn RemoteTool>,
+    name: Arc<str>,
+}
 
 impl Invoke for RemoteInvoke {
     fn invoke(&self, args: Arc<Value>, ctx: ToolCtx) -> CallFuture {
-        let call = self.0.call(args, ctx);
+        let call = self.tool.call(args, ctx);
+        let name = self.name.clone();
         Box::pin(async move {
-            call.await.map_err(|failure| match failure {
+            let answer = call.await.map_err(|failure| match failure {
                 RemoteFailure::Tool(error) => Failure::Tool(error),
                 RemoteFailure::Crashed(text) => Failure::Crash(CrashReason::Formatted(text)),
                 RemoteFailure::Unavailable(text) => Failure::Unavailable(text),
-            })
+            })?;
+            crate::call::answer::check_limits(&name, &answer)?;
+            Ok(answer)
         })
     }
 }

@@ -709,6 +709,296 @@ fn cwd(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     Ok(Answer::text(format!("ok: {}", dir.display())))
 }
 
+/// Arguments of `chmod`.
+#[derive(Deserialize, JsonSchema)]
+pub struct ChmodArgs {
+    /// The path.
+    pub path: String,
+    /// The new mode, as octal digits (`"666"`, `"4755"`).
+    pub mode: String,
+}
+
+fn c_string(path: &str) -> Result<std::ffi::CString, ToolError> {
+    std::ffi::CString::new(path).map_err(|_| ToolError::new("refused: a path with a NUL byte"))
+}
+
+/// `chmod`: changes a path's mode (metadata, which Landlock does not govern).
+fn chmod(args: ChmodArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let mode = u32::from_str_radix(&args.mode, 8)
+        .map_err(|_| ToolError::new(format!("refused: {:?} is not an octal mode", args.mode)))?;
+    let path = c_string(&args.path)?;
+    // SAFETY: a valid C string.
+    if unsafe { libc::chmod(path.as_ptr(), mode) } != 0 {
+        return Err(last_denied());
+    }
+    Ok(Answer::text(format!("ok: mode {:o}", mode)))
+}
+
+/// `utimes`: sets a path's access and modification times to the epoch.
+fn utimes(args: PathArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let path = c_string(&args.path)?;
+    let zero = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid C string and two timespecs.
+    if unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), [zero, zero].as_ptr(), 0) } != 0 {
+        return Err(last_denied());
+    }
+    Ok(Answer::text("ok: times set"))
+}
+
+/// `setxattr`: sets the extended attribute `user.rho` of a path.
+fn setxattr(args: PathArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let path = c_string(&args.path)?;
+    let value = b"planted";
+    // SAFETY: valid C strings and a buffer of the given length.
+    let r = unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            c"user.rho".as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r != 0 {
+        return Err(last_denied());
+    }
+    Ok(Answer::text("ok: attribute set"))
+}
+
+/// Arguments of `swap_for_symlink`.
+#[derive(Deserialize, JsonSchema)]
+pub struct SwapArgs {
+    /// The path to move aside (to `PATH.old`) and replace.
+    pub path: String,
+    /// Where the symlink put in its place points.
+    pub target: String,
+}
+
+/// `swap_for_symlink`: moves a path aside and puts a symlink to `target` in its place (what a
+/// plugin that may write a directory can do to a grant beneath it).
+fn swap_for_symlink(args: SwapArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    std::fs::rename(&args.path, format!("{}.old", args.path)).map_err(denied)?;
+    std::os::unix::fs::symlink(&args.target, &args.path).map_err(denied)?;
+    Ok(Answer::text(format!(
+        "ok: {} -> {}",
+        args.path, args.target
+    )))
+}
+
+/// `shm`: creates a System V shared memory segment of `mib` MiB, touches every page and leaves
+/// it (not removed: it outlives the call, as long as its IPC namespace).
+fn shm(args: MibArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let bytes =
+        usize::try_from(args.mib << 20).map_err(|_| ToolError::new("refused: too large"))?;
+    // SAFETY: shmget with plain integers.
+    let id = unsafe { libc::shmget(libc::IPC_PRIVATE, bytes, libc::IPC_CREAT | 0o600) };
+    if id < 0 {
+        return Err(last_denied());
+    }
+    // SAFETY: attaches the segment just made; `-1` is checked.
+    let at = unsafe { libc::shmat(id, std::ptr::null(), 0) };
+    if at as isize == -1 {
+        return Err(last_denied());
+    }
+    // SAFETY: the segment is `bytes` long and attached at `at`.
+    unsafe {
+        std::ptr::write_bytes(at.cast::<u8>(), 1, bytes);
+        libc::shmdt(at);
+    }
+    Ok(Answer::text(format!(
+        "ok: {} MiB of shared memory",
+        args.mib
+    )))
+}
+
+/// Arguments of `message_queue`.
+#[derive(Deserialize, JsonSchema)]
+pub struct QueueArgs {
+    /// `sysv` (msgget) or `posix` (mq_open).
+    pub kind: String,
+    /// How many mebibytes to queue.
+    pub mib: u64,
+}
+
+/// `message_queue`: queues `mib` MiB in message queues the call leaves behind.
+fn message_queue(args: QueueArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let total = args.mib << 20;
+    match args.kind.as_str() {
+        "sysv" => {
+            #[repr(C)]
+            struct Message {
+                kind: libc::c_long,
+                text: [u8; 8192],
+            }
+            let message = Message {
+                kind: 1,
+                text: [7; 8192],
+            };
+            let mut queued = 0u64;
+            while queued < total {
+                // SAFETY: msgget with plain integers.
+                let id = unsafe { libc::msgget(libc::IPC_PRIVATE, libc::IPC_CREAT | 0o600) };
+                if id < 0 {
+                    return Err(ToolError::new(format!(
+                        "denied after {} KiB: {}",
+                        queued >> 10,
+                        std::io::Error::last_os_error()
+                    )));
+                }
+                loop {
+                    // SAFETY: a message of the given size; IPC_NOWAIT: a full queue fails.
+                    let r = unsafe {
+                        libc::msgsnd(
+                            id,
+                            (&message as *const Message).cast(),
+                            message.text.len(),
+                            libc::IPC_NOWAIT,
+                        )
+                    };
+                    if r != 0 {
+                        break;
+                    }
+                    queued += message.text.len() as u64;
+                    if queued >= total {
+                        break;
+                    }
+                }
+            }
+            Ok(Answer::text(format!("ok: {} KiB queued", queued >> 10)))
+        }
+        "posix" => {
+            let mut attr: libc::mq_attr = unsafe { std::mem::zeroed() };
+            attr.mq_maxmsg = 10;
+            attr.mq_msgsize = i64::try_from(total / 10).unwrap_or(i64::MAX);
+            let name = c"/rho-attacks";
+            // SAFETY: a valid name and attributes; the result is checked.
+            let q = unsafe {
+                libc::mq_open(
+                    name.as_ptr(),
+                    libc::O_CREAT | libc::O_RDWR,
+                    0o600 as libc::mode_t,
+                    &mut attr as *mut libc::mq_attr,
+                )
+            };
+            if q < 0 {
+                return Err(last_denied());
+            }
+            Ok(Answer::text(format!("ok: a queue of {} MiB", args.mib)))
+        }
+        other => Err(ToolError::new(format!("refused: no queue kind {other:?}"))),
+    }
+}
+
+/// `pipe_size`: grows a pipe's buffer to `mib` MiB (kernel memory outside the address space).
+fn pipe_size(args: MibArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let (rd, wr) = pipe()?;
+    let bytes = libc::c_int::try_from(args.mib << 20).unwrap_or(libc::c_int::MAX);
+    // SAFETY: fcntl on a pipe just made.
+    let r = unsafe { libc::fcntl(wr, libc::F_SETPIPE_SZ, bytes) };
+    let error = std::io::Error::last_os_error();
+    close(rd);
+    close(wr);
+    if r < 0 {
+        return Err(denied(error));
+    }
+    Ok(Answer::text(format!("ok: {r} bytes")))
+}
+
+/// Arguments of `forge_frame`.
+#[derive(Deserialize, JsonSchema)]
+pub struct ForgeArgs {
+    /// `stall`: a frame head announcing a JSON part of nearly 64 MiB, 16 KiB of it, then
+    /// silence until the call is cancelled; `images`: an answer to call `id` announcing `count`
+    /// empty images (flagged spent, so the host stops this worker).
+    pub what: String,
+    /// How many images.
+    #[serde(default)]
+    pub count: u64,
+    /// The host's number of this call (1 for the first call of a fresh worker).
+    #[serde(default = "one")]
+    pub id: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// Writes `bytes` to the worker's channel (fd 3), as a worker would send a frame.
+fn to_channel(bytes: &[u8]) -> Result<(), ToolError> {
+    let mut at = 0;
+    while at < bytes.len() {
+        // SAFETY: writes our own buffer to the worker's channel (fd 3).
+        let n = unsafe { libc::write(3, bytes[at..].as_ptr().cast(), bytes.len() - at) };
+        if n <= 0 {
+            return Err(last_denied());
+        }
+        at += n as usize;
+    }
+    Ok(())
+}
+
+/// `forge_frame`: writes on the worker's channel what its worker would never send (only in a
+/// worker: in process fd 3 is the host's).
+fn forge_frame(args: ForgeArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    if !in_worker() {
+        return Err(ToolError::new("refused: not in a worker"));
+    }
+    match args.what.as_str() {
+        "stall" => {
+            let body: u32 = (64 << 20) - 64;
+            let mut frame = Vec::new();
+            frame.extend_from_slice(&body.to_le_bytes());
+            frame.extend_from_slice(&(body - 4).to_le_bytes());
+            frame.extend_from_slice(br#"{"answer":{"id":1,"kind":"text","details":""#);
+            frame.resize(frame.len() + (16 << 10), b'a');
+            to_channel(&frame)?;
+            while !ctx.is_cancelled() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(Answer::text("ok: cancelled"))
+        }
+        "images" => {
+            let head = r#"{"mime_type":"","len":0}"#;
+            let mut json = format!(
+                r#"{{"answer":{{"id":{},"kind":"images","text_len":0,"details":null,"spent":true,"images":["#,
+                args.id
+            );
+            for i in 0..args.count {
+                if i > 0 {
+                    json.push(',');
+                }
+                json.push_str(head);
+            }
+            json.push_str("]}}");
+            let mut frame = Vec::new();
+            frame.extend_from_slice(&((json.len() + 4) as u32).to_le_bytes());
+            frame.extend_from_slice(&(json.len() as u32).to_le_bytes());
+            frame.extend_from_slice(json.as_bytes());
+            to_channel(&frame)?;
+            // The host has its answer; this call's own must not follow it.
+            while !ctx.is_cancelled() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(Answer::text("ok: cancelled"))
+        }
+        other => Err(ToolError::new(format!("refused: no frame {other:?}"))),
+    }
+}
+
+/// Whether this process is a `rho-worker`.
+fn in_worker() -> bool {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().starts_with("rho-worker"))
+        })
+        .unwrap_or(false)
+}
+
 /// A frame forged by load-time code, in the build made with `RHO_ATTACKS_FORGE=1` and only in a
 /// worker: a `Ready` announcing tools the host must check itself (a bad name, a duplicate, a
 /// schema that is not an object, an escape sequence in a refusal line, a false plugin name).
@@ -716,14 +1006,7 @@ extern "C" fn forge_ready() {
     if option_env!("RHO_ATTACKS_FORGE").is_none() {
         return;
     }
-    let in_worker = std::env::current_exe()
-        .ok()
-        .and_then(|p| {
-            p.file_name()
-                .map(|n| n.to_string_lossy().starts_with("rho-worker"))
-        })
-        .unwrap_or(false);
-    if !in_worker {
+    if !in_worker() {
         return;
     }
     let tool = |name: &str, params: &str| {
@@ -783,6 +1066,14 @@ fn odd_name(which: usize) -> &'static str {
 }
 
 export_plugin! {
+    Tool::new("chmod", "Changes a path's mode (octal).", chmod),
+    Tool::new("utimes", "Sets a path's times to the epoch.", utimes),
+    Tool::new("setxattr", "Sets the extended attribute user.rho of a path.", setxattr),
+    Tool::new("swap_for_symlink", "Moves a path aside and puts a symlink in its place.", swap_for_symlink),
+    Tool::new("shm", "Leaves a System V shared memory segment of mib MiB, every page touched.", shm),
+    Tool::new("message_queue", "Queues mib MiB in System V or POSIX message queues.", message_queue),
+    Tool::new("pipe_size", "Grows a pipe's buffer to mib MiB.", pipe_size),
+    Tool::new("forge_frame", "Writes a forged frame on the worker's channel.", forge_frame),
     Tool::new("connect_unix", "Connects to a unix socket by path.", connect_unix),
     Tool::new("unix_request", "Sends a line to a unix socket and answers the reply.", unix_request),
     Tool::new("socket_family", "Opens a socket of an address family.", socket_family),
