@@ -33,6 +33,7 @@ mod host;
 mod isolate;
 mod plugin;
 mod registry;
+mod walk;
 
 pub use agent::model::{AssistantTurn, KeptDetails, Message, Model, ModelError, ScriptedModel};
 pub use agent::session::{CallOrder, KeepDetails, Loop, LoopConfig, RunSummary};

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)] // test helpers fail loudly
 
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -129,6 +130,64 @@ async fn a_symlink_through_a_directory_others_can_write_is_refused() {
         errors[0]
     );
     assert!(has(&host, "echo") && !has(&host, "segfault"));
+}
+
+/// The path is checked as the user gave it: a plugin directory in a parent anyone can write was
+/// renamed away and a symlink to a directory of fault plugins put in its place (before: the
+/// symlink's target and its ancestors were checked, found safe, and 70 tools served).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_directory_swapped_for_a_symlink_in_a_writable_parent_is_refused() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let base = rho_tests::host_dir("rho-loading-tests");
+    let parent = tempfile::tempdir_in(&base).unwrap();
+    let faults = tempfile::tempdir_in(&base).unwrap();
+    install(faults.path(), "faults");
+    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let dir = parent.path().join("plugins");
+    std::os::unix::fs::symlink(faults.path(), &dir).unwrap();
+    let (host, errors) = open(&dir, DirOptions::in_process(), false).await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("is writable by others and not sticky"),
+        "{}",
+        errors[0]
+    );
+    assert!(!has(&host, "segfault"));
+}
+
+/// A directory and files root owns and no one else can write (`/usr/lib/...` style) load for a
+/// host of any user: here `rho tools` run as `nobody` (before: "owned by uid 0, not by this
+/// host's uid 65534", and only `--trust-any-writer` got in, which also accepts world-writable
+/// files).
+#[test]
+fn a_root_owned_directory_loads_for_a_host_running_as_nobody() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: making root-owned files needs root (CI runs as root)");
+        return;
+    }
+    let base = rho_tests::host_dir("rho-loading-tests");
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let plugin = install(dir.path(), "echo");
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(home.path(), Some(65534), Some(65534)).unwrap();
+    let out = std::process::Command::new(rho_tests::rho_bin())
+        .args(["tools", "--plugins"])
+        .arg(dir.path())
+        .env("HOME", home.path())
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("echo"), "{stdout}{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -338,35 +338,20 @@ pub fn secure_temp_dir() -> io::Result<PathBuf> {
     )))
 }
 
-/// Checks that `dir` and each ancestor (after resolving symlinks) is a directory owned by root or
-/// this user that others cannot write unless it is sticky. Returns the canonical path.
+/// Checks `dir` as given, component by component ([`SafeChain`](crate::walk::SafeChain)): every
+/// directory on the way and `dir` itself belong to root or this user and, when others may write
+/// them, are sticky. Returns its path without links.
 pub(crate) fn safe_dir_chain(dir: &Path) -> Result<PathBuf, String> {
-    use std::os::unix::fs::MetadataExt;
-    let canonical = dir.canonicalize().map_err(|e| e.to_string())?;
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    for ancestor in canonical.ancestors() {
-        let meta = std::fs::metadata(ancestor).map_err(|e| e.to_string())?;
-        if !meta.is_dir() {
-            return Err(format!("{} is not a directory", ancestor.display()));
-        }
-        if meta.uid() != 0 && meta.uid() != me {
-            return Err(format!(
-                "{} belongs to user {}",
-                ancestor.display(),
-                meta.uid()
-            ));
-        }
-        let sticky = meta.mode() & libc::S_ISVTX != 0;
-        if meta.mode() & 0o022 != 0 && !sticky {
-            return Err(format!(
-                "{} is writable by others and not sticky (mode {:o})",
-                ancestor.display(),
-                meta.mode() & 0o7777
-            ));
-        }
+    use crate::walk::{Policy, SafeChain, WalkError, walk};
+    let walked = walk(dir, &mut SafeChain).map_err(|e| match e {
+        WalkError::NotFound(at) => format!("{} does not exist", at.display()),
+        other => other.to_string(),
+    })?;
+    if walked.stat.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(format!("{} is not a directory", walked.path.display()));
     }
-    Ok(canonical)
+    SafeChain.passes(&walked.path, &walked.stat)?;
+    Ok(walked.path)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,10 +13,10 @@
 //!   directory, or a sealed memfd for isolated plugins) and the copy is hashed in chunks: memory
 //!   stays bounded whatever the file's size, and the copy is what loads.
 
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -25,6 +25,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::LoadError;
 use crate::plugin::trust::{Trust, is_plugin_name};
+use crate::walk::{self, fstat, openat};
 
 /// The default largest plugin file loaded: 256 MiB.
 pub const DEFAULT_MAX_FILE_SIZE: u64 = 256 << 20;
@@ -54,6 +55,8 @@ pub(crate) struct DirHandle {
     fd: OwnedFd,
     /// The path it was opened by (for messages and the entries' paths).
     path: PathBuf,
+    /// The same path without links or `..`, as the walk that opened it resolved it.
+    resolved: PathBuf,
 }
 
 /// Why a directory could not be listed.
@@ -64,42 +67,17 @@ pub(crate) enum DirError {
     Unusable(LoadError),
 }
 
-fn c_path(bytes: &[u8]) -> Result<CString, String> {
-    CString::new(bytes).map_err(|_| "a path with a NUL byte".to_owned())
-}
-
-fn fstat(fd: i32) -> std::io::Result<libc::stat> {
-    // SAFETY: `st` is written by fstat before it is read; a bad fd just fails.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut st) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(st)
-    }
-}
-
-fn openat(dir: i32, name: &[u8], flags: i32) -> std::io::Result<OwnedFd> {
-    let name = c_path(name).map_err(std::io::Error::other)?;
-    // SAFETY: a valid C string; the result is checked and owned below.
-    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NOCTTY) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: just opened, owned by nothing else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 fn me() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
 }
 
-/// Why a file or directory others could write is refused, if it is.
+/// Why a file or directory others could write is refused, if it is: it must belong to this
+/// host's user or to root, and no one else may write it (sshd's rule for its own files).
 fn writable_by_others(what: &Path, st: &libc::stat) -> Option<String> {
-    if st.st_uid != me() {
+    if st.st_uid != me() && st.st_uid != 0 {
         return Some(format!(
-            "{} is owned by uid {}, not by this host's uid {}",
+            "{} is owned by uid {}, not by this host's uid {} or root",
             what.display(),
             st.st_uid,
             me()
@@ -120,54 +98,51 @@ fn writable_by_others(what: &Path, st: &libc::stat) -> Option<String> {
     None
 }
 
-/// Opens and checks the plugin directory `dir`.
+/// Opens and checks the plugin directory `dir`: its path is walked as given, component by
+/// component (see [`DirPolicy`]), and the directory itself must not be writable by others.
 pub(crate) fn open_dir(dir: &Path, trust: Trust) -> Result<DirHandle, DirError> {
     let refused = |reason: String| LoadError::Refused {
         path: dir.to_owned(),
         reason,
     };
-    let canonical = match dir.canonicalize() {
-        Ok(c) => c,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    let walked = match trust {
+        Trust::OwnerOnly => walk::walk(dir, &mut walk::SafeChain),
+        Trust::AnyWriter => walk::walk(dir, &mut walk::FollowAll),
+    };
+    let walked = match walked {
+        Ok(walked) => walked,
+        Err(walk::WalkError::NotFound(_)) => {
             return Err(DirError::Gone(refused(
                 "the plugin directory does not exist".into(),
             )));
         }
-        Err(e) => {
+        Err(walk::WalkError::Refused(why)) => {
+            return Err(DirError::Unusable(refused(format!(
+                "{why}: whoever can write it could swap the plugin directory (fix its \
+                 permissions, or opt in with --trust-any-writer)"
+            ))));
+        }
+        Err(walk::WalkError::Io(_, e)) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+            return Err(DirError::Unusable(refused(
+                "not a directory: pass the directory that holds the plugin files".into(),
+            )));
+        }
+        Err(walk::WalkError::Io(_, e)) => {
             return Err(DirError::Unusable(refused(format!(
                 "cannot open the plugin directory: {e}"
             ))));
         }
     };
-    if trust == Trust::OwnerOnly
-        && let Some(parent) = canonical.parent()
-    {
-        crate::isolate::sandbox::safe_dir_chain(parent).map_err(|why| {
-            DirError::Unusable(refused(format!(
-                "{why}: whoever can write it could swap the plugin directory (fix its \
-                 permissions, or opt in with --trust-any-writer)"
-            )))
-        })?;
+    if walked.stat.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(DirError::Unusable(refused(
+            "not a directory: pass the directory that holds the plugin files".into(),
+        )));
     }
-    let fd = openat(
-        libc::AT_FDCWD,
-        canonical.as_os_str().as_bytes(),
-        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-    )
-    .map_err(|e| {
-        let error = refused(format!("cannot open the plugin directory: {e}"));
-        match e.raw_os_error() {
-            Some(libc::ENOENT) => DirError::Gone(error),
-            Some(libc::ENOTDIR) => DirError::Unusable(refused(
-                "not a directory: pass the directory that holds the plugin files".into(),
-            )),
-            _ => DirError::Unusable(error),
-        }
+    let fd = walk::reopen_dir(&walked).map_err(|e| {
+        DirError::Unusable(refused(format!("cannot open the plugin directory: {e}")))
     })?;
-    let st = fstat(fd.as_raw_fd())
-        .map_err(|e| DirError::Unusable(refused(format!("cannot stat it: {e}"))))?;
     if trust == Trust::OwnerOnly
-        && let Some(reason) = writable_by_others(dir, &st)
+        && let Some(reason) = writable_by_others(dir, &walked.stat)
     {
         return Err(DirError::Unusable(refused(format!(
             "{reason}; other users could plant code in it (fix its permissions, or opt in with \
@@ -177,6 +152,7 @@ pub(crate) fn open_dir(dir: &Path, trust: Trust) -> Result<DirHandle, DirError> 
     Ok(DirHandle {
         fd,
         path: dir.to_owned(),
+        resolved: walked.path,
     })
 }
 
@@ -278,27 +254,8 @@ impl DirHandle {
     /// Follows the symlink `name` to a file inside the directory, checking each directory on
     /// the way; `Err` is why it is refused.
     fn follow_link(&self, name: &OsStr, trust: Trust, flags: i32) -> Result<OwnedFd, String> {
-        let target = {
-            let c = c_path(name.as_bytes())?;
-            let mut buf = vec![0u8; libc::PATH_MAX as usize];
-            // SAFETY: `buf` is writable for its length; the result is checked.
-            let n = unsafe {
-                libc::readlinkat(
-                    self.fd.as_raw_fd(),
-                    c.as_ptr(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                )
-            };
-            if n < 0 {
-                return Err(format!(
-                    "cannot read the symlink: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
-            buf.truncate(n as usize);
-            PathBuf::from(OsString::from_vec(buf))
-        };
+        let target = walk::readlinkat(self.fd.as_raw_fd(), name.as_bytes())
+            .map_err(|e| format!("cannot read the symlink: {e}"))?;
         let outside = || {
             format!(
                 "a symlink that leads outside the plugin directory (to {})",
@@ -306,9 +263,8 @@ impl DirHandle {
             )
         };
         let inside = if target.is_absolute() {
-            let canonical = self.path.canonicalize().map_err(|e| e.to_string())?;
             target
-                .strip_prefix(&canonical)
+                .strip_prefix(&self.resolved)
                 .map(Path::to_path_buf)
                 .map_err(|_| outside())?
         } else {
@@ -354,8 +310,6 @@ impl DirHandle {
         })
     }
 }
-
-use std::os::unix::ffi::OsStringExt;
 
 /// The copy advances this many bytes at a time; the hasher reads each chunk back while the next
 /// one is copied.

@@ -1,9 +1,12 @@
 //! Which files of a plugin directory are plugins, and which of those the host may load.
 //!
 //! Loading code is executing code. Unless the host opts in, a directory or file that other users
-//! can write (group- or world-writable, or owned by another user than the host's), a directory
-//! with an ancestor others could change, and a symlink that leads outside the directory are
-//! refused; the checks are made on the descriptors that are then read ([`crate::plugin::open`]).
+//! can write (group- or world-writable, or owned by a user other than the host's or root), a
+//! directory whose path as given passes through a directory others could change (each component
+//! is checked, and a link followed only where no one else could have put it), and a symlink that
+//! leads outside the directory are refused; the checks are made on the descriptors that are then
+//! read ([`crate::plugin::open`]). Root-owned directories and files nobody else can write
+//! (`/usr/lib/...`) load for a host of any user, as sshd accepts its files.
 //! Hidden and temporary files, and files without the platform's library suffix, are not plugins
 //! and are ignored silently.
 
