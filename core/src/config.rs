@@ -25,7 +25,7 @@ use crate::agent::session::{CallOrder, KeepDetails, LoopConfig};
 use crate::call::rules::{Action, GateRule};
 use crate::call::runner::RunnerConfig;
 use crate::isolate::WorkerOptions;
-use crate::isolate::sandbox::Grants;
+use crate::isolate::grants::Grants;
 use crate::plugin::dir::{DirOptions, Isolation};
 use crate::plugin::trust::Trust;
 use crate::registry::health::QuarantinePolicy;

@@ -55,7 +55,8 @@ pub use config::{
 };
 pub use error::LoadError;
 pub use host::{Host, HostBuilder, HostError, async_gate_fn, gate_fn};
-pub use isolate::sandbox::{Grants, Identity, SandboxReport};
+pub use isolate::grants::{Grants, MAX_GRANTS};
+pub use isolate::sandbox::{Identity, SandboxReport};
 pub use isolate::{WorkerLimits, WorkerOptions};
 pub use plugin::dir::{DirOptions, Isolation, ScanReport};
 pub use plugin::load::{PluginInfo, sha256_hex};

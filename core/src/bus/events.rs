@@ -219,7 +219,7 @@ pub enum EventKind {
         /// What the host grants it (isolated plugins); `null` in process, where it has every
         /// power of the host.
         #[serde(default)]
-        granted: Option<crate::isolate::sandbox::Grants>,
+        granted: Option<crate::isolate::grants::Grants>,
     },
     /// A plugin file could not be loaded (or was refused); any older version keeps serving.
     PluginLoadFailed {

@@ -8,7 +8,9 @@
 //! retires the old one, whose busy workers finish their call and exit.
 
 pub(crate) mod channel;
+pub(crate) mod grants;
 pub(crate) mod invoke;
+pub(crate) mod mounts;
 pub(crate) mod pool;
 pub(crate) mod protocol;
 pub(crate) mod sandbox;
@@ -20,7 +22,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use sandbox::{Grants, Identity};
+use grants::Grants;
+use sandbox::Identity;
 
 /// Resource limits of one worker process (`setrlimit`); `None` leaves the host's own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

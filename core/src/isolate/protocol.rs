@@ -17,7 +17,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::call::answer::{FailureKind, OutputKind};
 use crate::isolate::WorkerLimits;
-use crate::isolate::sandbox::{Grants, SandboxReport};
+use crate::isolate::grants::{GrantPath, Grants};
+use crate::isolate::sandbox::SandboxReport;
 use crate::registry::spec::ToolSpec;
 
 /// The fd the worker keeps its channel on (its stdin at `exec`, moved here first thing): calls go
@@ -41,8 +42,20 @@ pub const STATUS_FD: i32 = 6;
 
 /// The descriptors the host hands a worker on its channel, in this order: one byte carrying
 /// them (`SCM_RIGHTS`), before any frame. The channel itself is the worker's stdin, which it
-/// moves to [`CHANNEL_FD`]; it places these on the numbers listed.
+/// moves to [`CHANNEL_FD`]; it places these on the numbers listed, and the granted paths after
+/// them (see [`GRANT_FDS`]).
 pub const HANDED_OVER: [i32; 3] = [CANCEL_FD, PLUGIN_FD, STATUS_FD];
+
+/// The first of the descriptors of the granted paths (`O_PATH`, one per
+/// [`SandboxSpec::grant_paths`] entry, in its order), handed over after [`HANDED_OVER`]: the
+/// sandbox's Landlock rules and mounts use them, never the paths, and every process of the
+/// sandbox closes them before the plugin's code runs.
+pub const GRANT_FDS: i32 = 7;
+
+/// The room (in 8-byte words) for the control message that hands the descriptors over: the
+/// [`HANDED_OVER`] ones and [`MAX_GRANTS`](crate::isolate::grants::MAX_GRANTS) grants.
+pub(crate) const HANDED_CONTROL_WORDS: usize =
+    (16 + 4 * (HANDED_OVER.len() + crate::isolate::grants::MAX_GRANTS)).div_ceil(8);
 
 /// The line the sandboxed worker writes on stderr before it reports the status on
 /// [`STATUS_FD`]: everything the plugin process wrote on stderr comes before it, so its last
@@ -266,6 +279,10 @@ pub struct SandboxSpec {
     pub host_pid: i32,
     /// Bytes of the private tmpfs mounted at `/tmp` in the sandbox (the plugin's scratch).
     pub scratch_bytes: u64,
+    /// The granted paths as the host resolved them, in the order of their descriptors from
+    /// [`GRANT_FDS`] on.
+    #[serde(default)]
+    pub grant_paths: Vec<GrantPath>,
 }
 
 /// Why a frame could not be read. Displayed as one line saying what was wrong.

@@ -4,31 +4,41 @@
 //! # What a worker is made of
 //!
 //! The host starts `rho-worker` (a new session, a parent-death signal, a cleared environment, the
-//! channels on fds 3 and 4, the plugin as a sealed memfd on fd 5, the status pipe on fd 6).
+//! channels on fds 3 and 4, the plugin as a sealed memfd on fd 5, the status pipe on fd 6, the granted paths from fd 7 on).
 //! The worker reads its [`SandboxSpec`] from the channel, then:
 //!
 //! 1. **identity**: a worker started as root switches to the spec's user and group (by default
 //!    `nobody`, 65534:65534) and re-arms its parent-death signal (a credential change clears it);
 //! 2. **namespaces**: `unshare` of a user, PID, mount, IPC and UTS namespace, and a network
-//!    namespace unless the network is granted; the user namespace maps the worker's own ids only;
+//!    namespace unless the network is granted; in the user namespace root is the worker's own
+//!    ids (the worker and the init own the sandbox's namespaces and set them up);
 //! 3. **three processes**: the worker (the host's child) forks the namespace's init (pid 1), which
-//!    mounts a fresh `/proc` (only the sandbox's processes are visible) and the scratch directory
-//!    on `/tmp`, then forks the process that loads the plugin and serves calls. The init reaps
+//!    makes the mounts (below) and bounds System V IPC in the sandbox's IPC namespace by the
+//!    memory limit, then forks the process that loads the plugin and serves calls. The init reaps
 //!    orphans and hands the plugin process's wait status to the worker, which reports it to the
 //!    host on fd 6 ([`STATUS_FD`], after a [`STDERR_END_MARK`] line on stderr) and ends the same
 //!    way (`killed by signal 11 (SIGSEGV)` reads as before). The init closes fd 6 before it forks
 //!    the plugin process: only the worker, which runs no plugin code, can report. When the init dies the kernel kills every
 //!    process in the namespace, `setsid` or not; each of the three has a parent-death signal, so
 //!    the chain falls with the host;
-//! 4. **confinement** of the plugin process: all capabilities dropped, resource limits (memory,
-//!    CPU, open files, processes, no core dumps) applied only now, so they never cap the worker's
-//!    own setup; Landlock (reads under system paths and the granted ones, writes under the scratch
-//!    directory and the granted ones, no TCP unless the network is granted, no signals or abstract
-//!    sockets out of the sandbox, no ptrace of anything outside it); `no_new_privs`; a seccomp
-//!    filter refusing with `EPERM` what no tool needs (ptrace, mounts, namespaces, kernel modules,
-//!    BPF, io_uring, ...) and, unless child processes are granted, `fork`, `execve` and `clone`
+//! 4. **mounts** (in the init): the whole file system is made read-only (`mount_setattr`,
+//!    recursive), so nothing outside the grants changes, metadata included, which Landlock does
+//!    not govern; a fresh `/proc` (only the sandbox's processes), an empty `/run`, the scratch
+//!    tmpfs on `/tmp`; granted paths that need it mounted at their own paths ([`crate::isolate::mounts`]:
+//!    writable grants read-write, grants under `/tmp` inside the scratch), each checked to be the
+//!    inode the host resolved ([`crate::isolate::grants`]);
+//! 5. **confinement** of the plugin process: a user namespace of its own nested in the sandbox's
+//!    (it has the worker's ids there, and none of the sandbox's namespaces belong to it), all
+//!    capabilities dropped, resource limits (memory, POSIX message queues, CPU, open files,
+//!    processes, no core dumps) applied only now, so they never cap the worker's own setup;
+//!    Landlock (reads under system paths and the granted ones, writes under the scratch
+//!    directory and the granted ones, by the descriptors the host opened; no TCP unless the
+//!    network is granted, no signals or abstract sockets out of the sandbox, no ptrace of
+//!    anything outside it); `no_new_privs`; a seccomp filter refusing with `EPERM` what no tool
+//!    needs (ptrace, mounts, namespaces, kernel modules, BPF, io_uring, pipe buffers past their
+//!    default, ...) and, unless child processes are granted, `fork`, `execve` and `clone`
 //!    without `CLONE_THREAD`;
-//! 5. the plugin is loaded from `/proc/self/fd/5`; the worker reports what is in force
+//! 6. the plugin is loaded from `/proc/self/fd/5`; the worker reports what is in force
 //!    ([`SandboxReport`]) with its tools.
 //!
 //! After each call the plugin process kills every other process in its namespace (what the
@@ -47,112 +57,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::isolate::WorkerLimits;
+use crate::isolate::grants::Grants;
+use crate::isolate::mounts;
 use crate::isolate::protocol::{
-    CANCEL_FD, CHANNEL_FD, PLUGIN_FD, STATUS_FD, STDERR_END_MARK, SandboxSpec,
+    CANCEL_FD, CHANNEL_FD, GRANT_FDS, PLUGIN_FD, STATUS_FD, STDERR_END_MARK, SandboxSpec,
 };
-
-/// What an isolated plugin may do beyond the defaults. Without grants a plugin reads system
-/// files (`/usr`, `/lib*`, `/bin`, `/sbin`, `/etc`, `/opt`, its own `/proc`), writes only its scratch
-/// directory (`/tmp` inside the sandbox), has no network, starts no processes, and sees only the
-/// environment keys in `env`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Grants {
-    /// Paths (and everything beneath them) the plugin may read.
-    pub read: Vec<PathBuf>,
-    /// Paths (and everything beneath them) the plugin may read and write.
-    pub write: Vec<PathBuf>,
-    /// Network access (TCP and UDP, the host's network namespace).
-    pub network: bool,
-    /// Starting child processes (`fork`, `execve`); they die at the end of each call.
-    pub processes: bool,
-    /// Environment variables passed through from the host; all others are cleared.
-    pub env: Vec<String>,
-}
-
-impl Default for Grants {
-    /// Nothing beyond the defaults; the environment keys `PATH`, `LANG`, `LC_ALL`, `TZ`, `RUST_LOG`.
-    fn default() -> Self {
-        Grants {
-            read: Vec::new(),
-            write: Vec::new(),
-            network: false,
-            processes: false,
-            env: ["PATH", "LANG", "LC_ALL", "TZ", "RUST_LOG"]
-                .map(String::from)
-                .to_vec(),
-        }
-    }
-}
-
-impl std::fmt::Display for Grants {
-    /// The grants in words, as [`Capabilities`](rho_plugin_api::Capabilities) shows what a plugin
-    /// asks for: `read /srv; network; env PATH, LANG`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let paths = |paths: &[PathBuf]| paths.iter().map(|p| p.display().to_string()).collect();
-        rho_plugin_api::Capabilities {
-            read: paths(&self.read),
-            write: paths(&self.write),
-            network: self.network,
-            env: self.env.clone(),
-            processes: self.processes,
-        }
-        .fmt(f)
-    }
-}
-
-impl Grants {
-    /// The first of `asked` these grants do not cover, named with the grant that would: a path
-    /// to read is covered by a granted read or write path it lies under (or a system directory
-    /// every sandbox reads: `/usr`, `/etc`...), a path to write by a write path, an environment
-    /// key by `env`, the network and processes by their switches.
-    ///
-    /// ```
-    /// use rho_core::{Capabilities, Grants};
-    /// let grants = Grants { write: vec!["/data".into()], ..Grants::default() };
-    /// assert_eq!(grants.uncovered(&Capabilities::none().read("/data/photos")), None);
-    /// assert_eq!(grants.uncovered(&Capabilities::none().read("/usr/share/zoneinfo")), None);
-    /// assert!(grants.uncovered(&Capabilities::none().read("/data/../home")).is_some());
-    /// assert_eq!(
-    ///     grants.uncovered(&Capabilities::none().network()).as_deref(),
-    ///     Some("the network (grants.network)")
-    /// );
-    /// ```
-    pub fn uncovered(&self, asked: &rho_plugin_api::Capabilities) -> Option<String> {
-        // A path the host can compare: absolute, without `..` (`/data/../etc` lies "under"
-        // `/data` component by component, and is not).
-        let plain = |p: &str| {
-            let path = Path::new(p);
-            path.is_absolute()
-                && !path
-                    .components()
-                    .any(|c| matches!(c, std::path::Component::ParentDir))
-        };
-        if let Some(p) = asked.read.iter().chain(&asked.write).find(|p| !plain(p)) {
-            return Some(format!("the path {p:?} (an absolute path without `..`)"));
-        }
-        let under = |paths: &[PathBuf], p: &str| paths.iter().any(|g| Path::new(p).starts_with(g));
-        if let Some(p) = asked.read.iter().find(|p| {
-            let system = SYSTEM_READ.iter().any(|s| Path::new(p).starts_with(s));
-            !system && !under(&self.read, p) && !under(&self.write, p)
-        }) {
-            return Some(format!("reading {p} (grants.read)"));
-        }
-        if let Some(p) = asked.write.iter().find(|p| !under(&self.write, p)) {
-            return Some(format!("writing {p} (grants.write)"));
-        }
-        if asked.network && !self.network {
-            return Some("the network (grants.network)".into());
-        }
-        if asked.processes && !self.processes {
-            return Some("child processes (grants.processes)".into());
-        }
-        if let Some(key) = asked.env.iter().find(|k| !self.env.contains(k)) {
-            return Some(format!("the environment variable {key} (grants.env)"));
-        }
-        None
-    }
-}
 
 /// Who an isolated plugin runs as.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -216,6 +125,23 @@ pub struct SandboxReport {
     pub no_new_privs: bool,
     /// Capabilities were dropped.
     pub caps_dropped: bool,
+    /// The file system is read-only but for the scratch directory and the write grants, so
+    /// nothing outside them changes, metadata included (modes, owners, times, extended
+    /// attributes: Landlock does not govern those).
+    #[serde(default)]
+    pub read_only: bool,
+    /// The plugin runs in a user namespace nested in the sandbox's, which owns none of the
+    /// sandbox's namespaces (no capability it could regain reaches them).
+    #[serde(default)]
+    pub nested_user_ns: bool,
+    /// System V shared memory and message queues are bounded in the sandbox's own IPC namespace,
+    /// and POSIX message queues by `RLIMIT_MSGQUEUE` (see [`WorkerLimits::memory_bytes`]).
+    #[serde(default)]
+    pub ipc_limits: bool,
+    /// The granted paths in force, as `read PATH` or `write PATH` (resolved paths): the same as
+    /// the host granted, or the plugin is refused.
+    #[serde(default)]
+    pub grants: Vec<String>,
     /// What could not be set up, one line each.
     pub missing: Vec<String>,
 }
@@ -247,6 +173,12 @@ impl fmt::Display for SandboxReport {
         }
         if self.fresh_proc {
             parts.push("fresh /proc".into());
+        }
+        if self.read_only {
+            parts.push("read-only file system".into());
+        }
+        if self.ipc_limits {
+            parts.push("IPC bounded".into());
         }
         if self.landlock_abi > 0 {
             parts.push(format!(
@@ -358,7 +290,7 @@ pub(crate) fn safe_dir_chain(dir: &Path) -> Result<PathBuf, String> {
 // Worker side.
 
 /// System paths every plugin may read (and execute from, where child processes are granted).
-const SYSTEM_READ: &[&str] = &[
+pub(crate) const SYSTEM_READ: &[&str] = &[
     "/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc",
 ];
 
@@ -431,9 +363,12 @@ pub(crate) fn enter(spec: &SandboxSpec) -> Result<SandboxReport, String> {
             // A credential change left the process undumpable, which makes its /proc files
             // root's: the maps could not be written.
             libc::prctl(libc::PR_SET_DUMPABLE, 1);
+            // Root inside is the worker's own ids outside: the worker and the init own the
+            // sandbox's namespaces (they set its limits); the plugin process nests a user
+            // namespace of its own in which it has the worker's ids again (see `nest_user_ns`).
             let maps = write_file("/proc/self/setgroups", "deny")
-                .and_then(|()| write_file("/proc/self/uid_map", &format!("{0} {0} 1", report.uid)))
-                .and_then(|()| write_file("/proc/self/gid_map", &format!("{0} {0} 1", report.gid)));
+                .and_then(|()| write_file("/proc/self/uid_map", &format!("0 {} 1", report.uid)))
+                .and_then(|()| write_file("/proc/self/gid_map", &format!("0 {} 1", report.gid)));
             if let Err(e) = maps {
                 report.missing.push(e);
             }
@@ -445,6 +380,8 @@ pub(crate) fn enter(spec: &SandboxSpec) -> Result<SandboxReport, String> {
                 .missing
                 .push(os_error("namespaces (user, pid, mount, net)"));
         }
+
+        report.grants = spec.grant_paths.iter().map(|g| g.shown()).collect();
 
         let mut status_pipe = [0; 2];
         if libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
@@ -462,6 +399,7 @@ pub(crate) fn enter(spec: &SandboxSpec) -> Result<SandboxReport, String> {
                 for fd in [CHANNEL_FD, CANCEL_FD, PLUGIN_FD] {
                     libc::close(fd);
                 }
+                close_grants(spec);
                 mirror(init, status_read)
             }
         }
@@ -506,6 +444,7 @@ unsafe fn be_init(
                 for fd in [CHANNEL_FD, CANCEL_FD, PLUGIN_FD] {
                     libc::close(fd);
                 }
+                close_grants(spec);
                 loop {
                     let mut status = 0;
                     let pid = libc::waitpid(-1, &mut status, 0);
@@ -523,8 +462,20 @@ unsafe fn be_init(
     }
 }
 
-/// In the init, in its own mount namespace: nothing propagates back to the host, a fresh `/proc`
-/// shows only the sandbox's processes, and the scratch directory is mounted at `/tmp`.
+/// Closes the granted paths' descriptors (every process of the sandbox but the plugin process,
+/// which closes them once its Landlock rules hold).
+fn close_grants(spec: &SandboxSpec) {
+    for i in 0..spec.grant_paths.len() {
+        // SAFETY: closing a descriptor of this process's own.
+        unsafe { libc::close(GRANT_FDS + i as i32) };
+    }
+}
+
+/// In the init, in its own mount namespace: nothing propagates back to the host; the whole file
+/// system is made read-only; a fresh `/proc` shows only the sandbox's processes, an empty `/run`
+/// hides the host's sockets, the scratch directory is mounted at `/tmp`; the granted paths that
+/// need it are mounted at their paths (writable ones read-write, those under `/tmp` inside the
+/// scratch directory); System V IPC is bounded.
 unsafe fn mount_private(spec: &SandboxSpec, report: &mut SandboxReport) {
     let none = std::ptr::null::<libc::c_char>();
     // SAFETY: mount(2) with valid C strings or nulls.
@@ -540,6 +491,33 @@ unsafe fn mount_private(spec: &SandboxSpec, report: &mut SandboxReport) {
             report.missing.push(os_error("a private mount namespace"));
             return;
         }
+    }
+    // Taken before anything is mounted over their paths (the scratch tmpfs hides the host's
+    // /tmp): a copy of each granted tree, detached, with its flags.
+    let mut binds = Vec::new();
+    for (index, grant) in spec.grant_paths.iter().enumerate() {
+        if !crate::isolate::grants::needs_mount(grant, &spec.grant_paths) {
+            continue;
+        }
+        match mounts::detach_grant(index, grant) {
+            Ok(bind) => binds.push(bind),
+            Err(e) => fail_grant(report, grant, &e),
+        }
+    }
+    match mounts::set_attributes(
+        libc::AT_FDCWD,
+        c"/",
+        libc::AT_RECURSIVE,
+        mounts::MOUNT_ATTR_RDONLY,
+        0,
+    ) {
+        Ok(()) => report.read_only = true,
+        Err(e) => report
+            .missing
+            .push(format!("a read-only view of the file system: {e}")),
+    }
+    // SAFETY: mount(2) with valid C strings or nulls.
+    unsafe {
         if libc::mount(
             c"proc".as_ptr(),
             c"/proc".as_ptr(),
@@ -555,11 +533,9 @@ unsafe fn mount_private(spec: &SandboxSpec, report: &mut SandboxReport) {
         // Sockets named in /run (the session bus, container engines) are out of reach unless a
         // grant names a path there.
         let granted_run = spec
-            .grants
-            .read
+            .grant_paths
             .iter()
-            .chain(&spec.grants.write)
-            .any(|p| p.starts_with("/run") || p.starts_with("/var/run"));
+            .any(|g| g.path.starts_with("/run") || g.path.starts_with("/var/run"));
         if !granted_run
             && Path::new("/run").is_dir()
             && libc::mount(
@@ -572,13 +548,12 @@ unsafe fn mount_private(spec: &SandboxSpec, report: &mut SandboxReport) {
         {
             report.missing.push(os_error("an empty /run"));
         }
-        // The plugin's scratch: a tmpfs of its own, bounded, gone with the namespace. Nothing of
-        // the host's /tmp is reachable under it.
+        // The plugin's scratch: a tmpfs of its own, bounded, gone with the namespace, owned by
+        // the worker's ids (root of this user namespace). Nothing of the host's /tmp is
+        // reachable under it.
         let options = CString::new(format!(
-            "size={},nr_inodes=16384,mode=0700,uid={},gid={}",
+            "size={},nr_inodes=16384,mode=0700,uid=0,gid=0",
             spec.scratch_bytes.max(4096),
-            report.uid,
-            report.gid
         ))
         .unwrap_or_default();
         if libc::mount(
@@ -593,9 +568,54 @@ unsafe fn mount_private(spec: &SandboxSpec, report: &mut SandboxReport) {
         } else {
             report.missing.push(os_error("a scratch tmpfs on /tmp"));
         }
-        // No user namespace of its own below this one (seccomp refuses the calls too).
-        let _ = std::fs::write("/proc/sys/user/max_user_namespaces", "0");
     }
+    for bind in binds {
+        if let Err(e) = mounts::attach(&bind, report.scratch) {
+            fail_grant(report, &spec.grant_paths[bind.index], &e);
+        }
+    }
+    match bound_ipc(&spec.limits) {
+        Ok(bounded) => report.ipc_limits = bounded,
+        Err(e) => report.missing.push(e),
+    }
+    // One user namespace below this one: the plugin process's own (`nest_user_ns`); seccomp
+    // refuses the calls that would make more.
+    let _ = std::fs::write("/proc/sys/user/max_user_namespaces", "1");
+}
+
+/// Records that `grant` could not be put in force in this sandbox.
+fn fail_grant(report: &mut SandboxReport, grant: &crate::isolate::grants::GrantPath, why: &str) {
+    let shown = grant.shown();
+    report.grants.retain(|g| *g != shown);
+    report
+        .missing
+        .push(format!("the grant of {}: {why}", grant.path.display()));
+}
+
+/// Bounds System V IPC in the sandbox's own IPC namespace by the memory limit (its sysctls are
+/// the namespace's own, and its root's to set): one shared memory segment of at most the limit
+/// and all of them together no more (`shmmax`, `shmall`, 64 segments); message queues holding
+/// the limit together (16 queues of a sixteenth each); semaphores at the kernel's old defaults.
+/// `Ok(false)` without a memory limit.
+fn bound_ipc(limits: &WorkerLimits) -> Result<bool, String> {
+    let Some(memory) = limits.memory_bytes else {
+        return Ok(false);
+    };
+    // SAFETY: sysconf has no preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let per_queue = (memory / 16).clamp(16 << 10, i32::MAX as u64);
+    for (name, value) in [
+        ("shmmax", memory.to_string()),
+        ("shmall", (memory / page.max(1)).to_string()),
+        ("shmmni", "64".to_owned()),
+        ("msgmni", "16".to_owned()),
+        ("msgmnb", per_queue.to_string()),
+        ("sem", "250 32000 32 128".to_owned()),
+    ] {
+        write_file(&format!("/proc/sys/kernel/{name}"), &value)
+            .map_err(|e| format!("bounded System V IPC: {e}"))?;
+    }
+    Ok(true)
 }
 
 /// The worker: waits for the init to hand over the plugin process's status, reports it to the
@@ -652,12 +672,17 @@ unsafe fn mirror(init: libc::pid_t, status_read: i32) -> ! {
 /// order (each later step may forbid what an earlier one needs).
 pub(crate) fn confine(spec: &SandboxSpec, report: &mut SandboxReport) {
     if !spec.enabled {
+        close_grants(spec);
         if let Err(e) = apply_limits(&spec.limits) {
             report.missing.push(e);
         }
         return;
     }
     if report.user_ns {
+        match nest_user_ns(report.uid, report.gid) {
+            Ok(()) => report.nested_user_ns = true,
+            Err(e) => report.missing.push(e),
+        }
         match drop_capabilities() {
             Ok(()) => report.caps_dropped = true,
             Err(e) => report.missing.push(e),
@@ -681,6 +706,8 @@ pub(crate) fn confine(spec: &SandboxSpec, report: &mut SandboxReport) {
             .push(os_error("leaving the host's working directory"));
     }
     landlock(spec, report);
+    // The rules hold on the inodes: the plugin keeps no handle into the host's file system.
+    close_grants(spec);
     // SAFETY: prctl with integer arguments.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0 {
         report.no_new_privs = true;
@@ -691,6 +718,30 @@ pub(crate) fn confine(spec: &SandboxSpec, report: &mut SandboxReport) {
         Ok(()) => report.seccomp = true,
         Err(e) => report.missing.push(format!("seccomp: {e}")),
     }
+}
+
+/// In the plugin process: a user namespace nested in the sandbox's, where the plugin has the
+/// worker's ids (`uid` and `gid` outside) again; the sandbox's namespaces belong to the one
+/// above, so nothing this process could do with capabilities of its own reaches them.
+fn nest_user_ns(uid: u32, gid: u32) -> Result<(), String> {
+    // SAFETY: unshare and prctl with integer arguments, on this process's own state.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+            return Err(os_error("a user namespace of the plugin's own"));
+        }
+        libc::prctl(libc::PR_SET_DUMPABLE, 1);
+    }
+    write_file("/proc/self/setgroups", "deny")
+        .and_then(|()| write_file("/proc/self/uid_map", &format!("{uid} 0 1")))
+        .and_then(|()| write_file("/proc/self/gid_map", &format!("{gid} 0 1")))
+        .map_err(|e| format!("the plugin's user namespace: {e}"))?;
+    // SAFETY: prctl with integer arguments; getppid has no preconditions.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() != 1 {
+            libc::_exit(1);
+        }
+    }
+    Ok(())
 }
 
 fn drop_capabilities() -> Result<(), String> {
@@ -750,35 +801,25 @@ fn apply_limits(limits: &WorkerLimits) -> Result<(), String> {
     set(libc::RLIMIT_CPU, "CPU time", limits.cpu_seconds)?;
     set(libc::RLIMIT_NOFILE, "open files", limits.open_files)?;
     set(libc::RLIMIT_FSIZE, "file size", limits.file_bytes)?;
+    // POSIX message queues: kernel memory outside the address space.
+    set(libc::RLIMIT_MSGQUEUE, "message queue", limits.memory_bytes)?;
     set(libc::RLIMIT_NPROC, "processes", limits.processes)
 }
 
 fn landlock(spec: &SandboxSpec, report: &mut SandboxReport) {
     let (net_ns, scratch) = (report.net_ns, report.scratch);
-    let mut unusable = Vec::new();
-    // Beneath /tmp a grant would name the plugin's own scratch tmpfs, not the host's path.
-    for path in spec.grants.read.iter().chain(&spec.grants.write) {
-        if scratch && path.starts_with("/tmp") {
-            report.missing.push(format!(
-                "the grant of {} (under /tmp, which is the plugin's own scratch space inside the \
-                 sandbox; grant a path outside /tmp)",
-                path.display()
-            ));
-        }
-    }
     use landlock::{
         ABI, Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr,
         RulesetCreatedAttr, RulesetStatus, Scope,
     };
     let abi = ABI::V7;
-    let grants = &spec.grants;
     let read = AccessFs::from_read(abi);
     let all = AccessFs::from_all(abi);
     let file_rw = AccessFs::ReadFile | AccessFs::WriteFile;
     let built = (|| -> Result<_, landlock::RulesetError> {
         let mut ruleset = Ruleset::default().handle_access(all)?;
         // Without a network namespace of its own, Landlock keeps TCP from the plugin.
-        if !grants.network && !net_ns {
+        if !spec.grants.network && !net_ns {
             ruleset = ruleset.handle_access(AccessNet::from_all(abi))?;
         }
         let mut created = ruleset.scope(Scope::from_all(abi))?.create()?;
@@ -792,24 +833,20 @@ fn landlock(spec: &SandboxSpec, report: &mut SandboxReport) {
                 created = created.add_rule(PathBeneath::new(fd, file_rw))?;
             }
         }
-        let granted =
-            (grants.read.iter().map(|p| (p, read))).chain(grants.write.iter().map(|p| (p, all)));
-        for (path, access) in granted {
-            match PathFd::new(path) {
-                Ok(fd) => created = created.add_rule(PathBeneath::new(fd, access))?,
-                Err(_) => unusable.push(path.clone()),
-            }
+        // The granted paths as the host opened them: the rules hold on those inodes, wherever
+        // a plugin may have moved them since.
+        for (i, grant) in spec.grant_paths.iter().enumerate() {
+            // SAFETY: the host handed this descriptor over, and it stays open until
+            // `close_grants`, after the ruleset is enforced.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(GRANT_FDS + i as i32) };
+            let access = if grant.write { all } else { read };
+            created = created.add_rule(PathBeneath::new(fd, access))?;
         }
         if scratch && let Ok(fd) = PathFd::new("/tmp") {
             created = created.add_rule(PathBeneath::new(fd, all))?;
         }
         created.restrict_self()
     })();
-    for path in unusable {
-        report
-            .missing
-            .push(format!("the grant of {} (no such path)", path.display()));
-    }
     match built {
         Ok(status) => {
             report.no_new_privs |= status.no_new_privs;
@@ -965,6 +1002,20 @@ fn seccomp(grants: &Grants) -> Result<(), String> {
         families.push(not(0, SeccompCmpArgLen::Dword, libc::AF_UNIX as u64)?);
     }
     rules.insert(libc::SYS_socket, vec![rule(families)?]);
+    // Pipe buffers past the default 64 KiB: kernel memory outside the address space (up to
+    // 1 MiB per pipe, per open-file slot).
+    rules.insert(
+        libc::SYS_fcntl,
+        vec![rule(vec![
+            SeccompCondition::new(
+                1,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                libc::F_SETPIPE_SZ as u64,
+            )
+            .map_err(e)?,
+        ])?],
+    );
     // Limits of other processes (the sandbox's init).
     rules.insert(
         libc::SYS_prlimit64,

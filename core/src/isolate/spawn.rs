@@ -1,6 +1,6 @@
 //! Starting a worker process: stdin is its end of the channel, stdout and stderr are piped to
 //! the host's logs, the environment is cleared, and its other descriptors (the cancel channel, the
-//! plugin, the status pipe) wait for it on the channel ([`HANDED_OVER`]). The worker itself moves
+//! plugin, the status pipe) wait for it on the channel ([`HANDED_OVER`](crate::isolate::protocol::HANDED_OVER)). The worker itself moves
 //! them to their numbers, closes everything else it inherited, makes its own session and arms its
 //! parent-death signal, before it reads a frame (see [`crate::isolate::worker`]). Its first
 //! frame tells it the sandbox to enter (see [`crate::isolate::sandbox`]).
@@ -26,7 +26,10 @@ use tokio::process::{Child, Command};
 
 use crate::isolate::WorkerOptions;
 use crate::isolate::channel::Channel;
-use crate::isolate::protocol::{HANDED_OVER, STDERR_END_MARK, SandboxSpec, ToWorker, encode};
+use crate::isolate::grants::ResolvedGrants;
+use crate::isolate::protocol::{
+    HANDED_CONTROL_WORDS, STDERR_END_MARK, SandboxSpec, ToWorker, encode,
+};
 
 /// A started worker process and the host's ends of its channels.
 pub(crate) struct Process {
@@ -99,6 +102,8 @@ fn spawner() -> &'static Mutex<mpsc::Sender<Job>> {
 pub(crate) struct Payload {
     /// The sealed memfd holding the plugin's bytes (the worker's fd 5).
     pub plugin: std::sync::Arc<OwnedFd>,
+    /// The granted paths' descriptors (the worker's fds from [`GRANT_FDS`] on).
+    pub grants: std::sync::Arc<ResolvedGrants>,
     /// The sandbox, as sent in the worker's first frame.
     pub sandbox: SandboxSpec,
 }
@@ -116,14 +121,15 @@ pub(crate) async fn start(
     let (status_read, status_write) = status_pipe()?;
     // The worker's other descriptors wait for it on its channel, ahead of any frame: it takes
     // them before it reads anything else (see `HANDED_OVER`).
-    hand_over(
-        &host_end,
-        [
-            worker_cancel.as_fd(),
-            payload.plugin.as_fd(),
-            status_write.as_fd(),
-        ],
-    )?;
+    let handed: Vec<BorrowedFd<'_>> = [
+        worker_cancel.as_fd(),
+        payload.plugin.as_fd(),
+        status_write.as_fd(),
+    ]
+    .into_iter()
+    .chain(payload.grants.fds.iter().map(|fd| fd.as_fd()))
+    .collect();
+    hand_over(&host_end, &handed)?;
     drop((worker_cancel, status_write));
     // Nothing runs between fork and exec (no `pre_exec`), so std spawns with `posix_spawn`, a
     // vfork: the host's memory is not copied on write, and a large host starts workers as fast
@@ -202,11 +208,11 @@ fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     }
 }
 
-/// Sends `fds` on `channel` (one byte carrying them, `SCM_RIGHTS`), in [`HANDED_OVER`] order.
-/// The socket is new and empty: the send does not block.
-fn hand_over(channel: &StdUnixStream, fds: [BorrowedFd<'_>; HANDED_OVER.len()]) -> io::Result<()> {
-    let raw = fds.map(|fd| fd.as_raw_fd());
-    let mut control = [0u64; 8];
+/// Sends `fds` on `channel` (one byte carrying them, `SCM_RIGHTS`), in [`HANDED_OVER`](crate::isolate::protocol::HANDED_OVER) order
+/// and then the grants'. The socket is new and empty: the send does not block.
+fn hand_over(channel: &StdUnixStream, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    let raw: Vec<i32> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+    let mut control = [0u64; HANDED_CONTROL_WORDS];
     let mut byte = [0u8];
     let mut iov = libc::iovec {
         iov_base: byte.as_mut_ptr().cast(),
@@ -215,7 +221,7 @@ fn hand_over(channel: &StdUnixStream, fds: [BorrowedFd<'_>; HANDED_OVER.len()]) 
     // SAFETY: the message points at `iov` and `control`, which outlive the call; the header and
     // the descriptors are written inside `control` (its size checked against CMSG_SPACE).
     unsafe {
-        let data_len = std::mem::size_of_val(&raw) as u32;
+        let data_len = std::mem::size_of_val(raw.as_slice()) as u32;
         let space = libc::CMSG_SPACE(data_len) as usize;
         if space > std::mem::size_of_val(&control) {
             return Err(io::Error::other("descriptor message too large"));

@@ -21,8 +21,8 @@ use rho_plugin_api::Answer;
 use crate::call::answer::{FailureKind, OutputKind};
 use crate::call::invoke::Failure;
 use crate::isolate::protocol::{
-    CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, HANDED_OVER, ImageHead, ImageHeads,
-    PLUGIN_FD, ToWorker, read_frame, write_frame,
+    CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, GRANT_FDS, HANDED_CONTROL_WORDS,
+    HANDED_OVER, ImageHead, ImageHeads, PLUGIN_FD, ToWorker, read_frame, write_frame,
 };
 use crate::isolate::sandbox;
 use crate::plugin::call::{CallInfo, call_module};
@@ -44,8 +44,9 @@ type Running = Arc<Mutex<Option<(u64, Arc<AtomicBool>)>>>;
 /// The worker's first step, before it reads a frame: a session of its own (no terminal, a process
 /// group the host can kill whole), the parent-death signal, the channel moved from stdin to
 /// [`CHANNEL_FD`] (stdin becomes `/dev/null`), every other descriptor it inherited closed, then
-/// the [`HANDED_OVER`] descriptors taken from the channel onto their numbers, close-on-exec.
-fn take_handed() -> Result<(), String> {
+/// the [`HANDED_OVER`] descriptors taken from the channel onto their numbers, close-on-exec, and
+/// the granted paths' after them ([`GRANT_FDS`] on). Returns how many grants came.
+fn take_handed() -> Result<usize, String> {
     let os_error = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
     // SAFETY (this function): system calls on this process's own descriptors and state, while it
     // is single-threaded; `recvmsg` writes into `byte` and `control`, which outlive the call, and
@@ -72,8 +73,7 @@ fn take_handed() -> Result<(), String> {
             iov_base: byte.as_mut_ptr().cast(),
             iov_len: byte.len(),
         };
-        let mut control = [0u64; 8];
-        let data_len = std::mem::size_of_val(&HANDED_OVER) as u32;
+        let mut control = [0u64; HANDED_CONTROL_WORDS];
         let mut message: libc::msghdr = std::mem::zeroed();
         message.msg_iov = &mut iov;
         message.msg_iovlen = 1;
@@ -83,29 +83,37 @@ fn take_handed() -> Result<(), String> {
             return Err(os_error("no descriptors on the channel"));
         }
         let header = libc::CMSG_FIRSTHDR(&message);
+        let carried = if header.is_null() {
+            0
+        } else {
+            ((*header).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<i32>()
+        };
         if header.is_null()
             || (*header).cmsg_level != libc::SOL_SOCKET
             || (*header).cmsg_type != libc::SCM_RIGHTS
-            || (*header).cmsg_len != libc::CMSG_LEN(data_len) as usize
+            || carried < HANDED_OVER.len()
             || message.msg_flags & libc::MSG_CTRUNC != 0
         {
             return Err("the channel's first message did not carry the descriptors".into());
         }
-        let mut got = [0i32; HANDED_OVER.len()];
+        let mut got = vec![0i32; carried];
         std::ptr::copy_nonoverlapping(
             libc::CMSG_DATA(header),
             got.as_mut_ptr().cast::<u8>(),
-            data_len as usize,
+            carried * std::mem::size_of::<i32>(),
         );
         // Everything from CHANNEL_FD + 1 up was closed: they arrived on the lowest free numbers,
         // which are theirs.
-        if got != HANDED_OVER {
-            return Err(format!(
-                "descriptors arrived on {got:?}, not {HANDED_OVER:?}"
-            ));
+        let expected: Vec<i32> = HANDED_OVER
+            .iter()
+            .copied()
+            .chain((0..carried - HANDED_OVER.len()).map(|i| GRANT_FDS + i as i32))
+            .collect();
+        if got != expected {
+            return Err(format!("descriptors arrived on {got:?}, not {expected:?}"));
         }
+        Ok(carried - HANDED_OVER.len())
     }
-    Ok(())
 }
 
 /// Takes a descriptor the host passed, marking it close-on-exec (the plugin's own children must
@@ -123,10 +131,13 @@ fn take_fd(fd: i32, what: &str) -> Option<UnixStream> {
 /// The worker's main: `rho-worker SHOWN_PATH`, with its channel on stdin bringing its other
 /// descriptors (see [`take_handed`]). The first frame on the channel is the sandbox to enter.
 pub fn main() -> ExitCode {
-    if let Err(e) = take_handed() {
-        eprintln!("rho-worker: {e} (this program is started by a rho host)");
-        return ExitCode::from(2);
-    }
+    let grant_fds = match take_handed() {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("rho-worker: {e} (this program is started by a rho host)");
+            return ExitCode::from(2);
+        }
+    };
     keep_freed_memory();
     let Some(shown) = std::env::args_os().nth(1).map(PathBuf::from) else {
         eprintln!(
@@ -153,6 +164,12 @@ pub fn main() -> ExitCode {
         Ok(_) => return load_failed("the host sent something else than Start".into()),
         Err(e) => return load_failed(format!("reading the sandbox: {e}")),
     };
+    if spec.grant_paths.len() != grant_fds {
+        return load_failed(format!(
+            "{} grants were announced and {grant_fds} descriptors came",
+            spec.grant_paths.len()
+        ));
+    }
     // SAFETY: getppid has no preconditions.
     if unsafe { libc::getppid() } != spec.host_pid {
         // The host died before the parent-death signal was armed.
@@ -246,7 +263,7 @@ fn keep_freed_memory() {
 
 /// What the plugin process knows of its sandbox while serving.
 struct Confinement {
-    grants: sandbox::Grants,
+    grants: crate::isolate::grants::Grants,
     report: sandbox::SandboxReport,
     /// Threads once loaded (the plugin's own load-time threads included), and the counter that
     /// counts them again after each call.
@@ -355,7 +372,7 @@ fn answer(
     id: u64,
     result: Result<Answer, Failure>,
     spent: bool,
-    grants: &sandbox::Grants,
+    grants: &crate::isolate::grants::Grants,
 ) {
     let noted = |text: String| match sandbox::denial_note(&text, grants) {
         Some(note) => format!("{text} {note}"),

@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::call::invoke::Invoke;
 use crate::error::LoadError;
 use crate::isolate::WorkerOptions;
+use crate::isolate::grants::{ResolvedGrants, resolve as resolve_grants};
 use crate::isolate::invoke::IsolatedInvoke;
 use crate::isolate::pool::Pool;
 use crate::isolate::protocol::SandboxSpec;
@@ -114,13 +115,18 @@ impl InProcess {
 /// (shared by versions of the same content).
 pub(crate) struct Isolated {
     pub options: Arc<WorkerOptions>,
+    /// The grants, resolved once (see [`crate::isolate::grants`]); `Err` refuses every plugin of
+    /// the directory with that line.
+    grants: Result<Arc<ResolvedGrants>, String>,
     pools: Mutex<HashMap<String, Pool>>,
     memfds: Mutex<HashMap<String, Weak<OwnedFd>>>,
 }
 
 impl Isolated {
     pub fn new(options: WorkerOptions) -> Self {
+        let grants = resolve_grants(&options.grants).map(Arc::new);
         Isolated {
+            grants,
             options: Arc::new(options),
             pools: Mutex::new(HashMap::new()),
             memfds: Mutex::new(HashMap::new()),
@@ -143,8 +149,13 @@ impl Isolated {
         fresh
     }
 
-    /// What a worker of `file` is handed: its bytes in a sealed memfd and the sandbox spec.
-    fn payload(&self, file: &PluginFile) -> Result<Payload, LoadError> {
+    /// What a worker of `file` is handed: its bytes in a sealed memfd, the granted paths'
+    /// descriptors and the sandbox spec.
+    fn payload(
+        &self,
+        file: &PluginFile,
+        grants: &Arc<ResolvedGrants>,
+    ) -> Result<Payload, LoadError> {
         let PrivateCopy::Memfd(memfd) = &file.copy else {
             return Err(LoadError::Copy {
                 path: file.path.clone(),
@@ -153,6 +164,7 @@ impl Isolated {
         };
         Ok(Payload {
             plugin: self.shared_memfd(&file.sha256, memfd.clone()),
+            grants: grants.clone(),
             sandbox: SandboxSpec {
                 enabled: self.options.sandbox,
                 grants: self.options.grants.clone(),
@@ -161,11 +173,16 @@ impl Isolated {
                 // SAFETY: getpid has no preconditions.
                 host_pid: unsafe { libc::getpid() },
                 scratch_bytes: self.options.limits.scratch_bytes,
+                grant_paths: grants.paths.clone(),
             },
         })
     }
 
     async fn load(&self, file: PluginFile) -> Result<LoadedVersion, LoadError> {
+        let grants = self.grants.clone().map_err(|why| LoadError::Refused {
+            path: file.path.clone(),
+            reason: format!("{why}; the directory's plugins are not loaded"),
+        })?;
         let probe = PluginInfo {
             name: String::new(),
             version: String::new(),
@@ -173,9 +190,9 @@ impl Isolated {
             path: file.path.clone(),
             sha256: file.sha256.clone(),
             capabilities: Default::default(),
-            granted: Some(self.options.grants.clone()),
+            granted: Some(grants.as_grants(&self.options.grants)),
         };
-        let payload = self.payload(&file)?;
+        let payload = self.payload(&file, &grants)?;
         let (pool, ready) = Pool::open(self.options.clone(), payload, &probe).await?;
         // The worker runs the plugin's code: nothing it announced is taken on its word.
         check_identity(&file.path, &ready.name, &ready.version)?;
@@ -196,6 +213,24 @@ impl Isolated {
                 path: file.path.clone(),
                 asked,
             });
+        }
+        // What was granted is what is in force, or the plugin does not load.
+        if self.options.sandbox {
+            let asked: Vec<String> = grants.paths.iter().map(|g| g.shown()).collect();
+            if ready.sandbox.grants != asked {
+                let missing = asked
+                    .iter()
+                    .find(|g| !ready.sandbox.grants.contains(g))
+                    .cloned()
+                    .unwrap_or_default();
+                return Err(LoadError::Worker {
+                    path: file.path.clone(),
+                    reason: format!(
+                        "its sandbox could not put the grant `{missing}` in force ({})",
+                        ready.sandbox.missing.join("; ")
+                    ),
+                });
+            }
         }
         let raw = ready.tools.into_iter().map(RawTool::announced).collect();
         let (specs, mut rejected) = check_tools(&file.path, &ready.name, &ready.version, raw);

@@ -36,7 +36,7 @@ pub struct PluginInfo {
     /// What the host grants it: `Some` for an isolated plugin (its sandbox's grants, which cover
     /// `capabilities` or the plugin was refused), `None` in process, where a plugin has every
     /// power of the host.
-    pub granted: Option<crate::isolate::sandbox::Grants>,
+    pub granted: Option<crate::isolate::grants::Grants>,
 }
 
 /// A plugin file opened once and copied into storage private to the host: what loads is the
