@@ -40,6 +40,10 @@ pub struct PluginFlags {
     /// Isolated plugins may start child processes (they die at the end of each call).
     #[arg(long)]
     pub grant_processes: bool,
+    /// Isolated plugins see the host's environment variable KEY (repeat for several; others are
+    /// cleared but for PATH, LANG, LC_ALL, TZ and RUST_LOG).
+    #[arg(long = "grant-env", value_name = "KEY")]
+    pub grant_env: Vec<String>,
 }
 
 impl PluginFlags {
@@ -49,6 +53,11 @@ impl PluginFlags {
         grants.write.extend(self.grant_write.iter().cloned());
         grants.network |= self.grant_network;
         grants.processes |= self.grant_processes;
+        for key in &self.grant_env {
+            if !grants.env.contains(key) {
+                grants.env.push(key.clone());
+            }
+        }
     }
 }
 
@@ -137,6 +146,14 @@ pub async fn build(
     for report in &reports {
         for line in &report.errors {
             eprintln!("rho: {line}");
+        }
+        for file in &report.loading {
+            eprintln!(
+                "rho: {}: still loading after {} ms (its load-time code is slow or hangs); its \
+                 tools are not served yet",
+                crate::render::terminal_safe(file),
+                config.runner.load_wait_ms
+            );
         }
         unusable |= report.dir_error.is_some();
     }

@@ -214,6 +214,9 @@ pub struct RunnerSettings {
     pub max_result_bytes: Option<usize>,
     /// How the calls of one turn run (see [`CallOrder`]).
     pub call_order: CallOrder,
+    /// How long plugin files still loading are waited for (see [`RunnerConfig::load_wait`]),
+    /// milliseconds.
+    pub load_wait_ms: u64,
 }
 
 impl Default for RunnerSettings {
@@ -229,6 +232,7 @@ impl Default for RunnerSettings {
             max_tool_timeout_ms: millis_of(runner.max_tool_timeout),
             max_result_bytes: runner.max_result_bytes,
             call_order: agent.call_order,
+            load_wait_ms: millis_of(runner.load_wait),
         }
     }
 }
@@ -339,6 +343,7 @@ impl HostConfig {
         if let Some(bytes) = r.max_result_bytes {
             within("runner.max_result_bytes", bytes as u64, 1, 1 << 30)?;
         }
+        within("runner.load_wait_ms", r.load_wait_ms, 0, MAX_TIMEOUT_MS)?;
         for (tool, ms) in &self.timeouts {
             within(&format!("timeouts.{tool}"), *ms, 1, MAX_TIMEOUT_MS)?;
         }
@@ -515,6 +520,7 @@ impl HostConfig {
                 .collect(),
             max_tool_timeout: Duration::from_millis(self.runner.max_tool_timeout_ms),
             max_result_bytes: self.runner.max_result_bytes,
+            load_wait: Duration::from_millis(self.runner.load_wait_ms),
             ..RunnerConfig::default()
         }
     }

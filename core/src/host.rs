@@ -205,6 +205,16 @@ impl HostBuilder {
     /// that cannot be used at all has its `dir_error`). `Err` only when the journal cannot be
     /// opened, a directory's private copy directory cannot be made, or a native tool's name is
     /// taken.
+    ///
+    /// It returns once every file has loaded or failed, or once
+    /// [`RunnerConfig::load_wait`] (2 s by default) has passed, whichever comes first: isolated
+    /// files load beside each other, and one whose load-time code is slow or hangs holds up
+    /// nothing else. Such a file is named in its report's
+    /// [`loading`](ScanReport::loading) (and a `warning` event); it serves as soon as it has
+    /// loaded (`plugin_loaded`), or fails at its directory's `load_timeout`
+    /// (`plugin_load_failed`). Meanwhile a call of a tool name not served yet waits up to
+    /// `load_wait` for it. In process, glibc's loader lock makes a hanging load-time function
+    /// hold every later `dlopen`: such a directory's scan still waits up to its `load_timeout`.
     pub async fn build(self) -> Result<(Host, Vec<ScanReport>), HostError> {
         let bus = self.bus.unwrap_or_default();
         let journal = match &self.journal {
@@ -218,12 +228,21 @@ impl HostBuilder {
         for tool in self.tools {
             registry.add_tool(tool)?;
         }
+        // Every directory's loads start before any is waited for; all are waited for together,
+        // up to one deadline.
+        let deadline = tokio::time::Instant::now() + self.runner.load_wait;
         let mut dirs = Vec::new();
-        let mut reports = Vec::new();
+        let mut scans = Vec::new();
         for (path, options) in self.dirs {
-            let (dir, report) = registry.add_plugin_dir(&path, options).await?;
+            let (dir, scanning) = registry
+                .add_plugin_dir(&path, options, self.runner.load_wait)
+                .await?;
             dirs.push(dir);
-            reports.push(report);
+            scans.push(scanning);
+        }
+        let mut reports = Vec::new();
+        for scanning in scans {
+            reports.push(scanning.settle(deadline).await);
         }
         let mut watchers = Vec::new();
         if self.watch {

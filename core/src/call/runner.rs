@@ -39,11 +39,20 @@ pub struct RunnerConfig {
     /// model, the whole kept in [`ToolResult::full_text`] and the end event. A tool's own limit
     /// applies when it is smaller. `None`: no limit but the tools' own.
     pub max_result_bytes: Option<usize>,
+    /// How long plugin files still loading are waited for: by [`HostBuilder::build`](crate::HostBuilder::build)
+    /// (it returns once every file has loaded or failed, or after this long, naming those still
+    /// loading), and by a call of a tool name not known yet while some file is still loading
+    /// (after this long it ends `unknown_tool`, naming the files still loading). A call of a tool
+    /// already loaded never waits.
+    pub load_wait: Duration,
 }
+
+/// The default [`RunnerConfig::load_wait`]: 2 s.
+pub const DEFAULT_LOAD_WAIT: Duration = Duration::from_secs(2);
 
 impl Default for RunnerConfig {
     /// A 60 s default timeout, no overrides, `tool_gate_waiting` after 100 ms, tools' own
-    /// timeouts capped at 10 minutes, no result limit but the tools' own.
+    /// timeouts capped at 10 minutes, no result limit but the tools' own, loads waited for 2 s.
     fn default() -> Self {
         RunnerConfig {
             default_timeout: Duration::from_secs(60),
@@ -51,6 +60,7 @@ impl Default for RunnerConfig {
             gate_waiting_after: Duration::from_millis(100),
             max_tool_timeout: Duration::from_secs(600),
             max_result_bytes: None,
+            load_wait: DEFAULT_LOAD_WAIT,
         }
     }
 }
@@ -318,7 +328,16 @@ impl ToolRunner {
                 }
             })
             .await;
-        let resolved = self.registry.lookup(&call.name);
+        let resolved = match self.registry.lookup(&call.name) {
+            Some(tool) => Some(tool),
+            // A plugin file may be about to serve it: wait for the files still loading, within
+            // the bound (a name that is served already never waits).
+            None => {
+                self.registry
+                    .wait_for(&call.name, self.config.load_wait)
+                    .await
+            }
+        };
         let mut result = match &resolved {
             _ if self.stop.token.is_cancelled() => ToolResult::failed(
                 &call.id,
@@ -371,11 +390,21 @@ impl ToolRunner {
 
     fn unknown_text(&self, name: &str) -> String {
         let names = self.registry.names();
-        if names.is_empty() {
+        let mut text = if names.is_empty() {
             format!("unknown tool `{name}`: no tools are available")
         } else {
             format!("unknown tool `{name}`; the tools are: {}", names.join(", "))
+        };
+        let loading = self.registry.loading();
+        if !loading.is_empty() {
+            let files: Vec<String> = loading.iter().map(|p| p.display().to_string()).collect();
+            text.push_str(&format!(
+                " (still loading after {} ms: {})",
+                self.config.load_wait.as_millis(),
+                files.join(", ")
+            ));
         }
+        text
     }
 
     async fn execute(

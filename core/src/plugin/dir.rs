@@ -117,6 +117,10 @@ pub struct ScanReport {
     /// The directory itself could not be used (gone, refused, unreadable): its one line, also
     /// in `errors`.
     pub dir_error: Option<String>,
+    /// Files still loading when the report was made (isolated files whose load-time code is
+    /// slow or hangs): each serves as soon as it loads, or fails at the directory's
+    /// `load_timeout`, with its events; this report does not see either.
+    pub loading: Vec<String>,
     /// Events to publish once the registry shows the scan's result.
     events: Vec<EventKind>,
     /// Versions to retire once the registry no longer hands them out.
@@ -124,6 +128,14 @@ pub struct ScanReport {
 }
 
 impl ScanReport {
+    /// Takes in what a load that finished in time reported (its events are already out).
+    fn absorb(&mut self, piece: ScanReport) {
+        self.loaded.extend(piece.loaded);
+        self.reloaded.extend(piece.reloaded);
+        self.removed.extend(piece.removed);
+        self.errors.extend(piece.errors);
+    }
+
     fn event(&mut self, kind: EventKind) {
         self.events.push(kind);
     }
@@ -142,6 +154,61 @@ impl ScanReport {
             error: line.clone(),
         });
         self.errors.push(line);
+    }
+}
+
+/// A scan whose isolated loads may still be running (each in a task of its own, serving as soon
+/// as it has loaded): [`Scanning::settle`] waits for them up to a deadline.
+pub(crate) struct Scanning {
+    report: ScanReport,
+    loads: Vec<(PathBuf, tokio::task::JoinHandle<ScanReport>)>,
+    bus: crate::bus::Bus,
+    load_wait: std::time::Duration,
+    load_timeout: std::time::Duration,
+}
+
+impl Scanning {
+    fn done(report: ScanReport, inner: &Inner) -> Scanning {
+        Scanning {
+            report,
+            loads: Vec::new(),
+            bus: inner.registry.bus().clone(),
+            load_wait: inner.load_wait,
+            load_timeout: inner.options.load_timeout,
+        }
+    }
+
+    /// The scan's report once every load it started has ended, or at `deadline`: a file still
+    /// loading then is named in [`ScanReport::loading`] and reported once, with a `warning`
+    /// event; it serves when (if) its load ends.
+    pub async fn settle(mut self, deadline: tokio::time::Instant) -> ScanReport {
+        for (path, mut load) in self.loads {
+            match tokio::time::timeout_at(deadline, &mut load).await {
+                Ok(Ok(piece)) => self.report.absorb(piece),
+                Ok(Err(_)) => self
+                    .report
+                    .errors
+                    .push(format!("{}: the task loading it failed", path.display())),
+                Err(_) => {
+                    let message = format!(
+                        "still loading after {} ms (its load-time code is slow or hangs); its \
+                         tools serve when it has loaded, and it fails if that takes over {} ms",
+                        self.load_wait.as_millis(),
+                        self.load_timeout.as_millis()
+                    );
+                    tracing::warn!(file = %path.display(), "{message}");
+                    self.bus.publish(
+                        None,
+                        EventKind::Warning {
+                            subject: path.display().to_string(),
+                            message,
+                        },
+                    );
+                    self.report.loading.push(path.display().to_string());
+                }
+            }
+        }
+        self.report
     }
 }
 
@@ -171,6 +238,11 @@ struct State {
     stalled: HashMap<PathBuf, Stamp>,
     /// Stalled loads that finished since, for the next scan.
     finished: Vec<Finished>,
+    /// Isolated loads under way (each in a task of its own), with the identity of their file.
+    loading: HashMap<PathBuf, Stamp>,
+    /// The plugin files of the last listing: a load that finishes after its file went away is
+    /// not installed.
+    listed: Vec<PathBuf>,
     /// The directory was gone at the last scan (reported once).
     gone: bool,
     /// Shut down: scans do nothing.
@@ -201,6 +273,8 @@ struct Inner {
     state: tokio::sync::Mutex<State>,
     /// Asks for a scan (a stalled load finished); served by a task of its own.
     rescan: Arc<tokio::sync::Notify>,
+    /// How long a scan waits for the loads it started (see [`Scanning::settle`]).
+    load_wait: std::time::Duration,
     /// Fault injection: the next listings panic.
     #[cfg(test)]
     listing_panics: std::sync::atomic::AtomicBool,
@@ -214,13 +288,15 @@ impl Drop for Inner {
 }
 
 impl PluginDir {
-    /// Adds `dir` to `registry` as a source served by `backend` and loads what it holds now.
+    /// Adds `dir` to `registry` as a source served by `backend` and starts loading what it holds
+    /// now; `load_wait` bounds how long its scans wait for their loads.
     pub(crate) async fn open(
         registry: &ToolRegistry,
         dir: &Path,
         options: DirOptions,
         backend: Backend,
-    ) -> Result<(PluginDir, ScanReport), LoadError> {
+        load_wait: std::time::Duration,
+    ) -> Result<(PluginDir, Scanning), LoadError> {
         let copies = CopyDir::new()?;
         let plugin_dir = PluginDir {
             inner: Arc::new(Inner {
@@ -236,10 +312,13 @@ impl PluginDir {
                     mapped: HashMap::new(),
                     stalled: HashMap::new(),
                     finished: Vec::new(),
+                    loading: HashMap::new(),
+                    listed: Vec::new(),
                     gone: false,
                     shut: false,
                 }),
                 rescan: Arc::new(tokio::sync::Notify::new()),
+                load_wait,
                 #[cfg(test)]
                 listing_panics: std::sync::atomic::AtomicBool::new(false),
             }),
@@ -253,8 +332,8 @@ impl PluginDir {
                 PluginDir { inner }.scan().await;
             }
         });
-        let report = plugin_dir.scan().await;
-        Ok((plugin_dir, report))
+        let scanning = plugin_dir.start_scan().await;
+        Ok((plugin_dir, scanning))
     }
 
     /// The directory.
@@ -294,13 +373,22 @@ impl PluginDir {
     /// directory itself is gone. A file that fails keeps its old version serving and is not read
     /// again until it changes. Files are opened, checked, copied and hashed one at a time, off the
     /// async runtime's threads. Publishes one event per change and per failure, once the registry
-    /// shows the result.
+    /// shows the result. Isolated files load beside each other and beside the scan: each serves
+    /// as soon as it has loaded; the scan waits for them up to the host's `load_wait` and names
+    /// those still loading in [`ScanReport::loading`].
     pub async fn scan(&self) -> ScanReport {
+        let deadline = tokio::time::Instant::now() + self.inner.load_wait;
+        self.start_scan().await.settle(deadline).await
+    }
+
+    /// The scan's work up to the isolated loads it starts, which go on in tasks of their own.
+    pub(crate) async fn start_scan(&self) -> Scanning {
         let inner = &self.inner;
         let mut state = inner.state.lock().await;
         let mut report = ScanReport::default();
+        let mut loads = Vec::new();
         if state.shut {
-            return report;
+            return Scanning::done(report, inner);
         }
         let dir = inner.dir.clone();
         let trust = inner.options.trust;
@@ -327,37 +415,59 @@ impl PluginDir {
                     report.fail_dir(&error);
                     state.gone = true;
                 }
+                state.listed.clear();
                 self.drop_deleted(&mut state, &mut report, &[]);
                 inner.registry.set_source_tools(inner.source, Vec::new());
             }
             Ok(Ok((handle, names))) => {
                 state.gone = false;
-                self.scan_files(&mut state, &mut report, Arc::new(handle), names)
+                loads = self
+                    .scan_files(&mut state, &mut report, Arc::new(handle), names)
                     .await;
-                let tools = state.slots.values().flat_map(|s| s.tools.clone()).collect();
-                inner.registry.set_source_tools(inner.source, tools);
+                self.serve(&state);
             }
         }
-        for info in std::mem::take(&mut report.retired) {
-            inner.backend.retire(&info);
+        self.publish(&mut report);
+        Scanning {
+            report,
+            loads,
+            bus: inner.registry.bus().clone(),
+            load_wait: inner.load_wait,
+            load_timeout: inner.options.load_timeout,
         }
-        // Published only now: a subscriber that reacts to `plugin_loaded` finds the tools there.
-        for event in std::mem::take(&mut report.events) {
-            inner.registry.bus().publish(None, event);
-        }
-        report
     }
 
+    /// Puts the tools of every loaded file in the registry, in one step.
+    fn serve(&self, state: &State) {
+        let tools = state.slots.values().flat_map(|s| s.tools.clone()).collect();
+        self.inner
+            .registry
+            .set_source_tools(self.inner.source, tools);
+    }
+
+    /// Retires what `report` replaced and publishes its events: only once the registry shows
+    /// the result, so a subscriber that reacts to `plugin_loaded` finds the tools there.
+    fn publish(&self, report: &mut ScanReport) {
+        for info in std::mem::take(&mut report.retired) {
+            self.inner.backend.retire(&info);
+        }
+        for event in std::mem::take(&mut report.events) {
+            self.inner.registry.bus().publish(None, event);
+        }
+    }
+
+    /// Loads what changed; returns the isolated loads it started.
     async fn scan_files(
         &self,
         state: &mut State,
         report: &mut ScanReport,
         handle: Arc<DirHandle>,
         names: Vec<OsString>,
-    ) {
+    ) -> Vec<(PathBuf, tokio::task::JoinHandle<ScanReport>)> {
         let inner = &self.inner;
         let paths: Vec<PathBuf> = names.iter().map(|n| handle.path_of(n)).collect();
         self.drop_deleted(state, report, &paths);
+        state.listed = paths.clone();
         // Stalled loads that finished, first: each is used if its file is still the one it
         // loaded (the slot or the failure then carries that identity, so the file is not loaded
         // again below; a file that changed meanwhile loads anew).
@@ -374,17 +484,17 @@ impl PluginDir {
                 );
             }
         }
-        let mut isolated = Vec::new();
+        let mut loads = Vec::new();
         for name in names {
             let path = handle.path_of(&name);
-            if state.stalled.contains_key(&path) {
+            if state.stalled.contains_key(&path) || state.loading.contains_key(&path) {
                 continue;
             }
             let Some((file, stamp)) = self.open_and_copy(state, report, &handle, name).await else {
                 continue;
             };
             if inner.backend.is_isolated() {
-                isolated.push((file, stamp));
+                loads.push((file.path.clone(), self.spawn_load(state, file, stamp)));
                 continue;
             }
             // glibc holds its loader lock while a library's load-time code runs: while a load
@@ -394,22 +504,49 @@ impl PluginDir {
             }
             self.load_in_process(state, report, file, stamp).await;
         }
-        // Isolated files load at once, each within its bound.
-        let bound = inner.options.load_timeout;
-        let loads = isolated.into_iter().map(|(file, stamp)| async move {
-            let (path, sha) = (file.path.clone(), file.sha256.clone());
-            (path, stamp, sha, inner.backend.load(file, bound).await)
-        });
-        for (path, stamp, sha, outcome) in futures_util::future::join_all(loads).await {
-            let result = match outcome {
+        loads
+    }
+
+    /// Loads an isolated file in a task of its own, within the directory's `load_timeout`: it
+    /// serves (or fails, with its event) as soon as the load ends, whoever waits for it.
+    fn spawn_load(
+        &self,
+        state: &mut State,
+        file: PluginFile,
+        stamp: Stamp,
+    ) -> tokio::task::JoinHandle<ScanReport> {
+        let (path, sha256) = (file.path.clone(), file.sha256.clone());
+        state.loading.insert(path.clone(), stamp);
+        self.inner.registry.set_loading(&path, true);
+        let dir = self.clone();
+        tokio::spawn(async move {
+            let bound = dir.inner.options.load_timeout;
+            let result = match dir.inner.backend.load(file, bound).await {
                 LoadOutcome::Done(result) => *result,
                 LoadOutcome::Stalled(_) => Err(LoadError::Worker {
                     path: path.clone(),
                     reason: "loading stalled".into(),
                 }),
             };
-            self.finish(state, report, &path, stamp, &sha, result);
-        }
+            let mut state = dir.inner.state.lock().await;
+            state.loading.remove(&path);
+            let mut report = ScanReport::default();
+            if state.shut || !state.listed.contains(&path) {
+                // The directory closed or the file went away meanwhile.
+                if let Ok(loaded) = &result {
+                    dir.inner.backend.retire(&loaded.info);
+                }
+            } else {
+                dir.finish(&mut state, &mut report, &path, stamp, &sha256, result);
+                dir.serve(&state);
+                dir.publish(&mut report);
+            }
+            drop(state);
+            dir.inner.registry.set_loading(&path, false);
+            // The file may have changed while it loaded: the next scan sees it.
+            dir.inner.rescan.notify_one();
+            report
+        })
     }
 
     /// Opens entry `name`, checks it, and copies it into private storage (hashing the copy),
@@ -777,9 +914,12 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let registry = ToolRegistry::new(Bus::default());
         let backend = Backend::new(&Isolation::InProcess);
-        let (dir, report) = PluginDir::open(&registry, tmp.path(), DirOptions::default(), backend)
-            .await
-            .unwrap();
+        let wait = crate::call::runner::DEFAULT_LOAD_WAIT;
+        let (dir, scanning) =
+            PluginDir::open(&registry, tmp.path(), DirOptions::default(), backend, wait)
+                .await
+                .unwrap();
+        let report = scanning.settle(tokio::time::Instant::now() + wait).await;
         assert!(report.dir_error.is_none() && report.errors.is_empty());
         let tool = ResolvedTool::new(
             Kept.spec(),

@@ -15,18 +15,20 @@ use std::path::Path;
 use crate::error::LoadError;
 use crate::registry::ToolRegistry;
 use backend::Backend;
-use dir::{DirOptions, PluginDir, ScanReport};
+use dir::{DirOptions, PluginDir, Scanning};
 
 impl ToolRegistry {
-    /// Adds the plugin directory `dir`, loaded in process, as a source of this registry and loads
-    /// every plugin in it. A file that fails is reported (event and report line) and the others
-    /// load; only a directory that cannot be used at all is an error.
+    /// Adds the plugin directory `dir` as a source of this registry and starts loading every
+    /// plugin in it (see [`Scanning`] for waiting on the loads). A file that fails is reported
+    /// (event and report line) and the others load; only a directory that cannot be used at all
+    /// is an error. `load_wait` is how long its later scans wait for their loads.
     pub async fn add_plugin_dir(
         &self,
         dir: &Path,
         options: DirOptions,
-    ) -> Result<(PluginDir, ScanReport), LoadError> {
+        load_wait: std::time::Duration,
+    ) -> Result<(PluginDir, Scanning), LoadError> {
         let backend = Backend::new(&options.isolation);
-        PluginDir::open(self, dir, options, backend).await
+        PluginDir::open(self, dir, options, backend, load_wait).await
     }
 }

@@ -9,9 +9,11 @@ pub(crate) mod health;
 pub(crate) mod remote;
 pub(crate) mod spec;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -151,6 +153,10 @@ struct Inner {
     reported_conflicts: Mutex<HashSet<(String, String, String)>>,
     health: Mutex<Health>,
     native: SourceId,
+    /// Plugin files whose load is under way (isolated loads run beside everything else).
+    loading: Mutex<BTreeSet<PathBuf>>,
+    /// Bumped whenever the tools served or the files loading change.
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 /// The tools a host serves. Cheap to clone; clones share everything.
@@ -172,6 +178,8 @@ impl ToolRegistry {
             reported_conflicts: Mutex::new(HashSet::new()),
             health: Mutex::new(Health::default()),
             native: SourceId(0),
+            loading: Mutex::new(BTreeSet::new()),
+            changed: tokio::sync::watch::Sender::new(0),
         };
         ToolRegistry {
             inner: Arc::new(inner),
@@ -230,6 +238,49 @@ impl ToolRegistry {
     /// The tool now serving `name`.
     pub fn lookup(&self, name: &str) -> Option<ResolvedTool> {
         self.snapshot().get(name).cloned()
+    }
+
+    /// The plugin files whose load is under way, sorted.
+    pub fn loading(&self) -> Vec<PathBuf> {
+        self.loading_set().iter().cloned().collect()
+    }
+
+    fn loading_set(&self) -> std::sync::MutexGuard<'_, BTreeSet<PathBuf>> {
+        self.inner
+            .loading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Marks `file` as loading (or done), for calls that wait for a name not served yet.
+    pub(crate) fn set_loading(&self, file: &Path, loading: bool) {
+        let changed = if loading {
+            self.loading_set().insert(file.to_owned())
+        } else {
+            self.loading_set().remove(file)
+        };
+        if changed {
+            self.inner.changed.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// The tool serving `name`, waiting up to `bound` for it while plugin files are still
+    /// loading; `None` at once when nothing is loading.
+    pub(crate) async fn wait_for(&self, name: &str, bound: Duration) -> Option<ResolvedTool> {
+        let mut changes = self.inner.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            if let Some(tool) = self.lookup(name) {
+                return Some(tool);
+            }
+            if self.loading_set().is_empty() {
+                return None;
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return self.lookup(name),
+            }
+        }
     }
 
     fn snapshot(&self) -> Arc<BTreeMap<String, ResolvedTool>> {
@@ -302,6 +353,7 @@ impl ToolRegistry {
             .snapshot
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Arc::new(map);
+        self.inner.changed.send_modify(|n| *n += 1);
         let mut reported = self
             .inner
             .reported_conflicts
