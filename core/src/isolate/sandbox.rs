@@ -784,8 +784,18 @@ fn drop_capabilities() -> Result<(), String> {
 }
 
 fn apply_limits(limits: &WorkerLimits) -> Result<(), String> {
+    // A limit is only ever lowered: raising one past the host's own hard limit needs a privilege
+    // the worker does not have (and the host's lower limit is tighter anyway).
     let set = |resource, name: &str, value: Option<u64>| -> Result<(), String> {
-        let Some(v) = value else { return Ok(()) };
+        let Some(mut v) = value else { return Ok(()) };
+        let mut now = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the struct it is given.
+        if unsafe { libc::getrlimit(resource, &mut now) } == 0 {
+            v = v.min(now.rlim_max);
+        }
         let rl = libc::rlimit {
             rlim_cur: v,
             rlim_max: v,
