@@ -33,9 +33,23 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// `rho --version`: the release and the plugin interface it speaks (what `rho plugin check`
+/// prints of a plugin): `0.1.0, plugin interface 2 (loads 1 to 2)`.
+fn version_text() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        use rho_core::plugin_api::ffi::{INTERFACE_VERSION, OLDEST_INTERFACE_VERSION};
+        format!(
+            "{}, plugin interface {INTERFACE_VERSION} (loads {OLDEST_INTERFACE_VERSION} to \
+             {INTERFACE_VERSION})",
+            env!("CARGO_PKG_VERSION")
+        )
+    })
+}
+
 /// rho: compiled tools for AI agents, loaded from plugin directories.
 #[derive(Parser)]
-#[command(name = "rho", version, about)]
+#[command(name = "rho", version = version_text(), about)]
 struct Cli {
     /// The configuration file (rho.toml); flags override it. Without one, defaults apply.
     #[arg(long, global = true, value_name = "PATH")]

@@ -36,29 +36,58 @@ pub fn result_json(result: &ToolResult) -> Value {
     value
 }
 
-/// `text: string (required), size: integer` from a JSON Schema object.
+/// `text: string, size?: integer` from a JSON Schema object: the required arguments first, `?`
+/// marking the optional ones.
 pub fn parameters_summary(schema: &Value) -> String {
+    parameters(schema)
+        .iter()
+        .map(|p| {
+            let mark = if p.required { "" } else { "?" };
+            format!("{}{mark}: {}", p.name, p.ty)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One argument of a tool, as `rho tools` shows it.
+pub struct Parameter {
+    /// Its name.
+    pub name: String,
+    /// Its JSON Schema type (`string`, `integer | null`, `any`).
+    pub ty: String,
+    /// Whether the schema requires it.
+    pub required: bool,
+    /// Its description, if the schema gives one.
+    pub description: Option<String>,
+    /// Its default, as JSON, if the schema gives one.
+    pub default: Option<String>,
+}
+
+/// The arguments a JSON Schema object declares: the required ones first, each group by name.
+pub fn parameters(schema: &Value) -> Vec<Parameter> {
     let Some(props) = schema.get("properties").and_then(Value::as_object) else {
-        return String::new();
+        return Vec::new();
     };
     let required: Vec<&str> = schema
         .get("required")
         .and_then(Value::as_array)
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    props
+    let mut list: Vec<Parameter> = props
         .iter()
-        .map(|(name, p)| {
-            let ty = p.get("type").map(type_name).unwrap_or_else(|| "any".into());
-            let req = if required.contains(&name.as_str()) {
-                ""
-            } else {
-                "?"
-            };
-            format!("{name}{req}: {ty}")
+        .map(|(name, p)| Parameter {
+            name: name.clone(),
+            ty: p.get("type").map(type_name).unwrap_or_else(|| "any".into()),
+            required: required.contains(&name.as_str()),
+            description: p
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            default: p.get("default").map(Value::to_string),
         })
-        .collect::<Vec<_>>()
-        .join(", ")
+        .collect();
+    list.sort_by_key(|p| !p.required);
+    list
 }
 
 fn type_name(ty: &Value) -> String {

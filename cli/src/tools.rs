@@ -101,10 +101,27 @@ fn print(tools: &[rho_core::ToolSpec], json: bool) -> bool {
         }
         outln!("    {}", crate::render::terminal_safe(&tool.description));
         outln!("    hints: {}", tool.hints);
-        // Property names come from the plugin: escaped like every text of it.
-        let params = crate::render::parameters_summary(&tool.parameters);
+        // Property names and descriptions come from the plugin: escaped like every text of it.
+        let params = crate::render::parameters(&tool.parameters);
         if !params.is_empty() {
-            outln!("    args: {}", crate::render::terminal_safe(&params));
+            outln!("    args:");
+        }
+        for p in &params {
+            let mut line = format!(
+                "      {} ({}, {}",
+                p.name,
+                p.ty,
+                if p.required { "required" } else { "optional" }
+            );
+            if let Some(default) = &p.default {
+                line.push_str(&format!(", default {default}"));
+            }
+            line.push(')');
+            if let Some(description) = &p.description {
+                line.push_str(": ");
+                line.push_str(description.lines().next().unwrap_or_default());
+            }
+            outln!("{}", crate::render::terminal_safe(&line));
         }
         if let Some(schema) = &tool.output_schema {
             let summary = crate::render::parameters_summary(schema);

@@ -506,7 +506,8 @@ impl Host {
 
     /// Stops the host, saying why: calls in flight end at once (`error`, "the host is stopping
     /// (`reason`)"), each with its end event (2 s at most), the journal is synced, watchers
-    /// stop, workers stop and private copies are removed. Later calls end `error` at once.
+    /// stop, workers stop and private copies are removed; then the bus is closed, so every
+    /// subscription ends after the last event. Later calls end `error` at once.
     pub async fn shutdown_because(&self, reason: &str) {
         let inner = &self.inner;
         inner.runner.stop(reason);
@@ -532,6 +533,8 @@ impl Host {
         for dir in &inner.dirs {
             dir.shut_down().await;
         }
+        // Every event of the host is out: its subscriptions end after the last one.
+        inner.bus.close();
     }
 
     /// Adds a source of tools served elsewhere to a running host (see [`HostBuilder::source`]).

@@ -99,9 +99,36 @@ pub fn cdylib_name(package: &serde_json::Value) -> Option<String> {
         .map(|name| name.replace('-', "_"))
 }
 
-/// The cargo that runs this program (`$CARGO`), else `cargo` on `PATH`.
+/// The cargo that runs this program (`$CARGO`), else `cargo` on `PATH`, without the variables
+/// cargo sets for the program it runs (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, ...): a build script
+/// that watches one of them (ring's does) would see it change and build again, and so would
+/// everything above it.
 pub fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    for (key, _) in std::env::vars_os() {
+        if key.to_str().is_some_and(set_by_cargo_for_its_program) {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd
+}
+
+/// Whether `key` is a variable cargo sets for the crate it builds or runs (not one of cargo's
+/// own settings, such as `CARGO_HOME` or `CARGO_TARGET_DIR`).
+pub fn set_by_cargo_for_its_program(key: &str) -> bool {
+    key.starts_with("CARGO_PKG_")
+        || matches!(
+            key,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "CARGO_RUSTC_CURRENT_DIR"
+                | "OUT_DIR"
+        )
 }
 
 /// Installs `lib` into the plugin directory `out` atomically: written to a hidden temporary file

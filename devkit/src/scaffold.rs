@@ -222,7 +222,9 @@ fn lib_rs(name: &str) -> String {
 use rho_plugin_api::{{Answer, Ctx, JsonSchema, Tool, ToolError, export_plugin, json}};
 use serde::Deserialize;
 
-/// Arguments of `{name}` (doc comments become the JSON Schema's descriptions).
+// Doc comments (`///`) on this type and its fields become the JSON Schema's descriptions, which
+// the model reads: write them for the model.
+/// Whom to greet.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct {args} {{
     /// Who or what to greet.

@@ -24,6 +24,37 @@ fn json_of(out: &Output) -> Value {
 }
 
 #[test]
+fn tools_lists_arguments_required_first_with_their_descriptions() {
+    let dir = plugin_dir(&["faults"]);
+    let out = rho(&["tools", "--plugins", dir.path().to_str().unwrap()]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let fail = text.split("\nfail ").nth(1).unwrap();
+    let args: Vec<&str> = fail
+        .lines()
+        .skip_while(|l| l.trim() != "args:")
+        .skip(1)
+        .take_while(|l| l.starts_with("      "))
+        .map(str::trim)
+        .collect();
+    assert!(!args.is_empty(), "{fail}");
+    assert!(args[0].contains(", required)"), "{args:?}");
+    assert!(args.iter().all(|a| a.contains("): ")), "{args:?}");
+}
+
+#[test]
+fn version_names_the_plugin_interface() {
+    let out = rho(&["--version"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let interface = rho_core::plugin_api::ffi::INTERFACE_VERSION;
+    assert!(
+        text.contains(&format!("plugin interface {interface}")),
+        "{text}"
+    );
+}
+
+#[test]
 fn tools_json_lists_every_tool_with_its_schema() {
     let dir = plugin_dir(&["echo", "faults"]);
     let out = rho(&["tools", "--plugins", dir.path().to_str().unwrap(), "--json"]);

@@ -259,3 +259,30 @@ async fn no_timeout_and_a_panicking_update_hook_still_end_every_call_once_as_the
         host.shutdown().await;
     }
 }
+
+/// `shutdown` ends the host's subscriptions after its last event (before: only dropping every
+/// clone of the host did, so a subscriber of a host shut down waited forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_subscriptions_after_the_last_event() {
+    let dir = rho_tests::plugin_dir(&["echo"]);
+    let (host, _) =
+        rho_tests::host_with(dir.path(), rho_core::DirOptions::in_process(), |b| b).await;
+    let mut events = host.subscribe();
+    let r = host.call("echo", serde_json::json!({"text": "hi"})).await;
+    assert_eq!(r.outcome, rho_core::Outcome::Ok);
+    host.shutdown().await;
+    let mut last = None;
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while let Some(item) = events.recv().await {
+            if let rho_core::BusItem::Event(event) = item {
+                last = Some(event.kind.type_name());
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the subscription did not end");
+    assert_eq!(last, Some("tool_execution_end"));
+    // A subscription opened after the shutdown ends at once; the host (a clone) still lives.
+    let mut late = host.subscribe();
+    assert!(late.recv().await.is_none());
+}

@@ -98,6 +98,8 @@ async fn new_plugin_makes_a_crate_that_builds_loads_and_answers() {
         .find(|t| t.name == "hello-world")
         .unwrap();
     assert_eq!(tool.parameters["properties"]["name"]["type"], "string");
+    // The schema's description is for the model, not the scaffold's note to the author.
+    assert_eq!(tool.parameters["description"], "Whom to greet.");
     let r = host
         .call_with(
             &call("1", "hello-world", json!({"name": "Ada"})),

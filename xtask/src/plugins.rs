@@ -23,9 +23,10 @@ pub fn workspace_root() -> PathBuf {
     })
 }
 
-/// The cargo that runs this task.
+/// The cargo that runs this task, in the workspace, without the variables cargo set for this
+/// task (see [`rho_devkit::cargo`]).
 pub fn cargo() -> Command {
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    let mut cmd = rho_devkit::cargo();
     cmd.current_dir(workspace_root());
     cmd
 }

@@ -47,7 +47,8 @@ pub struct Bus {
 }
 
 struct Inner {
-    tx: broadcast::Sender<Arc<Event>>,
+    /// Kept for its capacity and its count of receivers once closed.
+    capacity: usize,
     interest: Arc<Interest>,
     state: Mutex<State>,
     images: Mutex<RecentImages>,
@@ -128,6 +129,8 @@ impl Drop for Listening {
 struct State {
     seq: u64,
     sinks: Vec<Arc<dyn Sink>>,
+    /// The subscriptions' channel; `None` once the bus is closed ([`Bus::close`]).
+    tx: Option<broadcast::Sender<Arc<Event>>>,
 }
 
 impl Default for Bus {
@@ -142,11 +145,12 @@ impl Bus {
         let (tx, _) = broadcast::channel(capacity.max(1));
         Bus {
             inner: Arc::new(Inner {
-                tx,
+                capacity: capacity.max(1),
                 interest: Arc::default(),
                 state: Mutex::new(State {
                     seq: 0,
                     sinks: Vec::new(),
+                    tx: Some(tx),
                 }),
                 images: Mutex::default(),
                 keeping_images: std::sync::atomic::AtomicBool::new(false),
@@ -177,7 +181,9 @@ impl Bus {
             sink.accept(&event);
         }
         // An error only means nobody subscribes right now.
-        let _ = self.inner.tx.send(event.clone());
+        if let Some(tx) = &state.tx {
+            let _ = tx.send(event.clone());
+        }
         event
     }
 
@@ -309,7 +315,11 @@ impl Bus {
     pub fn subscribe_filtered(&self, filter: Filter) -> Subscription {
         let state = self.state();
         let listening = self.inner.interest.listen(filter.types.as_ref());
-        let rx = self.inner.tx.subscribe();
+        let rx = match &state.tx {
+            Some(tx) => tx.subscribe(),
+            // Closed: a subscription that ends at once.
+            None => broadcast::channel(self.inner.capacity).1,
+        };
         Subscription {
             _listening: listening,
             rx: Some(rx),
@@ -319,9 +329,17 @@ impl Bus {
         }
     }
 
-    /// How many subscriptions are open.
+    /// How many subscriptions are open (none once the bus is closed).
     pub fn subscriber_count(&self) -> usize {
-        self.inner.tx.receiver_count()
+        self.state().tx.as_ref().map_or(0, |tx| tx.receiver_count())
+    }
+
+    /// Closes the bus for subscribers: each subscription ends (`recv` gives `None`) once it has
+    /// taken the events published before, and later subscriptions end at once. Sinks (a
+    /// journal) still get what is published after. [`Host::shutdown`](crate::Host::shutdown)
+    /// closes its bus after its last event.
+    pub fn close(&self) {
+        self.state().tx = None;
     }
 }
 
