@@ -42,6 +42,7 @@ use rmcp::transport::streamable_http_server::{
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::jsonrpc::{self, Verdict};
 use crate::serve::RhoServer;
 
 /// A call in flight over HTTP: its session and its JSON-RPC id (as JSON text: `2`, `"a"`).
@@ -415,18 +416,22 @@ async fn gatekeeper(
         return next.run(request).await;
     }
     // A POST is read whole here, bounded in size and time (a client that sends its body slowly
-    // holds nothing for long); a session's, to learn which call its response belongs to.
+    // holds nothing for long), and checked as the stdio face checks a line (`crate::jsonrpc`):
+    // what rmcp could not take is answered here, with the request's id.
     let (parts, body) = request.into_parts();
-    let read = tokio::time::timeout(
-        BODY_TIMEOUT,
-        axum::body::to_bytes(body, keeper.max_body_bytes),
-    );
+    let read = tokio::time::timeout(BODY_TIMEOUT, read_bounded(body, keeper.max_body_bytes));
     let bytes = match read.await {
-        Ok(Ok(bytes)) => bytes,
+        Ok(Ok(ReadBody::Whole(bytes))) => bytes,
+        Ok(Ok(ReadBody::TooLarge(head))) => {
+            return json_rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                jsonrpc::too_large(&head, keeper.max_body_bytes),
+            );
+        }
         Ok(Err(_)) => {
             return (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "rho: the request body is too large (serve.max_body_bytes)\n",
+                StatusCode::BAD_REQUEST,
+                "rho: the request body could not be read\n",
             )
                 .into_response();
         }
@@ -438,14 +443,22 @@ async fn gatekeeper(
                 .into_response();
         }
     };
-    // Only its method and id: nothing of the arguments is kept in a second copy.
-    #[derive(serde::Deserialize)]
-    struct Head {
-        method: Option<String>,
-        id: Option<serde_json::Value>,
-    }
-    let head = serde_json::from_slice::<Head>(&bytes).ok();
-    let method = head.as_ref().and_then(|h| h.method.as_deref());
+    let verdict = match std::str::from_utf8(&bytes) {
+        Ok(text) => jsonrpc::check(text),
+        Err(_) => Verdict::Answer(jsonrpc::error(
+            jsonrpc::id_from_head(&bytes).unwrap_or(serde_json::Value::Null),
+            -32700,
+            "parse error: not UTF-8",
+        )),
+    };
+    let (text, id, method) = match verdict {
+        Verdict::Forward { text, id, method } => (text, id, method),
+        Verdict::Answer(answer) => return json_rpc_error(StatusCode::BAD_REQUEST, answer),
+        // A notification that is wrong gets no answer, as JSON-RPC says: accepted, and dropped.
+        Verdict::Ignore => return StatusCode::ACCEPTED.into_response(),
+    };
+    drop(bytes);
+    let method = method.as_deref();
     if session.is_none()
         && method == Some("initialize")
         && keeper.sessions.sessions.read().await.len() >= keeper.max_sessions
@@ -459,9 +472,9 @@ async fn gatekeeper(
     }
     let call = session
         .filter(|_| method == Some("tools/call"))
-        .and_then(|session| Some((session, id_key(head?.id.as_ref()?))));
+        .and_then(|session| Some((session, id_key(id.as_ref()?))));
     let response = next
-        .run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .run(Request::from_parts(parts, axum::body::Body::from(text)))
         .await;
     match call {
         None => response,
@@ -474,6 +487,37 @@ async fn gatekeeper(
             Response::from_parts(parts, axum::body::Body::from_stream(body))
         }
     }
+}
+
+/// A request body read up to a bound.
+enum ReadBody {
+    /// All of it.
+    Whole(Vec<u8>),
+    /// It ran past the bound: its first [`jsonrpc::ID_HEAD`] bytes (to find its id); the rest
+    /// was not read.
+    TooLarge(Vec<u8>),
+}
+
+/// Reads `body` whole if it is at most `max` bytes, else stops reading at the bound.
+async fn read_bounded(body: axum::body::Body, max: usize) -> Result<ReadBody, axum::Error> {
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        if bytes.len() + chunk.len() > max {
+            let room = jsonrpc::ID_HEAD.saturating_sub(bytes.len());
+            bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            bytes.truncate(jsonrpc::ID_HEAD);
+            return Ok(ReadBody::TooLarge(bytes));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(ReadBody::Whole(bytes))
+}
+
+/// A JSON-RPC error response over HTTP.
+fn json_rpc_error(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// Connections open at once at most; more are closed as they arrive.

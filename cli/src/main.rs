@@ -15,6 +15,7 @@ mod gates;
 mod host;
 mod http;
 mod journals;
+mod jsonrpc;
 mod live;
 mod meta_tools;
 mod nats;

@@ -2,37 +2,26 @@
 //! JSON-RPC 2.0 prescribes, and nothing rmcp would drop is lost.
 //!
 //! rmcp (3.11) keeps the protocol; in front of it this guard reads stdin on a thread of its own,
-//! one bounded line at a time, and answers itself what rmcp would drop or answer without an id:
+//! one bounded line at a time (at most [`MAX_LINE`] bytes: a longer line is skipped to its end,
+//! only its head kept to find its id), and answers itself what rmcp would drop or answer without
+//! an id: the checks of [`crate::jsonrpc`] (shared with the HTTP face), and one of its own, a
+//! request whose id is still in flight (-32600 with the id; the first request is answered).
 //!
-//! | the client sends | the guard answers |
-//! |---|---|
-//! | a line over [`MAX_LINE`] bytes | -32600, `"id": null` (the line is skipped, not buffered) |
-//! | a line that is not JSON (a lone surrogate escape included) | -32700, `"id": null` |
-//! | JSON nested deeper than 128 levels (rmcp's parser gives up) | -32600, with the id when it can be read |
-//! | not an object (a batch, a number) | -32600, `"id": null` |
-//! | `"jsonrpc"` other than `"2.0"`, `params` that are not an object, a method that is not a string | -32600 with the id |
-//! | `tools/call` without a string `name` or with `arguments` that are not an object | -32602 with the id |
-//! | a request whose id is still in flight | -32600 with the id (the first request is answered) |
-//! | an id that is not a string or an integer (an object, `null`, `1.5`) | -32600, with the number if it is one |
-//!
-//! Notifications (no id) never get an answer, as JSON-RPC says. On the way out, an error response
-//! without an `id` member gets `"id": null`. If a fix belongs upstream in rmcp, it is one of these
-//! checks; the guard stays this small.
+//! On the way out, an error response without an `id` member gets `"id": null`. If a fix belongs
+//! upstream in rmcp, it is one of these checks; the guard stays this small.
 
 use std::collections::HashSet;
 use std::io::BufRead;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use rho_core::text_depth;
-use serde_json::{Value, json};
+use serde_json::Value;
+
+use crate::jsonrpc::{self, Verdict};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
 use tokio::sync::mpsc;
 
 /// The longest line read from the client: 16 MiB.
 pub const MAX_LINE: usize = 16 << 20;
-
-/// How deep a message may nest for rmcp's parser.
-const MAX_DEPTH: usize = 128;
 
 /// What the guard tells its owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,15 +106,11 @@ pub fn start(stdout: std::fs::File) -> Guard {
         let mut to_rmcp = guard_in;
         while let Some(line) = lines.recv().await {
             let verdict = match line {
-                Line::TooLong => Verdict::Answer(error(
-                    Value::Null,
-                    -32600,
-                    &format!("the message is larger than {MAX_LINE} bytes"),
-                )),
+                Line::TooLong { head } => Verdict::Answer(jsonrpc::too_large(&head, MAX_LINE)),
                 Line::Text(text) => check(&text, &checked_flight),
             };
             match verdict {
-                Verdict::Forward(mut text) => {
+                Verdict::Forward { mut text, .. } => {
                     text.push('\n');
                     if to_rmcp.write_all(text.as_bytes()).await.is_err() {
                         break;
@@ -220,10 +205,14 @@ pub fn start(stdout: std::fs::File) -> Guard {
 
 enum Line {
     Text(String),
-    TooLong,
+    /// A line over [`MAX_LINE`], of which only the head was kept (to find its id).
+    TooLong {
+        head: Vec<u8>,
+    },
 }
 
-/// Reads lines of at most [`MAX_LINE`] bytes; a longer one is skipped to its end, never held.
+/// Reads lines of at most [`MAX_LINE`] bytes; a longer one is skipped to its end, only its first
+/// [`jsonrpc::ID_HEAD`] bytes held.
 fn read_lines(mut input: impl BufRead, lines: &mpsc::Sender<Line>) {
     loop {
         let mut line = Vec::new();
@@ -246,9 +235,13 @@ fn read_lines(mut input: impl BufRead, lines: &mpsc::Sender<Line>) {
             };
             if !too_long && line.len() + part.len() <= MAX_LINE {
                 line.extend_from_slice(part);
-            } else {
+            } else if !too_long {
+                // Only the head is kept, to find the message's id.
                 too_long = true;
-                line = Vec::new();
+                let room = jsonrpc::ID_HEAD.saturating_sub(line.len());
+                line.extend_from_slice(&part[..part.len().min(room)]);
+                line.truncate(jsonrpc::ID_HEAD);
+                line.shrink_to_fit();
             }
             input.consume(used);
             if done {
@@ -256,7 +249,7 @@ fn read_lines(mut input: impl BufRead, lines: &mpsc::Sender<Line>) {
             }
         }
         let item = if too_long {
-            Line::TooLong
+            Line::TooLong { head: line }
         } else {
             // Not UTF-8 is not JSON: the checks answer it.
             Line::Text(String::from_utf8(line).unwrap_or_else(|_| "\u{0}".into()))
@@ -267,150 +260,48 @@ fn read_lines(mut input: impl BufRead, lines: &mpsc::Sender<Line>) {
     }
 }
 
-enum Verdict {
-    Forward(String),
-    Answer(String),
-    Ignore,
-}
-
-fn error(id: Value, code: i64, message: &str) -> String {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
-}
-
 /// The key of a request id in the in-flight set (`1` and `"1"` differ).
 fn id_key(id: &Value) -> String {
     id.to_string()
 }
 
-/// `text` as JSON nested at most `limit` levels; `None` if it is not JSON (or deeper).
-fn parse(text: &str, limit: usize) -> Option<Value> {
-    rho_core::parse_within(text, limit).ok()
-}
-
-/// The checks of the module doc.
+/// [`jsonrpc::check`], then the stdio face's own rule: a request whose id is still in flight is
+/// refused (its first request is answered).
 fn check(text: &str, in_flight: &InFlight) -> Verdict {
-    if text.trim().is_empty() {
-        return Verdict::Ignore;
-    }
-    let too_deep = text_depth(text, MAX_DEPTH) > MAX_DEPTH;
-    let Some(message) = parse(text, rho_core::plugin_api::MAX_DETAILS_DEPTH) else {
-        if too_deep {
-            return Verdict::Answer(error(
-                Value::Null,
-                -32600,
-                &format!("the message nests deeper than {MAX_DEPTH} levels"),
-            ));
-        }
-        return Verdict::Answer(error(Value::Null, -32700, "parse error: not JSON"));
+    let verdict = jsonrpc::check(text);
+    let Verdict::Forward { id, method, .. } = &verdict else {
+        return verdict;
     };
-    let Value::Object(fields) = &message else {
-        let what = if message.is_array() {
-            "batches are not supported"
-        } else {
-            "a message must be a JSON object"
-        };
-        return Verdict::Answer(error(Value::Null, -32600, what));
-    };
-    let id = fields.get("id").cloned();
-    // A client's error response to something it could not read carries `"id": null`: nothing
-    // to answer, nothing rmcp could match.
-    let response = !fields.contains_key("method")
-        && (fields.contains_key("result") || fields.contains_key("error"));
-    if response && id == Some(Value::Null) {
-        return Verdict::Ignore;
-    }
-    let id_ok = match &id {
-        None | Some(Value::String(_)) => true,
-        // rmcp keeps numeric ids as i64: another number would come back as another id.
-        Some(Value::Number(n)) => n.is_i64(),
-        Some(_) => false,
-    };
-    if !id_ok {
-        let echoed = match &id {
-            Some(n @ Value::Number(_)) => n.clone(),
-            _ => Value::Null,
-        };
-        return Verdict::Answer(error(
-            echoed,
-            -32600,
-            "an id must be a string or an integer",
-        ));
-    }
-    // Notifications get no answer, even when they are wrong.
-    let invalid = |message: &str| match &id {
-        Some(id) => Verdict::Answer(error(id.clone(), -32600, message)),
-        None => Verdict::Ignore,
-    };
-    if fields.get("jsonrpc") != Some(&json!("2.0")) {
-        return invalid("`jsonrpc` must be \"2.0\"");
-    }
-    if too_deep {
-        return invalid(&format!("the message nests deeper than {MAX_DEPTH} levels"));
-    }
-    let Some(method) = fields.get("method") else {
-        // A response to one of the server's requests (elicitation).
-        if id.is_some() && (fields.contains_key("result") || fields.contains_key("error")) {
-            return Verdict::Forward(text.to_owned());
-        }
-        return invalid("neither a request, a notification nor a response");
-    };
-    let Some(method) = method.as_str() else {
-        return invalid("`method` must be a string");
-    };
-    // `null` params are absent params.
-    let params = fields.get("params").filter(|p| !p.is_null());
-    if params.is_some_and(|p| !p.is_object()) {
-        return invalid("`params` must be an object");
-    }
-    if method == "tools/call" {
-        let name_ok = params
-            .and_then(|p| p.get("name"))
-            .is_some_and(Value::is_string);
-        let args_ok = params
-            .and_then(|p| p.get("arguments"))
-            .is_none_or(|a| a.is_object() || a.is_null());
-        if !(name_ok && args_ok) {
-            return match &id {
-                Some(id) => Verdict::Answer(error(
-                    id.clone(),
-                    -32602,
-                    "invalid params: tools/call needs a string `name` and object `arguments`",
-                )),
-                None => Verdict::Ignore,
-            };
-        }
-    }
-    // What rmcp cannot decode it would answer without an id: answered here, with it.
-    if let Err(e) = serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(message.clone()) {
-        return invalid(&format!("invalid request: {e}"));
-    }
     // A cancelled request gets no response from rmcp: its id is free again.
-    if method == "notifications/cancelled"
-        && let Some(request) = params.and_then(|p| p.get("requestId"))
+    if method.as_deref() == Some("notifications/cancelled")
+        && let Some(request) = jsonrpc::parse(text, jsonrpc::MAX_DEPTH)
+            .as_ref()
+            .and_then(|m| m.get("params"))
+            .and_then(|p| p.get("requestId"))
     {
         in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&id_key(request));
     }
-    if let Some(id) = &id {
+    if let (Some(id), Some(_)) = (id, method) {
         let mut flight = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
         if !flight.insert(id_key(id)) {
-            return Verdict::Answer(error(
+            return Verdict::Answer(jsonrpc::error(
                 id.clone(),
                 -32600,
                 &format!("a request with id {id} is still in flight"),
             ));
         }
     }
-    Verdict::Forward(text.to_owned())
+    verdict
 }
 
 /// An outgoing line: a response frees its id; an error response without an id gets `"id": null`.
 fn settle(line: String, in_flight: &InFlight) -> String {
     // Results carry details up to their bound, a few levels inside the response.
     let limit = rho_core::plugin_api::MAX_DETAILS_DEPTH + 16;
-    let Some(Value::Object(mut fields)) = parse(&line, limit) else {
+    let Some(Value::Object(mut fields)) = jsonrpc::parse(&line, limit) else {
         return line;
     };
     let is_response = fields.contains_key("result") || fields.contains_key("error");
@@ -436,79 +327,17 @@ fn settle(line: String, in_flight: &InFlight) -> String {
 mod tests {
     use super::*;
 
-    fn answer(text: &str) -> Value {
-        match check(text, &InFlight::default()) {
-            Verdict::Answer(a) => serde_json::from_str(&a).unwrap(),
-            Verdict::Forward(_) => panic!("forwarded {text}"),
-            Verdict::Ignore => panic!("ignored {text}"),
-        }
-    }
-
-    #[test]
-    fn each_malformed_message_gets_its_code_and_id() {
-        let cases = [
-            ("not json", -32700, json!(null)),
-            (
-                r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":"\ud800"}}"#,
-                -32700,
-                json!(null),
-            ),
-            ("[1,2]", -32600, json!(null)),
-            (
-                r#"{"jsonrpc":"1.0","id":7,"method":"ping"}"#,
-                -32600,
-                json!(7),
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":"a","method":"ping","params":[]}"#,
-                -32600,
-                json!("a"),
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":[1]}}"#,
-                -32602,
-                json!(3),
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
-                -32600,
-                json!(1.5),
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
-                -32600,
-                json!(null),
-            ),
-        ];
-        for (text, code, id) in cases {
-            let a = answer(text);
-            assert_eq!(a["error"]["code"], code, "{text}: {a}");
-            assert_eq!(a["id"], id, "{text}: {a}");
-            assert!(a.as_object().unwrap().contains_key("id"));
-        }
-        let deep = format!(
-            r#"{{"jsonrpc":"2.0","id":9,"method":"x","params":{{"a":{}{}}}}}"#,
-            "[".repeat(200),
-            "]".repeat(200)
-        );
-        let a = answer(&deep);
-        assert_eq!(
-            (a["error"]["code"].clone(), a["id"].clone()),
-            (json!(-32600), json!(9))
-        );
-    }
-
     #[test]
     fn duplicate_ids_in_flight_are_refused_until_answered() {
         let flight = InFlight::default();
         let request = r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#;
-        assert!(matches!(check(request, &flight), Verdict::Forward(_)));
+        assert!(matches!(check(request, &flight), Verdict::Forward { .. }));
         assert!(matches!(check(request, &flight), Verdict::Answer(_)));
         // `"5"` is another id.
         let other = r#"{"jsonrpc":"2.0","id":"5","method":"ping"}"#;
-        assert!(matches!(check(other, &flight), Verdict::Forward(_)));
+        assert!(matches!(check(other, &flight), Verdict::Forward { .. }));
         settle(r#"{"jsonrpc":"2.0","id":5,"result":{}}"#.into(), &flight);
-        assert!(matches!(check(request, &flight), Verdict::Forward(_)));
+        assert!(matches!(check(request, &flight), Verdict::Forward { .. }));
         let fixed = settle(
             r#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"x"}}"#.into(),
             &flight,
@@ -525,7 +354,9 @@ mod tests {
         input.extend_from_slice(b"\n{\"a\":1}\n");
         let (tx, mut rx) = mpsc::channel(4);
         read_lines(&input[..], &tx);
-        assert!(matches!(rx.try_recv(), Ok(Line::TooLong)));
+        assert!(
+            matches!(rx.try_recv(), Ok(Line::TooLong { head }) if head.len() == jsonrpc::ID_HEAD)
+        );
         assert!(matches!(rx.try_recv(), Ok(Line::Text(t)) if t == "{\"a\":1}"));
     }
 }

@@ -720,6 +720,63 @@ fn stalled_event_streams_hold_a_bounded_queue_and_miss_nothing() {
     }
 }
 
+/// The JSON-RPC message in a response's body (its last `data:` line, or the body itself).
+fn rpc_of(response: &str) -> Value {
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .chain(std::iter::once(body))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .next()
+        .unwrap_or_else(|| panic!("no JSON-RPC message in {response:.400}"))
+}
+
+/// Over HTTP as over stdio, every message the server cannot take is answered with the request's
+/// id when it can be read (before: rmcp answered without an id, or an HTTP error only), and a
+/// lone surrogate is read leniently.
+#[test]
+fn malformed_messages_over_http_are_answered_with_their_id() {
+    let dir = plugins(&["echo"]);
+    let server = serve_with_config(dir.path(), "malformed", "");
+    let session = Session::open(&server.addr, &[]);
+    let headers = session.header_refs();
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":93,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":{}{}}}}}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let huge = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{}"}}}}}}"#,
+        "x".repeat(17 << 20)
+    );
+    for (body, status, code, id) in [
+        ("{}".to_owned(), 400, -32600, Value::Null),
+        (deep, 400, -32600, json!(93)),
+        (huge, 413, -32600, json!(7)),
+        (
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","#.to_owned(),
+            400,
+            -32700,
+            json!(5),
+        ),
+    ] {
+        let (got, response) = post(&server.addr, &headers, body.as_bytes());
+        assert_eq!(got, status, "{body:.60}: {response:.300}");
+        let message = rpc_of(&response);
+        assert_eq!(message["error"]["code"], code, "{body:.60}: {message}");
+        assert_eq!(message["id"], id, "{body:.60}: {message}");
+    }
+    let surrogate = r#"{"jsonrpc":"2.0","id":88,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a\ud800b"}}}"#;
+    let (got, response) = post(&server.addr, &headers, surrogate.as_bytes());
+    assert_eq!(got, 200, "{response}");
+    let message = rpc_of(&response);
+    assert_eq!(message["id"], 88);
+    assert_eq!(
+        message["result"]["content"][0]["text"], "a\u{fffd}b",
+        "{message}"
+    );
+}
+
 #[test]
 fn mcp_sessions_are_bounded_and_a_closed_one_makes_room() {
     let dir = plugins(&["echo"]);

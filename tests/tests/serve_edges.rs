@@ -130,12 +130,19 @@ fn every_malformed_message_gets_exactly_one_answer_with_its_code_and_id() {
     );
     let cases: Vec<(String, i64, Value)> = vec![
         ("this is not JSON".into(), -32700, Value::Null),
-        (
-            r#"{"jsonrpc":"2.0","id":11,"method":"ping","params":{"s":"\ud800"}}"#.into(),
-            -32700,
-            Value::Null,
-        ),
+        // Cut short, but its id is in its head.
+        (r#"{"jsonrpc":"2.0","id":10,"method":"ping","#.into(), -32700, json!(10)),
+        ("{}".into(), -32600, Value::Null),
         (deep, -32600, json!("deep")),
+        (
+            format!(
+                r#"{{"jsonrpc":"2.0","id":93,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":{}{}}}}}}}"#,
+                "[".repeat(100_000),
+                "]".repeat(100_000)
+            ),
+            -32600,
+            json!(93),
+        ),
         ("[1, 2, 3]".into(), -32600, Value::Null),
         (
             r#"{"jsonrpc":"2.0","id":12,"method":"ping","params":[]}"#.into(),
@@ -173,17 +180,38 @@ fn every_malformed_message_gets_exactly_one_answer_with_its_code_and_id() {
             "a second answer to {line:.80}"
         );
     }
-    // A line over 16 MiB: one answer, and the session goes on.
-    let huge = format!(
-        r#"{{"jsonrpc":"2.0","id":14,"method":"ping","pad":"{}"}}"#,
-        "x".repeat(17 << 20)
-    );
-    raw.send(&huge);
-    let answer = raw.next(Duration::from_secs(20)).unwrap();
+    // A lone surrogate (what JSON.stringify and json.dumps write) is read as U+FFFD: the call
+    // runs (before: -32700 with a null id, and the client's request never answered).
+    raw.send(r#"{"jsonrpc":"2.0","id":88,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a\ud800b"}}}"#);
+    let r = raw.until(&json!(88), Duration::from_secs(10));
     assert_eq!(
-        (answer["error"]["code"].clone(), answer["id"].clone()),
-        (json!(-32600), Value::Null)
+        r.last().unwrap()["result"]["content"][0]["text"],
+        "a\u{fffd}b",
+        "{r:?}"
     );
+    // Lines over 16 MiB: one answer each, with the id at their head, in bounded memory; the
+    // session goes on.
+    let pid = raw.child.id();
+    for (id, mib) in [(7, 17), (8, 100)] {
+        let huge = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{}"}}}}}}"#,
+            "x".repeat(mib << 20)
+        );
+        raw.send(&huge);
+        let answer = raw.next(Duration::from_secs(30)).unwrap();
+        assert_eq!(
+            (answer["error"]["code"].clone(), answer["id"].clone()),
+            (json!(-32600), json!(id)),
+            "{mib} MiB"
+        );
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    assert!(peak_kib < 96 << 10, "rho serve peaked at {peak_kib} KiB");
     // A wrong notification gets no answer.
     raw.send(r#"{"jsonrpc":"2.0","method":"notifications/whatever","params":[]}"#);
     assert_eq!(raw.silent(Duration::from_millis(300)), None);
