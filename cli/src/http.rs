@@ -26,7 +26,7 @@
 //! time), at most 128 streams are open at once, and images are served from the bus's shared copy.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -42,6 +42,7 @@ use rmcp::transport::streamable_http_server::{
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::{Connections, Room, Sessions};
 use crate::jsonrpc::{self, Verdict};
 use crate::serve::RhoServer;
 
@@ -50,7 +51,7 @@ type CallKey = (String, String);
 
 /// The `tools/call` requests of HTTP sessions in flight, with their cancellation: rmcp does not
 /// cancel a session's request when its client disconnects, so the response body does (see
-/// [`CancelOnDrop`]). Cheap to clone.
+/// [`on_body_end`]). Cheap to clone.
 #[derive(Clone, Default)]
 pub struct HttpCalls(Arc<Mutex<HashMap<CallKey, CancellationToken>>>);
 
@@ -109,32 +110,6 @@ fn id_key(id: &serde_json::Value) -> String {
     }
 }
 
-/// A response body that cancels its call when dropped before its end (the client went away).
-struct CancelOnDrop<S> {
-    inner: S,
-    cancel: Option<(HttpCalls, CallKey)>,
-}
-
-impl<S: tokio_stream::Stream + Unpin> tokio_stream::Stream for CancelOnDrop<S> {
-    type Item = S::Item;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
-        let polled = Pin::new(&mut self.inner).poll_next(cx);
-        if let Poll::Ready(None) = polled {
-            self.cancel = None;
-        }
-        polled
-    }
-}
-
-impl<S> Drop for CancelOnDrop<S> {
-    fn drop(&mut self) {
-        if let Some((calls, key)) = self.cancel.take() {
-            calls.cancel(&key);
-        }
-    }
-}
-
 /// How the HTTP endpoint is guarded, resolved from the flags and `[serve]`.
 pub struct Guard {
     /// The bearer token every request must carry, if any.
@@ -145,10 +120,32 @@ pub struct Guard {
     pub max_body_bytes: usize,
     /// Requests in flight at most.
     pub max_requests: usize,
-    /// MCP sessions open at once at most.
-    pub max_sessions: usize,
+    /// MCP sessions open at once at most, in all and per peer address, and their idle life.
+    pub sessions: SessionLimits,
     /// Serve the live page at `/`.
     pub web: bool,
+}
+
+/// The bounds of MCP sessions (see [`crate::admission`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SessionLimits {
+    /// Open at once at most.
+    pub max: usize,
+    /// Open at once per peer address at most.
+    pub max_per_peer: usize,
+    /// A session with no request for this long is closed.
+    pub idle: std::time::Duration,
+}
+
+impl SessionLimits {
+    /// The limits `serve` states.
+    pub fn of(serve: &rho_core::ServeConfig) -> SessionLimits {
+        SessionLimits {
+            max: serve.max_sessions,
+            max_per_peer: serve.max_sessions_per_peer,
+            idle: std::time::Duration::from_millis(serve.session_idle_ms),
+        }
+    }
 }
 
 /// The origins a loopback server's own pages have.
@@ -187,7 +184,7 @@ impl Guard {
         allowed_origins: &[String],
         max_body_bytes: usize,
         max_requests: usize,
-        max_sessions: usize,
+        sessions: SessionLimits,
         web: bool,
     ) -> Result<(Guard, bool), HttpError> {
         let (token, made) = match token_file {
@@ -206,7 +203,7 @@ impl Guard {
                 allowed_origins,
                 max_body_bytes,
                 max_requests,
-                max_sessions,
+                sessions,
                 web,
             },
             made,
@@ -323,10 +320,10 @@ struct Gatekeeper {
     /// Without a token: the `Host` names the server answers to (loopback names and the bound
     /// address), so a page that rebinds a name of its own to this address is refused.
     allowed_hosts: Option<Vec<String>>,
-    /// The MCP sessions (2025 era): at most `max_sessions` at once (each idle one closes after
-    /// rmcp's 5 minutes); an `initialize` beyond gets 503.
-    sessions: Arc<LocalSessionManager>,
-    max_sessions: usize,
+    /// rmcp's MCP sessions (2025 era), closed here when idle or evicted.
+    rmcp_sessions: Arc<LocalSessionManager>,
+    /// Who opened each session and when it was last active (see [`crate::admission`]).
+    sessions: Arc<Sessions>,
 }
 
 /// How long a client may take to send a request body.
@@ -412,8 +409,26 @@ async fn gatekeeper(
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let peer = request
+        .extensions()
+        .get::<Peer>()
+        .map_or(IpAddr::from([127, 0, 0, 1]), |p| p.0);
     if request.method() != axum::http::Method::POST {
-        return next.run(request).await;
+        if request.method() == axum::http::Method::DELETE
+            && let Some(id) = &session
+        {
+            keeper.sessions.closed(id);
+            return next.run(request).await;
+        }
+        // A session's standing stream (GET /mcp) keeps it active while it is open.
+        let active = session
+            .as_deref()
+            .filter(|id| keeper.sessions.request_started(id));
+        let response = next.run(request).await;
+        return match active {
+            Some(id) => ends_session_request(response, &keeper.sessions, id),
+            None => response,
+        };
     }
     // A POST is read whole here, bounded in size and time (a client that sends its body slowly
     // holds nothing for long), and checked as the stdio face checks a line (`crate::jsonrpc`):
@@ -459,32 +474,51 @@ async fn gatekeeper(
     };
     drop(bytes);
     let method = method.as_deref();
-    if session.is_none()
-        && method == Some("initialize")
-        && keeper.sessions.sessions.read().await.len() >= keeper.max_sessions
-    {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::RETRY_AFTER, "5")],
-            "rho: too many MCP sessions open; retry\n",
-        )
-            .into_response();
+    let opening = session.is_none() && method == Some("initialize");
+    if opening {
+        match keeper.sessions.make_room(peer) {
+            Room::Made(closed) => close_sessions(&keeper.rmcp_sessions, closed).await,
+            Room::Full => {
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    [(header::RETRY_AFTER, "5")],
+                    "rho: too many MCP sessions open, each with a request in flight; retry\n",
+                )
+                    .into_response();
+            }
+        }
     }
+    let active = session
+        .as_deref()
+        .filter(|id| keeper.sessions.request_started(id))
+        .map(str::to_owned);
     let call = session
         .filter(|_| method == Some("tools/call"))
         .and_then(|session| Some((session, id_key(id.as_ref()?))));
-    let response = next
+    let mut response = next
         .run(Request::from_parts(parts, axum::body::Body::from(text)))
         .await;
+    if opening
+        && let Some(id) = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+    {
+        keeper.sessions.opened(id, peer);
+    }
+    if let Some(id) = &active {
+        response = ends_session_request(response, &keeper.sessions, id);
+    }
     match call {
         None => response,
+        // A response dropped before its end: the client went away, its call is cancelled.
         Some(key) => {
-            let (parts, body) = response.into_parts();
-            let body = CancelOnDrop {
-                inner: body.into_data_stream(),
-                cancel: Some((keeper.calls.clone(), key)),
-            };
-            Response::from_parts(parts, axum::body::Body::from_stream(body))
+            let calls = keeper.calls.clone();
+            on_body_end(response, move |finished| {
+                if !finished {
+                    calls.cancel(&key);
+                }
+            })
         }
     }
 }
@@ -520,14 +554,89 @@ fn json_rpc_error(status: StatusCode, body: String) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-/// Connections open at once at most; more are closed as they arrive.
-const MAX_CONNECTIONS: usize = 1024;
+/// The peer address of the connection a request came on (a request extension).
+#[derive(Debug, Clone, Copy)]
+struct Peer(IpAddr);
 
-/// How long a client may take to send a request's head (an idle keep-alive connection included).
-const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// `response` with a body that ends session `id`'s request when it ends (or is dropped: the
+/// client went away).
+fn ends_session_request(response: Response, sessions: &Arc<Sessions>, id: &str) -> Response {
+    let (sessions, id) = (sessions.clone(), id.to_owned());
+    on_body_end(response, move |_| sessions.request_ended(&id))
+}
 
-/// Accepts connections until `stop`, each served by hyper with a bound on the time its request
-/// heads may take, at most [`MAX_CONNECTIONS`] at once, with TCP_NODELAY (answers end with small
+/// `response` with a body that runs `done` once it is dropped: `done(true)` when it was sent to
+/// its end, `done(false)` when it was dropped before (the client went away). The body keeps its
+/// length (a response with a `Content-Length` keeps it).
+fn on_body_end(response: Response, done: impl FnOnce(bool) + Send + 'static) -> Response {
+    response.map(|inner| {
+        axum::body::Body::new(OnEnd {
+            inner,
+            done: Some(done),
+            finished: false,
+        })
+    })
+}
+
+/// A body that tells `done` when it is dropped, and whether it had ended.
+struct OnEnd<F: FnOnce(bool)> {
+    inner: axum::body::Body,
+    done: Option<F>,
+    finished: bool,
+}
+
+// Only `inner` is polled, and it is `Unpin`.
+impl<F: FnOnce(bool)> Unpin for OnEnd<F> {}
+
+impl<F: FnOnce(bool)> http_body::Body for OnEnd<F> {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            self.finished = true;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<F: FnOnce(bool)> Drop for OnEnd<F> {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            done(self.finished || http_body::Body::is_end_stream(&self.inner));
+        }
+    }
+}
+
+/// Closes rmcp's sessions `ids` (idle too long, or evicted for a newcomer).
+async fn close_sessions(rmcp: &LocalSessionManager, ids: Vec<String>) {
+    use rmcp::transport::streamable_http_server::session::SessionManager;
+    for id in ids {
+        if let Err(e) = rmcp.close_session(&id.as_str().into()).await {
+            tracing::debug!(session = %id, error = %e, "closing an MCP session");
+        }
+    }
+}
+
+/// How long a client may take to send a request's head, from its connection or from the end of
+/// its last response (an idle keep-alive connection included): 5 s.
+const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Accepts connections until `stop`, each admitted by [`Connections`] (a bound in all and per
+/// peer address, a newcomer evicting the connection that has waited longest), served by hyper
+/// with a bound on the time its request heads may take, with TCP_NODELAY (answers end with small
 /// writes, the last SSE chunk, which would otherwise wait for the client's delayed ACK: 40 ms a
 /// call). On `stop`, connections finish their requests and close.
 async fn serve_connections(
@@ -535,9 +644,9 @@ async fn serve_connections(
     app: axum::Router,
     stop: CancellationToken,
 ) {
-    let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let table = Arc::new(Connections::default());
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
@@ -549,17 +658,33 @@ async fn serve_connections(
             },
             () = stop.cancelled() => return,
         };
-        let Ok(permit) = open.clone().try_acquire_owned() else {
+        let Some(admitted) = table.admit(peer.ip()) else {
             drop(stream);
             continue;
         };
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY not set");
         }
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let inner = hyper_util::service::TowerToHyperService::new(app.clone());
+        let connection = admitted.connection.clone();
+        let service = hyper::service::service_fn(
+            move |mut request: hyper::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(Peer(peer.ip()));
+                connection.request_started();
+                let ended = connection.clone();
+                let response = hyper::service::Service::call(&inner, request);
+                async move {
+                    let response = response.await?;
+                    Ok::<_, std::convert::Infallible>(on_body_end(response, move |_| {
+                        ended.request_ended()
+                    }))
+                }
+            },
+        );
         let stop = stop.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let evicted = admitted.connection.evicted.clone();
+            let _admitted = admitted;
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT);
@@ -567,6 +692,8 @@ async fn serve_connections(
             tokio::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => {}
+                // A newcomer needed its place: closed at once.
+                () = evicted.cancelled() => {}
                 () = stop.cancelled() => {
                     connection.as_mut().graceful_shutdown();
                     let _ = connection.await;
@@ -830,7 +957,12 @@ pub async fn start(
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), HttpError> {
     // `/images` serves what the bus keeps from now on.
     host.bus().keep_recent_images();
-    let sessions = Arc::new(LocalSessionManager::default());
+    // rmcp's own idle life is off: a session is closed here when it has had no request in
+    // flight for `guard.sessions.idle` (rmcp's counted only its own events, so a long call
+    // without progress could lose its session).
+    let mut rmcp_sessions = LocalSessionManager::default();
+    rmcp_sessions.session_config.keep_alive = None;
+    let sessions = Arc::new(rmcp_sessions);
     let service = server.map(|server| {
         let config = StreamableHttpServerConfig::default()
             .with_allowed_origins(guard.allowed_origins.clone())
@@ -869,8 +1001,25 @@ pub async fn start(
         calls,
         allowed_origins: guard.allowed_origins.clone(),
         allowed_hosts,
-        sessions,
-        max_sessions: guard.max_sessions,
+        rmcp_sessions: sessions.clone(),
+        sessions: Arc::new(Sessions::new(
+            guard.sessions.max,
+            guard.sessions.max_per_peer,
+            guard.sessions.idle,
+        )),
+    });
+    // Sessions idle past their life are closed, a few times per life.
+    let sweeping = keeper.clone();
+    let swept = stop.clone();
+    tokio::spawn(async move {
+        let every = (guard.sessions.idle / 4).max(std::time::Duration::from_millis(250));
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                () = swept.cancelled() => return,
+            }
+            close_sessions(&sweeping.rmcp_sessions, sweeping.sessions.expired()).await;
+        }
     });
     let mut app = axum::Router::new()
         .route(

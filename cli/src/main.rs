@@ -8,6 +8,7 @@ macro_rules! outln {
     }};
 }
 
+mod admission;
 mod call;
 mod config;
 mod control;

@@ -152,7 +152,7 @@ impl Relay {
             &[],
             defaults.max_body_bytes,
             defaults.max_requests,
-            defaults.max_sessions,
+            crate::http::SessionLimits::of(&defaults),
             true,
         )
         .map_err(|e| e.to_string())?;

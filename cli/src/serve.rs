@@ -795,7 +795,7 @@ async fn serve_http(
         origins,
         config.serve.max_body_bytes,
         config.serve.max_requests,
-        config.serve.max_sessions,
+        crate::http::SessionLimits::of(&config.serve),
         web,
     ) {
         Ok(guard) => guard,

@@ -265,8 +265,13 @@ pub struct ServeConfig {
     /// HTTP requests handled at once at most; more are answered 503.
     pub max_requests: usize,
     /// MCP sessions (of 2025-era clients) open over HTTP at once at most; an `initialize` beyond
-    /// is answered 503. An idle session closes after 5 minutes.
+    /// closes the session idle longest, and is answered 503 only when every one has a request in
+    /// flight.
     pub max_sessions: usize,
+    /// MCP sessions one peer address may hold at once; past it, its own idle-longest one closes.
+    pub max_sessions_per_peer: usize,
+    /// An MCP session with no request for this long closes, milliseconds.
+    pub session_idle_ms: u64,
     /// With `http`: serve the live page at `/`.
     pub web: bool,
     /// List two meta-tools besides the tools, for clients that never reread the list after a
@@ -277,8 +282,8 @@ pub struct ServeConfig {
 
 impl Default for ServeConfig {
     /// Deny when nobody can be asked, no journal, 8 MiB answers, 64 calls at once, stdio (no
-    /// HTTP), loopback origins, 16 MiB request bodies, 256 HTTP requests and 256 sessions at once,
-    /// no meta-tools.
+    /// HTTP), loopback origins, 16 MiB request bodies, 256 HTTP requests and 256 sessions at once
+    /// (64 per peer address, each closed after a minute idle), no meta-tools.
     fn default() -> Self {
         ServeConfig {
             ask_fallback: Action::Deny,
@@ -291,6 +296,8 @@ impl Default for ServeConfig {
             max_body_bytes: 16 << 20,
             max_requests: 256,
             max_sessions: 256,
+            max_sessions_per_peer: 64,
+            session_idle_ms: 60_000,
             web: false,
             meta_tools: false,
         }
@@ -411,6 +418,18 @@ impl HostConfig {
             self.serve.max_sessions as u64,
             1,
             1 << 16,
+        )?;
+        within(
+            "serve.max_sessions_per_peer",
+            self.serve.max_sessions_per_peer as u64,
+            1,
+            1 << 16,
+        )?;
+        within(
+            "serve.session_idle_ms",
+            self.serve.session_idle_ms,
+            1_000,
+            MAX_TIMEOUT_MS,
         )?;
         within(
             "serve.max_result_bytes",
