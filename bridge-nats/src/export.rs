@@ -125,6 +125,7 @@ impl EventExport {
             run: run_id(),
             config,
             status: tx,
+            failing: None,
         };
         let task = tokio::spawn(run.run(stop.clone()));
         Ok(EventExport {
@@ -314,12 +315,29 @@ struct Runner {
     run: u64,
     config: ExportConfig,
     status: watch::Sender<ExportStatus>,
+    /// The event whose publishing failed while the server was there, and how many times: the
+    /// third time it is skipped (one event never stops the export).
+    failing: Option<(u64, u32)>,
 }
+
+/// How many times one event may fail while the server is connected before it is skipped.
+const TRIES_PER_EVENT: u32 = 3;
 
 /// Why a round of publishing ended.
 enum Ended {
     Stopped,
     Failed(String),
+    /// Event `seq` failed while the server was there (it refused the message).
+    Refused {
+        seq: u64,
+        reason: String,
+    },
+}
+
+/// An event on its way: its acknowledgement, or nothing to wait for (it was skipped).
+enum Pending {
+    Ack(AckFuture),
+    Skipped,
 }
 
 impl Runner {
@@ -335,8 +353,17 @@ impl Runner {
             } else {
                 Ended::Failed(LOST.into())
             };
-            let Ended::Failed(reason) = ended else {
-                return;
+            let reason = match ended {
+                Ended::Stopped => return,
+                Ended::Failed(reason) => reason,
+                Ended::Refused { seq, reason } => {
+                    let tries = match self.failing {
+                        Some((failed, n)) if failed == seq => n + 1,
+                        _ => 1,
+                    };
+                    self.failing = Some((seq, tries));
+                    reason
+                }
             };
             if !self.told_away {
                 tracing::warn!(exporter = %self.exporter, %reason, "NATS export interrupted; retrying");
@@ -365,7 +392,7 @@ impl Runner {
             self.told_away = false;
         }
         let max_payload = self.client.server_info().max_payload.max(4096);
-        let mut pending: VecDeque<(u64, AckFuture)> = VecDeque::new();
+        let mut pending: VecDeque<(u64, Pending)> = VecDeque::new();
         let mut next = *confirmed + 1;
         let mut report = tokio::time::interval(Duration::from_secs(5));
         report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -379,15 +406,21 @@ impl Runner {
                 biased;
                 acked = async {
                     match pending.front_mut() {
-                        Some((_, ack)) => tokio::time::timeout(self.config.ack_timeout, ack).await,
+                        Some((_, Pending::Ack(ack))) => {
+                            tokio::time::timeout(self.config.ack_timeout, ack).await.map(|r| r.map(drop))
+                        }
+                        Some((_, Pending::Skipped)) => Ok(Ok(())),
                         None => std::future::pending().await,
                     }
                 } => {
                     let Some((seq, _)) = pending.pop_front() else { continue };
                     match acked {
-                        Ok(Ok(_)) => {
+                        Ok(Ok(())) => {
                             *confirmed = seq;
                             self.set_status(seq, true, None);
+                        }
+                        Ok(Err(e)) if is_connected(&self.client) => {
+                            return Ended::Refused { seq, reason: e.to_string() };
                         }
                         Ok(Err(e)) => return Ended::Failed(e.to_string()),
                         Err(_) => return Ended::Failed(format!(
@@ -402,8 +435,18 @@ impl Runner {
                         Err(reason) => return Ended::Failed(reason),
                     };
                     next = event.seq + 1;
-                    match self.publish(&event, max_payload).await {
-                        Ok(ack) => pending.push_back((event.seq, ack.into_future())),
+                    let gave_up = matches!(self.failing, Some((seq, n)) if seq == event.seq && n >= TRIES_PER_EVENT);
+                    let payload = if gave_up { None } else { payload_within(&event, max_payload.saturating_sub(1024)) };
+                    let Some((payload, cut)) = payload else {
+                        self.skip(&event, *confirmed, gave_up, max_payload);
+                        pending.push_back((event.seq, Pending::Skipped));
+                        continue;
+                    };
+                    match self.publish(&event, payload, cut).await {
+                        Ok(ack) => pending.push_back((event.seq, Pending::Ack(ack.into_future()))),
+                        Err(reason) if is_connected(&self.client) => {
+                            return Ended::Refused { seq: event.seq, reason };
+                        }
                         Err(reason) => return Ended::Failed(reason),
                     }
                 }
@@ -443,8 +486,37 @@ impl Runner {
         }
     }
 
-    async fn publish(&self, event: &Event, max_payload: usize) -> Result<PublishAckFuture, String> {
-        let (payload, cut) = payload_within(event, max_payload.saturating_sub(1024));
+    /// Says on the bus (an `export_status` event) that `event` is not exported, and why.
+    fn skip(&mut self, event: &Event, confirmed: u64, gave_up: bool, max_payload: usize) {
+        let reason = if gave_up {
+            let why = self
+                .failing
+                .take()
+                .map(|_| "the server refused it")
+                .unwrap_or_default();
+            format!(
+                "event {} ({}) was not exported: {why} {TRIES_PER_EVENT} times; the journal has it",
+                event.seq,
+                event.kind.type_name()
+            )
+        } else {
+            format!(
+                "event {} ({}) was not exported: it cannot fit the server's largest message \
+                 ({max_payload} bytes) even cut; the journal has it",
+                event.seq,
+                event.kind.type_name()
+            )
+        };
+        tracing::warn!(exporter = %self.exporter, "{reason}");
+        self.tell(confirmed, true, Some(reason));
+    }
+
+    async fn publish(
+        &self,
+        event: &Event,
+        payload: Vec<u8>,
+        cut: usize,
+    ) -> Result<PublishAckFuture, String> {
         let host = self.config.host.as_str();
         let mut message = jetstream::message::PublishMessage::build()
             .payload(payload.into())
@@ -497,25 +569,47 @@ impl Runner {
     }
 }
 
-/// The event's JSON within `max` bytes: as it is when it fits, else with its longest strings
-/// cut (each keeping its start and a note of what was cut); the bytes cut (0: none).
-fn payload_within(event: &Event, max: usize) -> (Vec<u8>, usize) {
-    let whole = serde_json::to_vec(event).unwrap_or_default();
+/// The event's JSON within `max` bytes: as it is when it fits, else with its longest strings cut
+/// (each keeping its start and a note of what was cut) and its longest lists cut (each keeping
+/// its first items and a note); the bytes cut (0: none). `None` when even cut it does not fit.
+fn payload_within(event: &Event, max: usize) -> Option<(Vec<u8>, usize)> {
+    let whole = serde_json::to_vec(event).ok()?;
     if whole.len() <= max {
-        return (whole, 0);
+        return Some((whole, 0));
     }
-    let Ok(mut value) = serde_json::to_value(event) else {
-        return (Vec::new(), whole.len());
-    };
-    let mut keep = max / 2;
+    let mut value = serde_json::to_value(event).ok()?;
+    let (mut keep, mut items) = (max / 2, 1024usize);
     loop {
         cut_strings(&mut value, keep);
-        let bytes = serde_json::to_vec(&value).unwrap_or_default();
-        if bytes.len() <= max || keep < 64 {
+        cut_lists(&mut value, items);
+        let bytes = serde_json::to_vec(&value).ok()?;
+        if bytes.len() <= max {
             let cut = whole.len().saturating_sub(bytes.len());
-            return (bytes, cut);
+            return Some((bytes, cut));
+        }
+        if keep < 64 && items < 2 {
+            return None;
         }
         keep /= 2;
+        items /= 2;
+    }
+}
+
+/// Cuts every list longer than `keep` items to its first `keep` and a note of how many were cut.
+fn cut_lists(value: &mut Value, keep: usize) {
+    match value {
+        Value::Array(items) => {
+            if items.len() > keep {
+                let cut = items.len() - keep;
+                items.truncate(keep);
+                items.push(Value::String(format!(
+                    "[{cut} items cut; the journal has them]"
+                )));
+            }
+            items.iter_mut().for_each(|v| cut_lists(v, keep));
+        }
+        Value::Object(map) => map.values_mut().for_each(|v| cut_lists(v, keep)),
+        _ => {}
     }
 }
 
@@ -535,5 +629,46 @@ fn cut_strings(value: &mut Value, keep: usize) {
         Value::Array(items) => items.iter_mut().for_each(|v| cut_strings(v, keep)),
         Value::Object(map) => map.values_mut().for_each(|v| cut_strings(v, keep)),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: serde_json::Value) -> Event {
+        let mut value = serde_json::json!({"seq": 1, "ts_ms": 0});
+        value
+            .as_object_mut()
+            .unwrap()
+            .extend(kind.as_object().unwrap().clone());
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn long_lists_and_strings_are_cut_to_fit_and_what_cannot_fit_is_none() {
+        let items: Vec<u64> = (0..200_000).collect();
+        let wide = event(
+            serde_json::json!({"type": "warning", "subject": "s", "message": serde_json::to_string(&items).unwrap()}),
+        );
+        let (bytes, cut) = payload_within(&wide, 64 << 10).unwrap();
+        assert!(bytes.len() <= 64 << 10 && cut > 0);
+        let listed = event(
+            serde_json::json!({"type": "remote_tools_changed", "source": "s",
+            "tools": (0..100_000).map(|i| format!("t{i}")).collect::<Vec<_>>(), "added": [], "removed": []}),
+        );
+        let (bytes, _) = payload_within(&listed, 16 << 10).unwrap();
+        let value: Value = serde_json::from_slice(&bytes).unwrap();
+        assert!(
+            value["tools"]
+                .as_array()
+                .unwrap()
+                .last()
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .contains("items cut")
+        );
+        assert!(payload_within(&listed, 40).is_none());
     }
 }

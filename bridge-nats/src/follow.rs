@@ -7,6 +7,14 @@
 //! (a redelivery, or an event the export published twice), by `Rho-Host`, `Rho-Run` and `Rho-Seq`.
 //! A follower is one reader: two with one name would share its events between them, and the
 //! second to start would set the first back; give each its own name.
+//!
+//! What it takes on a message's word is bounded, so one forged message cannot silence a host:
+//! events are ordered within each run of a host only (a run never makes another stale); a run
+//! that cannot be real (before 2020, or more than a day ahead of this clock) is passed over; an
+//! event more than [`MAX_AHEAD`] seqs past what the follower has seen of its run is passed over
+//! (an export is never that far ahead of its own stream); an event is a duplicate only when that
+//! very (run, seq) was handed out, never because a later seq was; and at most [`MAX_RUNS`] runs
+//! per host and [`MAX_HOSTS`] hosts are tracked, the least recently active forgotten first.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -142,7 +150,7 @@ impl Follower {
             if let Some(followed) = self.ready.pop_front() {
                 return Ok(followed);
             }
-            let held_since = self.hosts.values().filter_map(|h| h.since).min();
+            let held_since = self.held_since();
             let message = match held_since {
                 Some(since) => {
                     let at = tokio::time::Instant::from_std(since + HOLD);
@@ -176,83 +184,195 @@ impl Follower {
         }
     }
 
-    /// Places a followed event: ready when it is its host's next, held when one before it is
-    /// missing, stale when it was handed out (or is held) already.
+    /// Places a followed event (see the module doc): ready when it is its run's next, held when
+    /// one before it is missing, stale when that very event was handed out (or is held)
+    /// already, passed over when its run or seq cannot be real.
     fn take(&mut self, followed: Followed) {
-        let place = (followed.run, followed.event.seq);
-        let state = self.hosts.entry(followed.host.clone()).or_default();
-        match state.last {
-            Some(last) if place <= last || state.held.contains_key(&place) => {
-                self.stale.push(followed);
-            }
-            Some(last) if !follows(last, place) => {
-                state.held.insert(place, followed);
-                state.since.get_or_insert_with(std::time::Instant::now);
-            }
-            _ => {
-                state.last = Some(place);
-                self.ready.push_back(followed);
-                state.release(&mut self.ready, &mut self.stale);
+        let (run, seq) = (followed.run, followed.event.seq);
+        if !plausible_run(run) {
+            tracing::warn!(host = %followed.host, run, "an event of a run that cannot be real; passed over");
+            self.stale.push(followed);
+            return;
+        }
+        if !self.hosts.contains_key(&followed.host) && self.hosts.len() >= MAX_HOSTS {
+            forget_least_active(&mut self.hosts);
+        }
+        let host = self.hosts.entry(followed.host.clone()).or_default();
+        host.active = std::time::Instant::now();
+        if !host.runs.contains_key(&run) && host.runs.len() >= MAX_RUNS {
+            forget_least_active(&mut host.runs);
+        }
+        let state = host
+            .runs
+            .entry(run)
+            .or_insert_with(|| RunState::starting_at(seq));
+        state.active = std::time::Instant::now();
+        if seq <= state.floor || state.seen.contains(&seq) || state.held.contains_key(&seq) {
+            self.stale.push(followed);
+        } else if seq > state.floor.saturating_add(MAX_AHEAD) {
+            tracing::warn!(host = %followed.host, run, seq, floor = state.floor, "an event too far ahead of its run; passed over");
+            self.stale.push(followed);
+        } else if seq == state.floor + 1 {
+            state.deliver(followed, &mut self.ready);
+            state.release(&mut self.ready);
+        } else {
+            state.held.insert(seq, followed);
+            state.since.get_or_insert_with(std::time::Instant::now);
+        }
+    }
+
+    /// Gives up the missing events of runs that have held one for [`HOLD`]: what is held goes
+    /// out in order. Events that arrive later still go out (late) unless that very event was
+    /// handed out.
+    fn give_up_gaps(&mut self) {
+        for (host, state) in &mut self.hosts {
+            for (run, run_state) in &mut state.runs {
+                if run_state.since.is_none_or(|since| since.elapsed() < HOLD) {
+                    continue;
+                }
+                if let Some((&seq, _)) = run_state.held.first_key_value() {
+                    tracing::warn!(%host, run, seq, "events before it never arrived; going on");
+                }
+                let held = std::mem::take(&mut run_state.held);
+                for (_, followed) in held {
+                    run_state.deliver(followed, &mut self.ready);
+                }
+                run_state.since = None;
             }
         }
     }
 
-    /// Gives up the missing events of hosts that have held one for [`HOLD`]: the first held goes
-    /// out, and those that follow it.
-    fn give_up_gaps(&mut self) {
-        for (host, state) in &mut self.hosts {
-            if state.since.is_none_or(|since| since.elapsed() < HOLD) {
-                continue;
-            }
-            if let Some((place, followed)) = state.held.pop_first() {
-                tracing::warn!(%host, run = place.0, seq = place.1, "events before it never arrived; going on");
-                state.last = Some(place);
-                self.ready.push_back(followed);
-                state.release(&mut self.ready, &mut self.stale);
-            }
-        }
+    /// The earliest instant something has been held since, if anything is.
+    fn held_since(&self) -> Option<std::time::Instant> {
+        self.hosts
+            .values()
+            .flat_map(|h| h.runs.values())
+            .filter_map(|r| r.since)
+            .min()
     }
 }
 
 /// How long a follower holds a host's event while one before it is missing.
 pub const HOLD: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Whether `place` is the event right after `last` (the next seq of the run, or the first of a
-/// later run).
-fn follows(last: (u64, u64), place: (u64, u64)) -> bool {
-    (place.0 == last.0 && place.1 == last.1 + 1) || (place.0 > last.0 && place.1 == 1)
+/// How far past the events a follower has seen of a run an event may be: 65,536 seqs.
+pub const MAX_AHEAD: u64 = 1 << 16;
+
+/// Runs tracked per host at most.
+pub const MAX_RUNS: usize = 64;
+
+/// Hosts tracked at most.
+pub const MAX_HOSTS: usize = 4096;
+
+/// Whether a run id (its start, Unix ms) can be real: from 2020 on, at most a day ahead.
+fn plausible_run(run: u64) -> bool {
+    const YEAR_2020_MS: u64 = 1_577_836_800_000;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(u64::MAX, |d| d.as_millis() as u64);
+    (YEAR_2020_MS..=now.saturating_add(86_400_000)).contains(&run)
 }
 
-/// Where one host's events have got to.
-#[derive(Default)]
+/// Something tracked, with when it was last active.
+trait Active {
+    fn active(&self) -> std::time::Instant;
+}
+
+/// Forgets the least recently active entry of `map`.
+fn forget_least_active<K: Clone + Eq + std::hash::Hash, V: Active>(map: &mut HashMap<K, V>) {
+    if let Some(key) = map
+        .iter()
+        .min_by_key(|(_, v)| v.active())
+        .map(|(k, _)| k.clone())
+    {
+        map.remove(&key);
+    }
+}
+
+/// Where one host's events have got to: each run's own place.
 struct HostState {
-    /// (run, seq) of the last event handed out (or made ready).
-    last: Option<(u64, u64)>,
+    runs: HashMap<u64, RunState>,
+    active: std::time::Instant,
+}
+
+impl Default for HostState {
+    fn default() -> Self {
+        HostState {
+            runs: HashMap::new(),
+            active: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Active for HostState {
+    fn active(&self) -> std::time::Instant {
+        self.active
+    }
+}
+
+/// Where one run of a host has got to.
+struct RunState {
+    /// Every seq up to this one was handed out (or given up).
+    floor: u64,
+    /// Seqs above the floor handed out already (after a gap was given up).
+    seen: std::collections::BTreeSet<u64>,
     /// Events waiting for one before them.
-    held: std::collections::BTreeMap<(u64, u64), Followed>,
+    held: std::collections::BTreeMap<u64, Followed>,
     /// Since when something is held without progress.
     since: Option<std::time::Instant>,
+    active: std::time::Instant,
 }
 
-impl HostState {
-    /// Moves the held events that now follow in order to `ready` (and those already handed out
-    /// to `stale`).
-    fn release(&mut self, ready: &mut VecDeque<Followed>, stale: &mut Vec<Followed>) {
-        while let Some(last) = self.last {
-            let Some((&place, _)) = self.held.first_key_value() else {
+impl Active for RunState {
+    fn active(&self) -> std::time::Instant {
+        self.active
+    }
+}
+
+impl RunState {
+    /// A run first seen at `seq` (a follower may start after its first events left the stream).
+    fn starting_at(seq: u64) -> RunState {
+        RunState {
+            floor: seq.saturating_sub(1),
+            seen: std::collections::BTreeSet::new(),
+            held: std::collections::BTreeMap::new(),
+            since: None,
+            active: std::time::Instant::now(),
+        }
+    }
+
+    /// Hands `followed` out, moving the floor over what is now contiguous.
+    fn deliver(&mut self, followed: Followed, ready: &mut VecDeque<Followed>) {
+        let seq = followed.event.seq;
+        if seq == self.floor + 1 {
+            self.floor = seq;
+        } else {
+            self.seen.insert(seq);
+        }
+        while self.seen.remove(&(self.floor + 1)) {
+            self.floor += 1;
+        }
+        // Seen far ahead after gaps given up: those gaps are abandoned, so the set stays small.
+        if self.seen.len() > 4096
+            && let Some(&first) = self.seen.first()
+        {
+            self.floor = first;
+            self.seen.remove(&first);
+            while self.seen.remove(&(self.floor + 1)) {
+                self.floor += 1;
+            }
+        }
+        ready.push_back(followed);
+    }
+
+    /// Hands out the held events that now follow the floor in order.
+    fn release(&mut self, ready: &mut VecDeque<Followed>) {
+        while let Some(entry) = self.held.first_entry() {
+            if *entry.key() != self.floor + 1 {
                 break;
-            };
-            if place <= last {
-                stale.extend(self.held.pop_first().map(|(_, followed)| followed));
-                continue;
             }
-            if !follows(last, place) {
-                break;
-            }
-            if let Some((place, followed)) = self.held.pop_first() {
-                self.last = Some(place);
-                ready.push_back(followed);
-            }
+            let followed = entry.remove();
+            self.deliver(followed, ready);
         }
         self.since = (!self.held.is_empty()).then(std::time::Instant::now);
     }

@@ -11,6 +11,9 @@ use rho_core::{DirOptions, EventKind, Host, NatsConfig};
 use rho_tests::{NatsServer, host_with, plugin_dir};
 use serde_json::json;
 
+/// A run id a host could have: 2026-12-05, Unix ms.
+const REAL_RUN: u64 = 1_796_460_000_000;
+
 async fn client(server: &NatsServer) -> async_nats::Client {
     connect(&NatsConfig {
         url: Some(server.url()),
@@ -741,7 +744,7 @@ async fn a_follower_puts_events_stored_out_of_order_back_in_order_and_gives_up_a
             json!({"seq": seq, "ts_ms": 0, "type": "warning", "subject": "t", "message": "m"});
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Rho-Host", "ooo");
-        headers.insert("Rho-Run", "1");
+        headers.insert("Rho-Run", REAL_RUN.to_string().as_str());
         headers.insert("Rho-Seq", seq.to_string().as_str());
         context
             .publish_with_headers("rho.ooo.warning", headers, event.to_string().into())
@@ -767,4 +770,119 @@ async fn a_follower_puts_events_stored_out_of_order_back_in_order_and_gives_up_a
         "{:?}",
         started.elapsed()
     );
+}
+
+/// An event over nats-server's default largest message (1 MiB): details of 300,000 numbers. It
+/// goes out cut (its longest lists keep their first items, with a note, `Rho-Cut` says how much),
+/// and every later event follows (before: the export retried it forever and every later event was
+/// lost to watchers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_over_the_servers_largest_message_stops_nothing() {
+    let server = NatsServer::start();
+    let dir = plugin_dir(&["faults"]);
+    let host = echo_host(&dir).await;
+    let export = EventExport::start(
+        &host,
+        client(&server).await,
+        ExportConfig::new(HostName::new("wide").unwrap()),
+    )
+    .unwrap();
+    let r = host.call("wide_details", json!({"items": 300_000})).await;
+    assert_eq!(r.outcome, rho_core::Outcome::Ok, "{}", r.text());
+    for _ in 0..3 {
+        host.call("build_tag", json!({})).await;
+    }
+    let last = host.bus().last_seq();
+    assert!(
+        export.confirmed(last, Duration::from_secs(20)).await,
+        "{:?}",
+        export.status()
+    );
+    let mut follower = Follower::start(
+        client(&server).await,
+        "RHO_EVENTS",
+        Some(&HostName::new("wide").unwrap()),
+        "wide",
+    )
+    .await
+    .unwrap();
+    let mut cut = 0;
+    let mut seqs = Vec::new();
+    while seqs.len() < last as usize {
+        let followed = tokio::time::timeout(Duration::from_secs(20), follower.next())
+            .await
+            .unwrap_or_else(|_| panic!("only {seqs:?} of {last}"))
+            .unwrap();
+        cut += followed.cut;
+        seqs.push(followed.event.seq);
+        followed.ack().await.unwrap();
+    }
+    assert_eq!(seqs, (1..=last).collect::<Vec<u64>>());
+    assert!(cut > 0, "nothing was cut");
+    export.stop().await;
+}
+
+/// Anyone who can publish on `rho.<host>.>` sends events of that host with a run of 2^64-2, with
+/// a run before 2020, and with a seq a million past the real one: the real events that follow
+/// still reach the follower, in order (before: the first made every later real event stale).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_events_silence_no_host() {
+    let server = NatsServer::start();
+    let dir = plugin_dir(&["echo"]);
+    let host = echo_host(&dir).await;
+    let export = EventExport::start(
+        &host,
+        client(&server).await,
+        ExportConfig::new(HostName::new("h1").unwrap()),
+    )
+    .unwrap();
+    calls(&host, 3, "before").await;
+    let first = host.bus().last_seq();
+    assert!(export.confirmed(first, Duration::from_secs(20)).await);
+    let mut follower = Follower::start(
+        client(&server).await,
+        "RHO_EVENTS",
+        Some(&HostName::new("h1").unwrap()),
+        "forged",
+    )
+    .await
+    .unwrap();
+    let mut next = async || {
+        let followed = tokio::time::timeout(Duration::from_secs(20), follower.next())
+            .await
+            .expect("an event")
+            .unwrap();
+        followed.ack().await.unwrap();
+        (followed.run, followed.event.seq)
+    };
+    let (run, seq) = next().await;
+    assert_eq!(seq, 1);
+    for _ in 1..first {
+        next().await;
+    }
+    let forger = async_nats::jetstream::new(client(&server).await);
+    for (forged_run, forged_seq) in [(u64::MAX - 1, 1), (1, 1), (run, 1_000_000)] {
+        let event = json!({"seq": forged_seq, "ts_ms": 0, "type": "warning", "subject": "forged", "message": "m"});
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Rho-Host", "h1");
+        headers.insert("Rho-Run", forged_run.to_string().as_str());
+        headers.insert("Rho-Seq", forged_seq.to_string().as_str());
+        forger
+            .publish_with_headers("rho.h1.warning", headers, event.to_string().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    calls(&host, 3, "after").await;
+    let last = host.bus().last_seq();
+    assert!(export.confirmed(last, Duration::from_secs(20)).await);
+    let mut after = Vec::new();
+    while after.len() < (last - first) as usize {
+        let (r, seq) = next().await;
+        assert_eq!(r, run, "a forged run was handed out");
+        after.push(seq);
+    }
+    assert_eq!(after, (first + 1..=last).collect::<Vec<u64>>());
+    export.stop().await;
 }

@@ -178,6 +178,18 @@ fn fail(args: FailArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     Err(ToolError::new(args.message).with_details(json!({ "reason": "asked to fail" })))
 }
 
+/// Arguments of `wide_details`.
+#[derive(Deserialize, JsonSchema)]
+pub struct WideArgs {
+    /// How many numbers the details list.
+    pub items: usize,
+}
+
+fn wide_details(args: WideArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let items: Vec<usize> = (0..args.items).collect();
+    Ok(Answer::text(format!("{} items", args.items)).with_details(json!({ "items": items })))
+}
+
 fn getenv(args: EnvArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     Ok(Answer::text(
         std::env::var(&args.name).unwrap_or_else(|_| "(unset)".into()),
@@ -265,6 +277,7 @@ export_plugin! {
     Tool::new("print", "Prints the text on stdout and stderr, then answers.", print),
     Tool::new("alloc", "Allocates and touches that many MiB.", alloc),
     Tool::new("fail", "Answers with an error with details.", fail),
+    Tool::new("wide_details", "Answers with details listing that many numbers.", wide_details),
     Tool::new("getenv", "Answers with an environment variable's value, or (unset).", getenv),
     Tool::new("fds", "Lists the process's open file descriptors.", fds),
     Tool::new("build_tag", "Answers with the tag this library was built with.", build_tag),
