@@ -106,6 +106,14 @@ pub async fn connect(config: &rho_core::NatsConfig) -> Result<async_nats::Client
     if let Some(path) = &config.token_file {
         options = options.token(read_token(path)?);
     }
+    if let Some(path) = &config.nkey_file {
+        options = options.nkey(read_token(path)?);
+    }
+    // Replies come to an inbox named after this host, node or watcher, so the server's
+    // permissions can let each read its own replies only (`deploy/nats/rho.conf`).
+    if let Some(name) = &config.host {
+        options = options.custom_inbox_prefix(format!("_INBOX_{}", HostName::new(name)?));
+    }
     options.connect(url).await.map_err(|e| NatsError::Connect {
         url: url.to_owned(),
         reason: e.to_string(),

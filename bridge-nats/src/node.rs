@@ -1,8 +1,8 @@
 //! [`Node`]: a host's tools offered to other hosts over NATS (`rho node`).
 //!
-//! A node serves each of its tools as a NATS service endpoint (service `rho-node`) on the
-//! subject of the tool's version ([`crate::rpc::call_subject`]) in the queue group `rho-node`:
-//! nodes serving the same plugin version share its calls. It announces its tools every 500 ms and
+//! A node serves each of its tools as a NATS service endpoint (service `rho-node`) on a subject
+//! of its own and the tool's version ([`crate::rpc::call_subject`]); hosts share the calls of a
+//! version among the nodes serving it. It announces its tools on its own subject every 500 ms and
 //! at once when they change (a plugin loaded, reloaded or removed, a tool quarantined or
 //! restored): hosts following nodes drop one that falls silent. Each call runs through the node's
 //! own host (its plugin directories, sandbox, timeouts and gate), with the node's name, updates
@@ -19,8 +19,8 @@ use rho_core::{CallOptions, Filter, Host, ToolCall};
 use tokio_util::sync::CancellationToken;
 
 use crate::rpc::{
-    self, ANNOUNCE, ANNOUNCE_EVERY, Announce, BEAT_EVERY, CHUNK_HEADER, CallRequest, Cancel, Done,
-    HELLO, Offer, QUEUE, Reply, WireImage,
+    self, ANNOUNCE_EVERY, Announce, BEAT_EVERY, CHUNK_HEADER, CallRequest, Cancel, Done, HELLO,
+    Offer, QUEUE, Reply, WireImage,
 };
 use crate::{HostName, NatsError};
 
@@ -164,7 +164,7 @@ impl Serving {
             .collect();
         let wanted: HashMap<String, &Offer> = offers
             .iter()
-            .map(|o| (rpc::call_subject(&o.spec.name, &o.origin), o))
+            .map(|o| (rpc::call_subject(&self.name, &o.spec.name, &o.origin), o))
             .collect();
         self.endpoints.retain(|subject, stop| {
             let keep = wanted.contains_key(subject);
@@ -211,7 +211,10 @@ impl Serving {
             leaving,
         };
         if let Ok(payload) = serde_json::to_vec(&announce) {
-            let _ = self.client.publish(ANNOUNCE, payload.into()).await;
+            let _ = self
+                .client
+                .publish(rpc::announce_subject(&self.name), payload.into())
+                .await;
         }
     }
 }

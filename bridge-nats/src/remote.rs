@@ -1,10 +1,11 @@
 //! [`NodeTools`]: the tools of `rho node`s, joined to a host's registry as a remote source.
 //!
-//! The source follows the nodes' announcements: a tool is offered while at least one node that
+//! The source follows the nodes' announcements, each on its node's own subject (one naming
+//! another node in its payload is passed over): a tool is offered while at least one node that
 //! announced within the last 2 s serves it (a node that stops cleanly is dropped at once). When
 //! nodes serve different versions of one tool, the version most nodes serve wins (ties: the
-//! greater version string), and calls go only to nodes of that version, so every call of a tool
-//! counts against one plugin version, whichever node runs it.
+//! greater version string), and calls go only to nodes of that version, in turn, so every call of
+//! a tool counts against one plugin version, whichever node runs it.
 //!
 //! A call (see [`crate::rpc`]) ends
 //! - `unavailable` when no node listens for it (NATS answers "no responders");
@@ -29,7 +30,7 @@ use rho_core::{
 use serde_json::Value;
 
 use crate::rpc::{
-    self, ANNOUNCE, Announce, CHUNK_HEADER, CallRequest, Cancel, Done, HELLO, NODE_GONE_AFTER,
+    self, ANNOUNCE_ALL, Announce, CHUNK_HEADER, CallRequest, Cancel, Done, HELLO, NODE_GONE_AFTER,
     Offer, Reply, SILENT_AFTER,
 };
 
@@ -74,9 +75,12 @@ struct Heard {
     tools: Vec<Offer>,
 }
 
+/// The nodes as last heard, shared with the tools (a call picks its node from them).
+type Nodes = Arc<std::sync::RwLock<BTreeMap<String, Heard>>>;
+
 async fn follow_nodes(client: async_nats::Client, source: RemoteSource) {
     let mut announcements = loop {
-        match client.subscribe(ANNOUNCE).await {
+        match client.subscribe(ANNOUNCE_ALL).await {
             Ok(subscriber) => break subscriber,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot follow the nodes yet; retrying");
@@ -85,7 +89,7 @@ async fn follow_nodes(client: async_nats::Client, source: RemoteSource) {
         }
     };
     let _ = client.publish(HELLO, Vec::new().into()).await;
-    let mut nodes: BTreeMap<String, Heard> = BTreeMap::new();
+    let shared: Nodes = Arc::default();
     let mut offered: Vec<(String, String)> = Vec::new();
     let mut check = tokio::time::interval(Duration::from_millis(250));
     let mut warned: std::collections::HashSet<String> = Default::default();
@@ -101,6 +105,17 @@ async fn follow_nodes(client: async_nats::Client, source: RemoteSource) {
                 let Ok(announce) = serde_json::from_slice::<Announce>(&message.payload) else {
                     continue;
                 };
+                // Only a node's own subject speaks for it (the server's permissions say who may
+                // publish there).
+                if rpc::announcer(message.subject.as_str()) != Some(announce.node.as_str()) {
+                    let line = format!(
+                        "an announcement on {} names node {:?}; passed over",
+                        message.subject, announce.node
+                    );
+                    warn_once(&source, &mut warned, line);
+                    continue;
+                }
+                let mut nodes = shared.write().unwrap_or_else(std::sync::PoisonError::into_inner);
                 let mut announce = announce;
                 if announce.tools.len() > MAX_TOOLS_PER_NODE {
                     let line = format!(
@@ -122,6 +137,7 @@ async fn follow_nodes(client: async_nats::Client, source: RemoteSource) {
                 }
             }
             _ = check.tick() => {
+                let mut nodes = shared.write().unwrap_or_else(std::sync::PoisonError::into_inner);
                 let before = nodes.len();
                 nodes.retain(|_, heard| heard.at.elapsed() < NODE_GONE_AFTER);
                 nodes.len() != before
@@ -130,7 +146,11 @@ async fn follow_nodes(client: async_nats::Client, source: RemoteSource) {
         if !changed {
             continue;
         }
-        let chosen = choose(&nodes);
+        let chosen = choose(
+            &shared
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         let now: Vec<(String, String)> = chosen
             .iter()
             .map(|o| (o.spec.name.clone(), o.origin.clone()))
@@ -145,7 +165,8 @@ async fn follow_nodes(client: async_nats::Client, source: RemoteSource) {
                 origin: format!("{} via {}", offer.origin, source.name()),
                 tool: Arc::new(NodeTool {
                     client: client.clone(),
-                    subject: rpc::call_subject(&offer.spec.name, &offer.origin),
+                    nodes: shared.clone(),
+                    turn: std::sync::atomic::AtomicUsize::new(0),
                     tool: offer.spec.name.clone(),
                     origin: offer.origin.clone(),
                 }),
@@ -208,18 +229,48 @@ fn choose(nodes: &BTreeMap<String, Heard>) -> Vec<Offer> {
         .collect()
 }
 
-/// One remote tool version: its call subject.
+/// One remote tool version, served by the nodes that announce it.
 struct NodeTool {
     client: async_nats::Client,
-    subject: String,
+    nodes: Nodes,
+    /// Whose turn it is among the nodes serving it.
+    turn: std::sync::atomic::AtomicUsize,
     tool: String,
     origin: String,
+}
+
+impl NodeTool {
+    /// The nodes serving this version now, starting with the one whose turn it is.
+    fn candidates(&self) -> Vec<String> {
+        let nodes = self
+            .nodes
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut serving: Vec<String> = nodes
+            .iter()
+            .filter(|(_, heard)| {
+                heard.at.elapsed() < NODE_GONE_AFTER
+                    && heard
+                        .tools
+                        .iter()
+                        .any(|o| o.spec.name == self.tool && o.origin == self.origin)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        if !serving.is_empty() {
+            let turn = self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let at = turn % serving.len();
+            serving.rotate_left(at);
+        }
+        serving
+    }
 }
 
 impl RemoteTool for NodeTool {
     fn call(&self, args: Arc<Value>, ctx: ToolCtx) -> RemoteCall {
         let client = self.client.clone();
-        let subject = self.subject.clone();
+        let candidates = self.candidates();
+        let (tool, origin) = (self.tool.clone(), self.origin.clone());
         let request = CallRequest {
             call_id: ctx.call_id().to_owned(),
             tool: self.tool.clone(),
@@ -228,7 +279,20 @@ impl RemoteTool for NodeTool {
             traceparent: ctx.traceparent().map(str::to_owned),
         };
         let what = format!("`{}` ({})", self.tool, self.origin);
-        Box::pin(async move { call(client, subject, request, what, ctx).await })
+        Box::pin(async move {
+            // A node that heard nothing (NATS's "no responders": it just went) gives way to the
+            // next; the call is sent to one node at a time.
+            for node in &candidates {
+                let subject = rpc::call_subject(node, &tool, &origin);
+                match call(client.clone(), subject, node, request.clone(), &what, &ctx).await {
+                    Err(RemoteFailure::Unavailable(_)) => continue,
+                    ended => return ended,
+                }
+            }
+            Err(RemoteFailure::Unavailable(format!(
+                "no node serves {what} now"
+            )))
+        })
     }
 }
 
@@ -262,12 +326,14 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// One call sent to node `chosen` on `subject`, to its end.
 async fn call(
     client: async_nats::Client,
     subject: String,
+    chosen: &str,
     request: CallRequest,
-    what: String,
-    ctx: ToolCtx,
+    what: &str,
+    ctx: &ToolCtx,
 ) -> Result<Answer, RemoteFailure> {
     let crashed = |text: String| RemoteFailure::Crashed(text);
     let inbox = client.new_inbox();
@@ -345,7 +411,12 @@ async fn call(
             ))
         })?;
         match reply {
-            Reply::Accepted { node } => guard.node = Some(node),
+            Reply::Accepted { node } if node == chosen => guard.node = Some(node),
+            Reply::Accepted { node } => {
+                return Err(crashed(format!(
+                    "node {node} answered the call of {what} sent to node {chosen}"
+                )));
+            }
             Reply::Update { text } => ctx.update(&text),
             Reply::Beat => {}
             Reply::Done(done) => {

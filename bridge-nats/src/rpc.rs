@@ -2,13 +2,17 @@
 //!
 //! | subject | who publishes | what |
 //! |---|---|---|
-//! | `rho-rpc.announce` | each node, every [`ANNOUNCE_EVERY`] and at once when its tools change | [`Announce`]: the node's name and tools (a node silent for [`NODE_GONE_AFTER`] is gone) |
+//! | `rho-rpc.announce.<node>` | node `<node>`, every [`ANNOUNCE_EVERY`] and at once when its tools change | [`Announce`]: its tools (a node silent for [`NODE_GONE_AFTER`] is gone); a host takes it only when the payload names the node of the subject |
 //! | `rho-rpc.hello` | a host that starts following nodes | nothing; every node announces at once |
-//! | `rho-rpc.call.<tool>.<version>` | a calling host, with a reply inbox | [`CallRequest`]; nodes of that tool's version listen in the queue group [`QUEUE`], so one of them runs each call (a NATS service endpoint: `nats micro info rho-node` lists them) |
-//! | the call's reply inbox | the node running it | [`Reply`]s: `accepted` at once, `update`s, a `beat` every [`BEAT_EVERY`], then `done` (split into [`CHUNK_HEADER`] parts when larger than a message) |
+//! | `rho-rpc.call.<node>.<tool>.<version>` | a calling host, with a reply inbox | [`CallRequest`] to the node it chose among those serving that tool's version (in turn); the node serves it as a NATS service endpoint (`nats micro info rho-node` lists them) |
+//! | the call's reply inbox | the node running it | [`Reply`]s: `accepted` (naming the node the host chose) at once, `update`s, a `beat` every [`BEAT_EVERY`], then `done` (split into [`CHUNK_HEADER`] parts when larger than a message) |
 //! | `rho-rpc.cancel.<node>` | the calling host | [`Cancel`]: stop the call (its timeout passed, its caller went away) |
 //!
-//! These subjects are outside `rho.>`, so the events stream never stores them.
+//! Every subject a node publishes or hears names it, so the server's permissions can tell nodes
+//! apart: with `deploy/nats/rho.conf`, node `n1` may announce only on `rho-rpc.announce.n1`,
+//! hears only calls and cancels for `n1`, and answers only the requests it received
+//! (`allow_responses`); a watcher can neither announce nor answer. These subjects are outside
+//! `rho.>`, so the events stream never stores them.
 
 use std::time::Duration;
 
@@ -16,11 +20,21 @@ use rho_core::{Outcome, ToolSpec};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Where nodes announce their tools.
-pub const ANNOUNCE: &str = "rho-rpc.announce";
+/// Where every node announces its tools (`rho-rpc.announce.<node>`), for a host to follow.
+pub const ANNOUNCE_ALL: &str = "rho-rpc.announce.*";
+
+/// Where node `node` announces its tools.
+pub fn announce_subject(node: &str) -> String {
+    format!("rho-rpc.announce.{node}")
+}
+
+/// The node an announcement's subject names (its last token).
+pub fn announcer(subject: &str) -> Option<&str> {
+    subject.strip_prefix("rho-rpc.announce.")
+}
 /// Where a host asks every node to announce now.
 pub const HELLO: &str = "rho-rpc.hello";
-/// The queue group of nodes serving a tool version: one of them gets each call.
+/// The queue group of a node's endpoints (instances of one node name share its calls).
 pub const QUEUE: &str = "rho-node";
 /// How often a node announces itself.
 pub const ANNOUNCE_EVERY: Duration = Duration::from_millis(500);
@@ -33,11 +47,11 @@ pub const SILENT_AFTER: Duration = Duration::from_millis(1500);
 /// The header numbering the parts of a large reply: `INDEX/COUNT`, from 1.
 pub const CHUNK_HEADER: &str = "Rho-Part";
 
-/// The subject of `tool` in the version `origin` (`plugin@version`): the version as a digest,
-/// one subject token.
-pub fn call_subject(tool: &str, origin: &str) -> String {
+/// The subject of `tool` in the version `origin` (`plugin@version`) on node `node`: the version
+/// as a digest, one subject token.
+pub fn call_subject(node: &str, tool: &str, origin: &str) -> String {
     let digest = rho_core::sha256_hex(origin.as_bytes());
-    format!("rho-rpc.call.{tool}.{}", &digest[..16])
+    format!("rho-rpc.call.{node}.{tool}.{}", &digest[..16])
 }
 
 /// The subject a node hears cancellations on.

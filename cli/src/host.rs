@@ -162,7 +162,9 @@ pub async fn build(
         host.shutdown().await;
         return Err(ExitCode::from(1));
     }
-    if let Err(line) = crate::nats::add_remotes(&host, &config.remote).await {
+    if let Err(line) =
+        crate::nats::add_remotes(&host, &config.remote, config.nats.host.as_deref()).await
+    {
         eprintln!("rho: {}", crate::render::terminal_safe(&line));
         host.shutdown().await;
         return Err(ExitCode::from(1));

@@ -46,14 +46,18 @@ fn host_name(nats: &NatsConfig) -> Result<HostName, rho_bridge_nats::NatsError> 
 /// nodes to announce them (so a one-shot command sees them). `Err` is the line saying which
 /// remote cannot be used (credentials unreadable, a bad URL); a server that is down is not an
 /// error: its nodes' tools come when it does.
-pub async fn add_remotes(host: &Host, remotes: &[rho_core::RemoteConfig]) -> Result<(), String> {
+pub async fn add_remotes(
+    host: &Host,
+    remotes: &[rho_core::RemoteConfig],
+    name: Option<&str>,
+) -> Result<(), String> {
     if remotes.is_empty() {
         return Ok(());
     }
     let mut changes =
         host.subscribe_filtered(rho_core::Filter::default().types(["remote_tools_changed"]));
     for remote in remotes {
-        let client = rho_bridge_nats::connect(&remote.nats_config())
+        let client = rho_bridge_nats::connect(&remote.nats_config(name))
             .await
             .map_err(|e| format!("[[remote]] {}: {e}", remote.nats))?;
         host.add_source(&remote.nats, rho_bridge_nats::NodeTools::new(client));

@@ -83,15 +83,21 @@ pub struct RemoteConfig {
     /// A file whose first line is the server's token (owner-only).
     #[serde(default)]
     pub token_file: Option<PathBuf>,
+    /// A file whose first line is this host's NKey seed (owner-only).
+    #[serde(default)]
+    pub nkey_file: Option<PathBuf>,
 }
 
 impl RemoteConfig {
-    /// The connection settings of this remote, as a [`NatsConfig`].
-    pub fn nats_config(&self) -> NatsConfig {
+    /// The connection settings of this remote, as a [`NatsConfig`], for the host named `host`
+    /// (its `[nats] host`: the name its reply inbox carries).
+    pub fn nats_config(&self, host: Option<&str>) -> NatsConfig {
         NatsConfig {
             url: Some(self.nats.clone()),
+            host: host.map(str::to_owned),
             credentials: self.credentials.clone(),
             token_file: self.token_file.clone(),
+            nkey_file: self.nkey_file.clone(),
             ..NatsConfig::default()
         }
     }
@@ -110,6 +116,9 @@ pub struct NatsConfig {
     pub credentials: Option<PathBuf>,
     /// A file whose first line is the server's token (readable by its owner only).
     pub token_file: Option<PathBuf>,
+    /// A file whose first line is this user's NKey seed (`SU...`; readable by its owner only),
+    /// for servers that list users by NKey with permissions of their own (`deploy/nats/rho.conf`).
+    pub nkey_file: Option<PathBuf>,
     /// The JetStream stream the events go to (created if absent, on subjects `rho.>`).
     pub stream: String,
     /// Publish the host's events to the stream (`rho serve` with a `url`).
@@ -124,6 +133,7 @@ impl Default for NatsConfig {
             host: None,
             credentials: None,
             token_file: None,
+            nkey_file: None,
             stream: "RHO_EVENTS".into(),
             export: true,
         }

@@ -476,16 +476,24 @@ pub struct NatsServer {
     /// Its port on 127.0.0.1.
     pub port: u16,
     store: tempfile::TempDir,
+    /// A configuration file it reads (`-c`), if any.
+    config: Option<PathBuf>,
 }
 
 impl NatsServer {
     /// Starts one on a port it picks itself (two tests never race for one) and waits until it
     /// accepts connections.
     pub fn start() -> NatsServer {
+        NatsServer::start_with(None)
+    }
+
+    /// Starts one reading the configuration file `config` as well (its users and permissions).
+    pub fn start_with(config: Option<&Path>) -> NatsServer {
         let mut server = NatsServer {
             child: None,
             port: 0,
             store: tempfile::tempdir().expect("a store directory"),
+            config: config.map(Path::to_owned),
         };
         server.spawn();
         server
@@ -521,7 +529,11 @@ impl NatsServer {
         } else {
             self.port.to_string()
         };
-        let mut child = Command::new(nats_server_bin())
+        let mut command = Command::new(nats_server_bin());
+        if let Some(config) = &self.config {
+            command.arg("-c").arg(config);
+        }
+        let mut child = command
             .args(["-js", "-a", "127.0.0.1", "-p", &port, "-sd"])
             .arg(self.store.path().join("js"))
             .arg("--ports_file_dir")

@@ -706,7 +706,10 @@ async fn a_node_announcing_too_many_tools_gets_the_first_ones_and_a_warning() {
         let payload = payload.clone();
         tokio::spawn(async move {
             let _ = publisher
-                .publish(rho_bridge_nats::rpc::ANNOUNCE, payload.into())
+                .publish(
+                    rho_bridge_nats::rpc::announce_subject("greedy"),
+                    payload.into(),
+                )
                 .await;
         });
         !host.tools().is_empty()
