@@ -101,7 +101,17 @@ pub fn for_server(wanted: Option<&Path>) -> Result<PathBuf, String> {
     }
 }
 
-/// The most recently modified default journal, for `rho watch --attach` without a path.
+/// The newest default journal a running server writes, else the newest of all: what
+/// `rho watch --attach` without a path follows.
+pub fn newest_running() -> Result<PathBuf, String> {
+    let running = journals_in(&dir()).into_iter().find(|path| in_use(path));
+    match running {
+        Some(path) => Ok(path),
+        None => newest(),
+    }
+}
+
+/// The most recently modified default journal.
 pub fn newest() -> Result<PathBuf, String> {
     let dir = dir();
     journals_in(&dir).into_iter().next().ok_or_else(|| {

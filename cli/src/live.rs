@@ -249,6 +249,15 @@ impl Live {
         self.state.observe(event);
     }
 
+    /// Shows events from `source` from now on, with `notice` among the notices.
+    pub fn set_source(&mut self, source: &str, notice: &str) {
+        self.source = source.to_owned();
+        if self.state.notices.len() == KEPT {
+            self.state.notices.pop_front();
+        }
+        self.state.notices.push_back(notice.to_owned());
+    }
+
     /// Redraws the screen (elapsed times move on).
     pub fn draw(&mut self) {
         let now_ms = std::time::SystemTime::now()

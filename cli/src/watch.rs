@@ -114,9 +114,12 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
         return crate::remote::follow(&authority, token.as_deref(), display).await;
     }
     if let Some(journal) = &args.attach {
+        // Without a path: the newest running server's journal, and the next one's when a newer
+        // server starts.
+        let newest = journal.is_none();
         let journal = match journal {
             Some(path) => path.clone(),
-            None => match crate::journals::newest() {
+            None => match crate::journals::newest_running() {
                 Ok(path) => path,
                 Err(e) => {
                     eprintln!("rho: {e}");
@@ -126,7 +129,7 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
         };
         eprintln!("rho: following {}", journal.display());
         let display = display(&journal.display().to_string());
-        return follow_journal(&journal, display).await;
+        return follow_journal(journal, display, newest).await;
     }
     let Some(script) = &args.script else {
         return follow_dirs(
@@ -170,6 +173,15 @@ impl Display {
             detail,
             health: Health::default(),
             every,
+        }
+    }
+
+    /// Says that the events come from `source` from now on, and why (`note`): a line on stderr,
+    /// or the live view's title and notices.
+    pub(crate) fn source_changed(&mut self, source: &str, note: &str) {
+        match self {
+            Display::Lines { .. } => eprintln!("rho: {note}"),
+            Display::Live(view) => view.set_source(source, note),
         }
     }
 
@@ -312,8 +324,8 @@ fn replaced(path: &Path, inode: u64, read: u64) -> bool {
 /// Follows a journal file as it grows (like `tail -f`), printing each event, until Ctrl-C. A
 /// server restarted on the same file (its `seq` starts again) or a file replaced under the same
 /// path is followed on, with a line saying so.
-async fn follow_journal(path: &Path, mut display: Display) -> ExitCode {
-    let (mut reader, mut inode) = match open_journal(path) {
+async fn follow_journal(mut path: PathBuf, mut display: Display, newest: bool) -> ExitCode {
+    let (mut reader, mut inode) = match open_journal(&path) {
         Ok(opened) => opened,
         Err(e) => {
             eprintln!("rho: {e}");
@@ -325,6 +337,8 @@ async fn follow_journal(path: &Path, mut display: Display) -> ExitCode {
     let mut tick = display.ticker();
     let mut line = String::new();
     let mut last_seq = 0;
+    // Whether the journal's server was seen gone (said once).
+    let mut ended = false;
     // One future for the whole loop: a signal between two iterations is not lost.
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
@@ -335,9 +349,46 @@ async fn follow_journal(path: &Path, mut display: Display) -> ExitCode {
             got = limited.read_line(&mut line) => match got {
                 Ok(0) => {
                     idle_reads += 1;
-                    // About every half second at the end of the file: has it been replaced?
-                    if idle_reads.is_multiple_of(10) && replaced(path, inode, read) {
-                        match open_journal(path) {
+                    // About every half second at the end of the file: a newer server to follow?
+                    if newest && idle_reads.is_multiple_of(10)
+                        && let Ok(newer) = crate::journals::newest_running()
+                        && newer != path
+                        && crate::journals::in_use(&newer)
+                    {
+                        match open_journal(&newer) {
+                            Ok((new_reader, new_inode)) => {
+                                display.source_changed(
+                                    &newer.display().to_string(),
+                                    &format!("a newer server started; following {}", newer.display()),
+                                );
+                                (reader, inode, read, last_seq, ended) = (new_reader, new_inode, 0, 0, false);
+                                path = newer;
+                                line.clear();
+                                continue;
+                            }
+                            Err(e) => eprintln!("rho: {e}"),
+                        }
+                    }
+                    // Its server gone: the journal is complete (said once, until a server writes
+                    // it again).
+                    if idle_reads.is_multiple_of(10) && ended && crate::journals::in_use(&path) {
+                        ended = false;
+                        display.source_changed(
+                            &path.display().to_string(),
+                            &format!("a server writes {} again", path.display()),
+                        );
+                    }
+                    if idle_reads.is_multiple_of(10) && !ended && !crate::journals::in_use(&path) {
+                        ended = true;
+                        let waiting = if newest { "; waiting for a newer server" } else { "" };
+                        display.source_changed(
+                            &format!("{} (ended)", path.display()),
+                            &format!("the server of {} has ended{waiting}", path.display()),
+                        );
+                    }
+                    // Has it been replaced?
+                    if idle_reads.is_multiple_of(10) && replaced(&path, inode, read) {
+                        match open_journal(&path) {
                             Ok((new_reader, new_inode)) => {
                                 eprintln!("rho: {} was replaced; following the new file", path.display());
                                 (reader, inode, read, last_seq) = (new_reader, new_inode, 0, 0);

@@ -697,3 +697,21 @@ pub fn client_report(mut client: Command, context: &str) -> serde_json::Value {
     let last = stdout.lines().last().unwrap_or_default();
     serde_json::from_str(last).unwrap_or_else(|e| panic!("{context}: not a report ({e}): {last}"))
 }
+
+/// The files `serve-*.jsonl` of `dir` (where `rho serve` journals by default), newest first.
+pub fn journals_in(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.starts_with("serve-") && name.ends_with(".jsonl")
+                })
+                .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort_by(|a, b| b.cmp(a));
+    found.into_iter().map(|(_, path)| path).collect()
+}

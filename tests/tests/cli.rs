@@ -380,6 +380,96 @@ async fn watch_attaches_to_a_journal_and_shows_health() {
     );
 }
 
+/// The lines a child writes on `pipe`, collected by a thread as they come.
+fn collect_lines(
+    pipe: impl std::io::Read + Send + 'static,
+) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    lines
+}
+
+/// Waits up to 20 s for a line `pred` accepts.
+fn wait_line(lines: &std::sync::Mutex<Vec<String>>, what: &str, pred: impl Fn(&str) -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !lines.lock().unwrap().iter().any(|l| pred(l)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no line {what}: {:?}",
+            lines.lock().unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `rho watch --attach` without a path follows the newest running server: it says when that
+/// server has ended, and moves to a newer one when it starts (before: it picked the newest
+/// journal once, ended or not, and never moved, as MCP clients start a server per session).
+#[test]
+fn watch_attach_follows_the_newest_running_server() {
+    let dir = plugin_dir(&["echo"]);
+    let state = tempfile::tempdir().unwrap();
+    let serve = || {
+        Command::new(rho_bin())
+            .args(["serve", "--plugins", dir.path().to_str().unwrap()])
+            .env("XDG_STATE_HOME", state.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let journals = || rho_tests::journals_in(&state.path().join("rho"));
+    let mut first = serve();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while journals().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no journal");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut watcher = Command::new(rho_bin())
+        .args(["watch", "--attach"])
+        .env("XDG_STATE_HOME", state.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = collect_lines(watcher.stderr.take().unwrap());
+    let _stdout = collect_lines(watcher.stdout.take().unwrap());
+    let first_journal = journals()[0].display().to_string();
+    wait_line(&stderr, "following the first server", |l| {
+        l.contains(&format!("following {first_journal}"))
+    });
+    // The first server ends (its client closed stdin).
+    drop(first.stdin.take());
+    first.wait().unwrap();
+    wait_line(&stderr, "saying it ended", |l| {
+        l.contains("has ended; waiting for a newer server")
+    });
+    // A newer server starts: followed, and said so.
+    let mut second = serve();
+    wait_line(&stderr, "moving to the newer server", |l| {
+        l.contains("a newer server started; following")
+    });
+    let moved = stderr
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|l| l.contains("a newer server started"))
+        .cloned()
+        .unwrap();
+    assert!(!moved.contains(&first_journal), "{moved}");
+    drop(second.stdin.take());
+    second.wait().unwrap();
+    watcher.kill().unwrap();
+    watcher.wait().unwrap();
+}
+
 /// Runs rho with a deadline: a command that hangs fails the test instead of the suite.
 fn rho_within(args: &[&str], secs: u64) -> Output {
     let mut child = Command::new(rho_bin())
