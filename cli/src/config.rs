@@ -115,6 +115,20 @@ mod tests {
     use rho_core::{Action, Grants, KeepDetails};
     use std::path::PathBuf;
 
+    /// The README's `rho.toml` (its Configuration section) parses and passes the range checks,
+    /// so a user who copies it starts from a valid file.
+    #[test]
+    fn the_readme_configuration_is_valid() {
+        let readme = include_str!("../../README.md");
+        let section = &readme[readme.find("## Configuration").unwrap()..];
+        let start = section.find("```toml\n").unwrap() + "```toml\n".len();
+        let block = &section[start..start + section[start..].find("```").unwrap()];
+        let config = parse(block).unwrap_or_else(|e| panic!("{e}"));
+        config.check().unwrap();
+        assert_eq!(config.runner.load_wait_ms, 2000);
+        assert_eq!(config.serve.session_idle_ms, 60_000);
+    }
+
     #[test]
     fn grants_per_directory_and_for_all_with_paths_relative_to_the_file() {
         let dir = tempfile::tempdir().unwrap();

@@ -354,7 +354,9 @@ fn every_readme_command_runs_as_documented() {
     }
     // A line another test runs: that test exists (or, for the suite itself, CI runs it).
     for (line, run) in &table {
-        let Run::Elsewhere(where_) = run else { continue };
+        let Run::Elsewhere(where_) = run else {
+            continue;
+        };
         let (file, rest) = where_.split_once(": ").unwrap();
         let text = std::fs::read_to_string(workspace_dir().join(file)).unwrap();
         let named = rest.split_whitespace().next().unwrap_or_default();
