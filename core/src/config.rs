@@ -25,10 +25,10 @@ use crate::agent::session::{CallOrder, KeepDetails, LoopConfig};
 use crate::call::rules::{Action, GateRule};
 use crate::call::runner::RunnerConfig;
 use crate::isolate::WorkerOptions;
-use crate::isolate::grants::Grants;
 use crate::plugin::dir::{DirOptions, Isolation};
-use crate::plugin::trust::Trust;
 use crate::registry::health::QuarantinePolicy;
+use rho_protocol::Grants;
+use rho_worker::loader::trust::Trust;
 
 /// The longest timeout a configuration may give, milliseconds (a day).
 pub const MAX_TIMEOUT_MS: u64 = 86_400_000;

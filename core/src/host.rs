@@ -41,18 +41,18 @@ use crate::bus::journal::{Journal, JournalError};
 use crate::bus::{Bus, Filter, Subscription};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict, allow_all};
 use crate::call::invoke::Tool;
-use crate::call::outcome::ToolResult;
 use crate::call::rules::{Asker, GateRule, RuleGate};
 use crate::call::runner::{CallOptions, RunnerConfig, ToolRunner};
 use crate::config::HostConfig;
-use crate::error::LoadError;
 use crate::plugin::dir::{DirOptions, PluginDir, ScanReport};
-use crate::plugin::load::PluginInfo;
 use crate::plugin::watch::{DEFAULT_DEBOUNCE, DirWatcher};
 use crate::registry::health::{QuarantinePolicy, ToolStats};
 use crate::registry::remote::{RemoteSource, ToolSource};
-use crate::registry::spec::ToolSpec;
 use crate::registry::{RegistryError, ToolRegistry};
+use rho_protocol::ToolResult;
+use rho_protocol::ToolSpec;
+use rho_worker::LoadError;
+use rho_worker::loader::load::PluginInfo;
 
 /// A gate from a closure: `gate_fn(|call| Verdict::Allow)`. For a gate that waits (a person's
 /// approval), see [`async_gate_fn`].

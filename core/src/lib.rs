@@ -28,23 +28,18 @@ mod agent;
 mod bus;
 mod call;
 mod config;
-mod error;
 mod host;
 mod isolate;
 mod plugin;
 mod registry;
-mod walk;
 
 pub use agent::model::{AssistantTurn, KeptDetails, Message, Model, ModelError, ScriptedModel};
 pub use agent::session::{CallOrder, KeepDetails, Loop, LoopConfig, RunSummary};
 pub use bus::events::{CallRef, Event, EventKind, ImageView, MAX_EVENT_TEXT, OutputView};
 pub use bus::journal::{INDEX_EVERY, Journal, JournalError, Replay, read_range};
 pub use bus::{Bus, BusItem, DEFAULT_CAPACITY, Filter, RECENT_IMAGE_BYTES, Sink, Subscription};
-pub use call::answer::{MAX_DETAILS_BYTES, MAX_IMAGES};
-pub use call::details::{parse_within, text_depth};
 pub use call::gate::{DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};
 pub use call::invoke::{Tool, ToolCtx, is_valid_traceparent};
-pub use call::outcome::{Outcome, ToolResult};
 pub use call::rules::{Action, Asker, GateRule, RuleGate, pattern_matches};
 pub use call::runner::{
     CallOptions, CancellationToken, MAX_UPDATE_BYTES, RunnerConfig, UpdateHook,
@@ -53,41 +48,26 @@ pub use config::{
     ConfigError, HostConfig, MAX_PARALLEL, MAX_TIMEOUT_MS, NatsConfig, PluginSource, RemoteConfig,
     RunnerSettings, ServeConfig,
 };
-pub use error::LoadError;
 pub use host::{Host, HostBuilder, HostError, async_gate_fn, gate_fn};
-pub use isolate::grants::{Grants, MAX_GRANTS};
-pub use isolate::sandbox::{Identity, SandboxReport};
-pub use isolate::{WorkerLimits, WorkerOptions};
+pub use isolate::WorkerOptions;
 pub use plugin::dir::{DirOptions, Isolation, ScanReport};
-pub use plugin::load::{PluginInfo, sha256_hex};
-pub use plugin::trust::Trust;
 pub use plugin::watch::DEFAULT_DEBOUNCE;
 pub use registry::RegistryError;
 pub use registry::health::{HealthView, QuarantinePolicy, ToolStats};
 pub use registry::remote::{
     RemoteCall, RemoteFailure, RemoteSource, RemoteTool, RemoteToolEntry, ToolSource,
 };
-pub use registry::spec::ToolSpec;
 /// The plugin API this host speaks, for hosts and tools that need its ABI types.
 pub use rho_plugin_api as plugin_api;
 pub use rho_plugin_api::{Answer, Capabilities, Image, Output, ToolError, ToolHints};
 
-/// The loader's low-level surface, for tools that load one plugin file outside a host
-/// (`cargo xtask check-plugin`, the benchmarks' baselines). Hosts use [`Host`]: it adds the
-/// directory's trust checks, hot reload, isolation and supervision that these leave out.
-pub mod loader {
-    pub use crate::call::invoke::Failure;
-    pub use crate::call::outcome::CrashReason;
-    pub use crate::plugin::call::{CallInfo, call_module};
-    pub use crate::plugin::load::{CopyDir, Loaded, PluginFile, load_in_process};
-}
-
-/// The isolated worker's side, for the `rho-worker` binary.
-pub mod worker {
-    /// The body of the `rho-worker` executable: reads its `Start` frame on fd 3, confines itself
-    /// (the sandbox), loads the plugin handed over on fd 5 and serves calls until the host goes.
-    /// Not for hosts: they find `rho-worker` through [`WorkerOptions::executable`](crate::WorkerOptions).
-    pub fn main() -> std::process::ExitCode {
-        crate::isolate::worker::main()
-    }
-}
+/// The vocabulary of a call and its end, shared with workers and tools: `rho-protocol`.
+pub use rho_protocol as protocol;
+pub use rho_protocol::details::{parse_within, text_depth};
+pub use rho_protocol::{
+    Grants, Identity, MAX_DETAILS_BYTES, MAX_GRANTS, MAX_IMAGES, Outcome, SandboxReport,
+    ToolResult, ToolSpec, WorkerLimits,
+};
+pub use rho_worker::LoadError;
+pub use rho_worker::loader::load::{PluginInfo, sha256_hex};
+pub use rho_worker::loader::trust::Trust;

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use rho_core::loader::{CopyDir, PluginFile, load_in_process};
+use rho_worker::loader::{CopyDir, PluginFile, load_in_process};
 use serde_json::json;
 
 /// `println!` that ignores a closed stdout (`rho plugin check FILE | head`).

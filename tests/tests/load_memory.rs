@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly
 
-use rho_core::loader::{CopyDir, PluginFile};
+use rho_worker::loader::{CopyDir, PluginFile};
 
 /// Bytes the allocator holds from the system, every arena together (glibc's `mallinfo2`).
 fn heap_bytes() -> usize {

@@ -6,9 +6,9 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::call::gate::ToolCall;
-use crate::call::outcome::Outcome;
-use crate::registry::spec::ToolSpec;
 use rho_plugin_api::Output;
+use rho_protocol::Outcome;
+use rho_protocol::ToolSpec;
 use serde_json::Value;
 
 /// One assistant turn: text, and the tool calls it asks for (none ends the session).

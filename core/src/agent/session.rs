@@ -12,9 +12,9 @@ use tokio::sync::Semaphore;
 use crate::agent::model::{KeptDetails, Message, Model, ModelError};
 use crate::bus::events::{CallRef, EventKind};
 use crate::call::gate::ToolCall;
-use crate::call::outcome::ToolResult;
 use crate::call::runner::CallOptions;
 use crate::host::Host;
+use rho_protocol::ToolResult;
 
 /// How much of each result's details the session keeps (subscribers always get them whole).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]

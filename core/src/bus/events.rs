@@ -6,7 +6,7 @@ use rho_plugin_api::Output;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::call::outcome::Outcome;
+use rho_protocol::Outcome;
 
 /// One event as subscribers receive it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -82,7 +82,7 @@ impl From<&Output> for OutputView {
                 .map(|i| ImageView {
                     mime_type: i.mime_type.clone(),
                     bytes: i.bytes.len(),
-                    sha256: crate::plugin::load::sha256_hex(&i.bytes),
+                    sha256: rho_worker::loader::load::sha256_hex(&i.bytes),
                 })
                 .collect(),
         }
@@ -212,14 +212,14 @@ pub enum EventKind {
         isolated: bool,
         /// Isolated plugins: what of the sandbox is in force (see [`SandboxReport`](crate::SandboxReport)).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        sandbox: Option<crate::isolate::sandbox::SandboxReport>,
+        sandbox: Option<rho_protocol::SandboxReport>,
         /// What the plugin says it needs.
         #[serde(default)]
         capabilities: rho_plugin_api::Capabilities,
         /// What the host grants it (isolated plugins); `null` in process, where it has every
         /// power of the host.
         #[serde(default)]
-        granted: Option<crate::isolate::grants::Grants>,
+        granted: Option<rho_protocol::Grants>,
     },
     /// A plugin file could not be loaded (or was refused); any older version keeps serving.
     PluginLoadFailed {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::registry::spec::ToolSpec;
+use rho_protocol::ToolSpec;
 
 /// A tool call as the model asked for it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

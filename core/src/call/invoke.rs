@@ -10,23 +10,8 @@ use std::time::{Duration, Instant};
 use rho_plugin_api::{Answer, ToolError};
 use serde_json::Value;
 
-use crate::call::outcome::CrashReason;
-use crate::registry::spec::ToolSpec;
-
-/// Why a tool produced no answer, before it is turned into a [`crate::ToolResult`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum Failure {
-    /// The tool answered with an error (outcome `error`).
-    Tool(ToolError),
-    /// The tool crashed (outcome `crashed`).
-    Crash(CrashReason),
-    /// The tool refused its arguments (outcome `invalid_arguments`).
-    InvalidArguments(String),
-    /// The tool is not there (outcome `unknown_tool`).
-    UnknownTool(String),
-    /// Nothing can run the tool now (outcome `unavailable`): a remote tool no node answers for.
-    Unavailable(String),
-}
+pub use rho_protocol::Failure;
+use rho_protocol::ToolSpec;
 
 /// A boxed future of a call's answer.
 pub type CallFuture = Pin<Box<dyn Future<Output = Result<Answer, Failure>> + Send>>;

@@ -1,12 +1,9 @@
 //! One tool call, from request to result: the gate and its rules, the runner (task, timeout,
 //! cancellation), argument validation and the arguments' JSON text, panics, the typed outcome and the answer's details.
 
-pub(crate) mod answer;
-pub(crate) mod details;
 pub(crate) mod gate;
 pub(crate) mod invoke;
 pub(crate) mod json;
-pub(crate) mod outcome;
 pub(crate) mod panic;
 pub(crate) mod rules;
 pub(crate) mod runner;

@@ -17,11 +17,11 @@ use crate::bus::Bus;
 use crate::bus::events::{EventKind, EventType, OutputView, event_text};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 use crate::call::invoke::{Failure, ToolCtx, is_valid_traceparent};
-use crate::call::outcome::{
-    CrashReason, Outcome, ToolResult, crash_text, cut_output, timeout_text, to_result, with_text,
-};
 use crate::call::panic::{catch, payload_message};
 use crate::registry::{ResolvedTool, ToolRegistry};
+use rho_protocol::{
+    CrashReason, Outcome, ToolResult, crash_text, cut_output, timeout_text, to_result, with_text,
+};
 
 /// The runner's settings.
 #[derive(Debug, Clone)]

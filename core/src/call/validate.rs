@@ -8,47 +8,9 @@ pub(crate) struct SchemaValidator {
     validator: jsonschema::Validator,
 }
 
-/// The largest compiled form of one `pattern` of a tool's schema, and of its lazy DFA, bytes.
+/// The largest compiled form of one `pattern` of a tool's schema, and of its lazy DFA, bytes
+/// (with [`rho_protocol::MAX_SCHEMA_PATTERNS`] of them, the cost of compiling a schema is bounded).
 const MAX_PATTERN_BYTES: usize = 256 << 10;
-
-/// The largest JSON Schema a plugin may declare (arguments or answers), bytes of JSON.
-pub(crate) const MAX_SCHEMA_BYTES: usize = 256 << 10;
-
-/// The most regular expressions (`pattern`, `patternProperties` entries) one schema may hold:
-/// each costs up to twice [`MAX_PATTERN_BYTES`] to compile and a match per key to check.
-pub(crate) const MAX_SCHEMA_PATTERNS: usize = 64;
-
-/// Why `schema` is too costly for the host to take from a plugin, if it is.
-pub(crate) fn schema_cost_problem(schema: &Value) -> Option<String> {
-    let bytes = serde_json::to_vec(schema)
-        .map(|b| b.len())
-        .unwrap_or(usize::MAX);
-    if bytes > MAX_SCHEMA_BYTES {
-        return Some(format!(
-            "{bytes} bytes of JSON, over the {MAX_SCHEMA_BYTES} a host takes"
-        ));
-    }
-    fn patterns(value: &Value) -> usize {
-        match value {
-            Value::Object(map) => map
-                .iter()
-                .map(|(key, v)| match (key.as_str(), v) {
-                    ("pattern", Value::String(_)) => 1,
-                    ("patternProperties", Value::Object(p)) => {
-                        p.len() + p.values().map(patterns).sum::<usize>()
-                    }
-                    _ => patterns(v),
-                })
-                .sum(),
-            Value::Array(items) => items.iter().map(patterns).sum(),
-            _ => 0,
-        }
-    }
-    let count = patterns(schema);
-    (count > MAX_SCHEMA_PATTERNS).then(|| {
-        format!("{count} regular expressions, over the {MAX_SCHEMA_PATTERNS} a host takes")
-    })
-}
 
 /// How many schema violations one error text lists at most.
 const MAX_LISTED: usize = 5;
@@ -132,19 +94,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A pattern whose compiled form is too large is refused at compile time.
     #[test]
-    fn costly_schemas_are_named() {
-        assert_eq!(schema_cost_problem(&json!({"type": "object"})), None);
-        let many: serde_json::Map<String, Value> = (0..65)
-            .map(|i| (format!("^x{i}"), json!({"type": "integer"})))
-            .collect();
-        assert_eq!(
-            schema_cost_problem(&json!({"patternProperties": many})).as_deref(),
-            Some("65 regular expressions, over the 64 a host takes")
-        );
-        let big = json!({"description": "x".repeat(MAX_SCHEMA_BYTES)});
-        assert!(schema_cost_problem(&big).is_some_and(|p| p.contains("bytes of JSON")));
-        // A pattern whose compiled form is too large is refused at compile time.
+    fn a_pattern_too_large_to_compile_is_refused() {
         let bomb = json!({"properties": {"a": {"pattern": "\\p{L}{200}|z"}}});
         assert!(SchemaValidator::new(&bomb, "its schema is").is_err());
     }

@@ -9,10 +9,13 @@
 //! frame larger than it, the worker not reading) does it watch for room, through a second
 //! registration that lives for that one write.
 
+use rho_protocol::frames::{BODY_PREFIX, Body, Frame, FrameError, body_len, closed_at_eof};
+use serde::Deserialize;
 use std::io::{self, IoSlice, Write};
 use std::os::unix::net::UnixStream;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
+use tokio::io::AsyncReadExt;
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, Interest, ReadBuf};
@@ -141,5 +144,69 @@ mod tests {
         a.write_all(&[&small, &big, &[], &small]).await.unwrap();
         drop(a);
         assert!(reader.await.unwrap() == expected);
+    }
+}
+
+/// Reads one frame from a worker (async), as [`rho_protocol::frames::read_frame`] does.
+pub async fn read_frame_async<M: for<'de> Deserialize<'de>>(
+    reader: &mut (impl AsyncRead + Unpin),
+    limit: usize,
+) -> Result<Frame<M>, FrameError> {
+    let mut header = [0u8; 4];
+    match reader.read_exact(&mut header).await {
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        other => other?,
+    };
+    let size = body_len(header, limit)?;
+    let mut prefix = vec![0u8; size.min(BODY_PREFIX)];
+    reader
+        .read_exact(&mut prefix)
+        .await
+        .map_err(closed_at_eof)?;
+    let mut body = Body::of(prefix, size)?;
+    // Both parts grow as their bytes arrive (`read_to_end` reserves ahead of what came, never
+    // the announced length): what a worker announces costs nothing until it sends it.
+    let (json_missing, blobs_missing) = (body.json_missing(), body.blobs_missing());
+    let (json, blobs) = body.parts_mut();
+    for (part, missing) in [(json, json_missing), (blobs, blobs_missing)] {
+        if missing > 0 {
+            (&mut *reader)
+                .take(missing as u64)
+                .read_to_end(part)
+                .await
+                .map_err(FrameError::Io)?;
+        }
+    }
+    body.frame()
+}
+
+#[cfg(test)]
+mod frame_tests {
+    use super::*;
+    use rho_protocol::answer::FailureKind;
+    use rho_protocol::frames::{FromWorker, encode, read_frame};
+
+    /// The async reader reads what the codec's blocking reader reads, and a frame cut anywhere
+    /// is `Closed` to both.
+    #[tokio::test]
+    async fn the_async_reader_agrees_with_the_codec() {
+        let msg = FromWorker::Failure {
+            id: 1,
+            kind: FailureKind::Error,
+            message: "m".repeat(3 * BODY_PREFIX),
+            details: None,
+            spent: false,
+        };
+        let big: Vec<u8> = (0..200_000).map(|i| i as u8).collect();
+        let bytes = encode(&msg, &[&big[..], b"tail"]);
+        let sync: Frame<FromWorker> = read_frame(&mut &bytes[..], 1 << 30).unwrap();
+        let frame: Frame<FromWorker> = read_frame_async(&mut &bytes[..], 1 << 30).await.unwrap();
+        assert_eq!((&frame.message, &frame.blobs), (&sync.message, &sync.blobs));
+        for cut in [5, BODY_PREFIX, bytes.len() - 1] {
+            assert!(matches!(
+                read_frame_async::<FromWorker>(&mut &bytes[..cut], 1 << 30).await,
+                Err(FrameError::Closed)
+            ));
+        }
     }
 }

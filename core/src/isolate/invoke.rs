@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use rho_plugin_api::{Answer, Image};
 
-use crate::call::answer::{self, OutputKind};
+use rho_protocol::answer::{self, OutputKind};
 use serde_json::Value;
 
 use crate::call::invoke::{CallFuture, Failure, Invoke, ToolCtx};
-use crate::call::outcome::CrashReason;
 use crate::isolate::pool::{Pool, Worker};
-use crate::isolate::protocol::{Frame, FrameError, FromWorker, ImageHeads, ToWorker};
+use rho_protocol::CrashReason;
+use rho_protocol::frames::{Frame, FrameError, FromWorker, ImageHeads, ToWorker};
 
 /// One tool of an isolated plugin version.
 pub(crate) struct IsolatedInvoke {

@@ -1,73 +1,33 @@
 //! Process isolation: plugins the host does not trust run in worker processes (`rho-worker`), one
-//! call at a time per worker, killed on timeout, their crashes survived, each in a [`sandbox`]
-//! set up before the plugin's first instruction runs.
+//! call at a time per worker, killed on timeout, their crashes survived, each in a sandbox
+//! (`rho_worker::sandbox`) set up before the plugin's first instruction runs.
 //!
-//! The host talks to each worker over private sockets (the worker's fds 3 and 4, see [`protocol`]); the
+//! The host talks to each worker over private sockets (the worker's fds 3 and 4, see `rho_protocol::frames`); the
 //! plugin's own stdout and stderr go to the host's logs (`tracing`, target `rho::plugin`). Each
 //! plugin version has a [`pool`] of workers with warm spares; a reload starts a new pool and
 //! retires the old one, whose busy workers finish their call and exit.
 
 pub(crate) mod channel;
-pub(crate) mod grants;
 pub(crate) mod invoke;
-pub(crate) mod mounts;
 pub(crate) mod pool;
-pub(crate) mod protocol;
-pub(crate) mod sandbox;
 pub(crate) mod spawn;
-pub(crate) mod worker;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use grants::Grants;
-use sandbox::Identity;
-
-/// Resource limits of one worker process (`setrlimit`); `None` leaves the host's own.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct WorkerLimits {
-    /// Address space, bytes (`RLIMIT_AS`): an allocation past it fails and the worker aborts.
-    pub memory_bytes: Option<u64>,
-    /// CPU time over the worker's life, seconds (`RLIMIT_CPU`): past it the kernel kills it and the
-    /// pool starts another.
-    pub cpu_seconds: Option<u64>,
-    /// Open files (`RLIMIT_NOFILE`).
-    pub open_files: Option<u64>,
-    /// Processes and threads of the sandbox together (`RLIMIT_NPROC`, counted in the worker's own
-    /// user namespace).
-    pub processes: Option<u64>,
-    /// The largest file the plugin may write (`RLIMIT_FSIZE`).
-    pub file_bytes: Option<u64>,
-    /// The size of the worker's private tmpfs at `/tmp` (its scratch space; it counts against
-    /// memory, not disk, and is gone with the worker).
-    pub scratch_bytes: u64,
-}
-
-impl Default for WorkerLimits {
-    /// 2 GiB of address space, no CPU limit, 256 open files, 64 processes and threads, files of
-    /// at most 1 GiB, a 64 MiB scratch tmpfs.
-    fn default() -> Self {
-        WorkerLimits {
-            memory_bytes: Some(2 << 30),
-            cpu_seconds: None,
-            open_files: Some(256),
-            processes: Some(64),
-            file_bytes: Some(1 << 30),
-            scratch_bytes: 64 << 20,
-        }
-    }
-}
+use rho_protocol::{Grants, Identity, WorkerLimits};
 
 /// How isolated plugins run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WorkerOptions {
-    /// The worker executable; default: `$RHO_WORKER`, else `rho-worker` beside the host's
-    /// executable (or one directory up, for test binaries in `target/*/deps`), else the first
-    /// `rho-worker` on `PATH` (`cargo install --path cli` puts one there).
+    /// The worker executable; default: `$RHO_WORKER`, else the host's own executable when it
+    /// called [`rho_worker::run_if_worker`] first thing in `main` (one binary for host and
+    /// workers), else `rho-worker` beside the host's executable (or one directory up, for test
+    /// binaries in `target/*/deps`), else the first `rho-worker` on `PATH`
+    /// (`cargo install --path cli` puts one there).
     pub executable: Option<PathBuf>,
     /// Idle workers kept started ahead of calls, per plugin version.
     pub spares: usize,
@@ -106,7 +66,7 @@ impl Default for WorkerOptions {
             idle_timeout: Duration::from_secs(60),
             cancel_grace: Duration::from_millis(100),
             start_timeout: Duration::from_secs(10),
-            max_frame: protocol::DEFAULT_MAX_FRAME,
+            max_frame: rho_protocol::frames::DEFAULT_MAX_FRAME,
             limits: WorkerLimits::default(),
             grants: Grants::default(),
             identity: Identity::default(),
@@ -123,6 +83,11 @@ impl WorkerOptions {
         }
         if let Some(exe) = std::env::var_os("RHO_WORKER") {
             return PathBuf::from(exe);
+        }
+        if rho_worker::self_worker()
+            && let Ok(exe) = std::env::current_exe()
+        {
+            return exe;
         }
         let name = format!("rho-worker{}", std::env::consts::EXE_SUFFIX);
         let here = std::env::current_exe().ok();

@@ -8,15 +8,15 @@ use std::time::{Duration, Instant};
 
 use tokio::io::AsyncReadExt;
 
-use crate::error::LoadError;
 use crate::isolate::WorkerOptions;
-use crate::isolate::protocol::{
-    Frame, FrameError, FromWorker, ToWorker, encode_head, read_frame_async,
-};
-use crate::isolate::sandbox::SandboxReport;
+use crate::isolate::channel::read_frame_async;
 use crate::isolate::spawn::{Payload, Process, kill_group, start};
-use crate::plugin::load::PluginInfo;
-use crate::registry::spec::ToolSpec;
+use rho_protocol::PROTOCOL_VERSION;
+use rho_protocol::SandboxReport;
+use rho_protocol::ToolSpec;
+use rho_protocol::frames::{Frame, FrameError, FromWorker, ToWorker, encode_head};
+use rho_worker::LoadError;
+use rho_worker::loader::load::PluginInfo;
 
 /// One worker process. Dropping it kills its process group.
 pub(crate) struct Worker {
@@ -115,7 +115,7 @@ impl Worker {
         match words {
             Some(line) => format!(
                 "{how} (its last words on stderr: {})",
-                crate::error::one_line(&truncate(&line, 200))
+                rho_worker::one_line(&truncate(&line, 200))
             ),
             None => how,
         }
@@ -271,9 +271,25 @@ impl Pool {
         let started = tokio::time::timeout(inner.options.start_timeout, async {
             let sandbox = match worker.read(limit).await {
                 Ok(Frame {
-                    message: FromWorker::Confined { sandbox },
+                    message: FromWorker::Confined { protocol, sandbox },
                     ..
-                }) => sandbox,
+                }) if protocol == PROTOCOL_VERSION => sandbox,
+                // Another release's worker: one line, nothing more read from it.
+                Ok(Frame {
+                    message: FromWorker::Confined { protocol, .. },
+                    ..
+                }) => {
+                    return Err(Ok(Frame {
+                        message: FromWorker::LoadFailed {
+                            error: format!(
+                                "the worker {} speaks protocol {protocol}, this host speaks \
+                                 {PROTOCOL_VERSION}: run the worker of the host's own rho release",
+                                inner.options.worker_executable().display()
+                            ),
+                        },
+                        blobs: Vec::new(),
+                    }));
+                }
                 other => return Err(other),
             };
             match worker.read(limit).await {
@@ -306,7 +322,7 @@ impl Pool {
             Ok(Err(Ok(Frame {
                 message: FromWorker::LoadFailed { error },
                 ..
-            }))) => Err(crate::error::one_line(&strip_path(&error, &inner.shown))),
+            }))) => Err(rho_worker::one_line(&strip_path(&error, &inner.shown))),
             Ok(Err(Ok(_))) => Err("the worker broke the protocol while loading".into()),
             Ok(Err(Err(FrameError::Closed))) => {
                 let how = worker.exit_text(Duration::from_secs(2), "").await;

@@ -1,6 +1,6 @@
 //! Starting a worker process: stdin is its end of the channel, stdout and stderr are piped to
 //! the host's logs, the environment is cleared, and its other descriptors (the cancel channel, the
-//! plugin, the status pipe) wait for it on the channel ([`HANDED_OVER`](crate::isolate::protocol::HANDED_OVER)). The worker itself moves
+//! plugin, the status pipe) wait for it on the channel ([`HANDED_OVER`](rho_protocol::frames::HANDED_OVER)). The worker itself moves
 //! them to their numbers, closes everything else it inherited, makes its own session and arms its
 //! parent-death signal, before it reads a frame (see [`crate::isolate::worker`]). Its first
 //! frame tells it the sandbox to enter (see [`crate::isolate::sandbox`]).
@@ -26,10 +26,8 @@ use tokio::process::{Child, Command};
 
 use crate::isolate::WorkerOptions;
 use crate::isolate::channel::Channel;
-use crate::isolate::grants::ResolvedGrants;
-use crate::isolate::protocol::{
-    HANDED_CONTROL_WORDS, STDERR_END_MARK, SandboxSpec, ToWorker, encode,
-};
+use rho_protocol::frames::{HANDED_CONTROL_WORDS, STDERR_END_MARK, SandboxSpec, ToWorker, encode};
+use rho_worker::grants::ResolvedGrants;
 
 /// A started worker process and the host's ends of its channels.
 pub(crate) struct Process {
@@ -135,7 +133,9 @@ pub(crate) async fn start(
     // vfork: the host's memory is not copied on write, and a large host starts workers as fast
     // as a small one. The worker makes its own session and arms its parent-death signal.
     let mut cmd = Command::new(options.worker_executable());
-    cmd.arg(shown)
+    cmd.arg(rho_worker::WORKER_ARG)
+        .arg(rho_protocol::PROTOCOL_VERSION.to_string())
+        .arg(shown)
         .env_clear()
         .stdin(Stdio::from(OwnedFd::from(worker_end)))
         .stdout(Stdio::piped())
@@ -172,6 +172,7 @@ pub(crate) async fn start(
     let stream = Channel::new(host_end)?;
     let first = encode(
         &ToWorker::Start {
+            protocol: rho_protocol::PROTOCOL_VERSION,
             sandbox: payload.sandbox.clone(),
         },
         &[],
@@ -208,7 +209,7 @@ fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     }
 }
 
-/// Sends `fds` on `channel` (one byte carrying them, `SCM_RIGHTS`), in [`HANDED_OVER`](crate::isolate::protocol::HANDED_OVER) order
+/// Sends `fds` on `channel` (one byte carrying them, `SCM_RIGHTS`), in [`HANDED_OVER`](rho_protocol::frames::HANDED_OVER) order
 /// and then the grants'. The socket is new and empty: the send does not block.
 fn hand_over(channel: &StdUnixStream, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     let raw: Vec<i32> = fds.iter().map(|fd| fd.as_raw_fd()).collect();

@@ -9,20 +9,20 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use crate::call::invoke::Invoke;
-use crate::error::LoadError;
 use crate::isolate::WorkerOptions;
-use crate::isolate::grants::{ResolvedGrants, resolve as resolve_grants};
 use crate::isolate::invoke::IsolatedInvoke;
 use crate::isolate::pool::Pool;
-use crate::isolate::protocol::SandboxSpec;
-use crate::isolate::sandbox::SandboxReport;
 use crate::isolate::spawn::Payload;
-use crate::plugin::call::{InProcessInvoke, InProcessPlugin};
-use crate::plugin::load::{
+use crate::plugin::inproc::{InProcessInvoke, InProcessPlugin};
+use rho_protocol::SandboxReport;
+use rho_protocol::ToolSpec;
+use rho_protocol::frames::SandboxSpec;
+use rho_worker::LoadError;
+use rho_worker::grants::{ResolvedGrants, resolve as resolve_grants};
+use rho_worker::loader::load::{
     CopyDir, PluginFile, PluginInfo, PrivateCopy, RawTool, check_identity, check_tools,
     load_in_process, memfd_copy,
 };
-use crate::registry::spec::ToolSpec;
 
 /// A plugin version loaded by a backend, ready to register.
 pub(crate) struct LoadedVersion {
@@ -169,7 +169,8 @@ impl Isolated {
                 enabled: self.options.sandbox,
                 grants: self.options.grants.clone(),
                 limits: self.options.limits.clone(),
-                identity: self.options.identity.resolve(),
+                // SAFETY: geteuid has no preconditions.
+                identity: self.options.identity.resolve(unsafe { libc::geteuid() }),
                 // SAFETY: getpid has no preconditions.
                 host_pid: unsafe { libc::getpid() },
                 scratch_bytes: self.options.limits.scratch_bytes,
@@ -234,12 +235,7 @@ impl Isolated {
         }
         let raw = ready.tools.into_iter().map(RawTool::announced).collect();
         let (specs, mut rejected) = check_tools(&file.path, &ready.name, &ready.version, raw);
-        rejected.extend(
-            ready
-                .rejected
-                .iter()
-                .map(|line| crate::error::one_line(line)),
-        );
+        rejected.extend(ready.rejected.iter().map(|line| rho_worker::one_line(line)));
         if ready.sandbox.complete() {
             tracing::debug!(file = %file.path.display(), sandbox = %ready.sandbox, "sandbox");
         } else {

@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::bus::events::EventKind;
-use crate::error::LoadError;
 use crate::plugin::backend::{Backend, LoadOutcome, LoadedVersion};
-use crate::plugin::load::{CopyDir, PluginFile, PluginInfo};
-use crate::plugin::open::{DirError, DirHandle, Stamp, open_dir};
-use crate::plugin::trust::Trust;
-use crate::registry::spec::ToolSpec;
 use crate::registry::{ResolvedTool, SourceId, ToolRegistry};
+use rho_protocol::ToolSpec;
+use rho_worker::LoadError;
+use rho_worker::loader::load::{CopyDir, PluginFile, PluginInfo};
+use rho_worker::loader::open::{DirError, DirHandle, Stamp, open_dir};
+use rho_worker::loader::trust::Trust;
 
 /// Where a directory's plugins run. The default is [`Isolation::Process`]: a plugin that
 /// crashes, exits, hangs or misbehaves ends its call, never the host. [`Isolation::InProcess`] is
@@ -69,7 +69,7 @@ pub struct DirOptions {
 }
 
 fn default_max_file_size() -> u64 {
-    crate::plugin::open::DEFAULT_MAX_FILE_SIZE
+    rho_worker::loader::open::DEFAULT_MAX_FILE_SIZE
 }
 
 fn default_load_timeout() -> std::time::Duration {
@@ -645,7 +645,7 @@ impl PluginDir {
             let message = format!(
                 "{mapped} versions of {} are already mapped in this process (the cap is {}); \
                  load it isolated or restart the host to reload it again",
-                crate::error::shown(&path),
+                rho_worker::shown(&path),
                 inner.options.max_versions
             );
             report.event(EventKind::Warning {
@@ -888,8 +888,8 @@ mod tests {
     use crate::bus::Bus;
     use crate::call::invoke::{NativeInvoke, Tool, ToolCtx};
     use crate::registry::ResolvedTool;
-    use crate::registry::spec::ToolSpec;
     use rho_plugin_api::{Answer, ToolError};
+    use rho_protocol::ToolSpec;
 
     struct Kept;
 

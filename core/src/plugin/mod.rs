@@ -1,21 +1,17 @@
 //! Plugins: loading files (in process or isolated), the directory source, and its trust policy.
 
 pub(crate) mod backend;
-pub(crate) mod call;
 pub(crate) mod dir;
-pub(crate) mod elf;
-pub(crate) mod load;
-pub(crate) mod open;
+pub(crate) mod inproc;
 pub(crate) mod pool;
-pub(crate) mod trust;
 pub(crate) mod watch;
 
 use std::path::Path;
 
-use crate::error::LoadError;
 use crate::registry::ToolRegistry;
 use backend::Backend;
 use dir::{DirOptions, PluginDir, Scanning};
+use rho_worker::LoadError;
 
 impl ToolRegistry {
     /// Adds the plugin directory `dir` as a source of this registry and starts loading every

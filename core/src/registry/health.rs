@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::bus::events::{Event, EventKind};
-use crate::call::outcome::Outcome;
+use rho_protocol::Outcome;
 
 /// When a tool is quarantined: `max_failures` crashes or timeouts within `window`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,7 +91,8 @@ impl Tally {
             Outcome::InvalidArguments => s.invalid_arguments += 1,
             Outcome::Quarantined => s.quarantined_calls += 1,
             Outcome::Unavailable => s.unavailable += 1,
-            Outcome::UnknownTool => {}
+            // Not the tool's: it never ran (and outcomes added later count only as calls).
+            _ => {}
         }
         // Calls the tool never ran do not count towards its latency.
         if !matches!(

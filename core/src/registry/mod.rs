@@ -7,7 +7,6 @@
 
 pub(crate) mod health;
 pub(crate) mod remote;
-pub(crate) mod spec;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -20,10 +19,10 @@ use serde_json::Value;
 use crate::bus::Bus;
 use crate::bus::events::EventKind;
 use crate::call::invoke::{Invoke, NativeInvoke, Tool};
-use crate::call::outcome::ToolResult;
 use crate::call::validate::{Checked, SchemaValidator};
 use crate::registry::health::{CallEnd, Change, Health, QuarantinePolicy, ToolKey, ToolStats};
-use crate::registry::spec::ToolSpec;
+use rho_protocol::ToolResult;
+use rho_protocol::ToolSpec;
 
 /// A source's place in the registry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -26,9 +26,9 @@ use serde_json::Value;
 use crate::bus::Bus;
 use crate::bus::events::EventKind;
 use crate::call::invoke::{CallFuture, Failure, Invoke, ToolCtx};
-use crate::call::outcome::CrashReason;
-use crate::registry::spec::ToolSpec;
 use crate::registry::{ResolvedTool, SourceId, ToolRegistry};
+use rho_protocol::CrashReason;
+use rho_protocol::ToolSpec;
 
 /// Why a remote call produced no answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,7 +137,7 @@ impl RemoteSource {
                 ));
                 continue;
             }
-            if let Some(problem) = crate::plugin::load::spec_problem(&entry.spec) {
+            if let Some(problem) = rho_worker::loader::load::spec_problem(&entry.spec) {
                 refused.push(format!(
                     "{}: tool `{}` refused: {problem}",
                     inner.name, entry.spec.name
@@ -218,7 +218,7 @@ impl Invoke for RemoteInvoke {
                 RemoteFailure::Crashed(text) => Failure::Crash(CrashReason::Formatted(text)),
                 RemoteFailure::Unavailable(text) => Failure::Unavailable(text),
             })?;
-            crate::call::answer::check_limits(&name, &answer)?;
+            rho_protocol::answer::check_limits(&name, &answer)?;
             Ok(answer)
         })
     }

@@ -3,9 +3,9 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use rho_core::loader::{CallInfo, CopyDir, PluginFile, call_module, load_in_process};
 use rho_core::plugin_api::ffi::{PluginModRef, ROOT_SYMBOL};
 use rho_core::{CallOptions, DirOptions, Host, ToolCall, allow_all};
+use rho_worker::loader::{CallInfo, CopyDir, PluginFile, call_module, load_in_process};
 use serde_json::json;
 
 use super::{Ctx, Figure, median_of, per_iter_us};

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rho_core::loader::{CallInfo, CopyDir, PluginFile, call_module, load_in_process};
 use rho_core::{CallOptions, DirOptions, Host, ToolCall, allow_all};
+use rho_worker::loader::{CallInfo, CopyDir, PluginFile, call_module, load_in_process};
 use serde_json::json;
 
 use super::{Ctx, Figure, median};

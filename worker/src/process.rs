@@ -1,5 +1,5 @@
 //! The worker side: what `rho-worker` runs. It takes its descriptors (see [`take_handed`]), reads
-//! the sandbox to enter from its channel (fd 3), enters it (see [`crate::isolate::sandbox`]),
+//! the sandbox to enter from its channel (fd 3), enters it (see [`crate::sandbox`]),
 //! loads the plugin from fd 5, says `Ready` with what of the sandbox is in force, then runs calls
 //! one at a time on its main thread; a second thread reads the cancel channel (fd 4) and sets the
 //! running call's flag. It exits when the host closes the channel.
@@ -18,15 +18,15 @@ use std::time::Duration;
 
 use rho_plugin_api::Answer;
 
-use crate::call::answer::{FailureKind, OutputKind};
-use crate::call::invoke::Failure;
-use crate::isolate::protocol::{
+use crate::loader::call::{CallInfo, call_module};
+use crate::loader::load::load_checked_copy;
+use crate::sandbox;
+use rho_protocol::answer::{FailureKind, OutputKind};
+use rho_protocol::frames::{
     CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, GRANT_FDS, HANDED_CONTROL_WORDS,
     HANDED_OVER, ImageHead, ImageHeads, PLUGIN_FD, ToWorker, read_frame, write_frame,
 };
-use crate::isolate::sandbox;
-use crate::plugin::call::{CallInfo, call_module};
-use crate::plugin::load::load_checked_copy;
+use rho_protocol::{Failure, PROTOCOL_VERSION};
 
 /// The largest frame a worker accepts from its host (arguments): 1 GiB.
 const MAX_FROM_HOST: usize = 1 << 30;
@@ -128,39 +128,104 @@ fn take_fd(fd: i32, what: &str) -> Option<UnixStream> {
     Some(unsafe { UnixStream::from_raw_fd(fd) })
 }
 
-/// The worker's main: `rho-worker SHOWN_PATH`, with its channel on stdin bringing its other
-/// descriptors (see [`take_handed`]). The first frame on the channel is the sandbox to enter.
+/// The first argument of a worker process: `EXE --rho-worker PROTOCOL SHOWN_PATH`. A host binary
+/// that calls [`run_if_worker`] first thing in `main` is its own worker: started so, it runs the
+/// worker's body and exits.
+pub const WORKER_ARG: &str = "--rho-worker";
+
+/// Whether this process called [`run_if_worker`]: its own executable can be its workers'.
+static SELF_WORKER: AtomicBool = AtomicBool::new(false);
+
+/// Makes this binary its own worker: call it first thing in `main`, before the tokio runtime and
+/// before any thread exists (a process with threads cannot make the user namespace its sandbox
+/// needs). Started as a worker (`EXE --rho-worker ...`), it runs the worker's body and exits
+/// with its status; otherwise it returns at once, and the runtime starts this executable for its
+/// workers instead of looking for a `rho-worker` program.
+pub fn run_if_worker() {
+    SELF_WORKER.store(true, Ordering::Relaxed);
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|arg| arg == WORKER_ARG)
+    {
+        std::process::exit(i32::from(run()));
+    }
+}
+
+/// Whether [`run_if_worker`] was called in this process (so its executable serves as a worker).
+pub fn self_worker() -> bool {
+    SELF_WORKER.load(Ordering::Relaxed)
+}
+
+/// The body of the `rho-worker` program: `rho-worker --rho-worker PROTOCOL SHOWN_PATH`, its
+/// channel on stdin bringing its other descriptors. Not for hosts: a host finds `rho-worker`
+/// through its worker options, or is its own worker ([`run_if_worker`]).
 pub fn main() -> ExitCode {
+    ExitCode::from(run())
+}
+
+/// The worker's arguments: the host's protocol version and the plugin's path for messages.
+fn arguments() -> Result<PathBuf, String> {
+    let mut args = std::env::args_os().skip(1);
+    let usage = || {
+        "usage: rho-worker --rho-worker PROTOCOL SHOWN_PATH (started by a rho host, channels on \
+         fds 3 and 4, the plugin on fd 5)"
+            .to_owned()
+    };
+    if args.next().is_none_or(|arg| arg != WORKER_ARG) {
+        return Err(usage());
+    }
+    let protocol = args.next().ok_or_else(usage)?;
+    let protocol = protocol.to_string_lossy();
+    if protocol != PROTOCOL_VERSION.to_string() {
+        return Err(format!(
+            "the host speaks protocol {protocol}, this worker speaks {PROTOCOL_VERSION}: run the \
+             worker of the host's own rho release"
+        ));
+    }
+    args.next().map(PathBuf::from).ok_or_else(usage)
+}
+
+/// The worker's body (see the module doc); its exit status.
+fn run() -> u8 {
     let grant_fds = match take_handed() {
         Ok(n) => n,
         Err(e) => {
             eprintln!("rho-worker: {e} (this program is started by a rho host)");
-            return ExitCode::from(2);
+            return 2;
         }
     };
     keep_freed_memory();
-    let Some(shown) = std::env::args_os().nth(1).map(PathBuf::from) else {
-        eprintln!(
-            "rho-worker: usage: rho-worker SHOWN_PATH (started by a rho host, channels on fds 3 and 4, the plugin on fd 5)"
-        );
-        return ExitCode::from(2);
+    let shown = match arguments() {
+        Ok(shown) => shown,
+        Err(line) => {
+            eprintln!("rho-worker: {line}");
+            return 2;
+        }
     };
     let (Some(stream), Some(cancel)) = (
         take_fd(CHANNEL_FD, "channel"),
         take_fd(CANCEL_FD, "cancel channel"),
     ) else {
-        return ExitCode::from(2);
+        return 2;
     };
     let load_failed = |error: String| {
         let _ = write_frame(&mut &stream, &FromWorker::LoadFailed { error }, &[]);
-        ExitCode::SUCCESS
+        0
     };
     // Read unbuffered: nothing past the first frame may be consumed before the sandbox forks.
     let spec = match read_frame::<ToWorker>(&mut &stream, MAX_FROM_HOST) {
         Ok(Frame {
-            message: ToWorker::Start { sandbox },
+            message: ToWorker::Start { protocol, sandbox },
             ..
-        }) => sandbox,
+        }) if protocol == PROTOCOL_VERSION => sandbox,
+        Ok(Frame {
+            message: ToWorker::Start { protocol, .. },
+            ..
+        }) => {
+            return load_failed(format!(
+                "the host speaks protocol {protocol}, this worker speaks {PROTOCOL_VERSION}"
+            ));
+        }
         Ok(_) => return load_failed("the host sent something else than Start".into()),
         Err(e) => return load_failed(format!("reading the sandbox: {e}")),
     };
@@ -173,7 +238,7 @@ pub fn main() -> ExitCode {
     // SAFETY: getppid has no preconditions.
     if unsafe { libc::getppid() } != spec.host_pid {
         // The host died before the parent-death signal was armed.
-        return ExitCode::from(1);
+        return 1;
     }
     // Only the plugin process returns from here; the worker and the sandbox's init wait inside
     // and end as it does.
@@ -184,10 +249,11 @@ pub fn main() -> ExitCode {
     sandbox::confine(&spec, &mut report);
     // Before any of the plugin's code runs: its load-time code could write frames of its own.
     let confined = FromWorker::Confined {
+        protocol: PROTOCOL_VERSION,
         sandbox: report.clone(),
     };
     if write_frame(&mut &stream, &confined, &[]).is_err() {
-        return ExitCode::from(1);
+        return 1;
     }
     let plugin = PathBuf::from(format!("/proc/self/fd/{PLUGIN_FD}"));
     let loaded = match load_checked_copy(&plugin, &shown) {
@@ -202,7 +268,7 @@ pub fn main() -> ExitCode {
     }
     // The writing end for the call thread and the update callbacks (fd 5 from here on).
     let Ok(writer) = stream.try_clone() else {
-        return ExitCode::from(1);
+        return 1;
     };
     let channel: Channel = Arc::new(Mutex::new(writer));
     let ready = FromWorker::Ready {
@@ -214,7 +280,7 @@ pub fn main() -> ExitCode {
         capabilities: loaded.info.capabilities.clone(),
     };
     if !send(&channel, &ready, &[]) {
-        return ExitCode::from(1);
+        return 1;
     }
     let running: Running = Arc::new(Mutex::new(None));
     let cancel_running = running.clone();
@@ -223,7 +289,7 @@ pub fn main() -> ExitCode {
         .spawn(move || read_cancels(BufReader::new(cancel), &cancel_running));
     if let Err(e) = cancels {
         eprintln!("rho-worker: cannot start the cancel thread: {e}");
-        return ExitCode::from(1);
+        return 1;
     }
     let sandbox = Confinement {
         grants: spec.grants,
@@ -263,8 +329,8 @@ fn keep_freed_memory() {
 
 /// What the plugin process knows of its sandbox while serving.
 struct Confinement {
-    grants: crate::isolate::grants::Grants,
-    report: sandbox::SandboxReport,
+    grants: rho_protocol::Grants,
+    report: rho_protocol::SandboxReport,
     /// Threads once loaded (the plugin's own load-time threads included), and the counter that
     /// counts them again after each call.
     threads: Option<(usize, sandbox::ThreadCounter)>,
@@ -289,17 +355,17 @@ fn serve(
     module: rho_plugin_api::ffi::PluginModRef,
     running: &Running,
     sandbox: &Confinement,
-) -> ExitCode {
+) -> u8 {
     loop {
         if reader.buffer().is_empty() {
             wait_readable(reader.get_ref());
         }
         let frame = match read_frame::<ToWorker>(&mut reader, MAX_FROM_HOST) {
             Ok(frame) => frame,
-            Err(FrameError::Closed) => return ExitCode::SUCCESS,
+            Err(FrameError::Closed) => return 0,
             Err(error) => {
                 eprintln!("rho-worker: {error}");
-                return ExitCode::from(1);
+                return 1;
             }
         };
         let ToWorker::Call {
@@ -372,7 +438,7 @@ fn answer(
     id: u64,
     result: Result<Answer, Failure>,
     spent: bool,
-    grants: &crate::isolate::grants::Grants,
+    grants: &rho_protocol::Grants,
 ) {
     let noted = |text: String| match sandbox::denial_note(&text, grants) {
         Some(note) => format!("{text} {note}"),

@@ -13,13 +13,11 @@
 use std::io::{IoSlice, Read, Write};
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::call::answer::{FailureKind, OutputKind};
-use crate::isolate::WorkerLimits;
-use crate::isolate::grants::{GrantPath, Grants};
-use crate::isolate::sandbox::SandboxReport;
-use crate::registry::spec::ToolSpec;
+use crate::answer::{FailureKind, OutputKind};
+use crate::grants::{GrantPath, Grants};
+use crate::sandbox::{SandboxReport, WorkerLimits};
+use crate::spec::ToolSpec;
 
 /// The fd the worker keeps its channel on (its stdin at `exec`, moved here first thing): calls go
 /// in, updates and answers come out.
@@ -53,9 +51,9 @@ pub const HANDED_OVER: [i32; 3] = [CANCEL_FD, PLUGIN_FD, STATUS_FD];
 pub const GRANT_FDS: i32 = 7;
 
 /// The room (in 8-byte words) for the control message that hands the descriptors over: the
-/// [`HANDED_OVER`] ones and [`MAX_GRANTS`](crate::isolate::grants::MAX_GRANTS) grants.
-pub(crate) const HANDED_CONTROL_WORDS: usize =
-    (16 + 4 * (HANDED_OVER.len() + crate::isolate::grants::MAX_GRANTS)).div_ceil(8);
+/// [`HANDED_OVER`] ones and [`MAX_GRANTS`](crate::grants::MAX_GRANTS) grants.
+pub const HANDED_CONTROL_WORDS: usize =
+    (16 + 4 * (HANDED_OVER.len() + crate::grants::MAX_GRANTS)).div_ceil(8);
 
 /// The line the sandboxed worker writes on stderr before it reports the status on
 /// [`STATUS_FD`]: everything the plugin process wrote on stderr comes before it, so its last
@@ -71,6 +69,8 @@ pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
 pub enum ToWorker {
     /// The first frame a worker reads: how to confine itself before it loads the plugin.
     Start {
+        /// The host's [`PROTOCOL_VERSION`](crate::PROTOCOL_VERSION).
+        protocol: u32,
         /// The sandbox to enter.
         sandbox: SandboxSpec,
     },
@@ -107,7 +107,7 @@ pub struct ImageHead {
 }
 
 /// An answer's image heads as a worker announced them. Read from a frame, at most
-/// [`MAX_IMAGES`](crate::call::answer::MAX_IMAGES) heads are kept; the rest are counted and their
+/// [`MAX_IMAGES`](crate::answer::MAX_IMAGES) heads are kept; the rest are counted and their
 /// lengths summed as they are read, never stored, so an answer announcing 300,000 images costs
 /// the host the frame's bytes and no more.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -164,7 +164,7 @@ impl<'de> Deserialize<'de> for ImageHeads {
                 self,
                 mut seq: A,
             ) -> Result<ImageHeads, A::Error> {
-                let limit = crate::call::answer::MAX_IMAGES;
+                let limit = crate::answer::MAX_IMAGES;
                 let mut heads = ImageHeads {
                     heads: Vec::new(),
                     count: 0,
@@ -191,6 +191,10 @@ pub enum FromWorker {
     /// The worker is confined: what of the sandbox is in force. Sent before the plugin is loaded,
     /// so the plugin's own code cannot forge it.
     Confined {
+        /// The worker's [`PROTOCOL_VERSION`](crate::PROTOCOL_VERSION) (0: a worker from before
+        /// the versions were said).
+        #[serde(default)]
+        protocol: u32,
         /// What of the sandbox is in force.
         sandbox: SandboxReport,
     },
@@ -263,8 +267,7 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-/// How a worker confines itself (see [`crate::isolate::sandbox`]); the host resolves it from its
-/// [`WorkerOptions`](crate::isolate::WorkerOptions).
+/// How a worker confines itself; the host resolves it from its worker options.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxSpec {
     /// `false`: no sandbox, only the limits (for measurements).
@@ -325,7 +328,7 @@ pub struct Frame<M> {
 /// A frame's head: its length prefix, the JSON part's length and the JSON part, for a frame whose
 /// blobs add up to `blob_len` bytes. The blobs follow it on the wire as they lie (a frame is
 /// written as one vectored write of its head and blobs: no copy of a payload).
-pub(crate) fn encode_head<M: Serialize>(message: &M, blob_len: usize) -> Vec<u8> {
+pub fn encode_head<M: Serialize>(message: &M, blob_len: usize) -> Vec<u8> {
     // Serializing these enums of strings and numbers cannot fail.
     let json = serde_json::to_vec(message).unwrap_or_default();
     let body = 4 + json.len() + blob_len;
@@ -355,9 +358,10 @@ fn blob_room(len: usize) -> usize {
 
 /// The first bytes of a body are read at once, up to this many: a small frame takes one read
 /// after its length, a large one copies no more than this of its blobs.
-const BODY_PREFIX: usize = 8 << 10;
+pub const BODY_PREFIX: usize = 8 << 10;
 
-fn closed_at_eof(e: std::io::Error) -> FrameError {
+/// A read error as a frame error: an end of input before a whole frame is [`FrameError::Closed`].
+pub fn closed_at_eof(e: std::io::Error) -> FrameError {
     match e.kind() {
         std::io::ErrorKind::UnexpectedEof => FrameError::Closed,
         _ => FrameError::Io(e),
@@ -369,7 +373,7 @@ fn closed_at_eof(e: std::io::Error) -> FrameError {
 /// is grown past the bytes that arrived (but for the worker's own reads of its host's frames,
 /// see [`read_frame`]): a peer that announces a large part and stalls costs its buffer's room,
 /// not the announced length.
-struct Body {
+pub struct Body {
     json: Vec<u8>,
     json_end: usize,
     blobs: Vec<u8>,
@@ -378,7 +382,7 @@ struct Body {
 
 impl Body {
     /// Splits the first bytes of a body of `size` bytes (at least 4) into its parts.
-    fn of(mut prefix: Vec<u8>, size: usize) -> Result<Body, FrameError> {
+    pub fn of(mut prefix: Vec<u8>, size: usize) -> Result<Body, FrameError> {
         let json_len = u32::from_le_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
         if json_len > size - 4 {
             return Err(FrameError::Malformed(format!(
@@ -400,16 +404,22 @@ impl Body {
     }
 
     /// JSON bytes still to read.
-    fn json_missing(&self) -> usize {
+    pub fn json_missing(&self) -> usize {
         self.json_end - self.json.len()
     }
 
     /// Blob bytes still to read.
-    fn blobs_missing(&self) -> usize {
+    pub fn blobs_missing(&self) -> usize {
         self.blob_len - self.blobs.len()
     }
 
-    fn frame<M: for<'de> Deserialize<'de>>(self) -> Result<Frame<M>, FrameError> {
+    /// The parts still being filled: the JSON part and the blobs (append what arrives).
+    pub fn parts_mut(&mut self) -> (&mut Vec<u8>, &mut Vec<u8>) {
+        (&mut self.json, &mut self.blobs)
+    }
+
+    /// The frame, once every byte has arrived (`Closed` otherwise).
+    pub fn frame<M: for<'de> Deserialize<'de>>(self) -> Result<Frame<M>, FrameError> {
         if self.json_missing() > 0 || self.blobs_missing() > 0 {
             return Err(FrameError::Closed);
         }
@@ -423,7 +433,7 @@ impl Body {
 
 /// The body length a frame's header announces: at most `limit`, and room for the body's own
 /// 4-byte JSON length.
-fn body_len(header: [u8; 4], limit: usize) -> Result<usize, FrameError> {
+pub fn body_len(header: [u8; 4], limit: usize) -> Result<usize, FrameError> {
     let size = u32::from_le_bytes(header) as usize;
     if size > limit {
         return Err(FrameError::TooLarge { size, limit });
@@ -460,41 +470,6 @@ pub fn read_frame<M: for<'de> Deserialize<'de>>(
         reader
             .read_exact(&mut body.blobs[start..])
             .map_err(closed_at_eof)?;
-    }
-    body.frame()
-}
-
-/// Reads one frame (async), as [`read_frame`] does.
-pub async fn read_frame_async<M: for<'de> Deserialize<'de>>(
-    reader: &mut (impl AsyncRead + Unpin),
-    limit: usize,
-) -> Result<Frame<M>, FrameError> {
-    let mut header = [0u8; 4];
-    match reader.read_exact(&mut header).await {
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
-        other => other?,
-    };
-    let size = body_len(header, limit)?;
-    let mut prefix = vec![0u8; size.min(BODY_PREFIX)];
-    reader
-        .read_exact(&mut prefix)
-        .await
-        .map_err(closed_at_eof)?;
-    let mut body = Body::of(prefix, size)?;
-    // Both parts grow as their bytes arrive (`read_to_end` reserves ahead of what came, never
-    // the announced length): what a worker announces costs nothing until it sends it.
-    let (json_missing, blobs_missing) = (body.json_missing(), body.blobs_missing());
-    for (part, missing) in [
-        (&mut body.json, json_missing),
-        (&mut body.blobs, blobs_missing),
-    ] {
-        if missing > 0 {
-            (&mut *reader)
-                .take(missing as u64)
-                .read_to_end(part)
-                .await
-                .map_err(FrameError::Io)?;
-        }
     }
     body.frame()
 }
@@ -599,8 +574,8 @@ mod tests {
 
     /// Frames whose JSON or blobs run past the first read, written in parts by a writer that
     /// takes a little at a time, read back whole both ways; a frame cut anywhere is `Closed`.
-    #[tokio::test]
-    async fn large_parts_round_trip_and_a_cut_frame_is_closed() {
+    #[test]
+    fn large_parts_round_trip_and_a_cut_frame_is_closed() {
         let msg = FromWorker::Failure {
             id: 1,
             kind: FailureKind::Error,
@@ -621,16 +596,9 @@ mod tests {
             let whole: Vec<u8> = blobs.concat();
             let frame: Frame<FromWorker> = read_frame(&mut &bytes[..], 1 << 30).unwrap();
             assert_eq!((&frame.message, &frame.blobs), (&msg, &whole));
-            let frame: Frame<FromWorker> =
-                read_frame_async(&mut &bytes[..], 1 << 30).await.unwrap();
-            assert_eq!((&frame.message, &frame.blobs), (&msg, &whole));
             for cut in [5, BODY_PREFIX, bytes.len() - 1] {
                 assert!(matches!(
                     read_frame::<FromWorker>(&mut &bytes[..cut], 1 << 30),
-                    Err(FrameError::Closed)
-                ));
-                assert!(matches!(
-                    read_frame_async::<FromWorker>(&mut &bytes[..cut], 1 << 30).await,
                     Err(FrameError::Closed)
                 ));
             }

@@ -14,15 +14,17 @@ use rho_plugin_api::{Image, Output, ToolError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::call::invoke::Failure;
-use crate::call::outcome::CrashReason;
+use crate::outcome::{CrashReason, Failure};
 
 /// An answer's shape: text only, exactly one image, or any number of images (each with text).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum OutputKind {
+pub enum OutputKind {
+    /// Text only.
     Text,
+    /// Exactly one image, with text.
     Image,
+    /// Any number of images, with text.
     Images,
 }
 
@@ -50,7 +52,7 @@ impl From<FfiOutputKind> for OutputKind {
 /// Why a call produced no answer, as a plugin (or a worker) names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum FailureKind {
+pub enum FailureKind {
     /// The tool answered with an error.
     Error,
     /// The tool panicked (the message says where).
@@ -77,9 +79,7 @@ impl FailureKind {
     pub fn of(failure: &Failure) -> (Self, String) {
         match failure {
             Failure::Tool(e) => (FailureKind::Error, e.message.clone()),
-            Failure::Crash(reason) => {
-                (FailureKind::Panic, crate::call::outcome::crash_text(reason))
-            }
+            Failure::Crash(reason) => (FailureKind::Panic, crate::outcome::crash_text(reason)),
             Failure::InvalidArguments(m) => (FailureKind::InvalidArguments, m.clone()),
             // Never from a worker's plugin (only remote tools are unavailable): the nearest kind.
             Failure::UnknownTool(m) | Failure::Unavailable(m) => {
@@ -97,7 +97,7 @@ pub const MAX_IMAGES: usize = 256;
 pub const MAX_DETAILS_BYTES: usize = 4 << 20;
 
 /// The error of an answer of `tool` with `count` images, over [`MAX_IMAGES`].
-pub(crate) fn too_many_images(tool: &str, count: usize) -> Failure {
+pub fn too_many_images(tool: &str, count: usize) -> Failure {
     Failure::Tool(ToolError::new(format!(
         "tool `{tool}` answered with {count} images; an answer may carry at most {MAX_IMAGES}"
     )))
@@ -105,7 +105,7 @@ pub(crate) fn too_many_images(tool: &str, count: usize) -> Failure {
 
 /// The error of `what` (details, structured content) of `tool` of `bytes`, over
 /// [`MAX_DETAILS_BYTES`].
-pub(crate) fn too_large(tool: &str, what: &str, bytes: usize) -> Failure {
+pub fn too_large(tool: &str, what: &str, bytes: usize) -> Failure {
     Failure::Tool(ToolError::new(format!(
         "tool `{tool}` answered with {what} of {bytes} bytes; an answer may carry at most \
          {MAX_DETAILS_BYTES} bytes of {what}"
@@ -116,11 +116,11 @@ pub(crate) fn too_large(tool: &str, what: &str, bytes: usize) -> Failure {
 /// over [`MAX_DETAILS_BYTES`] it is the tool's error, unparsed; text that is not JSON, or nests
 /// deeper than [`MAX_DETAILS_DEPTH`](rho_plugin_api::MAX_DETAILS_DEPTH), is the tool's broken
 /// contract (`crashed`).
-pub(crate) fn json_part(tool: &str, what: &str, json: &str) -> Result<Value, Failure> {
+pub fn json_part(tool: &str, what: &str, json: &str) -> Result<Value, Failure> {
     if json.len() > MAX_DETAILS_BYTES {
         return Err(too_large(tool, what, json.len()));
     }
-    crate::call::details::parse(json).map_err(|e| {
+    crate::details::parse(json).map_err(|e| {
         Failure::Crash(CrashReason::Formatted(format!(
             "tool `{tool}` answered with {what} {e}"
         )))
@@ -129,7 +129,7 @@ pub(crate) fn json_part(tool: &str, what: &str, json: &str) -> Result<Value, Fai
 
 /// Holds an answer assembled by the host's own code (a native tool, a remote source) to the
 /// limits the codecs apply to parts as they arrive.
-pub(crate) fn check_limits(tool: &str, answer: &rho_plugin_api::Answer) -> Result<(), Failure> {
+pub fn check_limits(tool: &str, answer: &rho_plugin_api::Answer) -> Result<(), Failure> {
     let count = answer.output.images().len();
     if count > MAX_IMAGES {
         return Err(too_many_images(tool, count));
@@ -168,7 +168,7 @@ fn serialized_len(value: &Value) -> usize {
 
 /// The output of shape `kind` from its text and images; a shape that does not match the number
 /// of images (`Text` with images, `Image` without exactly one) is the plugin's broken contract.
-pub(crate) fn output(
+pub fn output(
     tool: &str,
     kind: OutputKind,
     text: String,
@@ -191,7 +191,7 @@ pub(crate) fn output(
 }
 
 /// The failure of `kind` with `message`; `details` (already decoded) belong to errors only.
-pub(crate) fn failure(
+pub fn failure(
     kind: FailureKind,
     message: String,
     details: impl FnOnce() -> Result<Option<Value>, Failure>,

@@ -167,7 +167,7 @@ fn normalize(output: Output) -> Output {
 }
 
 /// `output` with its text replaced by `text` (images kept).
-pub(crate) fn with_text(output: Output, text: String) -> Output {
+pub fn with_text(output: Output, text: String) -> Output {
     match output {
         Output::Text(_) => Output::Text(text),
         Output::Image { image, .. } => Output::Image { image, text },
@@ -177,7 +177,7 @@ pub(crate) fn with_text(output: Output, text: String) -> Output {
 
 /// `output` with its text cut at `limit` bytes (at a character boundary) and a note saying so,
 /// and the whole text when it was cut.
-pub(crate) fn cut_output(tool: &str, output: Output, limit: usize) -> (Output, Option<String>) {
+pub fn cut_output(tool: &str, output: Output, limit: usize) -> (Output, Option<String>) {
     let text = output.text();
     if text.len() <= limit {
         return (output, None);
@@ -199,6 +199,21 @@ pub(crate) fn cut_output(tool: &str, output: Output, limit: usize) -> (Output, O
 /// The error text of a call ended at its timeout: ``tool `spin` timed out after 2000 ms``.
 pub fn timeout_text(tool: &str, timeout: Duration) -> String {
     format!("tool `{tool}` timed out after {} ms", timeout.as_millis())
+}
+
+/// Why a tool produced no answer, before it is turned into a [`ToolResult`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Failure {
+    /// The tool answered with an error (outcome `error`).
+    Tool(ToolError),
+    /// The tool crashed (outcome `crashed`).
+    Crash(CrashReason),
+    /// The tool refused its arguments (outcome `invalid_arguments`).
+    InvalidArguments(String),
+    /// The tool is not there (outcome `unknown_tool`).
+    UnknownTool(String),
+    /// Nothing can run the tool now (outcome `unavailable`): a remote tool no node answers for.
+    Unavailable(String),
 }
 
 /// Why a call's task ended abnormally, as the loop knows it. Built from host data only: nothing

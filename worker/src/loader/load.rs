@@ -12,11 +12,11 @@ use rho_plugin_api::ffi::{
     FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION, OLDEST_INTERFACE_VERSION, PluginModRef, v1,
 };
 
-use crate::plugin::call::plain_text;
+use crate::loader::call::plain_text;
 use sha2::{Digest, Sha256};
 
 use crate::error::LoadError;
-use crate::registry::spec::ToolSpec;
+use rho_protocol::ToolSpec;
 
 /// What a host knows about one loaded plugin version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +36,7 @@ pub struct PluginInfo {
     /// What the host grants it: `Some` for an isolated plugin (its sandbox's grants, which cover
     /// `capabilities` or the plugin was refused), `None` in process, where a plugin has every
     /// power of the host.
-    pub granted: Option<crate::isolate::grants::Grants>,
+    pub granted: Option<rho_protocol::Grants>,
 }
 
 /// A plugin file opened once and copied into storage private to the host: what loads is the
@@ -50,12 +50,13 @@ pub struct PluginFile {
     pub sha256: String,
     /// Its length in bytes.
     pub len: u64,
-    pub(crate) copy: PrivateCopy,
+    /// The private copy that loads.
+    pub copy: PrivateCopy,
 }
 
 /// Where a plugin file's private copy lives.
 #[derive(Debug)]
-pub(crate) enum PrivateCopy {
+pub enum PrivateCopy {
     /// A file in the host's private directory (in-process loads; removed right after `dlopen`).
     File(PathBuf),
     /// A sealed memfd (isolated plugins: handed to each worker).
@@ -73,7 +74,7 @@ impl Drop for PluginFile {
 impl PluginFile {
     /// Opens `path` (a regular file of at most
     /// 256 MiB) and copies it into `copies`, for tools that load one file (`check-plugin`,
-    /// benchmarks). Plugin directories of a [`Host`](crate::Host) add the trust checks (owner,
+    /// benchmarks). Plugin directories of a host add the trust checks (owner,
     /// mode, symlinks, every directory on the way).
     pub fn open(path: &Path, copies: &CopyDir) -> Result<PluginFile, LoadError> {
         use std::os::unix::fs::OpenOptionsExt;
@@ -98,13 +99,13 @@ impl PluginFile {
                 path: path.to_owned(),
             });
         }
-        if meta.len() > crate::plugin::open::DEFAULT_MAX_FILE_SIZE {
+        if meta.len() > crate::loader::open::DEFAULT_MAX_FILE_SIZE {
             return Err(LoadError::Refused {
                 path: path.to_owned(),
                 reason: format!("{} bytes, over the largest plugin file loaded", meta.len()),
             });
         }
-        copies.copy_from(&mut file, path, crate::plugin::open::DEFAULT_MAX_FILE_SIZE)
+        copies.copy_from(&mut file, path, crate::loader::open::DEFAULT_MAX_FILE_SIZE)
     }
 }
 
@@ -136,7 +137,7 @@ impl CopyDir {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
-        let base = crate::isolate::sandbox::secure_temp_dir().map_err(|e| LoadError::Copy {
+        let base = crate::sandbox::host::secure_temp_dir().map_err(|e| LoadError::Copy {
             path: std::env::temp_dir(),
             reason: e.to_string(),
         })?;
@@ -174,7 +175,7 @@ impl CopyDir {
 
     /// Copies `source` (opened and checked once by the caller) into a new file of this directory
     /// (`O_EXCL`, mode 0600), hashes the copy and checks its ELF structure: the copy is what loads.
-    pub(crate) fn copy_from(
+    pub fn copy_from(
         &self,
         source: &mut std::fs::File,
         path: &Path,
@@ -210,7 +211,7 @@ impl CopyDir {
             copy: PrivateCopy::File(copy),
         };
         let (sha256, len) =
-            crate::plugin::open::copy_and_hash(source, &mut dest, max).map_err(copy_error)?;
+            crate::loader::open::copy_and_hash(source, &mut dest, max).map_err(copy_error)?;
         check_elf_of(path, &dest, len)?;
         file.sha256 = sha256;
         file.len = len;
@@ -297,12 +298,12 @@ pub struct Loaded {
 
 /// Copies `source` into a sealed memfd (an isolated plugin's private copy), hashes it and checks
 /// its ELF structure.
-pub(crate) fn memfd_copy(
+pub fn memfd_copy(
     source: &mut std::fs::File,
     path: &Path,
     max: u64,
 ) -> Result<PluginFile, LoadError> {
-    use crate::isolate::sandbox::{plugin_memfd, seal};
+    use crate::sandbox::host::{plugin_memfd, seal};
     let copy_error = |e: std::io::Error| LoadError::Copy {
         path: path.to_owned(),
         reason: e.to_string(),
@@ -323,7 +324,7 @@ pub(crate) fn memfd_copy(
         .collect();
     let mut dest = plugin_memfd(&name).map_err(copy_error)?;
     let (sha256, len) =
-        crate::plugin::open::copy_and_hash(source, &mut dest, max).map_err(copy_error)?;
+        crate::loader::open::copy_and_hash(source, &mut dest, max).map_err(copy_error)?;
     check_elf_of(path, &dest, len)?;
     seal(&dest).map_err(copy_error)?;
     Ok(PluginFile {
@@ -352,12 +353,12 @@ pub fn load_in_process(file: &PluginFile) -> Result<Loaded, LoadError> {
 }
 
 /// Checks a private copy's ELF structure before anything maps it (a truncated file would SIGBUS).
-pub(crate) fn check_elf_of(path: &Path, copy: &std::fs::File, len: u64) -> Result<(), LoadError> {
+pub fn check_elf_of(path: &Path, copy: &std::fs::File, len: u64) -> Result<(), LoadError> {
     let open_error = |reason: String| LoadError::Open {
         path: path.to_owned(),
         reason,
     };
-    crate::plugin::open::with_mapped(copy, len, crate::plugin::elf::check)
+    crate::loader::open::with_mapped(copy, len, crate::loader::elf::check)
         .map_err(|e| open_error(e.to_string()))?
         .map_err(open_error)
 }
@@ -443,10 +444,7 @@ fn open_module(path: &Path, copy: &Path) -> Result<PluginModRef, LoadError> {
 }
 
 /// Calls the plugin's `describe` and checks its interface version.
-pub(crate) fn describe(
-    path: &Path,
-    module: PluginModRef,
-) -> Result<(u32, FfiPluginInfo), LoadError> {
+pub fn describe(path: &Path, module: PluginModRef) -> Result<(u32, FfiPluginInfo), LoadError> {
     let interface_version = module.interface_version();
     if !(OLDEST_INTERFACE_VERSION..=INTERFACE_VERSION).contains(&interface_version) {
         return Err(LoadError::InterfaceVersion {
@@ -467,7 +465,7 @@ pub(crate) fn describe(
 
 /// Whether the host may use the fields interface 2 added to `module`: only a module that reports
 /// interface 2 or later, which [`open_module`] let through only after checking today's layout.
-pub(crate) fn uses_interface_2(module: PluginModRef) -> bool {
+pub fn uses_interface_2(module: PluginModRef) -> bool {
     module.interface_version() >= 2
 }
 
@@ -478,7 +476,7 @@ const MAX_DECLARATION_BYTES: usize = 16 << 20;
 /// A declaration the host cannot read is set aside with a line saying why, and the plugin's tools
 /// take the defaults (the cautious hints, no schema, no limit): one bad field of one tool loses
 /// nothing else. Text that is not UTF-8 is read lossily, so only the tools it named are lost.
-pub(crate) fn declaration(
+pub fn declaration(
     path: &Path,
     module: PluginModRef,
 ) -> Result<(Declaration, Option<String>), LoadError> {
@@ -518,17 +516,22 @@ pub(crate) fn declaration(
 
 /// A tool as a plugin described it, before the host's checks: `None` for a string that was not
 /// UTF-8, a schema that did not parse as `Value::Null`; what it declared beside.
-pub(crate) struct RawTool {
+pub struct RawTool {
+    /// Its name, if it was UTF-8.
     pub name: Option<String>,
+    /// Its description, if it was UTF-8.
     pub description: Option<String>,
+    /// Its parameters' JSON Schema, if it was UTF-8 (`Null` when it did not parse).
     pub parameters: Option<serde_json::Value>,
+    /// Its own timeout, milliseconds.
     pub timeout_ms: Option<u64>,
+    /// What its plugin declared of it (title, hints, output schema, result limit).
     pub declared: ToolDeclaration,
 }
 
 /// Turns an in-process plugin's description and declaration into specs (see [`check_tools`]).
 /// A declaration is matched to its tool by name; a tool without one takes the defaults.
-pub(crate) fn tool_specs(
+pub fn tool_specs(
     path: &Path,
     plugin: &str,
     version: &str,
@@ -559,7 +562,7 @@ pub(crate) fn tool_specs(
 
 impl RawTool {
     /// A spec as an isolated worker announced it, to be checked again by the host.
-    pub(crate) fn announced(spec: ToolSpec) -> Self {
+    pub fn announced(spec: ToolSpec) -> Self {
         RawTool {
             declared: ToolDeclaration {
                 name: spec.name.clone(),
@@ -580,7 +583,7 @@ impl RawTool {
 /// schema is not a JSON object; its title is empty, longer than 128 characters or holds control
 /// or invisible characters; its output schema does not describe an object (`"type": "object"`,
 /// as MCP requires); its result limit is zero; or one of its schemas costs too much to compile.
-pub(crate) fn spec_problem(spec: &ToolSpec) -> Option<String> {
+pub fn spec_problem(spec: &ToolSpec) -> Option<String> {
     if !spec.parameters.is_object() {
         return Some("its parameters are not a JSON Schema object".into());
     }
@@ -605,7 +608,7 @@ pub(crate) fn spec_problem(spec: &ToolSpec) -> Option<String> {
         return Some("its result limit must be at least 1 byte".into());
     }
     let costly = |which: &str, schema: &serde_json::Value| {
-        crate::call::validate::schema_cost_problem(schema)
+        rho_protocol::schema_cost_problem(schema)
             .map(|problem| format!("its {which} has {problem}"))
     };
     costly("argument schema", &spec.parameters).or_else(|| {
@@ -617,7 +620,7 @@ pub(crate) fn spec_problem(spec: &ToolSpec) -> Option<String> {
 
 /// Checks a plugin's name and version as the host shows them: at most 128 characters, no
 /// control characters.
-pub(crate) fn check_identity(path: &Path, name: &str, version: &str) -> Result<(), LoadError> {
+pub fn check_identity(path: &Path, name: &str, version: &str) -> Result<(), LoadError> {
     for (what, text) in [("name", name), ("version", version)] {
         if text.is_empty() || text.chars().count() > 128 || text.chars().any(char::is_control) {
             return Err(LoadError::Describe {
@@ -636,7 +639,7 @@ pub(crate) fn check_identity(path: &Path, name: &str, version: &str) -> Result<(
 /// schema that is not UTF-8, a bad name, a duplicate name or a schema that is not a JSON object.
 /// A refused name is shown escaped and cut to its first 64 characters. The specs name `plugin`
 /// and `version` as the host read them.
-pub(crate) fn check_tools(
+pub fn check_tools(
     path: &Path,
     plugin: &str,
     version: &str,

@@ -5,7 +5,7 @@
 //! directory whose path as given passes through a directory others could change (each component
 //! is checked, and a link followed only where no one else could have put it), and a symlink that
 //! leads outside the directory are refused; the checks are made on the descriptors that are then
-//! read ([`crate::plugin::open`]). Root-owned directories and files nobody else can write
+//! read ([`crate::loader::open`]). Root-owned directories and files nobody else can write
 //! (`/usr/lib/...`) load for a host of any user, as sshd accepts its files.
 //! Hidden and temporary files, and files without the platform's library suffix, are not plugins
 //! and are ignored silently.

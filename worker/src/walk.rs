@@ -11,10 +11,10 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 
 /// A file's identity: device and inode.
-pub(crate) type DevIno = (u64, u64);
+pub type DevIno = (u64, u64);
 
 /// The identity of what `st` describes.
-pub(crate) fn dev_ino(st: &libc::stat) -> DevIno {
+pub fn dev_ino(st: &libc::stat) -> DevIno {
     (st.st_dev, st.st_ino)
 }
 
@@ -22,7 +22,7 @@ pub(crate) fn dev_ino(st: &libc::stat) -> DevIno {
 const MAX_LINKS: usize = 40;
 
 /// What a walk decides at each step; `Err` is why the path is refused (the rest of a sentence).
-pub(crate) trait Policy {
+pub trait Policy {
     /// A directory the walk passes through (every one from `/`, but the last component).
     fn passes(&mut self, _path: &Path, _st: &libc::stat) -> Result<(), String> {
         Ok(())
@@ -48,7 +48,7 @@ fn me() -> u32 {
 }
 
 /// Follows every link.
-pub(crate) struct FollowAll;
+pub struct FollowAll;
 
 impl Policy for FollowAll {}
 
@@ -57,7 +57,7 @@ impl Policy for FollowAll {}
 /// what follows for a directory of theirs); a link in a directory others may write is followed
 /// only when it belongs to root, this user or the directory's owner (as the kernel's
 /// `protected_symlinks` does).
-pub(crate) struct SafeChain;
+pub struct SafeChain;
 
 impl Policy for SafeChain {
     fn passes(&mut self, path: &Path, st: &libc::stat) -> Result<(), String> {
@@ -96,7 +96,7 @@ impl Policy for SafeChain {
 
 /// Why a walk stopped.
 #[derive(Debug)]
-pub(crate) enum WalkError {
+pub enum WalkError {
     /// A component does not exist.
     NotFound(PathBuf),
     /// The policy refused a step: why.
@@ -117,13 +117,17 @@ impl std::fmt::Display for WalkError {
 
 /// Where a walk ended: an `O_PATH` descriptor of the file, its path without links or `..`, and
 /// its `stat`.
-pub(crate) struct Walked {
+pub struct Walked {
+    /// The file, opened `O_PATH`.
     pub fd: OwnedFd,
+    /// Its path without links or `..`.
     pub path: PathBuf,
+    /// Its `stat`.
     pub stat: libc::stat,
 }
 
-pub(crate) fn fstat(fd: i32) -> std::io::Result<libc::stat> {
+/// `fstat(fd)`.
+pub fn fstat(fd: i32) -> std::io::Result<libc::stat> {
     // SAFETY: `st` is written by fstat before it is read; a bad fd just fails.
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
@@ -135,7 +139,7 @@ pub(crate) fn fstat(fd: i32) -> std::io::Result<libc::stat> {
 }
 
 /// `openat(dir, name, flags | O_CLOEXEC | O_NOCTTY)`.
-pub(crate) fn openat(dir: i32, name: &[u8], flags: i32) -> std::io::Result<OwnedFd> {
+pub fn openat(dir: i32, name: &[u8], flags: i32) -> std::io::Result<OwnedFd> {
     let name = CString::new(name).map_err(|_| std::io::Error::other("a path with a NUL byte"))?;
     // SAFETY: a valid C string; the result is checked and owned below.
     let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NOCTTY) };
@@ -147,7 +151,7 @@ pub(crate) fn openat(dir: i32, name: &[u8], flags: i32) -> std::io::Result<Owned
 }
 
 /// The target of the link `name` in directory `dir`.
-pub(crate) fn readlinkat(dir: i32, name: &[u8]) -> std::io::Result<PathBuf> {
+pub fn readlinkat(dir: i32, name: &[u8]) -> std::io::Result<PathBuf> {
     let name = CString::new(name).map_err(|_| std::io::Error::other("a path with a NUL byte"))?;
     let mut buf = vec![0u8; libc::PATH_MAX as usize];
     // SAFETY: `buf` is writable for its length; the result is checked.
@@ -170,7 +174,7 @@ fn parts(path: &Path) -> impl Iterator<Item = OsString> + '_ {
 
 /// Resolves `path` (relative paths from the working directory) from `/`, one component at a
 /// time, asking `policy` at each directory and each link.
-pub(crate) fn walk(path: &Path, policy: &mut dyn Policy) -> Result<Walked, WalkError> {
+pub fn walk(path: &Path, policy: &mut dyn Policy) -> Result<Walked, WalkError> {
     let absolute = std::path::absolute(path).map_err(|e| WalkError::Io(path.to_owned(), e))?;
     let root = PathBuf::from("/");
     let open_root = openat(
@@ -249,7 +253,7 @@ pub(crate) fn walk(path: &Path, policy: &mut dyn Policy) -> Result<Walked, WalkE
 }
 
 /// Reopens an `O_PATH` descriptor of a directory for reading (listing it).
-pub(crate) fn reopen_dir(walked: &Walked) -> std::io::Result<OwnedFd> {
+pub fn reopen_dir(walked: &Walked) -> std::io::Result<OwnedFd> {
     let fd = openat(
         walked.fd.as_raw_fd(),
         b".",

@@ -10,9 +10,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use crate::isolate::grants::GrantPath;
-use crate::isolate::protocol::GRANT_FDS;
 use crate::walk::{self, DevIno, Policy};
+use rho_protocol::frames::GRANT_FDS;
+use rho_protocol::grants::GrantPath;
 
 /// `MOUNT_ATTR_RDONLY`.
 pub(crate) const MOUNT_ATTR_RDONLY: u64 = 0x1;

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use crate::error::LoadError;
-use crate::plugin::trust::{Trust, is_plugin_name};
+use crate::loader::trust::{Trust, is_plugin_name};
 use crate::walk::{self, fstat, openat};
 
 /// The default largest plugin file loaded: 256 MiB.
@@ -32,7 +32,7 @@ pub const DEFAULT_MAX_FILE_SIZE: u64 = 256 << 20;
 
 /// A file's identity as the file system gives it: a rename, a hard link or a write changes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Stamp {
+pub struct Stamp {
     dev: u64,
     ino: u64,
     size: u64,
@@ -51,7 +51,7 @@ impl Stamp {
 }
 
 /// The plugin directory, opened and checked.
-pub(crate) struct DirHandle {
+pub struct DirHandle {
     fd: OwnedFd,
     /// The path it was opened by (for messages and the entries' paths).
     path: PathBuf,
@@ -60,7 +60,7 @@ pub(crate) struct DirHandle {
 }
 
 /// Why a directory could not be listed.
-pub(crate) enum DirError {
+pub enum DirError {
     /// It does not exist (any more).
     Gone(LoadError),
     /// It exists but cannot be used (refused, unreadable).
@@ -100,7 +100,7 @@ fn writable_by_others(what: &Path, st: &libc::stat) -> Option<String> {
 
 /// Opens and checks the plugin directory `dir`: its path is walked as given, component by
 /// component (see [`DirPolicy`]), and the directory itself must not be writable by others.
-pub(crate) fn open_dir(dir: &Path, trust: Trust) -> Result<DirHandle, DirError> {
+pub fn open_dir(dir: &Path, trust: Trust) -> Result<DirHandle, DirError> {
     let refused = |reason: String| LoadError::Refused {
         path: dir.to_owned(),
         reason,
@@ -448,7 +448,7 @@ fn hasher() -> Option<&'static std::sync::mpsc::Sender<Arc<HashJob>>> {
 /// reading it back in chunks: what is hashed is the private copy that loads. The hashing thread
 /// reads each chunk back while the next one is copied, so a load costs the longer of the two
 /// rather than their sum.
-pub(crate) fn copy_and_hash(
+pub fn copy_and_hash(
     source: &mut File,
     dest: &mut File,
     max: u64,
@@ -494,11 +494,7 @@ fn copy_in_chunks(source: &File, dest: &mut File, max: u64, job: &HashJob) -> st
 
 /// Runs `check` over the first `len` bytes of `file`, mapped read-only (only the pages it reads
 /// are touched). The file must be private to the host: nobody else may truncate it meanwhile.
-pub(crate) fn with_mapped<R>(
-    file: &File,
-    len: u64,
-    check: impl FnOnce(&[u8]) -> R,
-) -> std::io::Result<R> {
+pub fn with_mapped<R>(file: &File, len: u64, check: impl FnOnce(&[u8]) -> R) -> std::io::Result<R> {
     let len = usize::try_from(len).map_err(std::io::Error::other)?;
     if len == 0 {
         return Ok(check(&[]));

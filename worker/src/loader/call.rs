@@ -1,31 +1,27 @@
-//! Calling a plugin in process: synchronous FFI on a blocking thread, the answer copied into
-//! host-owned data inside that call, and runaway threads counted when the host gives up.
+//! Calling a loaded plugin on the current thread: synchronous FFI, the answer copied into host
+//! data (checked: UTF-8, JSON, the answer codec's limits) before it leaves the call.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use abi_stable::std_types::{ROption, RResult, RStr, RString};
+use rho_plugin_api::Answer;
+use rho_plugin_api::Image;
 use rho_plugin_api::ffi::{FfiAnswer2, FfiCallInfo, FfiCtx, FfiOutcome2, PluginModRef};
-use rho_plugin_api::{Answer, Image};
-use serde_json::Value;
-
-use crate::call::answer::{self, FailureKind};
-use crate::call::invoke::{CallFuture, Failure, Invoke, ToolCtx};
-use crate::call::outcome::CrashReason;
+use rho_protocol::answer::{self, FailureKind};
+use rho_protocol::{CrashReason, Failure};
 
 /// A plugin's string as host data, refused unless it is UTF-8: abi_stable's `RString` takes its
 /// maker's word for it, and text that is not UTF-8 must never reach a client.
-pub(crate) fn plain_text(s: RString) -> Option<String> {
+pub fn plain_text(s: RString) -> Option<String> {
     String::from_utf8(s.into_bytes().into_vec()).ok()
 }
 
 /// Copies a plugin's answer into host-owned data. Text, mime types, messages or details that are
 /// not UTF-8, and details that are not JSON (or nest deeper than [`MAX_DETAILS_DEPTH`](rho_plugin_api::MAX_DETAILS_DEPTH)), make the
 /// call crash with a text naming the field: the plugin broke its contract. An answer over the
-/// codec's limits ([`MAX_IMAGES`](crate::call::answer::MAX_IMAGES) images, details of
-/// [`MAX_DETAILS_BYTES`](crate::call::answer::MAX_DETAILS_BYTES)) is the tool's error, and what
+/// codec's limits ([`MAX_IMAGES`](rho_protocol::answer::MAX_IMAGES) images, details of
+/// [`MAX_DETAILS_BYTES`](rho_protocol::answer::MAX_DETAILS_BYTES)) is the tool's error, and what
 /// lies past the limit is not copied.
 pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome2) -> Result<Answer, Failure> {
     let broken = |what: &str| {
@@ -110,7 +106,7 @@ pub fn call_module(
     let checked: &(dyn Fn(Option<&str>) + Sync) = &checked;
     let ctx = FfiCtx::new(call_id, cancelled, &checked);
     let (tool_name, args) = (RStr::from_str(tool), RStr::from_str(args_json));
-    let call_with = crate::plugin::load::uses_interface_2(module)
+    let call_with = crate::loader::load::uses_interface_2(module)
         .then(|| module.call_with())
         .flatten();
     let outcome = match call_with {
@@ -139,93 +135,4 @@ pub fn call_module(
         ))));
     }
     answer
-}
-
-/// One plugin version loaded in process, shared by its tools.
-pub(crate) struct InProcessPlugin {
-    pub module: PluginModRef,
-    /// Blocking threads still running calls the host gave up on.
-    pub runaway: AtomicUsize,
-}
-
-/// One tool of an in-process plugin.
-pub(crate) struct InProcessInvoke {
-    pub plugin: Arc<InProcessPlugin>,
-    pub tool: Arc<str>,
-}
-
-const RUNNING: u8 = 0;
-const FINISHED: u8 = 1;
-const ABANDONED: u8 = 2;
-
-/// Counts the blocking thread as a runaway if the call's future is dropped before the thread
-/// finishes; the thread uncounts itself when it finally does.
-struct RunawayGuard {
-    state: Arc<AtomicU8>,
-    plugin: Arc<InProcessPlugin>,
-}
-
-impl Drop for RunawayGuard {
-    fn drop(&mut self) {
-        if self
-            .state
-            .compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            self.plugin.runaway.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-impl Invoke for InProcessInvoke {
-    fn invoke(&self, args: Arc<Value>, ctx: ToolCtx) -> CallFuture {
-        let plugin = self.plugin.clone();
-        let tool = self.tool.clone();
-        Box::pin(async move {
-            let state = Arc::new(AtomicU8::new(RUNNING));
-            let guard = RunawayGuard {
-                state: state.clone(),
-                plugin: plugin.clone(),
-            };
-            let module = plugin.module;
-            let thread_plugin = plugin.clone();
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let spawned = crate::plugin::pool::spawn(move || {
-                let args_json = crate::call::json::to_json(&args);
-                let on_update = |partial: &str| ctx.update(partial);
-                let info = CallInfo {
-                    time_left: ctx.time_left(),
-                    traceparent: ctx.traceparent().unwrap_or_default(),
-                };
-                let result = call_module(
-                    module,
-                    &tool,
-                    &args_json,
-                    ctx.call_id(),
-                    ctx.cancel_flag(),
-                    &on_update,
-                    info,
-                );
-                if state.swap(FINISHED, Ordering::AcqRel) == ABANDONED {
-                    thread_plugin.runaway.fetch_sub(1, Ordering::Relaxed);
-                }
-                let _ = tx.send(result);
-            });
-            if let Err(e) = spawned {
-                drop(guard);
-                return Err(Failure::Crash(CrashReason::Formatted(format!(
-                    "no thread could be started for the call: {e}"
-                ))));
-            }
-            let result = rx.await;
-            drop(guard);
-            // The job always sends; a closed channel means the thread died, which only a bug in
-            // this crate could cause (the plugin catches its own panics).
-            result.unwrap_or(Err(Failure::Crash(CrashReason::Aborted)))
-        })
-    }
-
-    fn runaway_threads(&self) -> usize {
-        self.plugin.runaway.load(Ordering::Relaxed)
-    }
 }

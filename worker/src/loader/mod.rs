@@ -1,0 +1,13 @@
+//! The plugin loader: plugin files opened once and checked on their descriptors ([`open`],
+//! [`trust`]), structurally checked before `dlopen` ([`elf`]), copied into private storage and
+//! loaded through abi_stable with the host's checks of what they declare ([`load`]), and called
+//! on the current thread with their answers copied into host data ([`call`]).
+
+pub mod call;
+pub mod elf;
+pub mod load;
+pub mod open;
+pub mod trust;
+
+pub use call::{CallInfo, answer_from_ffi, call_module};
+pub use load::{CopyDir, Loaded, PluginFile, PluginInfo, load_in_process, sha256_hex};
