@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, context::PublishAckFuture};
-use rho_core::{BusItem, Event, EventKind, Host, Replay};
+use rho_runtime::{BusItem, Event, EventKind, Host, Replay};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -202,7 +202,7 @@ const PAGE_BYTES: usize = 1 << 20;
 /// does not (it lagged, or it starts again after a failure).
 struct Source {
     host: Host,
-    live: rho_core::Subscription,
+    live: rho_runtime::Subscription,
     /// The last seq the subscription has delivered or reported missed: anything up to it is read
     /// back from the journal, anything after it comes live.
     live_seen: u64,

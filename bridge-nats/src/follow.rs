@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
 use futures_util::StreamExt;
-use rho_core::Event;
+use rho_runtime::Event;
 
 use crate::{HostName, NatsError, header};
 

@@ -23,9 +23,9 @@
 //! # Example
 //!
 //! ```no_run
-//! # async fn demo(host: rho_core::Host) -> Result<(), rho_bridge_nats::NatsError> {
+//! # async fn demo(host: rho_runtime::Host) -> Result<(), rho_bridge_nats::NatsError> {
 //! use rho_bridge_nats::{EventExport, ExportConfig, HostName, connect};
-//! let client = connect(&rho_core::NatsConfig {
+//! let client = connect(&rho_runtime::NatsConfig {
 //!     url: Some("nats://127.0.0.1:4222".into()),
 //!     ..Default::default()
 //! })
@@ -91,7 +91,7 @@ pub enum NatsError {
 /// A client for `config`'s server, authenticated as it says (credentials file or token file).
 /// It connects in the background and reconnects forever: a server that is down now is not an
 /// error, and what uses the client waits for it or reports it.
-pub async fn connect(config: &rho_core::NatsConfig) -> Result<async_nats::Client, NatsError> {
+pub async fn connect(config: &rho_runtime::NatsConfig) -> Result<async_nats::Client, NatsError> {
     let url = config.url.as_deref().ok_or(NatsError::NoServer)?;
     let mut options = async_nats::ConnectOptions::new()
         .name("rho")

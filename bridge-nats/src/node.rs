@@ -15,7 +15,7 @@ use async_nats::service::ServiceExt;
 use base64::Engine;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use rho_core::{CallOptions, Filter, Host, ToolCall};
+use rho_runtime::{CallOptions, Filter, Host, ToolCall};
 use tokio_util::sync::CancellationToken;
 
 use crate::rpc::{
@@ -271,7 +271,7 @@ async fn serve_call(
         Ok(call) => call,
         Err(e) => {
             let done = Done {
-                outcome: rho_core::Outcome::InvalidArguments,
+                outcome: rho_runtime::Outcome::InvalidArguments,
                 text: format!("node {node}: the call request is not valid: {e}"),
                 images: Vec::new(),
                 structured: None,

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use futures_util::StreamExt;
-use rho_core::{
+use rho_runtime::{
     Answer, Image, Outcome, Output, RemoteCall, RemoteFailure, RemoteSource, RemoteTool,
     RemoteToolEntry, ToolCtx, ToolError, ToolSource,
 };
@@ -189,7 +189,7 @@ fn warn_once(source: &RemoteSource, warned: &mut std::collections::HashSet<Strin
         tracing::warn!(%line, "a node's offer set aside");
         source.bus().publish(
             None,
-            rho_core::EventKind::Warning {
+            rho_runtime::EventKind::Warning {
                 subject: source.name().to_owned(),
                 message: line,
             },
@@ -432,11 +432,11 @@ fn answer(done: Done, node: &str) -> Result<Answer, RemoteFailure> {
     match done.outcome {
         Outcome::Ok => {
             // Refused before any image is decoded (the runner holds every answer to the limit).
-            if done.images.len() > rho_core::MAX_IMAGES {
+            if done.images.len() > rho_runtime::MAX_IMAGES {
                 return Err(RemoteFailure::Tool(ToolError::new(format!(
                     "node {node} answered with {} images; an answer may carry at most {}",
                     done.images.len(),
-                    rho_core::MAX_IMAGES
+                    rho_runtime::MAX_IMAGES
                 ))));
             }
             let mut images = Vec::new();

@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use rho_core::{Outcome, ToolSpec};
+use rho_runtime::{Outcome, ToolSpec};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -50,7 +50,7 @@ pub const CHUNK_HEADER: &str = "Rho-Part";
 /// The subject of `tool` in the version `origin` (`plugin@version`) on node `node`: the version
 /// as a digest, one subject token.
 pub fn call_subject(node: &str, tool: &str, origin: &str) -> String {
-    let digest = rho_core::sha256_hex(origin.as_bytes());
+    let digest = rho_runtime::sha256_hex(origin.as_bytes());
     format!("rho-rpc.call.{node}.{tool}.{}", &digest[..16])
 }
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rho_core::{CallOptions, ToolCall};
+use rho_runtime::{CallOptions, ToolCall};
 use serde_json::Value;
 
 use crate::host::{self, PluginFlags, RunFlags};
@@ -65,10 +65,10 @@ extern "C" fn exit_during_call() {
         call.tool
     );
     let (fd, line) = if call.json {
-        let result = rho_core::ToolResult::failed(
+        let result = rho_runtime::ToolResult::failed(
             &call.call_id,
             &call.tool,
-            rho_core::Outcome::Crashed,
+            rho_runtime::Outcome::Crashed,
             text,
         );
         (call.out, format!("{}\n", render::result_json(&result)))
@@ -96,7 +96,7 @@ fn result_out() -> Option<std::fs::File> {
     }
 }
 
-pub async fn main(args: Args, config: rho_core::HostConfig) -> ExitCode {
+pub async fn main(args: Args, config: rho_runtime::HostConfig) -> ExitCode {
     let arguments: Value = match args.args.as_deref() {
         None => Value::Object(Default::default()),
         Some(text) => match serde_json::from_str(text) {
@@ -153,7 +153,11 @@ pub async fn main(args: Args, config: rho_core::HostConfig) -> ExitCode {
 }
 
 /// Prints `result` as the flags ask (text, JSON, saved images) and returns the exit status.
-fn report(result: &rho_core::ToolResult, args: &Args, mut out: Option<std::fs::File>) -> ExitCode {
+fn report(
+    result: &rho_runtime::ToolResult,
+    args: &Args,
+    mut out: Option<std::fs::File>,
+) -> ExitCode {
     let call_id = &result.call_id;
     let mut print = |line: &str| {
         use std::io::Write;

@@ -37,7 +37,7 @@
 
 use std::path::Path;
 
-use rho_core::HostConfig;
+use rho_runtime::HostConfig;
 
 /// Reads `path` (a regular file of at most [`MAX_CONFIG_BYTES`]) as a [`HostConfig`], checks its
 /// ranges and makes its relative paths relative to the file's directory; an error is one line:
@@ -112,7 +112,7 @@ fn one_line(text: &str, error: &toml::de::Error, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rho_core::{Action, Grants, KeepDetails};
+    use rho_runtime::{Action, Grants, KeepDetails};
     use std::path::PathBuf;
 
     /// The README's `rho.toml` (its Configuration section) parses and passes the range checks,
@@ -165,7 +165,7 @@ mod tests {
         assert_eq!(all.env, Grants::default().env);
         assert_eq!(
             config.workers.identity,
-            rho_core::Identity::User {
+            rho_runtime::Identity::User {
                 uid: 1000,
                 gid: 1000
             }
@@ -217,7 +217,7 @@ mod tests {
             config
                 .gate
                 .iter()
-                .find(|r| rho_core::pattern_matches(&r.tool, tool))
+                .find(|r| rho_runtime::pattern_matches(&r.tool, tool))
                 .map(|r| r.action)
         };
         assert_eq!(action("exit_process"), Some(Action::Deny));

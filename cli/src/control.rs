@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine;
-use rho_core::{CallOptions, Host, Image, Outcome, Output, ToolCall, ToolResult};
+use rho_runtime::{CallOptions, Host, Image, Outcome, Output, ToolCall, ToolResult};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};

@@ -1,9 +1,9 @@
 //! The CLI's side of gates: the `--gate` flag, and the terminal as the person "ask" rules ask
-//! (`rho call`, `rho run`); the rules themselves are core's ([`rho_core::RuleGate`]).
+//! (`rho call`, `rho run`); the rules themselves are core's ([`rho_runtime::RuleGate`]).
 
 use std::io::{BufRead, Write};
 
-use rho_core::{Action, Asker, GateRule, ToolCall, Verdict};
+use rho_runtime::{Action, Asker, GateRule, ToolCall, Verdict};
 use tokio::sync::Mutex;
 
 /// Parses `--gate`: `allow`, `ask`, or `deny:TOOL,TOOL...` into rules.

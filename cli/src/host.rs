@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use rho_core::{Grants, Host, HostBuilder, HostConfig, PluginSource};
+use rho_runtime::{Grants, Host, HostBuilder, HostConfig, PluginSource};
 
 use crate::gates::parse_flag;
 
@@ -65,7 +65,7 @@ impl PluginFlags {
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct RunFlags {
     /// The timeout of tools that have none of their own, in milliseconds (1 to 86400000).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=rho_core::MAX_TIMEOUT_MS))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=rho_runtime::MAX_TIMEOUT_MS))]
     pub timeout_ms: Option<u64>,
     /// The gate: `allow`, `deny:TOOL,TOOL...`, or `ask`; replaces the config file's `[[gate]]`.
     #[arg(long, value_name = "GATE")]

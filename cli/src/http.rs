@@ -139,7 +139,7 @@ pub struct SessionLimits {
 
 impl SessionLimits {
     /// The limits `serve` states.
-    pub fn of(serve: &rho_core::ServeConfig) -> SessionLimits {
+    pub fn of(serve: &rho_runtime::ServeConfig) -> SessionLimits {
         SessionLimits {
             max: serve.max_sessions,
             max_per_peer: serve.max_sessions_per_peer,
@@ -267,8 +267,8 @@ fn query_token(request: &Request, token: &str) -> bool {
 /// digests are compared).
 fn same(a: &str, b: &str) -> bool {
     let (a, b) = (
-        rho_core::sha256_hex(a.as_bytes()),
-        rho_core::sha256_hex(b.as_bytes()),
+        rho_runtime::sha256_hex(a.as_bytes()),
+        rho_runtime::sha256_hex(b.as_bytes()),
     );
     a.bytes()
         .zip(b.bytes())
@@ -755,7 +755,7 @@ fn resume_after(request: &Request, run: &str) -> Option<u64> {
 /// that may still open.
 #[derive(Clone)]
 struct EventsState {
-    host: rho_core::Host,
+    host: rho_runtime::Host,
     run: Arc<str>,
     streams: Arc<tokio::sync::Semaphore>,
 }
@@ -812,7 +812,7 @@ async fn events(State(state): State<EventsState>, request: Request) -> Response 
             return;
         }
         let mut last = after;
-        let send = async |event: &rho_core::Event, last: &mut u64| {
+        let send = async |event: &rho_runtime::Event, last: &mut u64| {
             if event.seq <= *last {
                 return true;
             }
@@ -861,8 +861,8 @@ async fn events(State(state): State<EventsState>, request: Request) -> Response 
         }
         while let Some(item) = live.recv().await {
             let open = match item {
-                rho_core::BusItem::Event(event) => send(&event, &mut last).await,
-                rho_core::BusItem::Lagged { .. } => {
+                rho_runtime::BusItem::Event(event) => send(&event, &mut last).await,
+                rho_runtime::BusItem::Lagged { .. } => {
                     let now = host.bus().last_seq();
                     catch_up(last + 1, now, &mut last).await
                 }
@@ -917,7 +917,7 @@ impl AsRef<[u8]> for ImageBytes {
 
 /// `GET /images/SHA256`: the bytes of an image a recent call answered (`Bus::image`).
 async fn image(
-    State(host): State<rho_core::Host>,
+    State(host): State<rho_runtime::Host>,
     axum::extract::Path(sha256): axum::extract::Path<String>,
 ) -> Response {
     match host.bus().image(&sha256) {
@@ -949,7 +949,7 @@ async fn image(
 /// why it could not be.
 pub async fn start(
     server: Option<RhoServer>,
-    host: rho_core::Host,
+    host: rho_runtime::Host,
     calls: HttpCalls,
     addr: SocketAddr,
     guard: Guard,

@@ -21,7 +21,7 @@
 
 use std::borrow::Cow;
 
-use rho_core::text_depth;
+use rho_runtime::text_depth;
 use serde_json::{Value, json};
 
 /// How deep a message may nest for rmcp's parser.
@@ -178,7 +178,7 @@ pub fn repair_surrogates(text: &str) -> Option<String> {
 
 /// `text` as JSON nested at most `limit` levels; `None` if it is not JSON (or deeper).
 pub fn parse(text: &str, limit: usize) -> Option<Value> {
-    rho_core::parse_within(text, limit).ok()
+    rho_runtime::parse_within(text, limit).ok()
 }
 
 /// The checks of the module doc.

@@ -13,7 +13,7 @@ use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Row, Table};
-use rho_core::{Event, EventKind, Outcome};
+use rho_runtime::{Event, EventKind, Outcome};
 
 use crate::render::{self, Detail};
 

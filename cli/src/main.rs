@@ -1,4 +1,4 @@
-//! `rho`: run, inspect and serve rho plugins from the command line. A thin layer over `rho-core`.
+//! `rho`: run, inspect and serve rho plugins from the command line. A thin layer over `rho-runtime`.
 
 /// `println!` that ignores a closed stdout instead of panicking (`rho tools | head`).
 macro_rules! outln {
@@ -40,7 +40,7 @@ use clap::{Parser, Subcommand};
 fn version_text() -> &'static str {
     static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     TEXT.get_or_init(|| {
-        use rho_core::plugin_api::ffi::{INTERFACE_VERSION, OLDEST_INTERFACE_VERSION};
+        use rho_runtime::plugin_api::ffi::{INTERFACE_VERSION, OLDEST_INTERFACE_VERSION};
         format!(
             "{}, plugin interface {INTERFACE_VERSION} (loads {OLDEST_INTERFACE_VERSION} to \
              {INTERFACE_VERSION})",

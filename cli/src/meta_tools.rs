@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use rho_core::{Outcome, ToolResult};
+use rho_runtime::{Outcome, ToolResult};
 use rmcp::model::{CallToolRequestParams, CallToolResult, Tool, ToolAnnotations};
 use serde_json::{Map, Value, json};
 

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use rho_bridge_nats::{EventExport, ExportConfig, Follower, HostName};
-use rho_core::{Host, HostConfig, NatsConfig};
+use rho_runtime::{Host, HostConfig, NatsConfig};
 
 use crate::watch::Display;
 
@@ -48,14 +48,14 @@ fn host_name(nats: &NatsConfig) -> Result<HostName, rho_bridge_nats::NatsError> 
 /// error: its nodes' tools come when it does.
 pub async fn add_remotes(
     host: &Host,
-    remotes: &[rho_core::RemoteConfig],
+    remotes: &[rho_runtime::RemoteConfig],
     name: Option<&str>,
 ) -> Result<(), String> {
     if remotes.is_empty() {
         return Ok(());
     }
     let mut changes =
-        host.subscribe_filtered(rho_core::Filter::default().types(["remote_tools_changed"]));
+        host.subscribe_filtered(rho_runtime::Filter::default().types(["remote_tools_changed"]));
     for remote in remotes {
         let client = rho_bridge_nats::connect(&remote.nats_config(name))
             .await
@@ -149,7 +149,7 @@ impl Relay {
             .build()
             .await
             .map_err(|e| e.to_string())?;
-        let defaults = rho_core::ServeConfig::default();
+        let defaults = rho_runtime::ServeConfig::default();
         let (guard, made) = crate::http::Guard::new(
             addr,
             token_file,
@@ -188,7 +188,7 @@ impl Relay {
 
 /// `event` of host `host` with its call id made unique across hosts (`host/ID`), for views
 /// that follow several hosts at once.
-fn of_host(event: rho_core::Event, host: &str) -> rho_core::Event {
+fn of_host(event: rho_runtime::Event, host: &str) -> rho_runtime::Event {
     let Ok(mut value) = serde_json::to_value(&event) else {
         return event;
     };

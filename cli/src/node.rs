@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use rho_bridge_nats::{HostName, Node};
-use rho_core::HostConfig;
+use rho_runtime::HostConfig;
 
 use crate::host::{self, PluginFlags, RunFlags};
 

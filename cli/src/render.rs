@@ -1,7 +1,7 @@
 //! How results and events look for a person, and as JSON.
 
-use rho_core::{Event, EventKind, OutputView};
-use rho_core::{Output, ToolResult};
+use rho_runtime::{Event, EventKind, OutputView};
+use rho_runtime::{Output, ToolResult};
 use serde_json::{Value, json};
 
 /// `rho call --json`: {"outcome", "text", "images": [{"mime_type", "bytes", "sha256"}],
@@ -15,7 +15,7 @@ pub fn result_json(result: &ToolResult) -> Value {
             json!({
                 "mime_type": i.mime_type,
                 "bytes": i.bytes.len(),
-                "sha256": rho_core::sha256_hex(&i.bytes),
+                "sha256": rho_runtime::sha256_hex(&i.bytes),
             })
         })
         .collect();
@@ -201,8 +201,8 @@ fn clock(ts_ms: u64) -> String {
 
 /// The count line at the end of a session: `12 calls: 3 ok, 1 error, ...`, every outcome that
 /// occurred, in `Outcome::ALL`'s order.
-pub fn outcome_counts(ended: &[rho_core::Outcome]) -> String {
-    let counts: Vec<String> = rho_core::Outcome::ALL
+pub fn outcome_counts(ended: &[rho_runtime::Outcome]) -> String {
+    let counts: Vec<String> = rho_runtime::Outcome::ALL
         .iter()
         .filter_map(|o| {
             let n = ended.iter().filter(|e| *e == o).count();

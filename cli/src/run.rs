@@ -4,13 +4,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use rho_core::{Bus, BusItem, ScriptedModel};
+use rho_runtime::{Bus, BusItem, ScriptedModel};
 use tokio_stream::StreamExt;
 
 use crate::gates::TerminalAsker;
 use crate::host::{self, PluginFlags, RunFlags};
 use crate::render::{self, Detail};
-use rho_core::HostConfig;
+use rho_runtime::HostConfig;
 
 /// `rho run` flags.
 #[derive(clap::Args)]
@@ -29,7 +29,7 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Calls of one turn that run at once, 1 to 1024 (default: the config's, else 8).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=rho_core::MAX_PARALLEL))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=rho_runtime::MAX_PARALLEL))]
     max_parallel: Option<u64>,
 }
 
@@ -90,10 +90,10 @@ impl Session {
 }
 
 /// Prints events until `agent_end` (or the stream ends): JSON lines when `detail` is `None`.
-pub async fn print_events(mut events: rho_core::Subscription, detail: Option<Detail>) {
+pub async fn print_events(mut events: rho_runtime::Subscription, detail: Option<Detail>) {
     // Once stdout is gone (a closed pipe) the events are still drained, so nothing is held up.
     let mut stdout_open = true;
-    let mut ended: Vec<rho_core::Outcome> = Vec::new();
+    let mut ended: Vec<rho_runtime::Outcome> = Vec::new();
     while let Some(item) = events.next().await {
         match item {
             BusItem::Lagged {
@@ -112,10 +112,10 @@ pub async fn print_events(mut events: rho_core::Subscription, detail: Option<Det
                 if let Some(line) = line.filter(|_| stdout_open) {
                     stdout_open = render::print_line(&line);
                 }
-                if let rho_core::EventKind::ToolExecutionEnd { outcome, .. } = &event.kind {
+                if let rho_runtime::EventKind::ToolExecutionEnd { outcome, .. } = &event.kind {
                     ended.push(*outcome);
                 }
-                if matches!(event.kind, rho_core::EventKind::AgentEnd { .. }) {
+                if matches!(event.kind, rho_runtime::EventKind::AgentEnd { .. }) {
                     if detail.is_some() && stdout_open {
                         render::print_line(&render::outcome_counts(&ended));
                     }

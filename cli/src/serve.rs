@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use base64::Engine;
-use rho_core::{
+use rho_runtime::{
     BusItem, CallOptions, Filter, Host, Outcome, ToolCall, ToolResult, UpdateHook, Verdict,
 };
 use rmcp::model::{
@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 
 use crate::host::{self, PluginFlags, RunFlags};
-use rho_core::{Action, Asker, GateRule, HostConfig, RuleGate};
+use rho_runtime::{Action, Asker, GateRule, HostConfig, RuleGate};
 
 /// `rho serve` flags.
 #[derive(clap::Args)]
@@ -166,7 +166,7 @@ impl Asker for ElicitAsker {
 /// A tool as MCP lists it: every hint stated (a tool that declares none gets MCP's cautious
 /// defaults, stated too: clients treat a missing annotation as unknown), its title and, for a tool
 /// that answers structured data, its output schema.
-fn mcp_tool(spec: &rho_core::ToolSpec) -> Tool {
+fn mcp_tool(spec: &rho_runtime::ToolSpec) -> Tool {
     let object = |schema: &Value| match schema {
         Value::Object(map) => map.clone(),
         _ => serde_json::Map::new(),

@@ -300,7 +300,7 @@ fn check(text: &str, in_flight: &InFlight) -> Verdict {
 /// An outgoing line: a response frees its id; an error response without an id gets `"id": null`.
 fn settle(line: String, in_flight: &InFlight) -> String {
     // Results carry details up to their bound, a few levels inside the response.
-    let limit = rho_core::plugin_api::MAX_DETAILS_DEPTH + 16;
+    let limit = rho_runtime::plugin_api::MAX_DETAILS_DEPTH + 16;
     let Some(Value::Object(mut fields)) = jsonrpc::parse(&line, limit) else {
         return line;
     };

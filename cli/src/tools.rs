@@ -23,7 +23,7 @@ pub struct Args {
     watch: bool,
 }
 
-pub async fn main(args: Args, config: rho_core::HostConfig) -> ExitCode {
+pub async fn main(args: Args, config: rho_runtime::HostConfig) -> ExitCode {
     let watch = args.watch;
     let (host, _) = match host::build(&config, &args.plugins, None, |b| b.watch(watch)).await {
         Ok(built) => built,
@@ -39,7 +39,7 @@ pub async fn main(args: Args, config: rho_core::HostConfig) -> ExitCode {
     if !args.watch {
         return ExitCode::SUCCESS;
     }
-    let mut events = host.subscribe_filtered(rho_core::Filter::default().types([
+    let mut events = host.subscribe_filtered(rho_runtime::Filter::default().types([
         "plugin_loaded",
         "plugin_reloaded",
         "plugin_removed",
@@ -53,19 +53,19 @@ pub async fn main(args: Args, config: rho_core::HostConfig) -> ExitCode {
     loop {
         tokio::select! {
             item = events.next() => match item {
-                Some(rho_core::BusItem::Event(event)) => {
+                Some(rho_runtime::BusItem::Event(event)) => {
                     if let Some(line) = crate::render::event_line(&event, crate::render::Detail::All) {
                         eprintln!("{line}");
                     }
-                    if matches!(event.kind, rho_core::EventKind::PluginLoaded { .. }
-                        | rho_core::EventKind::PluginReloaded { .. }
-                        | rho_core::EventKind::PluginRemoved { .. })
+                    if matches!(event.kind, rho_runtime::EventKind::PluginLoaded { .. }
+                        | rho_runtime::EventKind::PluginReloaded { .. }
+                        | rho_runtime::EventKind::PluginRemoved { .. })
                         && !print(&host.tools(), args.json)
                     {
                         return ExitCode::from(1);
                     }
                 }
-                Some(rho_core::BusItem::Lagged { .. }) => {}
+                Some(rho_runtime::BusItem::Lagged { .. }) => {}
                 None => return ExitCode::SUCCESS,
             },
             _ = &mut ctrl_c => return ExitCode::SUCCESS,
@@ -74,7 +74,7 @@ pub async fn main(args: Args, config: rho_core::HostConfig) -> ExitCode {
 }
 
 /// Prints the tool list; `false` if it could not be encoded.
-fn print(tools: &[rho_core::ToolSpec], json: bool) -> bool {
+fn print(tools: &[rho_runtime::ToolSpec], json: bool) -> bool {
     if json {
         return match serde_json::to_string_pretty(tools) {
             Ok(json) => {
@@ -138,7 +138,7 @@ fn print(tools: &[rho_core::ToolSpec], json: bool) -> bool {
 }
 
 /// One line per plugin: what it asks for beside what the host grants it.
-fn print_plugins(plugins: &[rho_core::PluginInfo]) {
+fn print_plugins(plugins: &[rho_runtime::PluginInfo]) {
     for plugin in plugins {
         let granted = match &plugin.granted {
             Some(grants) => grants.to_string(),

@@ -2,7 +2,7 @@
 //! events into per-tool figures), fed by what a view sees: a session's bus or a `rho serve`
 //! journal.
 
-use rho_core::{Event, HealthView};
+use rho_runtime::{Event, HealthView};
 
 /// Health of every tool seen so far, and whether it changed since the last table.
 #[derive(Default)]
@@ -18,7 +18,7 @@ impl Health {
     }
 
     /// The figures of every tool seen so far (see [`HealthView::stats`]).
-    pub fn stats(&self) -> Vec<rho_core::ToolStats> {
+    pub fn stats(&self) -> Vec<rho_runtime::ToolStats> {
         self.view.stats()
     }
 
@@ -65,8 +65,8 @@ impl Health {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rho_core::OutputView;
-    use rho_core::{EventKind, Outcome};
+    use rho_runtime::OutputView;
+    use rho_runtime::{EventKind, Outcome};
 
     fn end(tool: &str, outcome: Outcome, ms: f64) -> Event {
         Event {

@@ -10,14 +10,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use rho_core::{BusItem, Event};
+use rho_runtime::{BusItem, Event};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio_stream::StreamExt;
 
 use crate::host::{self, PluginFlags, RunFlags};
 use crate::render::{self, Detail};
 use crate::view::Health;
-use rho_core::HostConfig;
+use rho_runtime::HostConfig;
 
 /// `rho watch` flags.
 #[derive(clap::Args)]
@@ -68,7 +68,7 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=86_400))]
     summary_secs: u64,
     /// Calls of one turn that run at once.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=rho_core::MAX_PARALLEL))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=rho_runtime::MAX_PARALLEL))]
     max_parallel: Option<u64>,
 }
 
@@ -248,7 +248,7 @@ async fn follow_dirs(
     run: &RunFlags,
     mut display: Display,
 ) -> ExitCode {
-    let bus = rho_core::Bus::default();
+    let bus = rho_runtime::Bus::default();
     let mut events = bus.subscribe();
     let (host, _) = match host::build(config, plugins, Some(run), |b| b.bus(bus).watch(true)).await
     {

@@ -1,7 +1,7 @@
-//! A host of ten lines: `cargo run -p rho-core --example host -- PLUGIN_DIR TOOL [ARGS_JSON]`.
+//! A host of ten lines: `cargo run -p rho-runtime --example host -- PLUGIN_DIR TOOL [ARGS_JSON]`.
 //! Loads the directory (watched), gates with a closure, follows the events, calls one tool.
 
-use rho_core::{BusItem, DirOptions, Host, Verdict, gate_fn};
+use rho_runtime::{BusItem, DirOptions, Host, Verdict, gate_fn};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

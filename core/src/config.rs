@@ -4,7 +4,7 @@
 //! applies it.
 //!
 //! ```
-//! let config: rho_core::HostConfig = serde_json::from_str(r#"{
+//! let config: rho_runtime::HostConfig = serde_json::from_str(r#"{
 //!     "plugins": [{ "dir": "plugins", "isolate": true }],
 //!     "runner": { "default_timeout_ms": 5000 },
 //!     "gate": [{ "tool": "exit_*", "action": "deny" }]

@@ -2,9 +2,9 @@
 //! and their watchers, the runner and the gate; nothing it needs can be dropped from under it.
 //!
 //! ```no_run
-//! use rho_core::{BusItem, DirOptions, Host, Verdict, gate_fn};
+//! use rho_runtime::{BusItem, DirOptions, Host, Verdict, gate_fn};
 //!
-//! # async fn demo() -> Result<(), rho_core::HostError> {
+//! # async fn demo() -> Result<(), rho_runtime::HostError> {
 //! let (host, reports) = Host::builder()
 //!     .plugin_dir("plugins", DirOptions::default())
 //!     .watch(true) // hot reload

@@ -3,9 +3,9 @@
 //! [`Host`] is the façade you'll be talking to:
 //!
 //! ```no_run
-//! use rho_core::{DirOptions, Host, Verdict, gate_fn};
+//! use rho_runtime::{DirOptions, Host, Verdict, gate_fn};
 //!
-//! # async fn demo() -> Result<(), rho_core::HostError> {
+//! # async fn demo() -> Result<(), rho_runtime::HostError> {
 //! let (host, reports) = Host::builder()
 //!     .plugin_dir("plugins", DirOptions::default()) // sandboxed workers; in_process() if trusted
 //!     .watch(true)                                  // hot reload
@@ -68,6 +68,6 @@ pub use rho_protocol::{
     Grants, Identity, MAX_DETAILS_BYTES, MAX_GRANTS, MAX_IMAGES, Outcome, SandboxReport,
     ToolResult, ToolSpec, WorkerLimits,
 };
-pub use rho_worker::LoadError;
 pub use rho_worker::loader::load::{PluginInfo, sha256_hex};
 pub use rho_worker::loader::trust::Trust;
+pub use rho_worker::{LoadError, run_if_worker};

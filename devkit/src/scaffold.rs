@@ -3,7 +3,7 @@
 //!
 //! Names are refused before anything is written: not a valid tool name, a Rust keyword or a
 //! name the toolchain reserves, or the name of a package the crate would sit beside (the
-//! workspace's packages and every package in their dependency graph, `rho-core` and `serde`
+//! workspace's packages and every package in their dependency graph, `rho-runtime` and `serde`
 //! included): such a name would break every cargo command of the workspace.
 
 use std::path::{Path, PathBuf};
@@ -103,7 +103,7 @@ const RESERVED: &[&str] = &[
 /// Why `name` cannot be a plugin's crate and tool name, if it cannot; `taken` are the package
 /// names it would collide with.
 pub fn refuse_name(name: &str, taken: &[String]) -> Option<String> {
-    if !rho_core::plugin_api::is_valid_tool_name(name) {
+    if !rho_runtime::plugin_api::is_valid_tool_name(name) {
         return Some(format!(
             "`{name}` is not a valid tool name (^[a-zA-Z0-9_-]{{1,64}}$)"
         ));
@@ -358,9 +358,9 @@ mod tests {
 
     #[test]
     fn names() {
-        let taken = ["rho-core".to_owned(), "serde".to_owned()];
+        let taken = ["rho-runtime".to_owned(), "serde".to_owned()];
         let refuse_name = |name: &str| refuse_name(name, &taken);
-        assert!(refuse_name("rho_core").unwrap().contains("package"));
+        assert!(refuse_name("rho_runtime").unwrap().contains("package"));
         assert!(refuse_name("serde").unwrap().contains("package"));
         assert_eq!(refuse_name("greet"), None);
         assert_eq!(refuse_name("my-tool_2"), None);

@@ -1,5 +1,5 @@
 //! What a tool answers: [`Answer`] on success, [`ToolError`] on failure. The same types serve plugin
-//! authors and hosts (a host-native tool in `rho-core` answers with them too).
+//! authors and hosts (a host-native tool in `rho-runtime` answers with them too).
 
 use serde_json::Value;
 

@@ -1,6 +1,6 @@
 //! The ABI contract: the `#[repr(C)]` types that cross the boundary between a host and a plugin
 //! library. Plugin authors never touch these; [`crate::export_plugin!`] generates the glue and hosts
-//! go through `rho-core`.
+//! go through `rho-runtime`.
 //!
 //! Every type here derives [`StableAbi`], so a host that loads a library built against another
 //! layout gets `LibraryError::AbiInstability` at load time instead of undefined behaviour.

@@ -17,7 +17,8 @@ const PACKAGES: &[&str] = &[
     "incompatible",
     "attacks",
     "rho-cli",
-    "rho-core",
+    "rho-runtime",
+    "rho-embedder-fixture",
     "xtask",
 ];
 
@@ -84,6 +85,16 @@ pub fn rho_bin() -> PathBuf {
     built().join("rho")
 }
 
+/// The built embedder fixture (`tests/fixtures/embedder`): a host binary that is its own worker.
+pub fn embedder_bin() -> PathBuf {
+    built().join("rho-embedder-fixture")
+}
+
+/// The built `rho-worker` binary.
+pub fn rho_worker_bin() -> PathBuf {
+    built().join("rho-worker")
+}
+
 /// The built `xtask` binary.
 pub fn xtask_bin() -> PathBuf {
     built().join("xtask")
@@ -127,16 +138,16 @@ pub fn install(dir: &Path, name: &str) -> PathBuf {
     to
 }
 
-/// A host serving `dir` in process, with the defaults of [`rho_core::Host::builder`] changed by
+/// A host serving `dir` in process, with the defaults of [`rho_runtime::Host::builder`] changed by
 /// `configure` (a gate, runner settings, quarantine, native tools, watching...). Panics when the
 /// host cannot be built or the directory cannot be used at all; returns the host and the
 /// directory's load report (its `errors` are the plugins that failed).
 pub async fn host_with(
     dir: &Path,
-    options: rho_core::DirOptions,
-    configure: impl FnOnce(rho_core::HostBuilder) -> rho_core::HostBuilder,
-) -> (rho_core::Host, rho_core::ScanReport) {
-    let (host, mut reports) = configure(rho_core::Host::builder().plugin_dir(dir, options))
+    options: rho_runtime::DirOptions,
+    configure: impl FnOnce(rho_runtime::HostBuilder) -> rho_runtime::HostBuilder,
+) -> (rho_runtime::Host, rho_runtime::ScanReport) {
+    let (host, mut reports) = configure(rho_runtime::Host::builder().plugin_dir(dir, options))
         .build()
         .await
         .expect("host");
@@ -147,44 +158,44 @@ pub async fn host_with(
 
 /// A host serving `dir` in process with every default (allow all, 60 s timeout); panics when a
 /// plugin fails to load.
-pub async fn host(dir: &Path) -> rho_core::Host {
-    let (host, report) = host_with(dir, rho_core::DirOptions::in_process(), |b| b).await;
+pub async fn host(dir: &Path) -> rho_runtime::Host {
+    let (host, report) = host_with(dir, rho_runtime::DirOptions::in_process(), |b| b).await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     host
 }
 
 /// Directory options that run its plugins isolated, with default worker settings.
-pub fn isolated() -> rho_core::DirOptions {
-    rho_core::DirOptions {
-        isolation: rho_core::Isolation::Process(rho_core::WorkerOptions::default()),
-        ..rho_core::DirOptions::in_process()
+pub fn isolated() -> rho_runtime::DirOptions {
+    rho_runtime::DirOptions {
+        isolation: rho_runtime::Isolation::Process(rho_runtime::WorkerOptions::default()),
+        ..rho_runtime::DirOptions::in_process()
     }
 }
 
 /// Isolated with one worker at most and no spare: a worker still busy with an abandoned call
 /// holds up every later call, and every crash needs a new worker.
-pub fn one_worker() -> rho_core::DirOptions {
-    rho_core::DirOptions {
-        isolation: rho_core::Isolation::Process(rho_core::WorkerOptions {
+pub fn one_worker() -> rho_runtime::DirOptions {
+    rho_runtime::DirOptions {
+        isolation: rho_runtime::Isolation::Process(rho_runtime::WorkerOptions {
             spares: 0,
             max_workers: 1,
-            ..rho_core::WorkerOptions::default()
+            ..rho_runtime::WorkerOptions::default()
         }),
-        ..rho_core::DirOptions::in_process()
+        ..rho_runtime::DirOptions::in_process()
     }
 }
 
 /// Runner settings with `timeout_ms` as the default timeout.
-pub fn timeout(timeout_ms: u64) -> rho_core::RunnerConfig {
-    rho_core::RunnerConfig {
+pub fn timeout(timeout_ms: u64) -> rho_runtime::RunnerConfig {
+    rho_runtime::RunnerConfig {
         default_timeout: std::time::Duration::from_millis(timeout_ms),
         ..Default::default()
     }
 }
 
 /// Call options that put the call behind `gate` instead of the host's.
-pub fn gated(gate: std::sync::Arc<dyn rho_core::Gate>) -> rho_core::CallOptions {
-    rho_core::CallOptions {
+pub fn gated(gate: std::sync::Arc<dyn rho_runtime::Gate>) -> rho_runtime::CallOptions {
+    rho_runtime::CallOptions {
         gate: Some(gate),
         ..Default::default()
     }
@@ -210,8 +221,8 @@ pub fn live_workers() -> usize {
 }
 
 /// A call with id `id` of `tool` with `args`.
-pub fn call(id: &str, tool: &str, args: serde_json::Value) -> rho_core::ToolCall {
-    rho_core::ToolCall::new(id, tool, args)
+pub fn call(id: &str, tool: &str, args: serde_json::Value) -> rho_runtime::ToolCall {
+    rho_runtime::ToolCall::new(id, tool, args)
 }
 
 /// Two builds of the `faults` plugin that answer `build_tag` differently: `"default"` and `"v2"`
@@ -302,15 +313,15 @@ fn attacks_variant(flag: &str) -> PathBuf {
 
 /// Waits up to `within` for an event that `pred` accepts.
 pub async fn wait_for(
-    sub: &mut rho_core::Subscription,
+    sub: &mut rho_runtime::Subscription,
     within: std::time::Duration,
-    mut pred: impl FnMut(&rho_core::Event) -> bool,
-) -> Option<std::sync::Arc<rho_core::Event>> {
+    mut pred: impl FnMut(&rho_runtime::Event) -> bool,
+) -> Option<std::sync::Arc<rho_runtime::Event>> {
     use tokio_stream::StreamExt;
     let deadline = tokio::time::Instant::now() + within;
     loop {
         match tokio::time::timeout_at(deadline, sub.next()).await {
-            Ok(Some(rho_core::BusItem::Event(e))) if pred(&e) => return Some(e),
+            Ok(Some(rho_runtime::BusItem::Event(e))) if pred(&e) => return Some(e),
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => return None,
         }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rho_core::{BusItem, CallOptions, DirOptions, Event, EventKind, Outcome};
+use rho_runtime::{BusItem, CallOptions, DirOptions, Event, EventKind, Outcome};
 use rho_tests::{abi_v1_fixture, call, host_with, plugin_lib};
 use serde_json::json;
 use tokio_stream::StreamExt;
@@ -74,7 +74,7 @@ async fn interface_1_loads_and_answers(options: DirOptions) {
 }
 
 /// The events of call `id`, up to and with its end event (within 5 s).
-async fn events_of(events: &mut rho_core::Subscription, id: &str) -> Vec<Arc<Event>> {
+async fn events_of(events: &mut rho_runtime::Subscription, id: &str) -> Vec<Arc<Event>> {
     let mut mine = Vec::new();
     while let Ok(Some(item)) = tokio::time::timeout(Duration::from_secs(5), events.next()).await {
         let BusItem::Event(e) = item else { continue };

@@ -7,11 +7,11 @@
 use std::path::Path;
 use std::process::Command;
 
-use rho_core::{CallOptions, DirOptions, Host, Isolation, Outcome, ScanReport, WorkerOptions};
+use rho_runtime::{CallOptions, DirOptions, Host, Isolation, Outcome, ScanReport, WorkerOptions};
 use rho_tests::{attacks_bad_names, call, host_with, install, plugin_dir, rho_bin, timeout};
 use serde_json::{Value, json};
 
-async fn run(host: &Host, tool: &str, args: Value) -> rho_core::ToolResult {
+async fn run(host: &Host, tool: &str, args: Value) -> rho_runtime::ToolResult {
     host.call_with(&call("c", tool, args), &CallOptions::default())
         .await
 }
@@ -33,7 +33,7 @@ async fn serve(dir: &Path, isolated: bool) -> (Host, ScanReport) {
     host_with(dir, options, |b| {
         // These tests crash tools on purpose, more than a quarantine allows.
         b.runner(timeout(10_000))
-            .quarantine(rho_core::QuarantinePolicy {
+            .quarantine(rho_runtime::QuarantinePolicy {
                 max_failures: 0,
                 window: std::time::Duration::from_secs(1),
             })
@@ -101,9 +101,9 @@ async fn details_nest_up_to_the_bound_and_deeper_ones_are_refused_without_harm()
             at = &items[0];
         }
         assert_eq!(depth, 200);
-        let r = deep(rho_core::plugin_api::MAX_DETAILS_DEPTH).await;
+        let r = deep(rho_runtime::plugin_api::MAX_DETAILS_DEPTH).await;
         assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
-        for too_deep in [rho_core::plugin_api::MAX_DETAILS_DEPTH + 1, 100_000] {
+        for too_deep in [rho_runtime::plugin_api::MAX_DETAILS_DEPTH + 1, 100_000] {
             let r = deep(too_deep).await;
             assert_eq!(r.outcome, Outcome::Crashed, "{too_deep}: {}", r.text());
             assert!(

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rho_core::{
+use rho_runtime::{
     Bus, BusItem, CallOptions, DirOptions, Event, EventKind, Filter, Gate, GateCtx, Journal,
     Outcome, ToolCall, Verdict,
 };
@@ -29,7 +29,7 @@ impl Gate for SlowGate {
     }
 }
 
-async fn drain(sub: &mut rho_core::Subscription, quiet: Duration) -> Vec<Arc<Event>> {
+async fn drain(sub: &mut rho_runtime::Subscription, quiet: Duration) -> Vec<Arc<Event>> {
     let mut events = Vec::new();
     while let Ok(Some(item)) = tokio::time::timeout(quiet, sub.next()).await {
         match item {
@@ -302,7 +302,7 @@ async fn filters_keep_only_what_was_asked() {
         call_id: id.into(),
         tool: tool.into(),
         outcome: Outcome::Ok,
-        output: rho_core::OutputView {
+        output: rho_runtime::OutputView {
             text: String::new(),
             images: vec![],
         },
@@ -438,7 +438,7 @@ async fn events_nobody_listens_for_are_not_published() {
         )
         .await;
     assert_eq!(result.outcome, Outcome::Ok, "{}", result.text());
-    let view = rho_core::OutputView::from(&result.output);
+    let view = rho_runtime::OutputView::from(&result.output);
     let kept = bus
         .image(&view.images[0].sha256)
         .expect("image kept unheard");

@@ -47,7 +47,7 @@ fn version_names_the_plugin_interface() {
     let out = rho(&["--version"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    let interface = rho_core::plugin_api::ffi::INTERFACE_VERSION;
+    let interface = rho_runtime::plugin_api::ffi::INTERFACE_VERSION;
     assert!(
         text.contains(&format!("plugin interface {interface}")),
         "{text}"
@@ -314,7 +314,7 @@ async fn watch_attaches_to_a_journal_and_shows_health() {
     let dir = plugin_dir(&["echo", "faults"]);
     let journal = dir.path().join("serve.jsonl");
     // As `rho serve --journal` does: the journal first, so it holds the plugin loads too.
-    let (host, _) = rho_tests::host_with(dir.path(), rho_core::DirOptions::in_process(), |b| {
+    let (host, _) = rho_tests::host_with(dir.path(), rho_runtime::DirOptions::in_process(), |b| {
         b.journal(&journal).runner(rho_tests::timeout(300))
     })
     .await;
@@ -341,7 +341,7 @@ async fn watch_attaches_to_a_journal_and_shows_health() {
     {
         host.call_with(
             &rho_tests::call(&i.to_string(), tool, args),
-            &rho_core::CallOptions::default(),
+            &rho_runtime::CallOptions::default(),
         )
         .await;
     }

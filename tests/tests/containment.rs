@@ -11,7 +11,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 
-use rho_core::{
+use rho_runtime::{
     DirOptions, Grants, Host, Identity, Isolation, Outcome, WorkerLimits, WorkerOptions,
 };
 use rho_tests::{host_with, install, timeout};

@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::sync::Arc;
 
-use rho_core::{
+use rho_runtime::{
     Action, BusItem, CallOptions, DirOptions, EventKind, GateRule, Grants, Isolation, Loop,
     LoopConfig, Outcome, RuleGate, ToolCall, ToolHints, Verdict, WorkerOptions,
 };
@@ -63,7 +63,7 @@ fn assert_declared(tools: &Value) {
 async fn every_declared_field_reaches_the_library_the_cli_and_plugin_loaded() {
     let dir = plugin_dir(&["faults"]);
     // Library, isolated: the worker's word is checked and carried whole.
-    let bus = rho_core::Bus::new(rho_core::DEFAULT_CAPACITY);
+    let bus = rho_runtime::Bus::new(rho_runtime::DEFAULT_CAPACITY);
     let mut events = bus.subscribe();
     let (host, report) = host_with(dir.path(), isolated(), |b| b.bus(bus)).await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
@@ -87,7 +87,7 @@ async fn every_declared_field_reaches_the_library_the_cli_and_plugin_loaded() {
         unreachable!()
     };
     assert_declared(&serde_json::to_value(tools).unwrap());
-    assert_eq!(*capabilities, rho_core::Capabilities::none());
+    assert_eq!(*capabilities, rho_runtime::Capabilities::none());
     assert_eq!(granted.as_ref(), Some(&Grants::default()));
     host.shutdown().await;
 
@@ -123,7 +123,7 @@ async fn every_declared_field_reaches_the_library_the_cli_and_plugin_loaded() {
     );
 }
 
-async fn run(host: &rho_core::Host, tool: &str, args: Value) -> rho_core::ToolResult {
+async fn run(host: &rho_runtime::Host, tool: &str, args: Value) -> rho_runtime::ToolResult {
     host.call_with(&call("c", tool, args), &CallOptions::default())
         .await
 }
@@ -196,9 +196,9 @@ async fn structured_answers_are_checked_and_long_results_cut_in_process_and_isol
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_smaller_of_the_tools_and_the_hosts_result_limit_wins() {
     let dir = plugin_dir(&["faults"]);
-    let runner = rho_core::RunnerConfig {
+    let runner = rho_runtime::RunnerConfig {
         max_result_bytes: Some(50),
-        ..rho_core::RunnerConfig::default()
+        ..rho_runtime::RunnerConfig::default()
     };
     let (host, _) = host_with(dir.path(), DirOptions::in_process(), |b| b.runner(runner)).await;
     // big_output declares no limit, big_output_cut 100: the host's 50 cuts both.
@@ -281,7 +281,7 @@ async fn gate_rules_match_on_hints() {
         )
     );
     // As rho.toml's `[[gate]]` tables give them: hints, no pattern.
-    let config: rho_core::HostConfig = serde_json::from_value(json!({"gate": [
+    let config: rho_runtime::HostConfig = serde_json::from_value(json!({"gate": [
         {"read_only": true, "action": "allow"},
         {"destructive": true, "action": "deny"},
     ]}))
@@ -339,7 +339,7 @@ async fn read_only_calls_of_a_turn_overlap_while_the_others_wait_their_turn() {
         "all",
         host.clone(),
         LoopConfig {
-            call_order: rho_core::CallOrder::AllAtOnce,
+            call_order: rho_runtime::CallOrder::AllAtOnce,
             ..LoopConfig::default()
         },
     );
@@ -409,7 +409,7 @@ async fn a_plugin_that_asks_for_more_than_its_grants_is_refused_naming_the_capab
     let (host, report) = host_with(dir.path(), granting(grants.clone()), |b| b).await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     let plugins = host.plugins().await;
-    let asked = rho_core::Capabilities::none()
+    let asked = rho_runtime::Capabilities::none()
         .read("/var/tmp/rho-needs")
         .network()
         .env("RHO_NEEDS_TOKEN");

@@ -1,10 +1,10 @@
-//! [4/9] groundwork: `rho_core::Host`, the façade: built, watched, gated by closures, shut down.
+//! [4/9] groundwork: `rho_runtime::Host`, the façade: built, watched, gated by closures, shut down.
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly
 
 use std::time::{Duration, Instant};
 
-use rho_core::{
+use rho_runtime::{
     BusItem, DirOptions, Host, Isolation, Outcome, Verdict, WorkerOptions, async_gate_fn, gate_fn,
 };
 use rho_tests::{install, plugin_dir};
@@ -111,7 +111,7 @@ fn the_example_host_builds_and_runs() {
     let mut build =
         std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     build
-        .args(["build", "--quiet", "-p", "rho-core", "--example", "host"])
+        .args(["build", "--quiet", "-p", "rho-runtime", "--example", "host"])
         .env("CARGO_TARGET_DIR", profile.parent().unwrap())
         .current_dir(rho_tests::workspace_dir());
     if profile.file_name().is_some_and(|n| n == "release") {
@@ -148,12 +148,12 @@ async fn dropping_a_call_midway_in_a_worker_ends_it_once_and_frees_the_worker() 
     let (host, report) = rho_tests::host_with(dir.path(), rho_tests::one_worker(), |b| b).await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     let mut events =
-        host.subscribe_filtered(rho_core::Filter::default().types(["tool_execution_end"]));
+        host.subscribe_filtered(rho_runtime::Filter::default().types(["tool_execution_end"]));
     let started = Instant::now();
     let call = rho_tests::call("dropped", "sleep", json!({"ms": 30_000}));
     let dropped = tokio::time::timeout(
         Duration::from_millis(300),
-        host.call_with(&call, &rho_core::CallOptions::default()),
+        host.call_with(&call, &rho_runtime::CallOptions::default()),
     )
     .await;
     assert!(dropped.is_err(), "the call should still have been running");
@@ -162,7 +162,7 @@ async fn dropping_a_call_midway_in_a_worker_ends_it_once_and_frees_the_worker() 
     while let Ok(Some(BusItem::Event(e))) =
         tokio::time::timeout(Duration::from_secs(2), events.recv()).await
     {
-        if let rho_core::EventKind::ToolExecutionEnd {
+        if let rho_runtime::EventKind::ToolExecutionEnd {
             call_id, outcome, ..
         } = &e.kind
         {
@@ -190,7 +190,7 @@ async fn a_calls_update_hook_gets_its_updates_in_order_and_none_after_its_end() 
         assert!(report.errors.is_empty(), "{:?}", report.errors);
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let hook_seen = seen.clone();
-        let options = rho_core::CallOptions {
+        let options = rho_runtime::CallOptions {
             on_update: Some(std::sync::Arc::new(move |partial: &str| {
                 hook_seen.lock().unwrap().push(partial.to_owned())
             })),
@@ -221,15 +221,15 @@ async fn no_timeout_and_a_panicking_update_hook_still_end_every_call_once_as_the
     let dir = plugin_dir(&["faults"]);
     for options in [DirOptions::in_process(), rho_tests::isolated()] {
         // `Duration::MAX`: no timeout at all, not an overflow.
-        let never = rho_core::RunnerConfig {
+        let never = rho_runtime::RunnerConfig {
             default_timeout: Duration::MAX,
             ..Default::default()
         };
         let (host, report) = rho_tests::host_with(dir.path(), options, |b| b.runner(never)).await;
         assert!(report.errors.is_empty(), "{:?}", report.errors);
         let mut ends =
-            host.subscribe_filtered(rho_core::Filter::default().types(["tool_execution_end"]));
-        let hooked = rho_core::CallOptions {
+            host.subscribe_filtered(rho_runtime::Filter::default().types(["tool_execution_end"]));
+        let hooked = rho_runtime::CallOptions {
             on_update: Some(std::sync::Arc::new(|_: &str| {
                 panic!("the host's hook has a bug")
             })),
@@ -266,15 +266,15 @@ async fn no_timeout_and_a_panicking_update_hook_still_end_every_call_once_as_the
 async fn shutdown_ends_subscriptions_after_the_last_event() {
     let dir = rho_tests::plugin_dir(&["echo"]);
     let (host, _) =
-        rho_tests::host_with(dir.path(), rho_core::DirOptions::in_process(), |b| b).await;
+        rho_tests::host_with(dir.path(), rho_runtime::DirOptions::in_process(), |b| b).await;
     let mut events = host.subscribe();
     let r = host.call("echo", serde_json::json!({"text": "hi"})).await;
-    assert_eq!(r.outcome, rho_core::Outcome::Ok);
+    assert_eq!(r.outcome, rho_runtime::Outcome::Ok);
     host.shutdown().await;
     let mut last = None;
     let ended = tokio::time::timeout(std::time::Duration::from_secs(5), async {
         while let Some(item) = events.recv().await {
-            if let rho_core::BusItem::Event(event) = item {
+            if let rho_runtime::BusItem::Event(event) = item {
                 last = Some(event.kind.type_name());
             }
         }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use rho_core::{CallOptions, DirOptions, Host, Isolation, Outcome, WorkerOptions};
+use rho_runtime::{CallOptions, DirOptions, Host, Isolation, Outcome, WorkerOptions};
 use rho_tests::{call, host_with, plugin_dir, timeout};
 use serde_json::json;
 
@@ -70,7 +70,7 @@ async fn a_worker_that_announces_a_large_frame_and_stalls_costs_what_it_sent() {
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
     let base = status_kib("VmRSS:");
     reset_peak();
-    let cancel = rho_core::CancellationToken::new();
+    let cancel = rho_runtime::CancellationToken::new();
     let calls: Vec<_> = (0..4)
         .map(|i| {
             let host = host.clone();
@@ -169,14 +169,14 @@ async fn end_events_keep_a_bounded_part_of_a_long_text() {
         .unwrap();
     let kept = end["output"]["text"].as_str().unwrap();
     assert!(
-        kept.len() < rho_core::MAX_EVENT_TEXT + 200,
+        kept.len() < rho_runtime::MAX_EVENT_TEXT + 200,
         "{}",
         kept.len()
     );
     assert!(
         kept.ends_with(&format!(
             "[rho: events keep {} of {} bytes of this text; the call's result has the whole]",
-            rho_core::MAX_EVENT_TEXT,
+            rho_runtime::MAX_EVENT_TEXT,
             3 << 20
         )),
         "{}",

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rho_core::{
+use rho_runtime::{
     BusItem, CallOptions, DirOptions, EventKind, Gate, GateCtx, Host, HostBuilder, Isolation,
     Outcome, ToolCall, Verdict, WorkerOptions,
 };
@@ -50,7 +50,7 @@ async fn serve(
     Served { host, dir }
 }
 
-async fn run(host: &Host, id: &str, tool: &str, args: Value) -> rho_core::ToolResult {
+async fn run(host: &Host, id: &str, tool: &str, args: Value) -> rho_runtime::ToolResult {
     host.call_with(&call(id, tool, args), &CallOptions::default())
         .await
 }
@@ -195,7 +195,7 @@ async fn every_fault_ends_its_call_and_the_next_call_answers() {
     }
     assert_eq!(updates, ["update 1/3", "update 2/3", "update 3/3"]);
     // The counters moved, against the plugin's tools.
-    let stats: HashMap<String, rho_core::ToolStats> = host
+    let stats: HashMap<String, rho_runtime::ToolStats> = host
         .stats()
         .into_iter()
         .map(|s| (s.tool.clone(), s))
@@ -286,7 +286,7 @@ async fn a_thousand_mixed_faults_eight_at_a_time() {
     // Quarantine would turn repeated crashes into `quarantined`: keep it out of this test.
     let Served { host, dir: _dir } = serve(options, |b| {
         b.runner(timeout(300))
-            .quarantine(rho_core::QuarantinePolicy {
+            .quarantine(rho_runtime::QuarantinePolicy {
                 max_failures: 0,
                 ..Default::default()
             })

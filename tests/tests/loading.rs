@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly
 
-use rho_core::{CallOptions, DirOptions, Host, Outcome};
+use rho_runtime::{CallOptions, DirOptions, Host, Outcome};
 use rho_tests::{call, host_with, install, plugin_dir, plugin_lib, timeout};
 use serde_json::json;
 
@@ -270,16 +270,16 @@ fn the_incompatible_fixture_is_built() {
 struct HostEcho;
 
 #[async_trait::async_trait]
-impl rho_core::Tool for HostEcho {
-    fn spec(&self) -> rho_core::ToolSpec {
-        rho_core::ToolSpec::native("echo", "the host's own echo", json!({"type": "object"}))
+impl rho_runtime::Tool for HostEcho {
+    fn spec(&self) -> rho_runtime::ToolSpec {
+        rho_runtime::ToolSpec::native("echo", "the host's own echo", json!({"type": "object"}))
     }
     async fn call(
         &self,
         _args: serde_json::Value,
-        _ctx: rho_core::ToolCtx,
-    ) -> Result<rho_core::Answer, rho_core::ToolError> {
-        Ok(rho_core::Answer::text("from the host"))
+        _ctx: rho_runtime::ToolCtx,
+    ) -> Result<rho_runtime::Answer, rho_runtime::ToolError> {
+        Ok(rho_runtime::Answer::text("from the host"))
     }
 }
 
@@ -289,15 +289,15 @@ async fn a_name_offered_twice_follows_the_rule_and_is_reported() {
     let dir = plugin_dir(&["echo"]);
     std::fs::copy(plugin_lib("echo"), dir.path().join("libecho2.so")).unwrap();
     // A bus of our own, subscribed before `build`: the conflict is reported while loading.
-    let bus = rho_core::Bus::default();
+    let bus = rho_runtime::Bus::default();
     let mut sub = bus.subscribe();
     let (_host, _report) =
         host_with(dir.path(), DirOptions::in_process(), |b| b.bus(bus.clone())).await;
     let mut conflicts = Vec::new();
-    while let Ok(Some(rho_core::BusItem::Event(e))) =
+    while let Ok(Some(rho_runtime::BusItem::Event(e))) =
         tokio::time::timeout(std::time::Duration::from_millis(100), sub.next()).await
     {
-        if let rho_core::EventKind::ToolNameConflict {
+        if let rho_runtime::EventKind::ToolNameConflict {
             tool,
             kept,
             ignored,
@@ -331,23 +331,23 @@ async fn a_name_offered_twice_follows_the_rule_and_is_reported() {
         .await;
     assert!(matches!(
         twice,
-        Err(rho_core::HostError::Tool(rho_core::RegistryError::Duplicate(name))) if name == "echo"
+        Err(rho_runtime::HostError::Tool(rho_runtime::RegistryError::Duplicate(name))) if name == "echo"
     ));
 }
 
 struct BadName;
 
 #[async_trait::async_trait]
-impl rho_core::Tool for BadName {
-    fn spec(&self) -> rho_core::ToolSpec {
-        rho_core::ToolSpec::native("bad name!", "", json!({"type": "object"}))
+impl rho_runtime::Tool for BadName {
+    fn spec(&self) -> rho_runtime::ToolSpec {
+        rho_runtime::ToolSpec::native("bad name!", "", json!({"type": "object"}))
     }
     async fn call(
         &self,
         _args: serde_json::Value,
-        _ctx: rho_core::ToolCtx,
-    ) -> Result<rho_core::Answer, rho_core::ToolError> {
-        Ok(rho_core::Answer::text(""))
+        _ctx: rho_runtime::ToolCtx,
+    ) -> Result<rho_runtime::Answer, rho_runtime::ToolError> {
+        Ok(rho_runtime::Answer::text(""))
     }
 }
 
@@ -362,7 +362,7 @@ async fn a_tool_name_models_do_not_accept_is_refused_with_a_clear_error() {
     };
     assert!(matches!(
         err,
-        rho_core::HostError::Tool(rho_core::RegistryError::BadName(_))
+        rho_runtime::HostError::Tool(rho_runtime::RegistryError::BadName(_))
     ));
     assert_eq!(
         err.to_string(),

@@ -9,7 +9,9 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rho_core::{DirOptions, EventKind, Grants, Host, Isolation, ScanReport, Trust, WorkerOptions};
+use rho_runtime::{
+    DirOptions, EventKind, Grants, Host, Isolation, ScanReport, Trust, WorkerOptions,
+};
 use rho_tests::{install, plugin_dir, plugin_lib, wait_for};
 
 /// These tests read this process's memory, I/O counters and mappings: one at a time.
@@ -478,7 +480,7 @@ async fn a_stalled_isolated_file_holds_up_no_other() {
         }),
         ..DirOptions::default()
     };
-    let bus = rho_core::Bus::default();
+    let bus = rho_runtime::Bus::default();
     let mut events = bus.subscribe();
     let started = Instant::now();
     let (host, reports) = Host::builder()
@@ -503,7 +505,7 @@ async fn a_stalled_isolated_file_holds_up_no_other() {
     assert!(report.loading[0].ends_with("libslow.so"), "{report:?}");
     // A name nobody serves waits `load_wait`, then names the file still loading.
     let r = host.call("ids", serde_json::json!({})).await;
-    assert_eq!(r.outcome, rho_core::Outcome::UnknownTool);
+    assert_eq!(r.outcome, rho_runtime::Outcome::UnknownTool);
     assert!(
         r.text().contains("still loading after 2000 ms"),
         "{}",
@@ -517,7 +519,7 @@ async fn a_stalled_isolated_file_holds_up_no_other() {
         "{again:?}"
     );
     let mut warnings = 0;
-    while let Ok(Some(rho_core::BusItem::Event(event))) =
+    while let Ok(Some(rho_runtime::BusItem::Event(event))) =
         tokio::time::timeout(Duration::from_millis(100), events.recv()).await
     {
         if let EventKind::Warning { subject, .. } = &event.kind {

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use rho_bridge_nats::{EventExport, ExportConfig, Follower, HostName, connect};
-use rho_core::{DirOptions, EventKind, Host, NatsConfig};
+use rho_runtime::{DirOptions, EventKind, Host, NatsConfig};
 use rho_tests::{NatsServer, host_with, plugin_dir};
 use serde_json::json;
 
@@ -35,7 +35,7 @@ async fn calls(host: &Host, n: usize, tag: &str) {
         let result = host
             .call("echo", json!({ "text": format!("{tag} {i}") }))
             .await;
-        assert_eq!(result.outcome, rho_core::Outcome::Ok, "{result:?}");
+        assert_eq!(result.outcome, rho_runtime::Outcome::Ok, "{result:?}");
     }
 }
 
@@ -112,7 +112,7 @@ async fn every_event_arrives_in_order_and_a_server_outage_loses_and_doubles_none
     );
     // The export said it was away, and that it was back.
     let mut told = Vec::new();
-    while let Ok(Some(rho_core::BusItem::Event(event))) =
+    while let Ok(Some(rho_runtime::BusItem::Event(event))) =
         tokio::time::timeout(Duration::from_millis(100), watch.recv()).await
     {
         if let EventKind::ExportStatus {
@@ -350,7 +350,7 @@ async fn until(secs: u64, what: &str, mut ready: impl FnMut() -> bool) {
 /// The node that ran a `call_info` call, from the call id it saw (`ID@NODE`).
 async fn node_of_call(host: &Host) -> String {
     let result = host.call("call_info", json!({})).await;
-    assert_eq!(result.outcome, rho_core::Outcome::Ok, "{result:?}");
+    assert_eq!(result.outcome, rho_runtime::Outcome::Ok, "{result:?}");
     let info: serde_json::Value = serde_json::from_str(result.text()).unwrap();
     info["call_id"]
         .as_str()
@@ -404,10 +404,10 @@ async fn tools_served_by_nodes_keep_every_local_guarantee() {
     let started = std::time::Instant::now();
     let result = host
         .call_with(
-            &rho_core::ToolCall::new("short", "sleep", json!({"ms": 30_000})),
-            &rho_core::CallOptions {
+            &rho_runtime::ToolCall::new("short", "sleep", json!({"ms": 30_000})),
+            &rho_runtime::CallOptions {
                 cancel: Some({
-                    let token = rho_core::CancellationToken::new();
+                    let token = rho_runtime::CancellationToken::new();
                     let later = token.clone();
                     tokio::spawn(async move {
                         tokio::time::sleep(Duration::from_millis(700)).await;
@@ -419,7 +419,7 @@ async fn tools_served_by_nodes_keep_every_local_guarantee() {
             },
         )
         .await;
-    assert_eq!(result.outcome, rho_core::Outcome::Error, "{result:?}");
+    assert_eq!(result.outcome, rho_runtime::Outcome::Error, "{result:?}");
     assert!(started.elapsed() < Duration::from_secs(3));
     until(5, "the node never ended the cancelled call", || {
         [&a, &b].iter().any(|n| {
@@ -464,7 +464,11 @@ async fn tools_served_by_nodes_keep_every_local_guarantee() {
         ("node-a", b)
     };
     let crashed = sleeper.await.unwrap();
-    assert_eq!(crashed.outcome, rho_core::Outcome::Crashed, "{crashed:?}");
+    assert_eq!(
+        crashed.outcome,
+        rho_runtime::Outcome::Crashed,
+        "{crashed:?}"
+    );
     assert!(crashed.text().contains(&holder), "{}", crashed.text());
     assert!(
         killed_at.elapsed() < Duration::from_secs(4),
@@ -493,7 +497,7 @@ async fn tools_served_by_nodes_keep_every_local_guarantee() {
     assert!(rejoined, "{} never ran a call again", restarted.name);
     // A node's plugin added and removed changes the host's tool list.
     let mut changes =
-        host.subscribe_filtered(rho_core::Filter::default().types(["remote_tools_changed"]));
+        host.subscribe_filtered(rho_runtime::Filter::default().types(["remote_tools_changed"]));
     let echo = rho_tests::install(&a.dir, "echo");
     until(10, "the node's new plugin never reached the host", || {
         host.tools().iter().any(|t| t.name == "echo")
@@ -510,17 +514,17 @@ async fn tools_served_by_nodes_keep_every_local_guarantee() {
     .await;
     assert!(matches!(
         tokio::time::timeout(Duration::from_secs(1), changes.recv()).await,
-        Ok(Some(rho_core::BusItem::Event(_)))
+        Ok(Some(rho_runtime::BusItem::Event(_)))
     ));
     // Crashes count against the plugin version whichever node runs them: quarantine applies.
     for _ in 0..3 {
         let result = host.call("segfault", json!({})).await;
-        assert_eq!(result.outcome, rho_core::Outcome::Crashed, "{result:?}");
+        assert_eq!(result.outcome, rho_runtime::Outcome::Crashed, "{result:?}");
     }
     let refused = host.call("segfault", json!({})).await;
     assert_eq!(
         refused.outcome,
-        rho_core::Outcome::Quarantined,
+        rho_runtime::Outcome::Quarantined,
         "{refused:?}"
     );
     // No node left: a call is `unavailable`.
@@ -530,21 +534,21 @@ async fn tools_served_by_nodes_keep_every_local_guarantee() {
     let unavailable = host.call("call_info", json!({})).await;
     assert_eq!(
         unavailable.outcome,
-        rho_core::Outcome::Unavailable,
+        rho_runtime::Outcome::Unavailable,
         "{unavailable:?}"
     );
 }
 
 /// A source that offers what it is given, once, and reports what the host refused.
 struct Offering(
-    Vec<rho_core::RemoteToolEntry>,
+    Vec<rho_runtime::RemoteToolEntry>,
     tokio::sync::oneshot::Sender<Vec<String>>,
 );
 
-impl rho_core::ToolSource for Offering {
+impl rho_runtime::ToolSource for Offering {
     fn run(
         self: Box<Self>,
-        source: rho_core::RemoteSource,
+        source: rho_runtime::RemoteSource,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
         Box::pin(async move {
             let refused = source.set_tools(self.0);
@@ -556,20 +560,20 @@ impl rho_core::ToolSource for Offering {
 
 struct Answers;
 
-impl rho_core::RemoteTool for Answers {
+impl rho_runtime::RemoteTool for Answers {
     fn call(
         &self,
         _args: std::sync::Arc<serde_json::Value>,
-        _ctx: rho_core::ToolCtx,
-    ) -> rho_core::RemoteCall {
-        Box::pin(async { Ok(rho_core::Answer::text("remote")) })
+        _ctx: rho_runtime::ToolCtx,
+    ) -> rho_runtime::RemoteCall {
+        Box::pin(async { Ok(rho_runtime::Answer::text("remote")) })
     }
 }
 
 #[tokio::test]
 async fn a_remote_source_offering_what_a_plugin_could_not_declare_is_refused_tool_by_tool() {
-    let spec = |name: &str| rho_core::ToolSpec::native(name, "d", json!({"type": "object"}));
-    let entry = |spec: rho_core::ToolSpec| rho_core::RemoteToolEntry {
+    let spec = |name: &str| rho_runtime::ToolSpec::native(name, "d", json!({"type": "object"}));
+    let entry = |spec: rho_runtime::ToolSpec| rho_runtime::RemoteToolEntry {
         spec,
         origin: "p@1".into(),
         tool: std::sync::Arc::new(Answers),
@@ -687,13 +691,17 @@ async fn a_node_announcing_too_many_tools_gets_the_first_ones_and_a_warning() {
         .build()
         .await
         .unwrap();
-    let mut warnings = host.subscribe_filtered(rho_core::Filter::default().types(["warning"]));
+    let mut warnings = host.subscribe_filtered(rho_runtime::Filter::default().types(["warning"]));
     let many = rho_bridge_nats::MAX_TOOLS_PER_NODE + 100;
     let announce = rho_bridge_nats::rpc::Announce {
         node: "greedy".into(),
         tools: (0..many)
             .map(|i| rho_bridge_nats::rpc::Offer {
-                spec: rho_core::ToolSpec::native(format!("t{i}"), "d", json!({"type": "object"})),
+                spec: rho_runtime::ToolSpec::native(
+                    format!("t{i}"),
+                    "d",
+                    json!({"type": "object"}),
+                ),
                 origin: "greedy@1".into(),
             })
             .collect(),
@@ -720,7 +728,7 @@ async fn a_node_announcing_too_many_tools_gets_the_first_ones_and_a_warning() {
         .await
         .unwrap();
     match warned {
-        Some(rho_core::BusItem::Event(event)) => assert!(
+        Some(rho_runtime::BusItem::Event(event)) => assert!(
             matches!(&event.kind, EventKind::Warning { message, .. }
                 if message.contains("node greedy offers 1124 tools")),
             "{event:?}"
@@ -791,7 +799,7 @@ async fn an_event_over_the_servers_largest_message_stops_nothing() {
     )
     .unwrap();
     let r = host.call("wide_details", json!({"items": 300_000})).await;
-    assert_eq!(r.outcome, rho_core::Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, rho_runtime::Outcome::Ok, "{}", r.text());
     for _ in 0..3 {
         host.call("build_tag", json!({})).await;
     }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use rho_bridge_nats::rpc::{Announce, Offer, announce_subject};
 use rho_bridge_nats::{EventExport, ExportConfig, Follower, HostName, Node, NodeTools, connect};
-use rho_core::{DirOptions, Host, NatsConfig, Outcome};
+use rho_runtime::{DirOptions, Host, NatsConfig, Outcome};
 use rho_tests::{NatsServer, plugin_dir, workspace_dir};
 use serde_json::json;
 
@@ -64,7 +64,7 @@ fn announce(node: &str, tool: &str, leaving: bool) -> Vec<u8> {
     serde_json::to_vec(&Announce {
         node: node.into(),
         tools: vec![Offer {
-            spec: rho_core::ToolSpec::native(tool, "forged", json!({"type": "object"})),
+            spec: rho_runtime::ToolSpec::native(tool, "forged", json!({"type": "object"})),
             origin: "evil@1".into(),
         }],
         leaving,

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use rho_core::Outcome;
+use rho_runtime::Outcome;
 use rho_tests::plugin_dir;
 use serde_json::json;
 

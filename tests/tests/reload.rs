@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rho_core::{CallOptions, DirOptions, EventKind, Host, Outcome, ScanReport, Trust};
+use rho_runtime::{CallOptions, DirOptions, EventKind, Host, Outcome, ScanReport, Trust};
 use rho_tests::{call, faults_variants, host_with, install_bytes, plugin_lib, timeout, wait_for};
 use serde_json::json;
 

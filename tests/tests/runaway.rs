@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use rho_core::{CallOptions, DirOptions, Outcome};
+use rho_runtime::{CallOptions, DirOptions, Outcome};
 use rho_tests::{call, host_with, plugin_dir, timeout};
 use serde_json::json;
 

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rho_core::{
+use rho_runtime::{
     Answer, CallOptions, DirOptions, EventKind, Gate, GateCtx, Host, HostBuilder, KeepDetails,
     KeptDetails, Loop, LoopConfig, Message, Outcome, Tool, ToolCall, ToolCtx, ToolError, ToolSpec,
     Verdict, allow_all,
@@ -113,14 +113,14 @@ async fn faults_host(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_outcome_through_the_public_api() {
     let FaultsHost { host, _dir } = faults_host(400, |b| {
-        b.quarantine(rho_core::QuarantinePolicy {
+        b.quarantine(rho_runtime::QuarantinePolicy {
             max_failures: 2,
             window: Duration::from_secs(60),
         })
     })
     .await;
     let opts = CallOptions::default();
-    let deny: Arc<dyn Gate> = Arc::new(rho_core::DenyList::new(["echo"]));
+    let deny: Arc<dyn Gate> = Arc::new(rho_runtime::DenyList::new(["echo"]));
     let all = allow_all();
     let cases: Vec<(ToolCall, &Arc<dyn Gate>, Outcome, &str)> = vec![
         (
@@ -240,7 +240,7 @@ async fn a_waiting_gate_delays_neither_a_sibling_nor_the_loop() {
     // The sibling's end arrives long before the gate answers.
     let mut sibling_done = None;
     let mut gate_waiting = None;
-    while let Some(rho_core::BusItem::Event(e)) = events.next().await {
+    while let Some(rho_runtime::BusItem::Event(e)) = events.next().await {
         match &e.kind {
             EventKind::ToolGateWaiting { call_id, .. } if call_id == "gated" => {
                 gate_waiting = Some(started.elapsed())
@@ -385,7 +385,7 @@ async fn keep_details_modes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_call_ends_exactly_once() {
-    let gate: Arc<dyn Gate> = Arc::new(rho_core::DenyList::new(["echo"]));
+    let gate: Arc<dyn Gate> = Arc::new(rho_runtime::DenyList::new(["echo"]));
     let FaultsHost { host, _dir } = faults_host(300, |b| b.gate(gate)).await;
     let mut events = host.subscribe();
     let mut session = Loop::new(
@@ -423,7 +423,7 @@ async fn every_call_ends_exactly_once() {
     let mut ends = std::collections::HashMap::new();
     let mut starts = 0;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    while let Ok(Some(rho_core::BusItem::Event(e))) =
+    while let Ok(Some(rho_runtime::BusItem::Event(e))) =
         tokio::time::timeout_at(deadline, events.next()).await
     {
         match &e.kind {
@@ -445,7 +445,7 @@ async fn every_call_ends_exactly_once() {
         .await;
     assert_eq!(r.outcome, Outcome::Crashed);
     let mut n = 0;
-    while let Ok(Some(rho_core::BusItem::Event(e))) =
+    while let Ok(Some(rho_runtime::BusItem::Event(e))) =
         tokio::time::timeout(Duration::from_millis(100), events.next()).await
     {
         if matches!(e.kind, EventKind::ToolExecutionEnd { .. }) {
@@ -481,8 +481,8 @@ async fn a_cancelled_call_ends_at_once() {
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
-fn tokio_util_cancel() -> rho_core::CancellationToken {
-    rho_core::CancellationToken::new()
+fn tokio_util_cancel() -> rho_runtime::CancellationToken {
+    rho_runtime::CancellationToken::new()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -494,14 +494,14 @@ async fn scripted_session_runs_turns_until_no_calls() {
         {"text": "done"},
         {"text": "never reached", "tool_calls": [{"id": "3", "name": "echo", "arguments": {"text": "x"}}]}
     ]);
-    let model = rho_core::ScriptedModel::from_json(&script.to_string()).unwrap();
+    let model = rho_runtime::ScriptedModel::from_json(&script.to_string()).unwrap();
     let mut events = host.subscribe();
     let mut session = Loop::new("s1", host.clone(), LoopConfig::default());
     let summary = session.run(&model).await.unwrap();
     assert_eq!(summary.turns, 3);
     assert_eq!(summary.reason, "done");
     let mut types = Vec::new();
-    while let Ok(Some(rho_core::BusItem::Event(e))) =
+    while let Ok(Some(rho_runtime::BusItem::Event(e))) =
         tokio::time::timeout(Duration::from_millis(100), events.next()).await
     {
         assert_eq!(e.session_id.as_deref(), Some("s1"));
@@ -518,7 +518,7 @@ async fn scripted_session_runs_turns_until_no_calls() {
         max_turns: 1,
         ..Default::default()
     };
-    let model = rho_core::ScriptedModel::from_json(&script.to_string()).unwrap();
+    let model = rho_runtime::ScriptedModel::from_json(&script.to_string()).unwrap();
     let summary = Loop::new("s2", host.clone(), max)
         .run(&model)
         .await
@@ -530,7 +530,7 @@ async fn scripted_session_runs_turns_until_no_calls() {
 async fn a_tool_cannot_declare_itself_out_of_the_hosts_timeout() {
     let dir = plugin_dir(&["faults"]);
     // `slow` declares 1000 ms for itself; the host caps what tools declare at 200 ms.
-    let config = rho_core::RunnerConfig {
+    let config = rho_runtime::RunnerConfig {
         default_timeout: Duration::from_secs(30),
         max_tool_timeout: Duration::from_millis(200),
         ..Default::default()
@@ -571,7 +571,7 @@ async fn dropping_a_call_midway_still_ends_it_once_and_stops_its_tool() {
     let mut ends = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
     while let Ok(Some(item)) = tokio::time::timeout_at(deadline, events.next()).await {
-        if let rho_core::BusItem::Event(e) = item
+        if let rho_runtime::BusItem::Event(e) = item
             && let EventKind::ToolExecutionEnd {
                 call_id, outcome, ..
             } = &e.kind
@@ -592,7 +592,7 @@ async fn dropping_a_call_midway_still_ends_it_once_and_stops_its_tool() {
 async fn a_huge_partial_update_is_cut_before_it_is_published() {
     let FaultsHost { host, _dir } = faults_host(5_000, |b| b).await;
     let mut events =
-        host.subscribe_filtered(rho_core::Filter::default().types(["tool_execution_update"]));
+        host.subscribe_filtered(rho_runtime::Filter::default().types(["tool_execution_update"]));
     let r = host
         .call_with(
             &call("1", "native", json!({"mode": "big_update", "n": 8 << 20})),
@@ -600,14 +600,14 @@ async fn a_huge_partial_update_is_cut_before_it_is_published() {
         )
         .await;
     assert_eq!(r.outcome, Outcome::Ok);
-    let Some(rho_core::BusItem::Event(e)) = events.next().await else {
+    let Some(rho_runtime::BusItem::Event(e)) = events.next().await else {
         panic!("no update")
     };
     let EventKind::ToolExecutionUpdate { partial, .. } = &e.kind else {
         unreachable!()
     };
     assert!(
-        partial.len() <= rho_core::MAX_UPDATE_BYTES + 100,
+        partial.len() <= rho_runtime::MAX_UPDATE_BYTES + 100,
         "{}",
         partial.len()
     );

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rho_core::{
+use rho_runtime::{
     CallOptions, DirOptions, Grants, Host, HostBuilder, Isolation, Outcome, WorkerOptions,
 };
 use rho_tests::{call, host_with, install, plugin_lib, rho_bin, timeout};
@@ -72,7 +72,7 @@ impl Sandbox {
         Sandbox { host, dir }
     }
 
-    async fn run(&self, tool: &str, args: Value) -> rho_core::ToolResult {
+    async fn run(&self, tool: &str, args: Value) -> rho_runtime::ToolResult {
         self.host
             .call_with(&call("c", tool, args), &CallOptions::default())
             .await
@@ -417,7 +417,7 @@ async fn processes_die_with_a_worker_killed_at_its_timeout() {
     // Twenty timeouts in a row would quarantine the tool.
     let host = Sandbox::build(&["attacks"], options, |b| {
         b.runner(timeout(200))
-            .quarantine(rho_core::QuarantinePolicy {
+            .quarantine(rho_runtime::QuarantinePolicy {
                 max_failures: 0,
                 window: Duration::from_secs(1),
             })
@@ -640,9 +640,9 @@ async fn scratch_space_is_bounded_and_threads_left_running_cost_the_worker() {
     let _one = ONE_AT_A_TIME.lock().await;
     let options = WorkerOptions {
         max_workers: 1,
-        limits: rho_core::WorkerLimits {
+        limits: rho_runtime::WorkerLimits {
             scratch_bytes: 8 << 20,
-            ..rho_core::WorkerLimits::default()
+            ..rho_runtime::WorkerLimits::default()
         },
         ..options(Grants::default())
     };
@@ -686,7 +686,7 @@ async fn what_a_worker_announces_is_checked_by_the_host() {
     }
     for tool in host.tools() {
         assert!(
-            rho_core::plugin_api::is_valid_tool_name(&tool.name),
+            rho_runtime::plugin_api::is_valid_tool_name(&tool.name),
             "{:?}",
             tool.name
         );

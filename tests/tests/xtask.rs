@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use rho_core::{CallOptions, DirOptions, Outcome};
+use rho_runtime::{CallOptions, DirOptions, Outcome};
 use rho_tests::{built, call, host_with, plugin_lib, timeout, workspace_dir, xtask_bin};
 use serde_json::json;
 
@@ -287,7 +287,7 @@ async fn rho_plugin_new_makes_a_crate_of_its_own_anywhere_that_builds_loads_and_
     };
     // Names of packages it would sit beside are refused, and nothing is written.
     for bad in [
-        "rho-core",
+        "rho-runtime",
         "rho_plugin_api",
         "serde",
         "abi_stable",
@@ -359,7 +359,7 @@ async fn rho_plugin_new_makes_a_crate_of_its_own_anywhere_that_builds_loads_and_
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let answer = |host: rho_core::Host, want: &'static str| async move {
+    let answer = |host: rho_runtime::Host, want: &'static str| async move {
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         loop {
             let r = host.call("greet", json!({"name": "Ada"})).await;

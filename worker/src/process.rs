@@ -187,6 +187,14 @@ fn arguments() -> Result<PathBuf, String> {
 
 /// The worker's body (see the module doc); its exit status.
 fn run() -> u8 {
+    // The arguments first: a host of another release is told so before anything else.
+    let shown = match arguments() {
+        Ok(shown) => shown,
+        Err(line) => {
+            eprintln!("rho-worker: {line}");
+            return 2;
+        }
+    };
     let grant_fds = match take_handed() {
         Ok(n) => n,
         Err(e) => {
@@ -195,13 +203,6 @@ fn run() -> u8 {
         }
     };
     keep_freed_memory();
-    let shown = match arguments() {
-        Ok(shown) => shown,
-        Err(line) => {
-            eprintln!("rho-worker: {line}");
-            return 2;
-        }
-    };
     let (Some(stream), Some(cancel)) = (
         take_fd(CHANNEL_FD, "channel"),
         take_fd(CANCEL_FD, "cancel channel"),

@@ -209,7 +209,7 @@ impl Journal {
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use rho_core::{Bus, EventKind, Journal};
+    /// use rho_runtime::{Bus, EventKind, Journal};
     /// let dir = tempfile::tempdir()?;
     /// let bus = Bus::default();
     /// let journal = Journal::attach(&bus, &dir.path().join("events.jsonl"))?;

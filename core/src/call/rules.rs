@@ -4,7 +4,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use rho_core::{Action, GateRule, RuleGate, ToolCall, Verdict};
+//! use rho_runtime::{Action, GateRule, RuleGate, ToolCall, Verdict};
 //!
 //! // Any async closure from the call to a verdict is an `Asker`.
 //! let asker = |call: ToolCall| async move {

@@ -150,7 +150,7 @@ pub type UpdateHook = Arc<dyn Fn(&str) + Send + Sync>;
 /// runs the call in no session, behind the host's gate, cancelled by nothing but its timeout.
 ///
 /// ```
-/// use rho_core::{CallOptions, CancellationToken};
+/// use rho_runtime::{CallOptions, CancellationToken};
 /// let cancel = CancellationToken::new();
 /// let options = CallOptions {
 ///     session_id: Some("s1".into()),

@@ -276,7 +276,7 @@ impl Health {
 /// and stays 0 here.
 ///
 /// ```
-/// use rho_core::{Bus, BusItem, HealthView};
+/// use rho_runtime::{Bus, BusItem, HealthView};
 /// # async fn demo(bus: Bus) {
 /// let mut view = HealthView::default();
 /// let mut events = bus.subscribe();

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use rho_core::{Bus, BusItem, EventKind};
+use rho_runtime::{Bus, BusItem, EventKind};
 use tokio::sync::broadcast;
 use tokio_stream::StreamExt;
 

@@ -3,8 +3,8 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use rho_core::plugin_api::ffi::{PluginModRef, ROOT_SYMBOL};
-use rho_core::{CallOptions, DirOptions, Host, ToolCall, allow_all};
+use rho_runtime::plugin_api::ffi::{PluginModRef, ROOT_SYMBOL};
+use rho_runtime::{CallOptions, DirOptions, Host, ToolCall, allow_all};
 use rho_worker::loader::{CallInfo, CopyDir, PluginFile, call_module, load_in_process};
 use serde_json::json;
 

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use rho_core::{CallOptions, DirOptions, Host, Isolation, ToolCall, WorkerOptions, allow_all};
+use rho_runtime::{CallOptions, DirOptions, Host, Isolation, ToolCall, WorkerOptions, allow_all};
 use rho_worker::loader::{CopyDir, PluginFile, load_in_process};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};

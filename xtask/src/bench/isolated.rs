@@ -4,7 +4,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use rho_core::{
+use rho_runtime::{
     CallOptions, DirOptions, Host, Isolation, QuarantinePolicy, RunnerConfig, ToolCall,
     WorkerOptions, allow_all,
 };
@@ -73,7 +73,7 @@ async fn host_with(
     Ok(Isolated { host, dir })
 }
 
-async fn timed(host: &Host, tool: &str, args: &Value) -> (f64, rho_core::ToolResult) {
+async fn timed(host: &Host, tool: &str, args: &Value) -> (f64, rho_runtime::ToolResult) {
     let call = ToolCall::new("c", tool, args.clone());
     let started = Instant::now();
     let result = host.call_with(&call, &CallOptions::default()).await;
@@ -243,7 +243,7 @@ pub async fn figures(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Fig
             // Let the pool's spares come back, so the figure is the crash, not a worker start.
             tokio::time::sleep(Duration::from_millis(150)).await;
             let (us, r) = timed(host, "segfault", &json!({})).await;
-            if r.outcome != rho_core::Outcome::Crashed {
+            if r.outcome != rho_runtime::Outcome::Crashed {
                 return Err(format!("segfault ended {}", r.outcome));
             }
             crash.push(us);
@@ -335,7 +335,7 @@ pub async fn sandbox_cost(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         for _ in 0..=runs {
             // A worker start: a call after the only worker crashed, minus a call on a warm one.
             let (_, r) = timed(host, "segfault", &json!({})).await;
-            if r.outcome != rho_core::Outcome::Crashed {
+            if r.outcome != rho_runtime::Outcome::Crashed {
                 return Err(format!("segfault ended {}", r.outcome));
             }
             let (cold, r) = timed(host, "build_tag", &json!({})).await;

@@ -110,7 +110,7 @@ impl Ctx {
 
 /// `Err` with the load errors of a host's scan reports (a directory it cannot use, a plugin
 /// that failed to load), if any.
-pub fn loaded(reports: &[rho_core::ScanReport]) -> Result<(), String> {
+pub fn loaded(reports: &[rho_runtime::ScanReport]) -> Result<(), String> {
     let errors: Vec<&str> = reports
         .iter()
         .flat_map(|r| &r.errors)

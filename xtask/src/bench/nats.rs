@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use rho_bridge_nats::{EventExport, ExportConfig, HostName, Node, NodeTools};
-use rho_core::{DirOptions, EventKind, Host};
+use rho_runtime::{DirOptions, EventKind, Host};
 use serde_json::json;
 
 use super::{Ctx, Figure};
@@ -219,7 +219,7 @@ async fn remote_round(ctx: &Ctx, url: &str, calls: usize) -> Result<f64, String>
     let started = Instant::now();
     for _ in 0..calls {
         let result = host.call("echo", args.clone()).await;
-        if result.outcome != rho_core::Outcome::Ok {
+        if result.outcome != rho_runtime::Outcome::Ok {
             return Err(format!("remote echo: {}", result.text()));
         }
     }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rho_core::{CallOptions, DirOptions, Host, ToolCall, allow_all};
+use rho_runtime::{CallOptions, DirOptions, Host, ToolCall, allow_all};
 use rho_worker::loader::{CallInfo, CopyDir, PluginFile, call_module, load_in_process};
 use serde_json::json;
 
@@ -156,9 +156,9 @@ pub async fn reload(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             unit: "ms".into(),
             baseline: format!(
                 "the debounce ({} ms)",
-                rho_core::DEFAULT_DEBOUNCE.as_millis()
+                rho_runtime::DEFAULT_DEBOUNCE.as_millis()
             ),
-            baseline_value: rho_core::DEFAULT_DEBOUNCE.as_secs_f64() * 1e3,
+            baseline_value: rho_runtime::DEFAULT_DEBOUNCE.as_secs_f64() * 1e3,
             runs,
             spread: None,
         },

@@ -1,0 +1,114 @@
+//! [3/13]: one binary for embedders. A host binary that calls `run_if_worker()` first thing is its
+//! own worker: with no `rho-worker` on disk or on `PATH`, its isolated plugins answer, crash and
+//! time out as under `rho-worker`, in a complete sandbox. And a worker of another protocol
+//! version is refused with one line, in both directions.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+use rho_runtime::{DirOptions, Host, Isolation, WorkerOptions};
+use rho_tests::{embedder_bin, install, rho_worker_bin};
+use serde_json::Value;
+
+#[test]
+fn a_host_binary_is_its_own_worker() {
+    // The binary alone in a directory of its own: nothing named rho-worker beside it.
+    let alone = tempfile::tempdir().unwrap();
+    let binary = alone.path().join("my-agent");
+    std::fs::copy(embedder_bin(), &binary).unwrap();
+    let plugins = tempfile::tempdir_in(rho_tests::host_dir("rho-embedder-tests")).unwrap();
+    install(plugins.path(), "echo");
+    install(plugins.path(), "faults");
+    let out = Command::new(&binary)
+        .arg(plugins.path())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", alone.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let outcome = |tool: &str| {
+        lines
+            .iter()
+            .find(|l| l["tool"] == tool)
+            .map(|l| l["outcome"].as_str().unwrap().to_owned())
+            .unwrap()
+    };
+    assert_eq!(outcome("echo"), "ok", "{stdout}");
+    assert_eq!(outcome("segfault"), "crashed", "{stdout}");
+    assert_eq!(outcome("spin"), "timed_out", "{stdout}");
+    let sandboxes: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l.get("sandbox").is_some())
+        .collect();
+    assert_eq!(sandboxes.len(), 2, "{stdout}");
+    for report in sandboxes {
+        assert_eq!(report["complete"], true, "{report}");
+    }
+}
+
+/// A "worker" of another release, as a host sees it: it says it is confined, in protocol 2.
+const OLD_WORKER: &str = r#"#!/usr/bin/env python3
+import json, os, struct, time
+message = json.dumps({"confined": {"protocol": 2, "sandbox": {}}}).encode()
+body = struct.pack("<I", len(message)) + message
+os.write(0, struct.pack("<I", len(body)) + body)
+time.sleep(10)
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_of_another_protocol_version_is_refused_in_one_line() {
+    let dir = tempfile::tempdir_in(rho_tests::host_dir("rho-embedder-tests")).unwrap();
+    let fake = dir.path().join("old-rho-worker");
+    std::fs::write(&fake, OLD_WORKER).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let plugins = tempfile::tempdir_in(rho_tests::host_dir("rho-embedder-tests")).unwrap();
+    install(plugins.path(), "echo");
+    let options = DirOptions {
+        isolation: Isolation::Process(WorkerOptions {
+            executable: Some(fake.clone()),
+            spares: 0,
+            ..WorkerOptions::default()
+        }),
+        ..DirOptions::default()
+    };
+    let (host, reports) = Host::builder()
+        .plugin_dir(plugins.path(), options)
+        .build()
+        .await
+        .unwrap();
+    let errors = &reports[0].errors;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("speaks protocol 2, this host speaks 3"),
+        "{}",
+        errors[0]
+    );
+    assert!(!errors[0].contains('\n'));
+    host.shutdown().await;
+
+    // And the other way: this release's worker started by a host of another protocol.
+    let out = Command::new(rho_worker_bin())
+        .args(["--rho-worker", "2", "libecho.so"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("the host speaks protocol 2, this worker speaks 3"),
+        "{stderr}"
+    );
+}
