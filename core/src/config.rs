@@ -21,11 +21,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::session::{CallOrder, KeepDetails, LoopConfig};
+use crate::agent::settings::{CallOrder, KeepDetails, LoopConfig};
 use crate::call::rules::{Action, GateRule};
 use crate::call::runner::RunnerConfig;
 use crate::isolate::WorkerOptions;
-use crate::plugin::dir::{DirOptions, Isolation};
+use crate::plugin::options::{DirOptions, Isolation};
 use crate::registry::health::QuarantinePolicy;
 use rho_protocol::Grants;
 use rho_worker::loader::trust::Trust;
@@ -235,14 +235,14 @@ impl Default for RunnerSettings {
         let runner = RunnerConfig::default();
         let agent = LoopConfig::default();
         RunnerSettings {
-            default_timeout_ms: millis_of(runner.default_timeout),
+            default_timeout_ms: crate::millis::of(runner.default_timeout),
             max_parallel: agent.max_parallel,
             max_turns: agent.max_turns,
             keep_details: agent.keep_details,
-            max_tool_timeout_ms: millis_of(runner.max_tool_timeout),
+            max_tool_timeout_ms: crate::millis::of(runner.max_tool_timeout),
             max_result_bytes: runner.max_result_bytes,
             call_order: agent.call_order,
-            load_wait_ms: millis_of(runner.load_wait),
+            load_wait_ms: crate::millis::of(runner.load_wait),
         }
     }
 }
@@ -370,19 +370,19 @@ impl HostConfig {
         within("workers.max_frame", w.max_frame as u64, 1 << 10, 1 << 30)?;
         within(
             "workers.idle_timeout_ms",
-            millis_of(w.idle_timeout),
+            crate::millis::of(w.idle_timeout),
             1,
             MAX_TIMEOUT_MS,
         )?;
         within(
             "workers.cancel_grace_ms",
-            millis_of(w.cancel_grace),
+            crate::millis::of(w.cancel_grace),
             1,
             60_000,
         )?;
         within(
             "workers.start_timeout_ms",
-            millis_of(w.start_timeout),
+            crate::millis::of(w.start_timeout),
             1,
             MAX_TIMEOUT_MS,
         )?;
@@ -406,7 +406,7 @@ impl HostConfig {
         }
         within(
             "quarantine.window_ms",
-            millis_of(self.quarantine.window),
+            crate::millis::of(self.quarantine.window),
             1,
             7 * MAX_TIMEOUT_MS,
         )?;
@@ -567,22 +567,4 @@ impl HostConfig {
 
 fn yes() -> bool {
     true
-}
-
-fn millis_of(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// `Duration` as integer milliseconds in configuration files (`*_ms` keys).
-pub(crate) mod millis {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(super::millis_of(*d))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_millis)
-    }
 }

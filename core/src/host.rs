@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::agent::session::{Loop, LoopConfig};
+use crate::agent::settings::LoopConfig;
 use crate::bus::journal::{Journal, JournalError};
 use crate::bus::{Bus, Filter, Subscription};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict, allow_all};
@@ -44,7 +44,9 @@ use crate::call::invoke::Tool;
 use crate::call::rules::{Asker, GateRule, RuleGate};
 use crate::call::runner::{CallOptions, RunnerConfig, ToolRunner};
 use crate::config::HostConfig;
-use crate::plugin::dir::{DirOptions, PluginDir, ScanReport};
+use crate::plugin::dir::PluginDir;
+use crate::plugin::options::DirOptions;
+use crate::plugin::scan::ScanReport;
 use crate::plugin::watch::{DEFAULT_DEBOUNCE, DirWatcher};
 use crate::registry::health::{QuarantinePolicy, ToolStats};
 use crate::registry::remote::{RemoteSource, ToolSource};
@@ -498,10 +500,9 @@ impl Host {
         reports
     }
 
-    /// An agent loop for session `session_id` over this host's tools and gate, with the loop
-    /// settings of the builder's configuration.
-    pub fn agent_loop(&self, session_id: impl Into<String>) -> Loop {
-        Loop::new(session_id, self.clone(), self.inner.agent.clone())
+    /// The loop settings of the builder's configuration (see [`Host::agent_loop`]).
+    pub(crate) fn loop_config(&self) -> LoopConfig {
+        self.inner.agent.clone()
     }
 
     /// Stops the host, saying why: calls in flight end at once (`error`, "the host is stopping

@@ -30,11 +30,13 @@ mod call;
 mod config;
 mod host;
 mod isolate;
+mod millis;
 mod plugin;
 mod registry;
 
 pub use agent::model::{AssistantTurn, KeptDetails, Message, Model, ModelError, ScriptedModel};
-pub use agent::session::{CallOrder, KeepDetails, Loop, LoopConfig, RunSummary};
+pub use agent::session::{Loop, RunSummary};
+pub use agent::settings::{CallOrder, KeepDetails, LoopConfig};
 pub use bus::events::{CallRef, Event, EventKind, ImageView, MAX_EVENT_TEXT, OutputView};
 pub use bus::journal::{INDEX_EVERY, Journal, JournalError, Replay, read_range};
 pub use bus::{Bus, BusItem, DEFAULT_CAPACITY, Filter, RECENT_IMAGE_BYTES, Sink, Subscription};
@@ -50,7 +52,8 @@ pub use config::{
 };
 pub use host::{Host, HostBuilder, HostError, async_gate_fn, gate_fn};
 pub use isolate::WorkerOptions;
-pub use plugin::dir::{DirOptions, Isolation, ScanReport};
+pub use plugin::options::{DirOptions, Isolation};
+pub use plugin::scan::ScanReport;
 pub use plugin::watch::DEFAULT_DEBOUNCE;
 pub use registry::RegistryError;
 pub use registry::health::{HealthView, QuarantinePolicy, ToolStats};
@@ -68,6 +71,6 @@ pub use rho_protocol::{
     Grants, Identity, MAX_DETAILS_BYTES, MAX_GRANTS, MAX_IMAGES, Outcome, SandboxReport,
     ToolResult, ToolSpec, WorkerLimits,
 };
-pub use rho_worker::loader::load::{PluginInfo, sha256_hex};
 pub use rho_worker::loader::trust::Trust;
+pub use rho_worker::loader::{PluginInfo, sha256_hex};
 pub use rho_worker::{LoadError, run_if_worker};

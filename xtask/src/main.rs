@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod layers;
 mod plugins;
 
 use std::path::PathBuf;
@@ -57,6 +58,9 @@ enum Command {
     },
     /// Build the example plugins and run a short scripted session that shows every outcome.
     Demo,
+    /// Count the workspace's lines per crate and check the layered crates (protocol, worker,
+    /// runtime): shares, file sizes, import circles, arrows up a layer.
+    Layers,
     /// Write the demo's script to PATH (for the tests of README's commands).
     #[command(hide = true)]
     DemoScript {
@@ -146,6 +150,7 @@ fn main() -> ExitCode {
                 .map(|_| ())
         }
         Command::Demo => demo::run(),
+        Command::Layers => layers::run(&plugins::workspace_root()),
         Command::DemoScript { path } => demo::write_script(&path),
         Command::Bench {
             compare: Some(compare),

@@ -3,3 +3,4 @@
 
 pub(crate) mod model;
 pub(crate) mod session;
+pub(crate) mod settings;

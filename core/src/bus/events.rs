@@ -82,7 +82,7 @@ impl From<&Output> for OutputView {
                 .map(|i| ImageView {
                     mime_type: i.mime_type.clone(),
                     bytes: i.bytes.len(),
-                    sha256: rho_worker::loader::load::sha256_hex(&i.bytes),
+                    sha256: rho_worker::loader::sha256_hex(&i.bytes),
                 })
                 .collect(),
         }

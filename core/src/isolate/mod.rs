@@ -35,13 +35,13 @@ pub struct WorkerOptions {
     /// none free waits for one, within its timeout.
     pub max_workers: usize,
     /// An idle worker beyond the spares is stopped after this long.
-    #[serde(with = "crate::config::millis", rename = "idle_timeout_ms")]
+    #[serde(with = "crate::millis", rename = "idle_timeout_ms")]
     pub idle_timeout: Duration,
     /// After a timeout, how long a worker gets to stop on the cancel message before SIGKILL.
-    #[serde(with = "crate::config::millis", rename = "cancel_grace_ms")]
+    #[serde(with = "crate::millis", rename = "cancel_grace_ms")]
     pub cancel_grace: Duration,
     /// How long a new worker may take to load its plugin.
-    #[serde(with = "crate::config::millis", rename = "start_timeout_ms")]
+    #[serde(with = "crate::millis", rename = "start_timeout_ms")]
     pub start_timeout: Duration,
     /// The largest frame accepted from a worker, bytes.
     pub max_frame: usize,

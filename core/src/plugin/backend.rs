@@ -19,10 +19,8 @@ use rho_protocol::ToolSpec;
 use rho_protocol::frames::SandboxSpec;
 use rho_worker::LoadError;
 use rho_worker::grants::{ResolvedGrants, resolve as resolve_grants};
-use rho_worker::loader::load::{
-    CopyDir, PluginFile, PluginInfo, PrivateCopy, RawTool, check_identity, check_tools,
-    load_in_process, memfd_copy,
-};
+use rho_worker::loader::copy::{CopyDir, PluginFile, PrivateCopy, memfd_copy};
+use rho_worker::loader::load::{PluginInfo, RawTool, check_identity, check_tools, load_in_process};
 
 /// A plugin version loaded by a backend, ready to register.
 pub(crate) struct LoadedVersion {
@@ -289,12 +287,12 @@ fn version_key(info: &PluginInfo) -> String {
 
 impl Backend {
     /// The backend for `isolation`.
-    pub fn new(isolation: &crate::plugin::dir::Isolation) -> Backend {
+    pub fn new(isolation: &crate::plugin::options::Isolation) -> Backend {
         match isolation {
-            crate::plugin::dir::Isolation::InProcess => {
+            crate::plugin::options::Isolation::InProcess => {
                 Backend::InProcess(Arc::new(InProcess::default()))
             }
-            crate::plugin::dir::Isolation::Process(workers) => {
+            crate::plugin::options::Isolation::Process(workers) => {
                 Backend::Isolated(Isolated::new(workers.clone()))
             }
         }

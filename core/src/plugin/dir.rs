@@ -9,208 +9,13 @@ use std::sync::Arc;
 
 use crate::bus::events::EventKind;
 use crate::plugin::backend::{Backend, LoadOutcome, LoadedVersion};
+use crate::plugin::options::DirOptions;
+use crate::plugin::scan::{ScanReport, Scanning};
 use crate::registry::{ResolvedTool, SourceId, ToolRegistry};
 use rho_protocol::ToolSpec;
 use rho_worker::LoadError;
-use rho_worker::loader::load::{CopyDir, PluginFile, PluginInfo};
 use rho_worker::loader::open::{DirError, DirHandle, Stamp, open_dir};
-use rho_worker::loader::trust::Trust;
-
-/// Where a directory's plugins run. The default is [`Isolation::Process`]: a plugin that
-/// crashes, exits, hangs or misbehaves ends its call, never the host. [`Isolation::InProcess`] is
-/// for plugins the host trusts as it trusts its own code: calls cost microseconds less, but a
-/// segfault, `abort` or `exit` in a plugin ends the host, and a plugin reads and writes what the
-/// host can.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[allow(clippy::large_enum_variant)] // options, made once per directory
-pub enum Isolation {
-    /// In the host's process (trusted plugins only; fastest; a plugin crash is the host's).
-    InProcess,
-    /// In sandboxed worker processes: crashes, exits and hangs end the call only.
-    Process(crate::isolate::WorkerOptions),
-}
-
-impl Default for Isolation {
-    /// Worker processes with the default [`WorkerOptions`](crate::WorkerOptions).
-    fn default() -> Self {
-        Isolation::Process(crate::isolate::WorkerOptions::default())
-    }
-}
-
-/// How a plugin directory is loaded.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct DirOptions {
-    /// In process or out of process.
-    #[serde(default)]
-    pub isolation: Isolation,
-    /// Whether files other users can write are loaded.
-    #[serde(default)]
-    pub trust: Trust,
-    /// In process, how many versions (distinct contents) of one plugin file may be mapped over
-    /// the host's life (each reload leaves the old image mapped). Past it, a `warning` event
-    /// recommends isolation or a restart and further versions are refused before anything is
-    /// mapped.
-    #[serde(default = "default_max_versions")]
-    pub max_versions: usize,
-    /// The largest plugin file loaded, bytes; a larger one is refused with one line before it is
-    /// read.
-    #[serde(default = "default_max_file_size")]
-    pub max_file_size: u64,
-    /// How long loading one file may take (its load-time code runs then). In process, past it the
-    /// file is reported stalled and the scan moves on; it is used if it finishes later. Isolated,
-    /// files load at once, each within this bound.
-    #[serde(
-        default = "default_load_timeout",
-        with = "crate::config::millis",
-        rename = "load_timeout_ms"
-    )]
-    pub load_timeout: std::time::Duration,
-}
-
-fn default_max_file_size() -> u64 {
-    rho_worker::loader::open::DEFAULT_MAX_FILE_SIZE
-}
-
-fn default_load_timeout() -> std::time::Duration {
-    std::time::Duration::from_secs(10)
-}
-
-fn default_max_versions() -> usize {
-    64
-}
-
-impl DirOptions {
-    /// The defaults, but in process: for plugins the host trusts (see [`Isolation`]).
-    pub fn in_process() -> Self {
-        DirOptions {
-            isolation: Isolation::InProcess,
-            ..DirOptions::default()
-        }
-    }
-}
-
-impl Default for DirOptions {
-    /// Isolated (sandboxed workers), owner-only trust, 64 versions, 256 MiB files, 10 s loads.
-    fn default() -> Self {
-        DirOptions {
-            isolation: Isolation::default(),
-            trust: Trust::default(),
-            max_versions: default_max_versions(),
-            max_file_size: default_max_file_size(),
-            load_timeout: default_load_timeout(),
-        }
-    }
-}
-
-/// What one scan changed, for a caller that wants to print it.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct ScanReport {
-    /// Plugins loaded for the first time (`name@version`).
-    pub loaded: Vec<String>,
-    /// Plugins replaced by a new version.
-    pub reloaded: Vec<String>,
-    /// Plugins whose file went away.
-    pub removed: Vec<String>,
-    /// One line per file (or directory) that failed or was refused.
-    pub errors: Vec<String>,
-    /// The directory itself could not be used (gone, refused, unreadable): its one line, also
-    /// in `errors`.
-    pub dir_error: Option<String>,
-    /// Files still loading when the report was made (isolated files whose load-time code is
-    /// slow or hangs): each serves as soon as it loads, or fails at the directory's
-    /// `load_timeout`, with its events; this report does not see either.
-    pub loading: Vec<String>,
-    /// Events to publish once the registry shows the scan's result.
-    events: Vec<EventKind>,
-    /// Versions to retire once the registry no longer hands them out.
-    retired: Vec<PluginInfo>,
-}
-
-impl ScanReport {
-    /// Takes in what a load that finished in time reported (its events are already out).
-    fn absorb(&mut self, piece: ScanReport) {
-        self.loaded.extend(piece.loaded);
-        self.reloaded.extend(piece.reloaded);
-        self.removed.extend(piece.removed);
-        self.errors.extend(piece.errors);
-    }
-
-    fn event(&mut self, kind: EventKind) {
-        self.events.push(kind);
-    }
-
-    fn fail_dir(&mut self, error: &LoadError) {
-        self.dir_error = Some(error.to_string());
-        self.fail(error);
-    }
-
-    fn fail(&mut self, error: &LoadError) {
-        let line = error.to_string();
-        tracing::warn!("{line}");
-        tracing::debug!(error = ?error, "the whole load error");
-        self.event(EventKind::PluginLoadFailed {
-            path: error.path().display().to_string(),
-            error: line.clone(),
-        });
-        self.errors.push(line);
-    }
-}
-
-/// A scan whose isolated loads may still be running (each in a task of its own, serving as soon
-/// as it has loaded): [`Scanning::settle`] waits for them up to a deadline.
-pub(crate) struct Scanning {
-    report: ScanReport,
-    loads: Vec<(PathBuf, tokio::task::JoinHandle<ScanReport>)>,
-    bus: crate::bus::Bus,
-    load_wait: std::time::Duration,
-    load_timeout: std::time::Duration,
-}
-
-impl Scanning {
-    fn done(report: ScanReport, inner: &Inner) -> Scanning {
-        Scanning {
-            report,
-            loads: Vec::new(),
-            bus: inner.registry.bus().clone(),
-            load_wait: inner.load_wait,
-            load_timeout: inner.options.load_timeout,
-        }
-    }
-
-    /// The scan's report once every load it started has ended, or at `deadline`: a file still
-    /// loading then is named in [`ScanReport::loading`] and reported once, with a `warning`
-    /// event; it serves when (if) its load ends.
-    pub async fn settle(mut self, deadline: tokio::time::Instant) -> ScanReport {
-        for (path, mut load) in self.loads {
-            match tokio::time::timeout_at(deadline, &mut load).await {
-                Ok(Ok(piece)) => self.report.absorb(piece),
-                Ok(Err(_)) => self
-                    .report
-                    .errors
-                    .push(format!("{}: the task loading it failed", path.display())),
-                Err(_) => {
-                    let message = format!(
-                        "still loading after {} ms (its load-time code is slow or hangs); its \
-                         tools serve when it has loaded, and it fails if that takes over {} ms",
-                        self.load_wait.as_millis(),
-                        self.load_timeout.as_millis()
-                    );
-                    tracing::warn!(file = %path.display(), "{message}");
-                    self.bus.publish(
-                        None,
-                        EventKind::Warning {
-                            subject: path.display().to_string(),
-                            message,
-                        },
-                    );
-                    self.report.loading.push(path.display().to_string());
-                }
-            }
-        }
-        self.report
-    }
-}
+use rho_worker::loader::{CopyDir, PluginFile, PluginInfo};
 
 struct Slot {
     info: PluginInfo,
@@ -388,7 +193,13 @@ impl PluginDir {
         let mut report = ScanReport::default();
         let mut loads = Vec::new();
         if state.shut {
-            return Scanning::done(report, inner);
+            return Scanning::new(
+                report,
+                Vec::new(),
+                inner.registry.bus(),
+                inner.load_wait,
+                inner.options.load_timeout,
+            );
         }
         let dir = inner.dir.clone();
         let trust = inner.options.trust;
@@ -428,13 +239,13 @@ impl PluginDir {
             }
         }
         self.publish(&mut report);
-        Scanning {
+        Scanning::new(
             report,
             loads,
-            bus: inner.registry.bus().clone(),
-            load_wait: inner.load_wait,
-            load_timeout: inner.options.load_timeout,
-        }
+            inner.registry.bus(),
+            inner.load_wait,
+            inner.options.load_timeout,
+        )
     }
 
     /// Puts the tools of every loaded file in the registry, in one step.
@@ -913,7 +724,7 @@ mod tests {
     async fn a_listing_that_panics_drops_nothing() {
         let tmp = tempfile::tempdir().unwrap();
         let registry = ToolRegistry::new(Bus::default());
-        let backend = Backend::new(&Isolation::InProcess);
+        let backend = Backend::new(&crate::plugin::options::Isolation::InProcess);
         let wait = crate::call::runner::DEFAULT_LOAD_WAIT;
         let (dir, scanning) =
             PluginDir::open(&registry, tmp.path(), DirOptions::default(), backend, wait)

@@ -3,15 +3,19 @@
 pub(crate) mod backend;
 pub(crate) mod dir;
 pub(crate) mod inproc;
+pub(crate) mod options;
 pub(crate) mod pool;
+pub(crate) mod scan;
 pub(crate) mod watch;
 
 use std::path::Path;
 
 use crate::registry::ToolRegistry;
 use backend::Backend;
-use dir::{DirOptions, PluginDir, Scanning};
+use dir::PluginDir;
+use options::DirOptions;
 use rho_worker::LoadError;
+use scan::Scanning;
 
 impl ToolRegistry {
     /// Adds the plugin directory `dir` as a source of this registry and starts loading every

@@ -16,7 +16,7 @@ pub struct QuarantinePolicy {
     /// Crashes plus timeouts that quarantine a tool (0 disables quarantine).
     pub max_failures: u32,
     /// The window they must fall within.
-    #[serde(with = "crate::config::millis", rename = "window_ms")]
+    #[serde(with = "crate::millis", rename = "window_ms")]
     pub window: Duration,
 }
 

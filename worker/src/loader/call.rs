@@ -11,11 +11,7 @@ use rho_plugin_api::ffi::{FfiAnswer2, FfiCallInfo, FfiCtx, FfiOutcome2, PluginMo
 use rho_protocol::answer::{self, FailureKind};
 use rho_protocol::{CrashReason, Failure};
 
-/// A plugin's string as host data, refused unless it is UTF-8: abi_stable's `RString` takes its
-/// maker's word for it, and text that is not UTF-8 must never reach a client.
-pub fn plain_text(s: RString) -> Option<String> {
-    String::from_utf8(s.into_bytes().into_vec()).ok()
-}
+use crate::loader::abi::plain_text;
 
 /// Copies a plugin's answer into host-owned data. Text, mime types, messages or details that are
 /// not UTF-8, and details that are not JSON (or nest deeper than [`MAX_DETAILS_DEPTH`](rho_plugin_api::MAX_DETAILS_DEPTH)), make the
@@ -106,7 +102,7 @@ pub fn call_module(
     let checked: &(dyn Fn(Option<&str>) + Sync) = &checked;
     let ctx = FfiCtx::new(call_id, cancelled, &checked);
     let (tool_name, args) = (RStr::from_str(tool), RStr::from_str(args_json));
-    let call_with = crate::loader::load::uses_interface_2(module)
+    let call_with = crate::loader::abi::uses_interface_2(module)
         .then(|| module.call_with())
         .flatten();
     let outcome = match call_with {

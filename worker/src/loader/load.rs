@@ -2,7 +2,6 @@
 //! the plugin's description turned into host-owned [`ToolSpec`]s.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use abi_stable::library::{LibraryError, RawLibrary, lib_header_from_raw_library};
 use abi_stable::std_types::RResult;
@@ -12,10 +11,10 @@ use rho_plugin_api::ffi::{
     FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION, OLDEST_INTERFACE_VERSION, PluginModRef, v1,
 };
 
-use crate::loader::call::plain_text;
-use sha2::{Digest, Sha256};
+use crate::loader::abi::{plain_text, uses_interface_2};
 
 use crate::error::LoadError;
+use crate::loader::copy::{PluginFile, PrivateCopy};
 use rho_protocol::ToolSpec;
 
 /// What a host knows about one loaded plugin version.
@@ -39,250 +38,6 @@ pub struct PluginInfo {
     pub granted: Option<rho_protocol::Grants>,
 }
 
-/// A plugin file opened once and copied into storage private to the host: what loads is the
-/// copy, and the hash is the copy's. Dropping it removes a copy
-/// that was not loaded.
-#[derive(Debug)]
-pub struct PluginFile {
-    /// The file it was read from.
-    pub path: PathBuf,
-    /// SHA-256 of the content, lowercase hex.
-    pub sha256: String,
-    /// Its length in bytes.
-    pub len: u64,
-    /// The private copy that loads.
-    pub copy: PrivateCopy,
-}
-
-/// Where a plugin file's private copy lives.
-#[derive(Debug)]
-pub enum PrivateCopy {
-    /// A file in the host's private directory (in-process loads; removed right after `dlopen`).
-    File(PathBuf),
-    /// A sealed memfd (isolated plugins: handed to each worker).
-    Memfd(std::sync::Arc<std::os::fd::OwnedFd>),
-}
-
-impl Drop for PluginFile {
-    fn drop(&mut self) {
-        if let PrivateCopy::File(copy) = &self.copy {
-            let _ = std::fs::remove_file(copy);
-        }
-    }
-}
-
-impl PluginFile {
-    /// Opens `path` (a regular file of at most
-    /// 256 MiB) and copies it into `copies`, for tools that load one file (`check-plugin`,
-    /// benchmarks). Plugin directories of a host add the trust checks (owner,
-    /// mode, symlinks, every directory on the way).
-    pub fn open(path: &Path, copies: &CopyDir) -> Result<PluginFile, LoadError> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let read_error = |e: std::io::Error| LoadError::Read {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        };
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)
-            .map_err(read_error)?;
-        let meta = file.metadata().map_err(read_error)?;
-        if !meta.is_file() {
-            return Err(LoadError::Refused {
-                path: path.to_owned(),
-                reason: "not a regular file".into(),
-            });
-        }
-        if meta.len() == 0 {
-            return Err(LoadError::Empty {
-                path: path.to_owned(),
-            });
-        }
-        if meta.len() > crate::loader::open::DEFAULT_MAX_FILE_SIZE {
-            return Err(LoadError::Refused {
-                path: path.to_owned(),
-                reason: format!("{} bytes, over the largest plugin file loaded", meta.len()),
-            });
-        }
-        copies.copy_from(&mut file, path, crate::loader::open::DEFAULT_MAX_FILE_SIZE)
-    }
-}
-
-/// SHA-256 of `bytes`, lowercase hex (how rho names plugin versions and image contents).
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// A private directory (mode 0700) for the copies the host loads plugins from. glibc hands back an
-/// already-loaded image for a path or inode it has seen, so every load is from a new copy.
-#[derive(Debug)]
-pub struct CopyDir {
-    dir: PathBuf,
-    counter: AtomicU64,
-}
-
-impl CopyDir {
-    /// Creates a fresh private directory under a safe temporary directory
-    /// (a `$TMPDIR` others could tamper with is avoided). The directory must not exist yet
-    /// (`create_dir`, not `create_dir_all`): another user cannot hand the host a directory of
-    /// theirs to load from; a taken name moves on to the next one.
-    pub fn new() -> Result<Self, LoadError> {
-        use std::os::unix::fs::DirBuilderExt;
-        static INSTANCE: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let base = crate::sandbox::host::secure_temp_dir().map_err(|e| LoadError::Copy {
-            path: std::env::temp_dir(),
-            reason: e.to_string(),
-        })?;
-        static SWEEP: std::sync::Once = std::sync::Once::new();
-        SWEEP.call_once(|| sweep_stale_copies(&base));
-        let me = std::process::id();
-        let started = process_start(me).unwrap_or(0);
-        let mut last_error = String::new();
-        for _ in 0..64 {
-            let n = INSTANCE.fetch_add(1, Ordering::Relaxed);
-            let dir = base.join(format!("{COPY_PREFIX}{me}.{started}-{nanos:08x}-{n}"));
-            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-                Ok(()) => {
-                    return Ok(CopyDir {
-                        dir,
-                        counter: AtomicU64::new(0),
-                    });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    last_error = e.to_string()
-                }
-                Err(e) => {
-                    return Err(LoadError::Copy {
-                        path: dir,
-                        reason: e.to_string(),
-                    });
-                }
-            }
-        }
-        Err(LoadError::Copy {
-            path: base,
-            reason: format!("no fresh private directory could be made: {last_error}"),
-        })
-    }
-
-    /// Copies `source` (opened and checked once by the caller) into a new file of this directory
-    /// (`O_EXCL`, mode 0600), hashes the copy and checks its ELF structure: the copy is what loads.
-    pub fn copy_from(
-        &self,
-        source: &mut std::fs::File,
-        path: &Path,
-        max: u64,
-    ) -> Result<PluginFile, LoadError> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let stem = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "plugin".into());
-        let stem: String = stem.chars().filter(|c| !c.is_control()).take(64).collect();
-        let copy = self
-            .dir
-            .join(format!("{stem}-{n}{}", std::env::consts::DLL_SUFFIX));
-        let copy_error = |e: std::io::Error| LoadError::Copy {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        };
-        let mut dest = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&copy)
-            .map_err(copy_error)?;
-        // From here on the copy is removed with the `PluginFile`, also on an error.
-        let mut file = PluginFile {
-            path: path.to_owned(),
-            sha256: String::new(),
-            len: 0,
-            copy: PrivateCopy::File(copy),
-        };
-        let (sha256, len) =
-            crate::loader::open::copy_and_hash(source, &mut dest, max).map_err(copy_error)?;
-        check_elf_of(path, &dest, len)?;
-        file.sha256 = sha256;
-        file.len = len;
-        Ok(file)
-    }
-
-    /// The directory's path.
-    pub fn path(&self) -> &Path {
-        &self.dir
-    }
-}
-
-/// The name every private copy directory starts with: then `PID.START-` (the owner's pid and its
-/// start time, so a directory outlives neither its process nor a reuse of its pid unnoticed).
-const COPY_PREFIX: &str = "rho-plugins-";
-
-/// When process `pid` started (clock ticks since boot, `/proc/PID/stat`), if it runs.
-fn process_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = stat.get(stat.rfind(')')? + 2..)?;
-    after.split_whitespace().nth(19)?.parse().ok()
-}
-
-/// Removes private copy directories whose process is gone (a host killed by SIGKILL cannot
-/// remove its own): ours by owner and name, their process not running, or another process now
-/// bearing their pid.
-fn sweep_stale_copies(base: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(COPY_PREFIX)) else {
-            continue;
-        };
-        let owner = rest.split('-').next().unwrap_or_default();
-        let (pid, start) = match owner.split_once('.') {
-            Some((pid, start)) => (pid.parse::<u32>().ok(), start.parse::<u64>().ok()),
-            None => (owner.parse::<u32>().ok(), None),
-        };
-        let Some(pid) = pid else { continue };
-        let alive = match start {
-            Some(start) => process_start(pid) == Some(start),
-            None => process_start(pid).is_some(),
-        };
-        let ours = entry
-            .metadata()
-            .is_ok_and(|m| m.is_dir() && m.uid() == me && !m.file_type().is_symlink());
-        if !alive && ours {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
-impl CopyDir {
-    /// Removes the directory and whatever is in it (the host is stopping); later copies fail.
-    pub fn remove(&self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-impl Drop for CopyDir {
-    fn drop(&mut self) {
-        // Mapped libraries stay valid after their file is removed.
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// A plugin library loaded in process, with its description. The library is never unloaded
 /// (abi_stable's rule): dropping this leaves the image mapped.
 pub struct Loaded {
@@ -294,45 +49,6 @@ pub struct Loaded {
     pub tools: Vec<ToolSpec>,
     /// One line for each tool the host refused (bad name, duplicate, bad schema).
     pub rejected: Vec<String>,
-}
-
-/// Copies `source` into a sealed memfd (an isolated plugin's private copy), hashes it and checks
-/// its ELF structure.
-pub fn memfd_copy(
-    source: &mut std::fs::File,
-    path: &Path,
-    max: u64,
-) -> Result<PluginFile, LoadError> {
-    use crate::sandbox::host::{plugin_memfd, seal};
-    let copy_error = |e: std::io::Error| LoadError::Copy {
-        path: path.to_owned(),
-        reason: e.to_string(),
-    };
-    let name: String = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(64)
-        .collect();
-    let mut dest = plugin_memfd(&name).map_err(copy_error)?;
-    let (sha256, len) =
-        crate::loader::open::copy_and_hash(source, &mut dest, max).map_err(copy_error)?;
-    check_elf_of(path, &dest, len)?;
-    seal(&dest).map_err(copy_error)?;
-    Ok(PluginFile {
-        path: path.to_owned(),
-        sha256,
-        len,
-        copy: PrivateCopy::Memfd(std::sync::Arc::new(std::os::fd::OwnedFd::from(dest))),
-    })
 }
 
 /// Loads `file` in process from its private copy (removed right after: the mapping stays).
@@ -350,17 +66,6 @@ pub fn load_in_process(file: &PluginFile) -> Result<Loaded, LoadError> {
     // The image stays mapped after its file is gone; nothing is left on disk.
     let _ = std::fs::remove_file(copy);
     finish_load(&file.path, &file.sha256, result?)
-}
-
-/// Checks a private copy's ELF structure before anything maps it (a truncated file would SIGBUS).
-pub fn check_elf_of(path: &Path, copy: &std::fs::File, len: u64) -> Result<(), LoadError> {
-    let open_error = |reason: String| LoadError::Open {
-        path: path.to_owned(),
-        reason,
-    };
-    crate::loader::open::with_mapped(copy, len, crate::loader::elf::check)
-        .map_err(|e| open_error(e.to_string()))?
-        .map_err(open_error)
 }
 
 /// Loads a private copy the host already checked (the isolated worker's way: a fresh process, a
@@ -461,12 +166,6 @@ pub fn describe(path: &Path, module: PluginModRef) -> Result<(u32, FfiPluginInfo
             reason: message.to_string(),
         }),
     }
-}
-
-/// Whether the host may use the fields interface 2 added to `module`: only a module that reports
-/// interface 2 or later, which [`open_module`] let through only after checking today's layout.
-pub fn uses_interface_2(module: PluginModRef) -> bool {
-    module.interface_version() >= 2
 }
 
 /// The longest declaration (JSON text) a plugin may hand the host: 16 MiB.

@@ -3,11 +3,14 @@
 //! loaded through abi_stable with the host's checks of what they declare ([`load`]), and called
 //! on the current thread with their answers copied into host data ([`call`]).
 
+pub mod abi;
 pub mod call;
+pub mod copy;
 pub mod elf;
 pub mod load;
 pub mod open;
 pub mod trust;
 
 pub use call::{CallInfo, answer_from_ffi, call_module};
-pub use load::{CopyDir, Loaded, PluginFile, PluginInfo, load_in_process, sha256_hex};
+pub use copy::{CopyDir, PluginFile, sha256_hex};
+pub use load::{Loaded, PluginInfo, load_in_process};

@@ -1,0 +1,17 @@
+//! What crosses the plugin ABI, read as the host reads it: strings checked for UTF-8, and the
+//! interface a module may be asked for.
+
+use abi_stable::std_types::RString;
+use rho_plugin_api::ffi::PluginModRef;
+
+/// A plugin's string as host data, refused unless it is UTF-8: abi_stable's `RString` takes its
+/// maker's word for it, and text that is not UTF-8 must never reach a client.
+pub fn plain_text(s: RString) -> Option<String> {
+    String::from_utf8(s.into_bytes().into_vec()).ok()
+}
+
+/// Whether the host may use the fields interface 2 added to `module`: only a module that reports
+/// interface 2 or later, which [`open_module`] let through only after checking today's layout.
+pub fn uses_interface_2(module: PluginModRef) -> bool {
+    module.interface_version() >= 2
+}
