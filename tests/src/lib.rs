@@ -18,9 +18,54 @@ const PACKAGES: &[&str] = &[
     "attacks",
     "rho-cli",
     "rho-runtime",
-    "rho-embedder-fixture",
     "xtask",
 ];
+
+/// The cargo that runs the tests, without the variables it set for this test (a build script
+/// watching one would build again each time: ring's does).
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    for (key, _) in std::env::vars_os() {
+        if key
+            .to_str()
+            .is_some_and(rho_devkit::set_by_cargo_for_its_program)
+        {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd
+}
+
+/// Builds the fixture workspace `tests/fixtures/NAME` (its own cargo workspace, outside the main
+/// one, its `Cargo.lock` committed) `--locked` into `<target>/NAME`, in the tests' profile (a
+/// no-op when up to date), and returns the directory holding what it built. Panics with cargo's
+/// error output when the build fails.
+fn build_fixture(name: &str) -> PathBuf {
+    let profile = profile_dir();
+    let release = profile.file_name().is_some_and(|n| n == "release");
+    let target = profile.parent().expect("target dir").join(name);
+    let manifest = workspace_dir()
+        .join("tests/fixtures")
+        .join(name)
+        .join("Cargo.toml");
+    let mut cmd = cargo();
+    cmd.args(["build", "--quiet", "--locked", "--manifest-path"])
+        .arg(&manifest)
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(workspace_dir());
+    if release {
+        cmd.arg("--release");
+    }
+    let output = cmd.output().expect("run cargo build for a test fixture");
+    assert!(
+        output.status.success(),
+        "building the fixture {} failed, {}:\n{}",
+        manifest.display(),
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    target.join(if release { "release" } else { "debug" })
+}
 
 /// The profile directory the tests run from (`target/debug` or `target/release`).
 pub fn profile_dir() -> &'static Path {
@@ -42,24 +87,13 @@ pub fn built() -> &'static Path {
     BUILT.get_or_init(|| {
         let profile = profile_dir();
         let target = profile.parent().expect("target dir");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
+        let mut cmd = cargo();
         cmd.arg("build").arg("--quiet");
         if profile.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
         for p in PACKAGES {
             cmd.args(["-p", p]);
-        }
-        // Without the variables cargo set for this test (a build script watching one would
-        // build again each time: ring's does).
-        for (key, _) in std::env::vars_os() {
-            if key
-                .to_str()
-                .is_some_and(rho_devkit::set_by_cargo_for_its_program)
-            {
-                cmd.env_remove(&key);
-            }
         }
         cmd.env("CARGO_TARGET_DIR", target)
             .current_dir(env!("CARGO_MANIFEST_DIR"));
@@ -85,9 +119,13 @@ pub fn rho_bin() -> PathBuf {
     built().join("rho")
 }
 
-/// The built embedder fixture (`tests/fixtures/embedder`): a host binary that is its own worker.
+/// The embedder fixture (`tests/fixtures/embedder`), built once per test process: a host binary
+/// that is its own worker, depending on rho-runtime from a workspace of its own as an embedder's
+/// project does (see [`build_fixture`]).
 pub fn embedder_bin() -> PathBuf {
-    built().join("rho-embedder-fixture")
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| build_fixture("embedder"))
+        .join("rho-embedder-fixture")
 }
 
 /// The built `rho-worker` binary.
@@ -381,35 +419,13 @@ pub struct AbiV1 {
 /// Builds the fixture of plugin interface 1 once per test process and returns what it built.
 ///
 /// The fixture is its own cargo workspace, outside the main one, so it keeps the interface as it
-/// was. It is built `--locked` (its `Cargo.lock` is committed) into `<target>/abi-v1`, in the
-/// tests' profile (a no-op when up to date). Panics with cargo's error output when the build fails.
+/// was (see [`build_fixture`]).
 pub fn abi_v1_fixture() -> &'static AbiV1 {
     static FIXTURE: OnceLock<AbiV1> = OnceLock::new();
     FIXTURE.get_or_init(|| {
         // Hosts serve the fixture, isolated too: the worker binary must be there.
-        let profile = built();
-        let release = profile.file_name().is_some_and(|n| n == "release");
-        let target = profile.parent().expect("target dir").join("abi-v1");
-        let manifest = workspace_dir().join("tests/fixtures/abi-v1/Cargo.toml");
-        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cmd.args(["build", "--quiet", "--locked", "--manifest-path"])
-            .arg(&manifest)
-            .env("CARGO_TARGET_DIR", &target)
-            .current_dir(workspace_dir());
-        if release {
-            cmd.arg("--release");
-        }
-        let output = cmd
-            .output()
-            .expect("run cargo build for tests/fixtures/abi-v1");
-        assert!(
-            output.status.success(),
-            "building the interface-1 fixture ({}) failed, {}:\n{}",
-            manifest.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let dir = target.join(if release { "release" } else { "debug" });
+        built();
+        let dir = build_fixture("abi-v1");
         AbiV1 {
             echo_v1: dir.join(format!(
                 "{}echo_v1{}",
