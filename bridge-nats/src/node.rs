@@ -15,7 +15,7 @@ use async_nats::service::ServiceExt;
 use base64::Engine;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use rho_runtime::{CallOptions, Filter, Host, ToolCall};
+use rho_runtime::{CallOptions, EventType, Filter, Host, ToolCall};
 use tokio_util::sync::CancellationToken;
 
 use crate::rpc::{
@@ -105,11 +105,11 @@ impl Serving {
         stop: CancellationToken,
     ) {
         let mut changes = self.host.subscribe_filtered(Filter::default().types([
-            "plugin_loaded",
-            "plugin_reloaded",
-            "plugin_removed",
-            "tool_quarantined",
-            "tool_restored",
+            EventType::PluginLoaded,
+            EventType::PluginReloaded,
+            EventType::PluginRemoved,
+            EventType::ToolQuarantined,
+            EventType::ToolRestored,
         ]));
         let mut tick = tokio::time::interval(ANNOUNCE_EVERY);
         let mut offers = self.sync_endpoints().await;

@@ -54,8 +54,9 @@ pub async fn add_remotes(
     if remotes.is_empty() {
         return Ok(());
     }
-    let mut changes =
-        host.subscribe_filtered(rho_runtime::Filter::default().types(["remote_tools_changed"]));
+    let mut changes = host.subscribe_filtered(
+        rho_runtime::Filter::default().types([rho_runtime::EventType::RemoteToolsChanged]),
+    );
     for remote in remotes {
         let client = rho_bridge_nats::connect(&remote.nats_config(name))
             .await

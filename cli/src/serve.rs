@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use base64::Engine;
 use rho_runtime::{
-    BusItem, CallOptions, Filter, Host, Outcome, ToolCall, ToolResult, UpdateHook, Verdict,
+    BusItem, CallOptions, EventType, Filter, Host, Outcome, ToolCall, ToolResult, UpdateHook,
+    Verdict,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock as Content,
@@ -580,12 +581,12 @@ impl ServerHandler for RhoServer {
 /// Tells every client the tool list changed after every reload, removal and quarantine change.
 fn announce_changes(host: &Host, audience: Arc<Mutex<Audience>>) {
     let mut events = host.subscribe_filtered(Filter::default().types([
-        "plugin_loaded",
-        "plugin_reloaded",
-        "plugin_removed",
-        "remote_tools_changed",
-        "tool_quarantined",
-        "tool_restored",
+        EventType::PluginLoaded,
+        EventType::PluginReloaded,
+        EventType::PluginRemoved,
+        EventType::RemoteToolsChanged,
+        EventType::ToolQuarantined,
+        EventType::ToolRestored,
     ]));
     tokio::spawn(async move {
         while let Some(item) = events.next().await {

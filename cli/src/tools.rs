@@ -40,12 +40,12 @@ pub async fn main(args: Args, config: rho_runtime::HostConfig) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let mut events = host.subscribe_filtered(rho_runtime::Filter::default().types([
-        "plugin_loaded",
-        "plugin_reloaded",
-        "plugin_removed",
-        "plugin_load_failed",
-        "tool_name_conflict",
-        "warning",
+        rho_runtime::EventType::PluginLoaded,
+        rho_runtime::EventType::PluginReloaded,
+        rho_runtime::EventType::PluginRemoved,
+        rho_runtime::EventType::PluginLoadFailed,
+        rho_runtime::EventType::ToolNameConflict,
+        rho_runtime::EventType::Warning,
     ]));
     // One future for the whole loop: a signal between two iterations is not lost.
     let ctrl_c = tokio::signal::ctrl_c();

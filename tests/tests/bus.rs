@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rho_runtime::{
-    Bus, BusItem, CallOptions, DirOptions, Event, EventKind, Filter, Gate, GateCtx, Journal,
-    Outcome, ToolCall, Verdict,
+    Bus, BusItem, CallOptions, DirOptions, Event, EventKind, EventType, Filter, Gate, GateCtx,
+    Journal, Outcome, ToolCall, Verdict,
 };
 use rho_tests::{call, host_with, plugin_dir, timeout};
 use serde_json::json;
@@ -295,7 +295,8 @@ async fn a_panicking_or_dropped_subscriber_harms_no_one() {
 #[tokio::test]
 async fn filters_keep_only_what_was_asked() {
     let bus = Bus::default();
-    let mut by_type = bus.subscribe_filtered(Filter::default().types(["tool_execution_end"]));
+    let mut by_type =
+        bus.subscribe_filtered(Filter::default().types([EventType::ToolExecutionEnd]));
     let mut by_session = bus.subscribe_filtered(Filter::default().session("a"));
     let mut by_tool = bus.subscribe_filtered(Filter::default().tool("echo"));
     let end = |tool: &str, id: &str| EventKind::ToolExecutionEnd {
@@ -345,7 +346,7 @@ async fn filters_keep_only_what_was_asked() {
 async fn image_bytes_are_kept_only_once_asked() {
     let dir = plugin_dir(&["faults"]);
     let (host, _report) = host_with(dir.path(), DirOptions::in_process(), |b| b).await;
-    let mut sub = host.subscribe_filtered(Filter::default().types(["tool_execution_end"]));
+    let mut sub = host.subscribe_filtered(Filter::default().types([EventType::ToolExecutionEnd]));
     let image_of = |event: &Event| match &event.kind {
         EventKind::ToolExecutionEnd { output, .. } => output.images[0].sha256.clone(),
         other => panic!("not an end: {other:?}"),
@@ -397,8 +398,8 @@ async fn events_nobody_listens_for_are_not_published() {
         "published with no one listening"
     );
 
-    let mut ends = host.subscribe_filtered(Filter::default().types(["tool_execution_end"]));
-    let mut unknown = host.subscribe_filtered(Filter::default().types(["no_such_type"]));
+    let mut ends = host.subscribe_filtered(Filter::default().types([EventType::ToolExecutionEnd]));
+    let mut other = host.subscribe_filtered(Filter::default().types([EventType::PluginRemoved]));
     assert_eq!(published_by("ends").await, 1);
     let Some(BusItem::Event(end)) = ends.recv().await else {
         panic!("no end event")
@@ -406,10 +407,10 @@ async fn events_nobody_listens_for_are_not_published() {
     assert_eq!(end.kind.call_id(), Some("ends"));
     assert_eq!(end.seq, bus.last_seq());
     assert!(
-        tokio::time::timeout(Duration::from_millis(100), unknown.recv())
+        tokio::time::timeout(Duration::from_millis(100), other.recv())
             .await
             .is_err(),
-        "a filter of no known type received something"
+        "a filter of another type received something"
     );
 
     let mut all = host.subscribe();
@@ -423,7 +424,7 @@ async fn events_nobody_listens_for_are_not_published() {
         seen,
         ["tool_execution_start", "tool_running", "tool_execution_end"]
     );
-    drop((ends, unknown, all));
+    drop((ends, other, all));
     assert_eq!(
         published_by("after").await,
         0,

@@ -147,8 +147,9 @@ async fn dropping_a_call_midway_in_a_worker_ends_it_once_and_frees_the_worker() 
     let dir = plugin_dir(&["faults", "echo"]);
     let (host, report) = rho_tests::host_with(dir.path(), rho_tests::one_worker(), |b| b).await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
-    let mut events =
-        host.subscribe_filtered(rho_runtime::Filter::default().types(["tool_execution_end"]));
+    let mut events = host.subscribe_filtered(
+        rho_runtime::Filter::default().types([rho_runtime::EventType::ToolExecutionEnd]),
+    );
     let started = Instant::now();
     let call = rho_tests::call("dropped", "sleep", json!({"ms": 30_000}));
     let dropped = tokio::time::timeout(
@@ -227,8 +228,9 @@ async fn no_timeout_and_a_panicking_update_hook_still_end_every_call_once_as_the
         };
         let (host, report) = rho_tests::host_with(dir.path(), options, |b| b.runner(never)).await;
         assert!(report.errors.is_empty(), "{:?}", report.errors);
-        let mut ends =
-            host.subscribe_filtered(rho_runtime::Filter::default().types(["tool_execution_end"]));
+        let mut ends = host.subscribe_filtered(
+            rho_runtime::Filter::default().types([rho_runtime::EventType::ToolExecutionEnd]),
+        );
         let hooked = rho_runtime::CallOptions {
             on_update: Some(std::sync::Arc::new(|_: &str| {
                 panic!("the host's hook has a bug")

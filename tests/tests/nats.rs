@@ -496,8 +496,9 @@ async fn tools_served_by_nodes_keep_every_local_guarantee() {
     }
     assert!(rejoined, "{} never ran a call again", restarted.name);
     // A node's plugin added and removed changes the host's tool list.
-    let mut changes =
-        host.subscribe_filtered(rho_runtime::Filter::default().types(["remote_tools_changed"]));
+    let mut changes = host.subscribe_filtered(
+        rho_runtime::Filter::default().types([rho_runtime::EventType::RemoteToolsChanged]),
+    );
     let echo = rho_tests::install(&a.dir, "echo");
     until(10, "the node's new plugin never reached the host", || {
         host.tools().iter().any(|t| t.name == "echo")
@@ -691,7 +692,9 @@ async fn a_node_announcing_too_many_tools_gets_the_first_ones_and_a_warning() {
         .build()
         .await
         .unwrap();
-    let mut warnings = host.subscribe_filtered(rho_runtime::Filter::default().types(["warning"]));
+    let mut warnings = host.subscribe_filtered(
+        rho_runtime::Filter::default().types([rho_runtime::EventType::Warning]),
+    );
     let many = rho_bridge_nats::MAX_TOOLS_PER_NODE + 100;
     let announce = rho_bridge_nats::rpc::Announce {
         node: "greedy".into(),

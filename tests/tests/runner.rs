@@ -591,8 +591,9 @@ async fn dropping_a_call_midway_still_ends_it_once_and_stops_its_tool() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_partial_update_is_cut_before_it_is_published() {
     let FaultsHost { host, _dir } = faults_host(5_000, |b| b).await;
-    let mut events =
-        host.subscribe_filtered(rho_runtime::Filter::default().types(["tool_execution_update"]));
+    let mut events = host.subscribe_filtered(
+        rho_runtime::Filter::default().types([rho_runtime::EventType::ToolExecutionUpdate]),
+    );
     let r = host
         .call_with(
             &call("1", "native", json!({"mode": "big_update", "n": 8 << 20})),

@@ -6,6 +6,7 @@ use rho_plugin_api::Output;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::bus::event_type::EventType;
 use rho_protocol::Outcome;
 
 /// One event as subscribers receive it.
@@ -320,102 +321,14 @@ pub enum EventKind {
     },
 }
 
-/// An event's type without its data: what a [`Filter`](crate::Filter) names and what the bus
-/// counts listeners for, so that an event nobody would receive is never built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum EventType {
-    AgentStart,
-    AgentEnd,
-    TurnStart,
-    TurnEnd,
-    MessageEnd,
-    ToolExecutionStart,
-    ToolGateWaiting,
-    ToolRunning,
-    ToolExecutionUpdate,
-    ToolExecutionEnd,
-    PluginLoaded,
-    PluginLoadFailed,
-    PluginReloaded,
-    PluginRemoved,
-    ToolNameConflict,
-    ToolQuarantined,
-    ToolRestored,
-    RemoteToolsChanged,
-    ExportStatus,
-    Warning,
-}
-
-impl EventType {
-    /// Every type, in the order of [`EventType::index`].
-    pub(crate) const ALL: [EventType; 20] = [
-        EventType::AgentStart,
-        EventType::AgentEnd,
-        EventType::TurnStart,
-        EventType::TurnEnd,
-        EventType::MessageEnd,
-        EventType::ToolExecutionStart,
-        EventType::ToolGateWaiting,
-        EventType::ToolRunning,
-        EventType::ToolExecutionUpdate,
-        EventType::ToolExecutionEnd,
-        EventType::PluginLoaded,
-        EventType::PluginLoadFailed,
-        EventType::PluginReloaded,
-        EventType::PluginRemoved,
-        EventType::ToolNameConflict,
-        EventType::ToolQuarantined,
-        EventType::ToolRestored,
-        EventType::RemoteToolsChanged,
-        EventType::ExportStatus,
-        EventType::Warning,
-    ];
-
-    /// Its place in [`EventType::ALL`].
-    pub(crate) fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The `"type"` tag of events of this type.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            EventType::AgentStart => "agent_start",
-            EventType::AgentEnd => "agent_end",
-            EventType::TurnStart => "turn_start",
-            EventType::TurnEnd => "turn_end",
-            EventType::MessageEnd => "message_end",
-            EventType::ToolExecutionStart => "tool_execution_start",
-            EventType::ToolGateWaiting => "tool_gate_waiting",
-            EventType::ToolRunning => "tool_running",
-            EventType::ToolExecutionUpdate => "tool_execution_update",
-            EventType::ToolExecutionEnd => "tool_execution_end",
-            EventType::PluginLoaded => "plugin_loaded",
-            EventType::PluginLoadFailed => "plugin_load_failed",
-            EventType::PluginReloaded => "plugin_reloaded",
-            EventType::PluginRemoved => "plugin_removed",
-            EventType::ToolNameConflict => "tool_name_conflict",
-            EventType::ToolQuarantined => "tool_quarantined",
-            EventType::ToolRestored => "tool_restored",
-            EventType::RemoteToolsChanged => "remote_tools_changed",
-            EventType::ExportStatus => "export_status",
-            EventType::Warning => "warning",
-        }
-    }
-
-    /// The type tagged `name`, if there is one.
-    pub(crate) fn named(name: &str) -> Option<EventType> {
-        EventType::ALL.into_iter().find(|t| t.name() == name)
-    }
-}
-
 impl EventKind {
     /// The event's `"type"` tag.
     pub fn type_name(&self) -> &'static str {
         self.event_type().name()
     }
 
-    /// The event's type.
-    pub(crate) fn event_type(&self) -> EventType {
+    /// The event's type: what a [`Filter`](crate::Filter) names.
+    pub fn event_type(&self) -> EventType {
         match self {
             EventKind::AgentStart {} => EventType::AgentStart,
             EventKind::AgentEnd { .. } => EventType::AgentEnd,
@@ -537,18 +450,5 @@ mod tests {
             json!({"seq": 1, "ts_ms": 0, "type": "agent_start"})
         );
         assert_eq!(start.kind.type_name(), "agent_start");
-    }
-
-    #[test]
-    fn each_type_has_its_own_name_and_place() {
-        for (i, ty) in EventType::ALL.into_iter().enumerate() {
-            assert_eq!(ty.index(), i);
-            assert_eq!(EventType::named(ty.name()), Some(ty));
-        }
-        assert_eq!(
-            EventType::named("tool_execution_end"),
-            Some(EventType::ToolExecutionEnd)
-        );
-        assert_eq!(EventType::named("no_such_type"), None);
     }
 }

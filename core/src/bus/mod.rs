@@ -13,6 +13,7 @@
 //! gapless over the events published, and a subscription sees every event of its types published
 //! after it was opened.
 
+pub(crate) mod event_type;
 pub(crate) mod events;
 pub(crate) mod journal;
 
@@ -28,7 +29,8 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio_stream::Stream;
 use tokio_util::sync::ReusableBoxFuture;
 
-use crate::bus::events::{Event, EventKind, EventType};
+use crate::bus::event_type::EventType;
+use crate::bus::events::{Event, EventKind};
 
 /// The default number of events a subscriber may fall behind before it lags.
 pub const DEFAULT_CAPACITY: usize = 4096;
@@ -81,14 +83,9 @@ struct Interest {
 
 impl Interest {
     /// Counts one more listener for `types` (`None`: every type) until the returned guard drops.
-    fn listen(self: &Arc<Self>, types: Option<&HashSet<String>>) -> Listening {
-        let types: Option<Vec<usize>> = types.map(|names| {
-            names
-                .iter()
-                .filter_map(|name| EventType::named(name))
-                .map(EventType::index)
-                .collect()
-        });
+    fn listen(self: &Arc<Self>, types: Option<&HashSet<EventType>>) -> Listening {
+        let types: Option<Vec<usize>> =
+            types.map(|types| types.iter().map(|t| t.index()).collect());
         match &types {
             None => self.every.fetch_add(1, Ordering::AcqRel),
             Some(indexes) => {
@@ -353,8 +350,8 @@ fn now_ms() -> u64 {
 /// Which events a subscription yields. Empty fields let everything through.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
-    /// Event types (`tool_execution_end`, ...) to keep.
-    pub types: Option<HashSet<String>>,
+    /// The event types to keep.
+    pub types: Option<HashSet<EventType>>,
     /// Keep only events of this session.
     pub session_id: Option<String>,
     /// Keep only events about this tool.
@@ -363,12 +360,15 @@ pub struct Filter {
 
 impl Filter {
     /// Keeps only events of these types.
-    pub fn types<I, S>(mut self, types: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.types = Some(types.into_iter().map(Into::into).collect());
+    ///
+    /// ```
+    /// use rho_runtime::{EventType, Filter};
+    ///
+    /// let ends = Filter::default().types([EventType::ToolExecutionEnd]);
+    /// assert!(ends.types.unwrap().contains(&EventType::ToolExecutionEnd));
+    /// ```
+    pub fn types(mut self, types: impl IntoIterator<Item = EventType>) -> Self {
+        self.types = Some(types.into_iter().collect());
         self
     }
 
@@ -388,7 +388,7 @@ impl Filter {
     pub fn matches(&self, event: &Event) -> bool {
         self.types
             .as_ref()
-            .is_none_or(|t| t.contains(event.kind.type_name()))
+            .is_none_or(|t| t.contains(&event.kind.event_type()))
             && self
                 .session_id
                 .as_ref()

@@ -14,7 +14,8 @@ pub use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bus::Bus;
-use crate::bus::events::{EventKind, EventType, OutputView, event_text};
+use crate::bus::event_type::EventType;
+use crate::bus::events::{EventKind, OutputView, event_text};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 use crate::call::invoke::{Failure, ToolCtx, is_valid_traceparent};
 use crate::call::panic::{catch, payload_message};
