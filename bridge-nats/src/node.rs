@@ -152,13 +152,8 @@ impl Serving {
                 if stat.quarantine.is_some() {
                     return None;
                 }
-                // `plugin@version (file)`: the version is what nodes share, not the file.
-                let origin = stat
-                    .origin
-                    .split(" (")
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned();
+                // The version is what nodes share, not the file.
+                let origin = stat.origin.release();
                 Some(Offer { spec, origin })
             })
             .collect();

@@ -162,7 +162,7 @@ async fn follow_nodes(client: async_nats::Client, source: RemoteSource) {
         let entries = chosen
             .into_iter()
             .map(|offer| RemoteToolEntry {
-                origin: format!("{} via {}", offer.origin, source.name()),
+                origin: offer.origin.clone(),
                 tool: Arc::new(NodeTool {
                     client: client.clone(),
                     nodes: shared.clone(),

@@ -157,7 +157,7 @@ impl LiveState {
         let rows = tools.into_iter().map(|t| {
             Row::new(vec![
                 safe(&t.tool),
-                safe(&t.origin),
+                safe(&t.origin.release()),
                 t.calls.to_string(),
                 t.ok.to_string(),
                 t.errors.to_string(),

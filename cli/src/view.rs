@@ -42,7 +42,7 @@ impl Health {
             out.push_str(&format!(
                 "{:<20} {:<18} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9.1} {:>9.1}  {}\n",
                 crate::render::terminal_safe(&t.tool),
-                crate::render::terminal_safe(&t.origin),
+                crate::render::terminal_safe(&t.origin.release()),
                 t.calls,
                 t.ok,
                 t.errors,

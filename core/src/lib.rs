@@ -58,6 +58,7 @@ pub use plugin::scan::ScanReport;
 pub use plugin::watch::DEFAULT_DEBOUNCE;
 pub use registry::RegistryError;
 pub use registry::health::{HealthView, QuarantinePolicy, ToolStats};
+pub use registry::origin::Origin;
 pub use registry::remote::{
     RemoteCall, RemoteFailure, RemoteSource, RemoteTool, RemoteToolEntry, ToolSource,
 };

@@ -204,7 +204,8 @@ async fn every_fault_ends_its_call_and_the_next_call_answers() {
     assert_eq!(stats["spin"].timed_out, 1);
     assert_eq!(stats["segfault"].crashed, 1);
     assert_eq!(stats["big_output"].crashed, 2);
-    assert!(stats["spin"].origin.starts_with("faults@0.1.0"));
+    assert_eq!(stats["spin"].origin.release(), "faults@0.1.0");
+    assert!(stats["spin"].origin.is_plugin("faults"));
     host.shutdown().await;
     let left = no_workers_within(Duration::from_secs(3)).await;
     assert!(left.is_empty(), "workers left behind: {left:?}");

@@ -386,9 +386,12 @@ async fn tools_served_by_nodes_keep_every_local_guarantee() {
         .find(|s| s.tool == "call_info")
         .unwrap()
         .origin;
+    let rho_runtime::Origin::Remote { offered, via } = &origin else {
+        panic!("not remote: {origin:?}")
+    };
     assert!(
-        origin.starts_with("faults@") && origin.ends_with(" via nats"),
-        "{origin}"
+        offered.starts_with("faults@") && via == "nats",
+        "{origin:?}"
     );
     // Calls spread over both nodes (a queue group), with the caller's deadline.
     let mut ran_on = std::collections::BTreeMap::<String, usize>::new();
@@ -615,7 +618,13 @@ async fn a_remote_source_offering_what_a_plugin_could_not_declare_is_refused_too
     );
     let result = host.call("good", json!({})).await;
     assert_eq!(result.text(), "remote");
-    assert_eq!(host.stats()[0].origin, "p@1");
+    assert_eq!(
+        host.stats()[0].origin,
+        rho_runtime::Origin::Remote {
+            offered: "p@1".into(),
+            via: "hostile".into()
+        }
+    );
 }
 
 #[test]

@@ -408,3 +408,42 @@ async fn the_permission_checks() {
     let (_host, report) = load(dir.path(), trusting).await;
     assert_eq!(report.loaded.len(), 3, "{:?}", report);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_view_folded_from_events_names_the_origin_the_host_names() {
+    // [3/13]: an origin is a type. A view of the bus (what `rho watch` shows) and the host's own
+    // figures name the same plugin, version and file, before and after a reload.
+    let (default, v2) = faults_variants();
+    let dir = tempfile::tempdir().unwrap();
+    let host = watched(dir.path(), DirOptions::in_process()).await;
+    let mut sub = host.subscribe();
+    let mut view = rho_runtime::HealthView::default();
+    let target = dir.path().join("libfaults.so");
+    for (build, kind) in [(default, "plugin_loaded"), (v2, "plugin_reloaded")] {
+        install_bytes(&target, &std::fs::read(build).unwrap());
+        let changed = wait_for(&mut sub, WAIT, |e| e.kind.type_name() == kind)
+            .await
+            .unwrap_or_else(|| panic!("no {kind}"));
+        view.observe(&changed);
+        tag(&host).await;
+        let end = wait_for(&mut sub, WAIT, |e| {
+            matches!(e.kind, EventKind::ToolExecutionEnd { .. })
+        })
+        .await
+        .expect("tool_execution_end");
+        view.observe(&end);
+        let named = |stats: Vec<rho_runtime::ToolStats>| {
+            stats
+                .into_iter()
+                .find(|s| s.tool == "build_tag")
+                .map(|s| s.origin)
+        };
+        let expected = rho_runtime::Origin::Plugin {
+            plugin: "faults".into(),
+            version: "0.1.0".into(),
+            file: "libfaults.so".into(),
+        };
+        assert_eq!(named(host.stats()), Some(expected.clone()), "{kind}");
+        assert_eq!(named(view.stats()), Some(expected), "{kind}");
+    }
+}

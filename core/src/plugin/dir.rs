@@ -11,6 +11,7 @@ use crate::bus::events::EventKind;
 use crate::plugin::backend::{Backend, LoadOutcome, LoadedVersion};
 use crate::plugin::options::DirOptions;
 use crate::plugin::scan::{ScanReport, Scanning};
+use crate::registry::origin::Origin;
 use crate::registry::{ResolvedTool, SourceId, ToolRegistry};
 use rho_protocol::ToolSpec;
 use rho_worker::LoadError;
@@ -609,17 +610,17 @@ impl PluginDir {
             report.errors.push(line.clone());
         }
         let generation = inner.registry.new_generation();
-        let origin = format!(
-            "{}@{} ({})",
-            loaded.info.name,
-            loaded.info.version,
-            path.file_name()
-                .map(|n| n.to_string_lossy())
-                .unwrap_or_default()
-        );
+        let origin = Origin::Plugin {
+            plugin: loaded.info.name.clone(),
+            version: loaded.info.version.clone(),
+            file: path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        };
         let mut tools = Vec::new();
         for (spec, invoke) in loaded.tools {
-            match ResolvedTool::new(spec, generation, &origin, invoke) {
+            match ResolvedTool::new(spec, generation, origin.clone(), invoke) {
                 Ok(tool) => tools.push(tool),
                 Err(line) => {
                     let line = format!("{file}: {line}");
@@ -735,7 +736,7 @@ mod tests {
         let tool = ResolvedTool::new(
             Kept.spec(),
             1,
-            "kept@1",
+            Origin::Host,
             Arc::new(NativeInvoke(Arc::new(Kept))),
         )
         .unwrap();

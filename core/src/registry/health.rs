@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::bus::events::{Event, EventKind};
+use crate::registry::origin::Origin;
 use rho_protocol::Outcome;
 
 /// When a tool is quarantined: `max_failures` crashes or timeouts within `window`.
@@ -35,8 +36,8 @@ impl Default for QuarantinePolicy {
 pub struct ToolStats {
     /// The tool.
     pub tool: String,
-    /// Where it comes from now (`plugin@version` or `host`).
-    pub origin: String,
+    /// Where it comes from now.
+    pub origin: Origin,
     /// Calls that reached the tool's accounting (every outcome but `unknown_tool`).
     pub calls: u64,
     /// Ended `ok`.
@@ -123,7 +124,10 @@ impl Tally {
 #[derive(Default)]
 struct Entry {
     tally: Tally,
-    failures: VecDeque<(Instant, String)>,
+    /// The crashes and timeouts of the window, oldest first.
+    failures: VecDeque<(Instant, Outcome)>,
+    /// The last of them, `outcome: text`, for the quarantine's reason.
+    last_failure: String,
     /// The generation whose failures are counted.
     generation: u64,
     /// The generation quarantined, with the reason.
@@ -134,7 +138,7 @@ struct Entry {
 #[derive(Clone, Copy)]
 pub(crate) struct ToolKey<'a> {
     pub tool: &'a str,
-    pub origin: &'a str,
+    pub origin: &'a Origin,
     pub generation: u64,
 }
 
@@ -200,17 +204,16 @@ impl Health {
         if entry.tally.stats.tool != tool {
             entry.tally.stats.tool = tool.to_owned();
         }
-        if entry.tally.stats.origin != origin {
-            entry.tally.stats.origin = origin.to_owned();
+        if entry.tally.stats.origin != *origin {
+            entry.tally.stats.origin = origin.clone();
         }
         entry.tally.count(outcome, duration.as_secs_f64() * 1000.0);
         if !matches!(outcome, Outcome::Crashed | Outcome::TimedOut) || policy.max_failures == 0 {
             return Change::None;
         }
         let now = Instant::now();
-        entry
-            .failures
-            .push_back((now, format!("{outcome}: {text}")));
+        entry.failures.push_back((now, outcome));
+        entry.last_failure = format!("{outcome}: {text}");
         while entry
             .failures
             .front()
@@ -224,10 +227,10 @@ impl Health {
         let crashes = entry
             .failures
             .iter()
-            .filter(|(_, t)| t.starts_with("crashed"))
+            .filter(|(_, outcome)| *outcome == Outcome::Crashed)
             .count();
         let timeouts = entry.failures.len() - crashes;
-        let last = entry.failures.back().map(|(_, t)| t.as_str()).unwrap_or("");
+        let last = &entry.last_failure;
         let reason = format!(
             "tool `{tool}` ({origin}) is quarantined after {crashes} crash(es) and {timeouts} timeout(s) within {} s; last failure: {last}",
             policy.window.as_secs()
@@ -271,8 +274,8 @@ impl Health {
 
 /// Every tool's health as a subscriber sees it: [`ToolStats`] folded from events (a host's bus or
 /// a journal read back), with the same counting as [`Host::stats`](crate::Host::stats): calls by
-/// outcome, p50/p99 of recent durations (calls the tool never ran left out), the origin
-/// (`plugin@version`, following reloads) and the quarantine. `runaway_threads` is the host's own
+/// outcome, p50/p99 of recent durations (calls the tool never ran left out), the
+/// [`Origin`] (plugin, version and file, following reloads) and the quarantine. `runaway_threads` is the host's own
 /// and stays 0 here.
 ///
 /// ```
@@ -301,22 +304,32 @@ impl HealthView {
             EventKind::PluginLoaded {
                 plugin,
                 version,
+                path,
                 tools,
                 ..
             } => {
+                let origin = Origin::Plugin {
+                    plugin: plugin.clone(),
+                    version: version.clone(),
+                    file: file_name(path),
+                };
                 for tool in tools {
-                    self.tally(&tool.name).stats.origin = format!("{plugin}@{version}");
+                    self.tally(&tool.name).stats.origin = origin.clone();
                 }
             }
             EventKind::PluginReloaded {
                 plugin,
                 new_version,
+                path,
                 ..
             } => {
-                let prefix = format!("{plugin}@");
                 for tally in self.tools.values_mut() {
-                    if tally.stats.origin.starts_with(&prefix) {
-                        tally.stats.origin = format!("{plugin}@{new_version}");
+                    if tally.stats.origin.is_plugin(plugin) {
+                        tally.stats.origin = Origin::Plugin {
+                            plugin: plugin.clone(),
+                            version: new_version.clone(),
+                            file: file_name(path),
+                        };
                     }
                 }
             }
@@ -351,6 +364,14 @@ impl HealthView {
     }
 }
 
+/// The file name of an event's `path`, as [`Origin::Plugin`] holds it.
+fn file_name(path: &str) -> String {
+    std::path::Path::new(path)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// The `q` quantile (0..=1) of `sorted` values, by nearest rank; 0 for none.
 pub(crate) fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
@@ -367,6 +388,11 @@ mod tests {
     #[test]
     fn quarantines_after_three_failures_and_new_generation_resets() {
         let policy = QuarantinePolicy::default();
+        let origin = Origin::Plugin {
+            plugin: "p".into(),
+            version: "1".into(),
+            file: "libp.so".into(),
+        };
         let mut h = Health::default();
         let d = Duration::from_millis(5);
         assert_eq!(
@@ -374,7 +400,7 @@ mod tests {
                 &policy,
                 &ToolKey {
                     tool: "t",
-                    origin: "p@1",
+                    origin: &origin,
                     generation: 1
                 },
                 &CallEnd {
@@ -390,7 +416,7 @@ mod tests {
                 &policy,
                 &ToolKey {
                     tool: "t",
-                    origin: "p@1",
+                    origin: &origin,
                     generation: 1
                 },
                 &CallEnd {
@@ -406,7 +432,7 @@ mod tests {
                 &policy,
                 &ToolKey {
                     tool: "t",
-                    origin: "p@1",
+                    origin: &origin,
                     generation: 1
                 },
                 &CallEnd {
@@ -421,7 +447,7 @@ mod tests {
             &policy,
             &ToolKey {
                 tool: "t",
-                origin: "p@1",
+                origin: &origin,
                 generation: 1,
             },
             &CallEnd {
@@ -434,7 +460,7 @@ mod tests {
         };
         assert_eq!(
             reason,
-            "tool `t` (p@1) is quarantined after 2 crash(es) and 1 timeout(s) within 300 s; last failure: crashed: bang"
+            "tool `t` (p@1 (libp.so)) is quarantined after 2 crash(es) and 1 timeout(s) within 300 s; last failure: crashed: bang"
         );
         assert!(h.quarantined("t", 1).is_some());
         assert!(h.quarantined("t", 2).is_none());

@@ -6,8 +6,10 @@
 //! conflict is published once as `tool_name_conflict`, naming both origins.
 
 pub(crate) mod health;
+pub(crate) mod origin;
 pub(crate) mod remote;
 
+use crate::registry::origin::Origin;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,8 +37,8 @@ pub struct ResolvedTool {
     pub spec: Arc<ToolSpec>,
     /// Which load of its plugin serves it (0 for host-native tools); a reload makes a new one.
     pub generation: u64,
-    /// Where it comes from, for people: `host`, or `plugin@version (file)`.
-    pub origin: Arc<str>,
+    /// Where it comes from.
+    pub origin: Arc<Origin>,
     pub(crate) invoke: Arc<dyn Invoke>,
     pub(crate) validator: Arc<SchemaValidator>,
     pub(crate) output_validator: Option<Arc<SchemaValidator>>,
@@ -47,7 +49,7 @@ impl ResolvedTool {
     pub(crate) fn new(
         spec: ToolSpec,
         generation: u64,
-        origin: &str,
+        origin: Origin,
         invoke: Arc<dyn Invoke>,
     ) -> Result<Self, String> {
         let refused = |e: String| format!("tool `{}` refused: {e}", spec.name);
@@ -62,7 +64,7 @@ impl ResolvedTool {
         Ok(ResolvedTool {
             spec: Arc::new(spec),
             generation,
-            origin: origin.into(),
+            origin: Arc::new(origin),
             invoke,
             validator: Arc::new(validator),
             output_validator,
@@ -207,7 +209,7 @@ impl ToolRegistry {
             return Err(RegistryError::BadName(spec.name));
         }
         let name = spec.name.clone();
-        let resolved = ResolvedTool::new(spec, 0, "host", Arc::new(NativeInvoke(tool)))
+        let resolved = ResolvedTool::new(spec, 0, Origin::Host, Arc::new(NativeInvoke(tool)))
             .map_err(RegistryError::BadSchema)?;
         {
             let mut sources = self.sources();
@@ -449,7 +451,7 @@ impl ToolRegistry {
             .map(|tool| {
                 let mut stats = health.stats(&tool.spec.name).unwrap_or_default();
                 stats.tool = tool.spec.name.clone();
-                stats.origin = tool.origin.to_string();
+                stats.origin = Origin::clone(&tool.origin);
                 stats.runaway_threads = tool.invoke.runaway_threads();
                 stats
             })

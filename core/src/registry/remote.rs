@@ -15,6 +15,7 @@
 //!
 //! [`Host::add_source`]: crate::Host::add_source
 
+use crate::registry::origin::Origin;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
@@ -57,8 +58,9 @@ pub trait RemoteTool: Send + Sync + 'static {
 pub struct RemoteToolEntry {
     /// What the tool is, as its far end declares it.
     pub spec: ToolSpec,
-    /// What serves it, for people and for health: `plugin@version` (the same for every node
-    /// serving that version, so they share one tally), with where it comes from.
+    /// What serves it at the far end, for people and for health: `plugin@version` for a NATS
+    /// node (the same for every node serving that version, so they share one tally). The
+    /// registry's [`Origin`](crate::Origin) adds the source's name.
     pub origin: String,
     /// How to call it.
     pub tool: Arc<dyn RemoteTool>,
@@ -166,7 +168,11 @@ impl RemoteSource {
                 tool: entry.tool,
                 name: name.as_str().into(),
             });
-            match ResolvedTool::new(entry.spec, generation, &entry.origin, invoke) {
+            let origin = Origin::Remote {
+                offered: entry.origin.clone(),
+                via: inner.name.clone(),
+            };
+            match ResolvedTool::new(entry.spec, generation, origin, invoke) {
                 Ok(tool) => {
                     offered.insert(name, entry.origin);
                     resolved.push(tool);
