@@ -37,6 +37,7 @@ mod registry;
 pub use agent::model::{AssistantTurn, KeptDetails, Message, Model, ModelError, ScriptedModel};
 pub use agent::session::{Loop, RunSummary};
 pub use agent::settings::{CallOrder, KeepDetails, LoopConfig};
+pub use agent::stop::{StopReason, UnknownStopReason};
 pub use bus::event_type::{EventType, UnknownEventType};
 pub use bus::events::{CallRef, Event, EventKind, ImageView, MAX_EVENT_TEXT, OutputView};
 pub use bus::journal::{INDEX_EVERY, Journal, JournalError, Replay, read_range};

@@ -499,7 +499,7 @@ async fn scripted_session_runs_turns_until_no_calls() {
     let mut session = Loop::new("s1", host.clone(), LoopConfig::default());
     let summary = session.run(&model).await.unwrap();
     assert_eq!(summary.turns, 3);
-    assert_eq!(summary.reason, "done");
+    assert_eq!(summary.reason, rho_runtime::StopReason::Done);
     let mut types = Vec::new();
     while let Ok(Some(rho_runtime::BusItem::Event(e))) =
         tokio::time::timeout(Duration::from_millis(100), events.next()).await
@@ -523,7 +523,10 @@ async fn scripted_session_runs_turns_until_no_calls() {
         .run(&model)
         .await
         .unwrap();
-    assert_eq!((summary.turns, summary.reason.as_str()), (1, "max_turns"));
+    assert_eq!(
+        (summary.turns, summary.reason),
+        (1, rho_runtime::StopReason::MaxTurns)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -651,4 +654,49 @@ async fn a_gate_that_blocks_its_thread_does_not_hold_back_a_cancellation() {
     assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
     assert!(r.text().contains("cancelled by the client"), "{}", r.text());
     assert!(took < Duration::from_millis(1200), "ended after {took:?}");
+}
+
+/// A model that fails on its first turn.
+struct Failing;
+
+#[async_trait::async_trait]
+impl rho_runtime::Model for Failing {
+    async fn next_turn(
+        &self,
+        _messages: &[rho_runtime::Message],
+        _tools: &[rho_runtime::ToolSpec],
+    ) -> Result<Option<rho_runtime::AssistantTurn>, rho_runtime::ModelError> {
+        Err(rho_runtime::ModelError("rate limited".into()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_model_ends_the_loop_with_its_error_as_the_stop_reason() {
+    let FaultsHost { host, _dir } = faults_host(5_000, |b| b).await;
+    let mut events = host.subscribe_filtered(
+        rho_runtime::Filter::default().types([rho_runtime::EventType::AgentEnd]),
+    );
+    let error = Loop::new("s1", host.clone(), LoopConfig::default())
+        .run(&Failing)
+        .await
+        .unwrap_err();
+    assert_eq!(error.to_string(), "rate limited");
+    let Ok(Some(rho_runtime::BusItem::Event(end))) =
+        tokio::time::timeout(Duration::from_secs(5), events.next()).await
+    else {
+        panic!("no agent_end")
+    };
+    let rho_runtime::EventKind::AgentEnd { turns, reason } = &end.kind else {
+        panic!("{end:?}")
+    };
+    assert_eq!(
+        (*turns, reason),
+        (
+            0,
+            &rho_runtime::StopReason::ModelError("rate limited".into())
+        )
+    );
+    // On the wire, the string journals have always held.
+    let wire = serde_json::to_value(&end).unwrap();
+    assert_eq!(wire["reason"], "model_error: rate limited");
 }

@@ -4,3 +4,4 @@
 pub(crate) mod model;
 pub(crate) mod session;
 pub(crate) mod settings;
+pub(crate) mod stop;

@@ -10,6 +10,7 @@ use tokio::sync::Semaphore;
 
 use crate::agent::model::{Message, Model, ModelError};
 use crate::agent::settings::{CallOrder, LoopConfig};
+use crate::agent::stop::StopReason;
 use crate::bus::events::{CallRef, EventKind};
 use crate::call::gate::ToolCall;
 use crate::call::runner::CallOptions;
@@ -21,8 +22,9 @@ use rho_protocol::ToolResult;
 pub struct RunSummary {
     /// Turns the model took.
     pub turns: u32,
-    /// `done` or `max_turns`.
-    pub reason: String,
+    /// Why it stopped: [`StopReason::Done`] or [`StopReason::MaxTurns`] (a model's error is
+    /// the run's `Err`).
+    pub reason: StopReason,
 }
 
 /// One session's loop.
@@ -78,12 +80,12 @@ impl Loop {
         let mut turns = 0;
         let reason = loop {
             if turns >= self.config.max_turns {
-                break Ok("max_turns".to_owned());
+                break Ok(StopReason::MaxTurns);
             }
             let specs = self.host.tools();
             let turn = match model.next_turn(&self.messages, &specs).await {
                 Ok(Some(turn)) => turn,
-                Ok(None) => break Ok("done".to_owned()),
+                Ok(None) => break Ok(StopReason::Done),
                 Err(error) => break Err(error),
             };
             turns += 1;
@@ -122,12 +124,12 @@ impl Loop {
             )
             .await;
             if calls == 0 {
-                break Ok("done".to_owned());
+                break Ok(StopReason::Done);
             }
         };
         let (reason, result) = match reason {
             Ok(reason) => (reason.clone(), Ok(RunSummary { turns, reason })),
-            Err(error) => (format!("model_error: {error}"), Err(error)),
+            Err(error) => (StopReason::ModelError(error.to_string()), Err(error)),
         };
         bus.emit(session, EventKind::AgentEnd { turns, reason })
             .await;

@@ -110,8 +110,8 @@ pub enum EventKind {
     AgentEnd {
         /// Turns the model took.
         turns: u32,
-        /// `done`, `max_turns` or `model_error: ...`.
-        reason: String,
+        /// Why it stopped (`done`, `max_turns` or `model_error: ...` on the wire).
+        reason: crate::StopReason,
     },
     /// A turn started (the model is asked).
     TurnStart {
