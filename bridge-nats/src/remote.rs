@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use futures_util::StreamExt;
 use rho_runtime::{
-    Answer, Image, Outcome, Output, RemoteCall, RemoteFailure, RemoteSource, RemoteTool,
-    RemoteToolEntry, ToolCtx, ToolError, ToolSource,
+    Answer, Failure, Image, Outcome, Output, RemoteCall, RemoteSource, RemoteTool, RemoteToolEntry,
+    ToolCtx, ToolError, ToolSource,
 };
 use serde_json::Value;
 
@@ -285,13 +285,11 @@ impl RemoteTool for NodeTool {
             for node in &candidates {
                 let subject = rpc::call_subject(node, &tool, &origin);
                 match call(client.clone(), subject, node, request.clone(), &what, &ctx).await {
-                    Err(RemoteFailure::Unavailable(_)) => continue,
+                    Err(Failure::Unavailable(_)) => continue,
                     ended => return ended,
                 }
             }
-            Err(RemoteFailure::Unavailable(format!(
-                "no node serves {what} now"
-            )))
+            Err(Failure::Unavailable(format!("no node serves {what} now")))
         })
     }
 }
@@ -334,15 +332,14 @@ async fn call(
     request: CallRequest,
     what: &str,
     ctx: &ToolCtx,
-) -> Result<Answer, RemoteFailure> {
-    let crashed = |text: String| RemoteFailure::Crashed(text);
+) -> Result<Answer, Failure> {
     let inbox = client.new_inbox();
     let mut replies = client
         .subscribe(inbox.clone())
         .await
-        .map_err(|e| crashed(format!("{what}: cannot wait for a node's answer: {e}")))?;
+        .map_err(|e| Failure::crashed(format!("{what}: cannot wait for a node's answer: {e}")))?;
     let payload = serde_json::to_vec(&request)
-        .map_err(|e| crashed(format!("{what}: the request cannot be encoded: {e}")))?;
+        .map_err(|e| Failure::crashed(format!("{what}: the request cannot be encoded: {e}")))?;
     let mut guard = CancelOnDrop {
         client: client.clone(),
         call_id: request.call_id.clone(),
@@ -352,7 +349,7 @@ async fn call(
     client
         .publish_with_reply(subject, inbox, payload.into())
         .await
-        .map_err(|e| RemoteFailure::Unavailable(format!("{what}: cannot reach NATS: {e}")))?;
+        .map_err(|e| Failure::Unavailable(format!("{what}: cannot reach NATS: {e}")))?;
     let mut parts: Vec<u8> = Vec::new();
     loop {
         let wait = if guard.node.is_some() {
@@ -362,9 +359,13 @@ async fn call(
         };
         let message = match tokio::time::timeout(wait, replies.next()).await {
             Ok(Some(message)) => message,
-            Ok(None) => return Err(crashed(format!("{what}: the reply subscription ended"))),
+            Ok(None) => {
+                return Err(Failure::crashed(format!(
+                    "{what}: the reply subscription ended"
+                )));
+            }
             Err(_) => {
-                return Err(crashed(match &guard.node {
+                return Err(Failure::crashed(match &guard.node {
                     Some(node) => format!(
                         "node {node} stopped answering during the call of {what}: nothing for {} ms (it died or was cut off)",
                         wait.as_millis()
@@ -377,9 +378,7 @@ async fn call(
             }
         };
         if message.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
-            return Err(RemoteFailure::Unavailable(format!(
-                "no node serves {what} now"
-            )));
+            return Err(Failure::Unavailable(format!("no node serves {what} now")));
         }
         let node = guard.node.clone().unwrap_or_else(|| "?".into());
         let part = message
@@ -394,7 +393,7 @@ async fn call(
             Some((index, count)) => {
                 parts.extend_from_slice(&message.payload);
                 if parts.len() > MAX_ANSWER_BYTES {
-                    return Err(crashed(format!(
+                    return Err(Failure::crashed(format!(
                         "node {node} sent an answer over {MAX_ANSWER_BYTES} bytes for {what}"
                     )));
                 }
@@ -406,14 +405,14 @@ async fn call(
             None => serde_json::from_slice::<Reply>(&message.payload),
         };
         let reply = reply.map_err(|e| {
-            crashed(format!(
+            Failure::crashed(format!(
                 "node {node} broke the protocol answering {what}: {e}"
             ))
         })?;
         match reply {
             Reply::Accepted { node } if node == chosen => guard.node = Some(node),
             Reply::Accepted { node } => {
-                return Err(crashed(format!(
+                return Err(Failure::crashed(format!(
                     "node {node} answered the call of {what} sent to node {chosen}"
                 )));
             }
@@ -428,12 +427,12 @@ async fn call(
 }
 
 /// The call's result from the node's end of it.
-fn answer(done: Done, node: &str) -> Result<Answer, RemoteFailure> {
+fn answer(done: Done, node: &str) -> Result<Answer, Failure> {
     match done.outcome {
         Outcome::Ok => {
             // Refused before any image is decoded (the runner holds every answer to the limit).
             if done.images.len() > rho_runtime::MAX_IMAGES {
-                return Err(RemoteFailure::Tool(ToolError::new(format!(
+                return Err(Failure::Tool(ToolError::new(format!(
                     "node {node} answered with {} images; an answer may carry at most {}",
                     done.images.len(),
                     rho_runtime::MAX_IMAGES
@@ -444,7 +443,7 @@ fn answer(done: Done, node: &str) -> Result<Answer, RemoteFailure> {
                 let bytes = base64::engine::general_purpose::STANDARD
                     .decode(image.base64)
                     .map_err(|e| {
-                        RemoteFailure::Crashed(format!(
+                        Failure::crashed(format!(
                             "node {node} sent an image that is not base64: {e}"
                         ))
                     })?;
@@ -467,17 +466,16 @@ fn answer(done: Done, node: &str) -> Result<Answer, RemoteFailure> {
                 details: done.details,
             })
         }
-        Outcome::Crashed | Outcome::TimedOut => Err(RemoteFailure::Crashed(format!(
-            "on node {node}: {}",
-            done.text
-        ))),
+        Outcome::Crashed | Outcome::TimedOut => {
+            Err(Failure::crashed(format!("on node {node}: {}", done.text)))
+        }
         Outcome::UnknownTool | Outcome::Quarantined | Outcome::Unavailable => Err(
-            RemoteFailure::Unavailable(format!("on node {node}: {}", done.text)),
+            Failure::Unavailable(format!("on node {node}: {}", done.text)),
         ),
         _ => {
             let mut error = ToolError::new(done.text);
             error.details = done.details;
-            Err(RemoteFailure::Tool(error))
+            Err(Failure::Tool(error))
         }
     }
 }

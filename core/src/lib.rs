@@ -60,9 +60,7 @@ pub use plugin::watch::DEFAULT_DEBOUNCE;
 pub use registry::RegistryError;
 pub use registry::health::{HealthView, QuarantinePolicy, ToolStats};
 pub use registry::origin::Origin;
-pub use registry::remote::{
-    RemoteCall, RemoteFailure, RemoteSource, RemoteTool, RemoteToolEntry, ToolSource,
-};
+pub use registry::remote::{RemoteCall, RemoteSource, RemoteTool, RemoteToolEntry, ToolSource};
 /// The plugin API this host speaks, for hosts and tools that need its ABI types.
 pub use rho_plugin_api as plugin_api;
 pub use rho_plugin_api::{Answer, Capabilities, Image, Output, ToolError, ToolHints};
@@ -71,8 +69,8 @@ pub use rho_plugin_api::{Answer, Capabilities, Image, Output, ToolError, ToolHin
 pub use rho_protocol as protocol;
 pub use rho_protocol::details::{parse_within, text_depth};
 pub use rho_protocol::{
-    Grants, Identity, MAX_DETAILS_BYTES, MAX_GRANTS, MAX_IMAGES, Outcome, SandboxReport,
-    ToolResult, ToolSpec, WorkerLimits,
+    CrashReason, Failure, Grants, Identity, MAX_DETAILS_BYTES, MAX_GRANTS, MAX_IMAGES, Outcome,
+    SandboxReport, ToolResult, ToolSpec, WorkerLimits,
 };
 pub use rho_worker::loader::trust::Trust;
 pub use rho_worker::loader::{PluginInfo, sha256_hex};

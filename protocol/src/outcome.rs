@@ -216,6 +216,14 @@ pub enum Failure {
     Unavailable(String),
 }
 
+impl Failure {
+    /// A crash whose text says what died or broke (`the node stopped answering`): outcome
+    /// `crashed`, the text as the call's error.
+    pub fn crashed(text: impl Into<String>) -> Failure {
+        Failure::Crash(CrashReason::Formatted(text.into()))
+    }
+}
+
 /// Why a call's task ended abnormally, as the loop knows it. Built from host data only: nothing
 /// of a foreign panic payload is run to make it.
 #[derive(Debug, Clone, PartialEq, Eq)]

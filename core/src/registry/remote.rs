@@ -10,8 +10,9 @@
 //! node serving `plugin@version` adds to the same tally, so crashes and timeouts count against
 //! the plugin version across nodes, and quarantine applies to all of them.
 //!
-//! A remote call ends `crashed` when its far end dies ([`RemoteFailure::Crashed`], whose text
-//! names it), `unavailable` when nothing there can run it ([`RemoteFailure::Unavailable`]).
+//! A remote call fails as any call does, with a [`Failure`]: `crashed` when its far end dies
+//! ([`Failure::crashed`], whose text names it), `unavailable` when nothing there can run it
+//! ([`Failure::Unavailable`]), `error` when the tool there answered with one.
 //!
 //! [`Host::add_source`]: crate::Host::add_source
 
@@ -21,29 +22,17 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use rho_plugin_api::{Answer, ToolError};
+use rho_plugin_api::Answer;
 use serde_json::Value;
 
 use crate::bus::Bus;
 use crate::bus::events::EventKind;
 use crate::call::invoke::{CallFuture, Failure, Invoke, ToolCtx};
 use crate::registry::{ResolvedTool, SourceId, ToolRegistry};
-use rho_protocol::CrashReason;
 use rho_protocol::ToolSpec;
 
-/// Why a remote call produced no answer.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RemoteFailure {
-    /// The tool answered with an error (outcome `error`).
-    Tool(ToolError),
-    /// What ran the call died or stopped answering (outcome `crashed`); the text names it.
-    Crashed(String),
-    /// Nothing can run the call now (outcome `unavailable`); the text says why.
-    Unavailable(String),
-}
-
 /// The future of one remote call.
-pub type RemoteCall = Pin<Box<dyn Future<Output = Result<Answer, RemoteFailure>> + Send>>;
+pub type RemoteCall = Pin<Box<dyn Future<Output = Result<Answer, Failure>> + Send>>;
 
 /// How a remote tool is called. The future is dropped when the call ends early (its timeout,
 /// the caller's cancellation, the host's stop): a source tells its far end to cancel then.
@@ -219,11 +208,7 @@ impl Invoke for RemoteInvoke {
         let call = self.tool.call(args, ctx);
         let name = self.name.clone();
         Box::pin(async move {
-            let answer = call.await.map_err(|failure| match failure {
-                RemoteFailure::Tool(error) => Failure::Tool(error),
-                RemoteFailure::Crashed(text) => Failure::Crash(CrashReason::Formatted(text)),
-                RemoteFailure::Unavailable(text) => Failure::Unavailable(text),
-            })?;
+            let answer = call.await?;
             rho_protocol::answer::check_limits(&name, &answer)?;
             Ok(answer)
         })
