@@ -16,9 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use rho_plugin_api::Answer;
-
-use crate::loader::call::{CallInfo, call_module};
+use crate::loader::call::{CallInfo, RawAnswer, RawFailure, call_module};
 use crate::loader::load::load_checked_copy;
 use crate::sandbox;
 use rho_protocol::answer::{FailureKind, OutputKind};
@@ -437,7 +435,7 @@ fn wait_readable(socket: &UnixStream) {
 fn answer(
     channel: &Channel,
     id: u64,
-    result: Result<Answer, Failure>,
+    result: Result<RawAnswer, RawFailure>,
     spent: bool,
     grants: &rho_protocol::Grants,
 ) {
@@ -445,11 +443,15 @@ fn answer(
         Some(note) => format!("{text} {note}"),
         None => text,
     };
-    let (message, blobs): (FromWorker, Vec<&[u8]>) = match &result {
-        Ok(answer) => {
-            let kind = OutputKind::of(&answer.output);
-            let text = answer.output.text();
-            let images = answer.output.images();
+    let (message, blobs): (FromWorker, Vec<&[u8]>) = match result {
+        Ok(RawAnswer {
+            ref output,
+            structured,
+            details,
+        }) => {
+            let kind = OutputKind::of(output);
+            let text = output.text();
+            let images = output.images();
             let heads = ImageHeads::new(
                 images
                     .iter()
@@ -459,13 +461,14 @@ fn answer(
                     })
                     .collect(),
             );
+            // The JSON parts as the plugin wrote them: the host parses them, once.
             let message = FromWorker::Answer {
                 id,
                 kind,
                 text_len: text.len(),
                 images: heads,
-                details: answer.details.as_ref().map(|d| d.to_string()),
-                structured: answer.structured.as_ref().map(|s| s.to_string()),
+                details,
+                structured,
                 spent,
             };
             let blobs = std::iter::once(text.as_bytes())
@@ -474,11 +477,25 @@ fn answer(
             (message, blobs)
         }
         Err(failure) => {
-            let (kind, message) = FailureKind::of(failure);
-            let (message, details) = match failure {
-                Failure::Tool(e) => (noted(message), e.details.as_ref().map(|d| d.to_string())),
-                Failure::Crash(_) => (noted(message), None),
-                _ => (message, None),
+            let (kind, message, details) = match failure {
+                RawFailure::Failed {
+                    kind,
+                    message,
+                    details,
+                } => match kind {
+                    FailureKind::Error | FailureKind::Panic => (kind, noted(message), details),
+                    _ => (kind, message, None),
+                },
+                RawFailure::Broken(failure) => {
+                    let (kind, message) = FailureKind::of(&failure);
+                    match failure {
+                        Failure::Tool(e) => {
+                            (kind, noted(message), e.details.map(|d| d.to_string()))
+                        }
+                        Failure::Crash(_) => (kind, noted(message), None),
+                        _ => (kind, message, None),
+                    }
+                }
             };
             (
                 FromWorker::Failure {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use rho_plugin_api::ffi::PluginModRef;
 use rho_protocol::{CrashReason, Failure};
-use rho_worker::loader::{CallInfo, call_module};
+use rho_worker::loader::{CallInfo, call_module, parse_outcome};
 use serde_json::Value;
 
 use crate::call::invoke::{CallFuture, Invoke, ToolCtx};
@@ -67,7 +67,7 @@ impl Invoke for InProcessInvoke {
                     time_left: ctx.time_left(),
                     traceparent: ctx.traceparent().unwrap_or_default(),
                 };
-                let result = call_module(
+                let raw = call_module(
                     module,
                     &tool,
                     &args_json,
@@ -76,6 +76,7 @@ impl Invoke for InProcessInvoke {
                     &on_update,
                     info,
                 );
+                let result = parse_outcome(&tool, raw);
                 if state.swap(FINISHED, Ordering::AcqRel) == ABANDONED {
                     thread_plugin.runaway.fetch_sub(1, Ordering::Relaxed);
                 }

@@ -1,36 +1,101 @@
 //! Calling a loaded plugin on the current thread: synchronous FFI, the answer copied into host
-//! data (checked: UTF-8, JSON, the answer codec's limits) before it leaves the call.
+//! data (checked: UTF-8, the answer codec's limits) before it leaves the call. Its JSON parts are
+//! parsed where they are used: in process at once ([`call_module`]); isolated, by the host, from
+//! the text the worker forwards ([`call_module`]), so they are parsed once on their way.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use abi_stable::std_types::{ROption, RResult, RStr, RString};
 use rho_plugin_api::Answer;
-use rho_plugin_api::Image;
 use rho_plugin_api::ffi::{FfiAnswer2, FfiCallInfo, FfiCtx, FfiOutcome2, PluginModRef};
+use rho_plugin_api::{Image, Output};
 use rho_protocol::answer::{self, FailureKind};
 use rho_protocol::{CrashReason, Failure};
 
 use crate::loader::abi::plain_text;
 
-/// Copies a plugin's answer into host-owned data. Text, mime types, messages or details that are
-/// not UTF-8, and details that are not JSON (or nest deeper than [`MAX_DETAILS_DEPTH`](rho_plugin_api::MAX_DETAILS_DEPTH)), make the
-/// call crash with a text naming the field: the plugin broke its contract. An answer over the
-/// codec's limits ([`MAX_IMAGES`](rho_protocol::answer::MAX_IMAGES) images, details of
-/// [`MAX_DETAILS_BYTES`](rho_protocol::answer::MAX_DETAILS_BYTES)) is the tool's error, and what
-/// lies past the limit is not copied.
-pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome2) -> Result<Answer, Failure> {
+/// A plugin's answer copied into host data with its JSON parts (details, structured content) as
+/// the plugin wrote them: UTF-8, not parsed. A worker forwards them so; the host parses each once,
+/// held to the answer codec's limits ([`RawAnswer::parse`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawAnswer {
+    /// The output, its text and images checked.
+    pub output: Output,
+    /// Structured content, JSON text.
+    pub structured: Option<String>,
+    /// Details, JSON text.
+    pub details: Option<String>,
+}
+
+/// Why a plugin gave no answer, its details (if any) still JSON text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RawFailure {
+    /// The plugin said why: its kind, its message, and for an error its details.
+    Failed {
+        /// What kind of failure the plugin reported.
+        kind: FailureKind,
+        /// Its message (a panic's names the tool).
+        message: String,
+        /// An error's details, JSON text.
+        details: Option<String>,
+    },
+    /// The answer broke the plugin's contract or the codec's limits.
+    Broken(Failure),
+}
+
+impl RawAnswer {
+    /// The answer with its JSON parts parsed: over
+    /// [`MAX_DETAILS_BYTES`](rho_protocol::answer::MAX_DETAILS_BYTES) a part is the tool's error,
+    /// text that is not JSON (or nests too deep) makes the call crash, naming the part.
+    pub fn parse(self, tool: &str) -> Result<Answer, Failure> {
+        let part = |what: &str, json: Option<String>| {
+            json.map(|json| answer::json_part(tool, what, &json))
+                .transpose()
+        };
+        let structured = part("structured content", self.structured)?;
+        let details = part("details", self.details)?;
+        Ok(Answer {
+            output: self.output,
+            structured,
+            details,
+        })
+    }
+}
+
+impl RawFailure {
+    /// The failure with an error's details parsed (see [`RawAnswer::parse`]).
+    pub fn parse(self, tool: &str) -> Failure {
+        match self {
+            RawFailure::Failed {
+                kind,
+                message,
+                details,
+            } => answer::failure(kind, message, || {
+                details
+                    .map(|json| answer::json_part(tool, "details", &json))
+                    .transpose()
+            }),
+            RawFailure::Broken(failure) => failure,
+        }
+    }
+}
+
+/// Copies a plugin's answer into host-owned data, its JSON parts as text ([`RawAnswer`]). Text,
+/// mime types, messages or details that are not UTF-8 make the call crash with a text naming the
+/// field: the plugin broke its contract. More than [`MAX_IMAGES`](rho_protocol::answer::MAX_IMAGES)
+/// images is the tool's error, and what lies past the limit is not copied.
+pub fn raw_answer_from_ffi(tool: &str, outcome: FfiOutcome2) -> Result<RawAnswer, RawFailure> {
     let broken = |what: &str| {
-        Failure::Crash(CrashReason::Formatted(format!(
+        RawFailure::Broken(Failure::Crash(CrashReason::Formatted(format!(
             "tool `{tool}` answered with {what} not UTF-8"
-        )))
+        ))))
     };
     let json = |what: &str, json: ROption<RString>| match json.into_option() {
         None => Ok(None),
-        Some(json) => {
-            let json = plain_text(json).ok_or_else(|| broken(&format!("{what} that are")))?;
-            answer::json_part(tool, what, &json).map(Some)
-        }
+        Some(json) => plain_text(json)
+            .map(Some)
+            .ok_or_else(|| broken(&format!("{what} that are"))),
     };
     match outcome {
         RResult::ROk(FfiAnswer2 {
@@ -38,7 +103,10 @@ pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome2) -> Result<Answer, Failu
             structured_json,
         }) => {
             if answer.images.len() > answer::MAX_IMAGES {
-                return Err(answer::too_many_images(tool, answer.images.len()));
+                return Err(RawFailure::Broken(answer::too_many_images(
+                    tool,
+                    answer.images.len(),
+                )));
             }
             let structured = json("structured content", structured_json)?;
             let details = json("details", answer.details_json)?;
@@ -49,8 +117,9 @@ pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome2) -> Result<Answer, Failu
                     plain_text(image.mime_type).ok_or_else(|| broken("a mime type that is"))?;
                 images.push(Image::new(mime, image.bytes.as_slice()));
             }
-            let output = answer::output(tool, answer.kind.into(), text, images)?;
-            Ok(Answer {
+            let output = answer::output(tool, answer.kind.into(), text, images)
+                .map_err(RawFailure::Broken)?;
+            Ok(RawAnswer {
                 output,
                 structured,
                 details,
@@ -65,9 +134,15 @@ pub fn answer_from_ffi(tool: &str, outcome: FfiOutcome2) -> Result<Answer, Failu
                 FailureKind::Panic => format!("tool `{tool}` {message}"),
                 _ => message,
             };
-            Err(answer::failure(kind, message, || {
-                json("details", failure.details_json)
-            }))
+            let details = match kind {
+                FailureKind::Error => json("details", failure.details_json)?,
+                _ => None,
+            };
+            Err(RawFailure::Failed {
+                kind,
+                message,
+                details,
+            })
         }
     }
 }
@@ -82,8 +157,18 @@ pub struct CallInfo<'a> {
     pub traceparent: &'a str,
 }
 
-/// Calls `tool` of `module` on the current thread and copies the answer. A partial update that
-/// is not UTF-8 is not forwarded and makes the call crash when it ends.
+/// The answer of a call with its JSON parts parsed and checked (what an in-process host hands
+/// on): [`RawAnswer::parse`] or [`RawFailure::parse`].
+pub fn parse_outcome(tool: &str, raw: Result<RawAnswer, RawFailure>) -> Result<Answer, Failure> {
+    match raw {
+        Ok(raw) => raw.parse(tool),
+        Err(raw) => Err(raw.parse(tool)),
+    }
+}
+
+/// Calls `tool` of `module` on the current thread and copies the answer, its JSON parts as the
+/// plugin wrote them ([`raw_answer_from_ffi`]). A partial update that is not UTF-8 is not
+/// forwarded and makes the call crash when it ends.
 pub fn call_module(
     module: PluginModRef,
     tool: &str,
@@ -92,7 +177,7 @@ pub fn call_module(
     cancelled: &AtomicBool,
     on_update: &(dyn Fn(&str) + Sync),
     info: CallInfo<'_>,
-) -> Result<Answer, Failure> {
+) -> Result<RawAnswer, RawFailure> {
     let bad_update = AtomicBool::new(false);
     let checked = |update: Option<&str>| match update {
         Some(text) if !bad_update.load(Ordering::Relaxed) => on_update(text),
@@ -124,10 +209,10 @@ pub fn call_module(
             RResult::RErr(failure) => RResult::RErr(failure),
         },
     };
-    let answer = answer_from_ffi(tool, outcome);
+    let answer = raw_answer_from_ffi(tool, outcome);
     if bad_update.load(Ordering::Relaxed) {
-        return Err(Failure::Crash(CrashReason::Formatted(format!(
-            "tool `{tool}` sent a partial update that is not UTF-8"
+        return Err(RawFailure::Broken(Failure::Crash(CrashReason::Formatted(
+            format!("tool `{tool}` sent a partial update that is not UTF-8"),
         ))));
     }
     answer

@@ -11,6 +11,6 @@ pub mod load;
 pub mod open;
 pub mod trust;
 
-pub use call::{CallInfo, answer_from_ffi, call_module};
+pub use call::{CallInfo, RawAnswer, RawFailure, call_module, parse_outcome, raw_answer_from_ffi};
 pub use copy::{CopyDir, PluginFile, sha256_hex};
 pub use load::{Loaded, PluginInfo, load_in_process};

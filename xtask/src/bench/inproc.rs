@@ -5,7 +5,9 @@ use std::time::Instant;
 
 use rho_runtime::plugin_api::ffi::{PluginModRef, ROOT_SYMBOL};
 use rho_runtime::{CallOptions, DirOptions, Host, ToolCall, allow_all};
-use rho_worker::loader::{CallInfo, CopyDir, PluginFile, call_module, load_in_process};
+use rho_worker::loader::{
+    CallInfo, CopyDir, PluginFile, call_module, load_in_process, parse_outcome,
+};
 use serde_json::json;
 
 use super::{Ctx, Figure, median_of, per_iter_us};
@@ -146,7 +148,8 @@ pub(super) async fn direct(module: PluginModRef) {
     let _ = tokio::task::spawn_blocking(move || {
         let cancelled = AtomicBool::new(false);
         let noop = |_: &str| {};
-        call_module(
+        // Parsed as the host's in-process path parses it.
+        let raw = call_module(
             module,
             "echo",
             r#"{"text":"hello"}"#,
@@ -154,7 +157,8 @@ pub(super) async fn direct(module: PluginModRef) {
             &cancelled,
             &noop,
             CallInfo::default(),
-        )
+        );
+        parse_outcome("echo", raw)
     })
     .await;
 }
