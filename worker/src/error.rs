@@ -120,7 +120,7 @@ pub enum LoadError {
 pub const MAX_SHOWN: usize = 240;
 
 /// `text` fit for one line: control characters escaped (`\n` for a newline: a file name cannot
-/// split a line or forge another), cut to [`MAX_SHOWN`] characters with `...`.
+/// split a line or forge another), cut to `MAX_SHOWN` (240) characters with `...`.
 pub fn one_line(text: &str) -> String {
     let mut out = String::new();
     for (count, c) in text.chars().enumerate() {

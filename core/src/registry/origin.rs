@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Origin {
-    /// Registered by the host itself ([`crate::Host::add_tool`], the builder's `tool`).
+    /// Registered by the host itself ([`crate::HostBuilder::tool`]).
     #[default]
     Host,
     /// A plugin file of a plugin directory.

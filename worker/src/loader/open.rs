@@ -99,7 +99,7 @@ fn writable_by_others(what: &Path, st: &libc::stat) -> Option<String> {
 }
 
 /// Opens and checks the plugin directory `dir`: its path is walked as given, component by
-/// component (see [`DirPolicy`]), and the directory itself must not be writable by others.
+/// component (as [`Trust`] says), and the directory itself must not be writable by others.
 pub fn open_dir(dir: &Path, trust: Trust) -> Result<DirHandle, DirError> {
     let refused = |reason: String| LoadError::Refused {
         path: dir.to_owned(),

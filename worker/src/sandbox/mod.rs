@@ -5,7 +5,7 @@
 //!
 //! The host starts `rho-worker` (a new session, a parent-death signal, a cleared environment, the
 //! channels on fds 3 and 4, the plugin as a sealed memfd on fd 5, the status pipe on fd 6, the granted paths from fd 7 on).
-//! The worker reads its [`SandboxSpec`] from the channel, then:
+//! The worker reads its [`SandboxSpec`](rho_protocol::frames::SandboxSpec) from the channel, then:
 //!
 //! 1. **identity**: a worker started as root switches to the spec's user and group (by default
 //!    `nobody`, 65534:65534) and re-arms its parent-death signal (a credential change clears it);
@@ -16,7 +16,8 @@
 //!    makes the mounts (below) and bounds System V IPC in the sandbox's IPC namespace by the
 //!    memory limit, then forks the process that loads the plugin and serves calls. The init reaps
 //!    orphans and hands the plugin process's wait status to the worker, which reports it to the
-//!    host on fd 6 ([`STATUS_FD`], after a [`STDERR_END_MARK`] line on stderr) and ends the same
+//!    host on fd 6 ([`STATUS_FD`](rho_protocol::frames::STATUS_FD), after a
+//!    [`STDERR_END_MARK`](rho_protocol::frames::STDERR_END_MARK) line on stderr) and ends the same
 //!    way (`killed by signal 11 (SIGSEGV)` reads as before). The init closes fd 6 before it forks
 //!    the plugin process: only the worker, which runs no plugin code, can report. When the init dies the kernel kills every
 //!    process in the namespace, `setsid` or not; each of the three has a parent-death signal, so
@@ -24,7 +25,7 @@
 //! 4. **mounts** (in the init): the whole file system is made read-only (`mount_setattr`,
 //!    recursive), so nothing outside the grants changes, metadata included, which Landlock does
 //!    not govern; a fresh `/proc` (only the sandbox's processes), an empty `/run`, the scratch
-//!    tmpfs on `/tmp`; granted paths that need it mounted at their own paths ([`crate::sandbox::mounts`]:
+//!    tmpfs on `/tmp`; granted paths that need it mounted at their own paths (`sandbox/mounts.rs`:
 //!    writable grants read-write, grants under `/tmp` inside the scratch), each checked to be the
 //!    inode the host resolved ([`crate::grants`]);
 //! 5. **confinement** of the plugin process: a user namespace of its own nested in the sandbox's
@@ -39,7 +40,7 @@
 //!    default, ...) and, unless child processes are granted, `fork`, `execve` and `clone`
 //!    without `CLONE_THREAD`;
 //! 6. the plugin is loaded from `/proc/self/fd/5`; the worker reports what is in force
-//!    ([`SandboxReport`]) with its tools.
+//!    ([`SandboxReport`](rho_protocol::SandboxReport)) with its tools.
 //!
 //! After each call the plugin process kills every other process in its namespace (what the
 //! plugin started and left running) before it answers, and tells the host when the call left it
@@ -48,10 +49,10 @@
 //! Each mechanism is best effort: where the kernel lacks one, the others still apply and the
 //! report says what is missing (the host logs it as a warning).
 //!
-//! The sandbox sits behind this module's seam: [`enter`], [`confine`] and [`after_call`] are
-//! Linux's ([`linux`]: namespaces and mounts; [`confine`]: capabilities, limits, Landlock,
+//! The sandbox sits behind this module's seam: `enter`, `confine` and `after_call` are
+//! Linux's (`linux`: namespaces and mounts; `confine`: capabilities, limits, Landlock,
 //! seccomp); on other systems they run the plugin unconfined and the report says so (macOS's
-//! Seatbelt comes in [8/13]).
+//! Seatbelt comes in \[8/13\]).
 
 #[cfg(target_os = "linux")]
 mod confine;
