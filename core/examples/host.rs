@@ -1,10 +1,15 @@
 //! A host of ten lines: `cargo run -p rho-runtime --example host -- PLUGIN_DIR TOOL [ARGS_JSON]`.
-//! Loads the directory (watched), gates with a closure, follows the events, calls one tool.
+//! Loads the directory (watched), gates with a closure, follows the events, calls one tool. The
+//! binary is its own sandboxed worker (`run_if_worker`, first, before any thread).
 
 use rho_runtime::{BusItem, DirOptions, Host, Verdict, gate_fn};
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    rho_runtime::run_if_worker();
+    tokio::runtime::Runtime::new()?.block_on(run())
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut argv = std::env::args().skip(1);
     let (dir, tool) = (
         argv.next().unwrap_or_else(|| "plugins".into()),

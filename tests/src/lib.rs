@@ -23,7 +23,7 @@ const PACKAGES: &[&str] = &[
 
 /// The cargo that runs the tests, without the variables it set for this test (a build script
 /// watching one would build again each time: ring's does).
-fn cargo() -> Command {
+pub fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     for (key, _) in std::env::vars_os() {
         if key
@@ -36,14 +36,20 @@ fn cargo() -> Command {
     cmd
 }
 
+/// The target directory of the fixture workspace `tests/fixtures/NAME` (`<target>/NAME`), and
+/// whether the tests run in release.
+pub fn fixture_target(name: &str) -> (PathBuf, bool) {
+    let profile = profile_dir();
+    let release = profile.file_name().is_some_and(|n| n == "release");
+    (profile.parent().expect("target dir").join(name), release)
+}
+
 /// Builds the fixture workspace `tests/fixtures/NAME` (its own cargo workspace, outside the main
 /// one, its `Cargo.lock` committed) `--locked` into `<target>/NAME`, in the tests' profile (a
 /// no-op when up to date), and returns the directory holding what it built. Panics with cargo's
 /// error output when the build fails.
 fn build_fixture(name: &str) -> PathBuf {
-    let profile = profile_dir();
-    let release = profile.file_name().is_some_and(|n| n == "release");
-    let target = profile.parent().expect("target dir").join(name);
+    let (target, release) = fixture_target(name);
     let manifest = workspace_dir()
         .join("tests/fixtures")
         .join(name)

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)] // test helpers fail loudly
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::Command;
 
 use rho_runtime::{DirOptions, Host, Isolation, WorkerOptions};
@@ -21,13 +22,7 @@ fn a_host_binary_is_its_own_worker() {
     let plugins = tempfile::tempdir_in(rho_tests::host_dir("rho-embedder-tests")).unwrap();
     install(plugins.path(), "echo");
     install(plugins.path(), "faults");
-    let out = Command::new(&binary)
-        .arg(plugins.path())
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", alone.path())
-        .output()
-        .unwrap();
+    let out = run_alone(&binary, alone.path(), &[plugins.path()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),
@@ -111,4 +106,87 @@ async fn a_worker_of_another_protocol_version_is_refused_in_one_line() {
         stderr.contains("the host speaks protocol 2, this worker speaks 3"),
         "{stderr}"
     );
+}
+
+/// The body of the first block of `section` opened by `fence` (```` ```toml ````, ...).
+fn block<'a>(section: &'a str, fence: &str) -> &'a str {
+    let start = section.find(fence).expect("the block") + fence.len();
+    let end = section[start..].find("```").expect("the block's end") + start;
+    &section[start..end]
+}
+
+#[test]
+fn the_readme_host_is_its_own_worker() {
+    // README's Cargo.toml and program, as an embedder copies them into a crate of their own.
+    let readme = std::fs::read_to_string(rho_tests::workspace_dir().join("README.md")).unwrap();
+    let section = &readme[readme.find("## Embed rho in your host").unwrap()..];
+    let toml = block(section, "```toml\n");
+    let program = block(section, "```rust\n");
+    assert!(toml.contains(r#"path = "../rho/core""#), "{toml}");
+    assert!(
+        program.contains("rho_runtime::run_if_worker();"),
+        "{program}"
+    );
+    let core = rho_tests::workspace_dir().join("core");
+    let manifest = format!(
+        "[package]\nname = \"my-agent\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[workspace]\n\n{}",
+        toml.replace("../rho/core", core.to_str().unwrap())
+    );
+    let project = tempfile::tempdir_in(rho_tests::host_dir("rho-embedder-tests")).unwrap();
+    std::fs::create_dir(project.path().join("src")).unwrap();
+    std::fs::write(project.path().join("Cargo.toml"), manifest).unwrap();
+    std::fs::write(project.path().join("src/main.rs"), program).unwrap();
+    // The fixture's lock: the same versions, so the fixture's build of them is used.
+    std::fs::copy(
+        rho_tests::workspace_dir().join("tests/fixtures/embedder/Cargo.lock"),
+        project.path().join("Cargo.lock"),
+    )
+    .unwrap();
+    embedder_bin();
+    let (target, release) = rho_tests::fixture_target("embedder");
+    let mut build = rho_tests::cargo();
+    build
+        .args(["build", "--quiet", "--offline", "--manifest-path"])
+        .arg(project.path().join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target);
+    if release {
+        build.arg("--release");
+    }
+    let built = build.output().unwrap();
+    assert!(
+        built.status.success(),
+        "README's host does not build:\n{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let binary = target
+        .join(if release { "release" } else { "debug" })
+        .join("my-agent");
+
+    // Run where an embedder runs it: a `plugins` directory beside, no rho-worker anywhere.
+    let run_dir = tempfile::tempdir_in(rho_tests::host_dir("rho-embedder-tests")).unwrap();
+    std::fs::create_dir(run_dir.path().join("plugins")).unwrap();
+    install(&run_dir.path().join("plugins"), "echo");
+    let alone = run_dir.path().join("my-agent");
+    std::fs::copy(&binary, &alone).unwrap();
+    let out = run_alone(&alone, run_dir.path(), &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        (out.status.code(), stdout.as_ref()),
+        (Some(0), "ok: hi (Some(true))\n"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs `binary` in `dir` (also its home) as a user's shell would with nothing of rho's around:
+/// the environment cleared but for a system `PATH`, so no `RHO_WORKER` and no rho-worker on it.
+fn run_alone(binary: &Path, dir: &Path, args: &[&Path]) -> std::process::Output {
+    Command::new(binary)
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", dir)
+        .output()
+        .unwrap()
 }

@@ -123,9 +123,12 @@ fn the_example_host_builds_and_runs() {
     );
     let dir = plugin_dir(&["echo", "faults"]);
     let run = |tool: &str, args: &str| {
+        // No rho-worker on PATH nor named: the example is its own worker.
         let out = std::process::Command::new(profile.join("examples").join("host"))
             .arg(dir.path())
             .args([tool, args])
+            .env_remove("RHO_WORKER")
+            .env("PATH", "/usr/bin:/bin")
             .output()
             .unwrap();
         assert!(

@@ -114,6 +114,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The benchmarks measure a host binary that is its own worker (`self_exec`): this one.
+    rho_runtime::run_if_worker();
     let cli = Cli::parse();
     if let Some(dir) = cli.workspace {
         plugins::set_workspace_root(dir);

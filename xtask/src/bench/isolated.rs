@@ -1,6 +1,7 @@
 //! Out-of-process figures: call round trips against a raw request/response to a child over pipes,
 //! crash detection against a raw child death, the timeout's overshoot, and a worker's memory.
 
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,11 @@ impl Isolated {
     }
 }
 
+/// The release `rho-worker`.
+fn rho_worker() -> PathBuf {
+    super::plugins_target().join("release").join("rho-worker")
+}
+
 /// A host of `echo` and `faults` in worker processes (with or without the sandbox, `spares` warm
 /// workers), quarantine off, allow_all.
 async fn host_with(
@@ -38,14 +44,30 @@ async fn host_with(
     sandbox: bool,
     spares: usize,
 ) -> Result<Isolated, String> {
-    let dir = std::env::temp_dir().join(format!("rho-bench-iso-{}-{sandbox}", std::process::id()));
+    host_running(ctx, timeout, sandbox, spares, rho_worker()).await
+}
+
+/// [`host_with`], its workers run from `worker` (`rho-worker`, or a host binary that is its own
+/// worker).
+async fn host_running(
+    ctx: &Ctx,
+    timeout: Duration,
+    sandbox: bool,
+    spares: usize,
+    worker: PathBuf,
+) -> Result<Isolated, String> {
+    let dir = std::env::temp_dir().join(format!(
+        "rho-bench-iso-{}-{sandbox}-{}",
+        std::process::id(),
+        worker.file_name().unwrap_or_default().to_string_lossy()
+    ));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     for name in ["echo", "faults"] {
         std::fs::copy(ctx.plugin(name), dir.join(format!("lib{name}.so")))
             .map_err(|e| e.to_string())?;
     }
     let workers = WorkerOptions {
-        executable: Some(super::plugins_target().join("release").join("rho-worker")),
+        executable: Some(worker),
         spares,
         sandbox,
         ..WorkerOptions::default()
@@ -332,19 +354,7 @@ pub async fn sandbox_cost(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     for (i, sandbox) in [true, false].into_iter().enumerate() {
         let isolated = host_with(ctx, Duration::from_secs(10), sandbox, 0).await?;
         let host = &isolated.host;
-        for _ in 0..=runs {
-            // A worker start: a call after the only worker crashed, minus a call on a warm one.
-            let (_, r) = timed(host, "segfault", &json!({})).await;
-            if r.outcome != rho_runtime::Outcome::Crashed {
-                return Err(format!("segfault ended {}", r.outcome));
-            }
-            let (cold, r) = timed(host, "build_tag", &json!({})).await;
-            if r.is_error() {
-                return Err(format!("worker_start: {}", r.text()));
-            }
-            let (warm, _) = timed(host, "build_tag", &json!({})).await;
-            start[i].push(cold - warm);
-        }
+        start[i] = worker_starts(host, runs).await?;
         for _ in 0..=runs {
             let mut samples = Vec::new();
             for _ in 0..n {
@@ -410,6 +420,78 @@ pub async fn sandbox_cost(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             &mut call_on[1..],
             &mut call_off[1..],
         ),
+    ])
+}
+
+/// `runs + 1` worker starts on `host`: each a call after the only worker crashed, minus a call
+/// on a warm one, microseconds.
+async fn worker_starts(host: &Host, runs: usize) -> Result<Vec<f64>, String> {
+    let mut starts = Vec::new();
+    for _ in 0..=runs {
+        let (_, r) = timed(host, "segfault", &json!({})).await;
+        if r.outcome != rho_runtime::Outcome::Crashed {
+            return Err(format!("segfault ended {}", r.outcome));
+        }
+        let (cold, r) = timed(host, "build_tag", &json!({})).await;
+        if r.is_error() {
+            return Err(format!("worker_start: {}", r.text()));
+        }
+        let (warm, _) = timed(host, "build_tag", &json!({})).await;
+        starts.push(cold - warm);
+    }
+    Ok(starts)
+}
+
+/// `worker_start_self`, `mem_worker_self`: what a host binary that is its own worker
+/// ([`rho_runtime::run_if_worker`], this benchmark's binary, with everything `cargo xtask`
+/// links) costs against the separate `rho-worker`, both sandboxed, measured in the same run.
+pub async fn self_exec_cost(ctx: &Ctx) -> Result<Vec<Figure>, String> {
+    let runs = ctx.runs();
+    let own = std::env::current_exe().map_err(|e| format!("this executable: {e}"))?;
+    let mut start = [Vec::new(), Vec::new()];
+    let mut mem = [0.0, 0.0];
+    for (i, worker) in [own, rho_worker()].into_iter().enumerate() {
+        let name: String = worker
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .chars()
+            .take(15)
+            .collect();
+        let isolated = host_running(ctx, Duration::from_secs(10), true, 0, worker).await?;
+        start[i] = worker_starts(&isolated.host, runs).await?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut trees: Vec<f64> = children_named(&name)
+            .iter()
+            .map(|p| tree_rss_kib(*p) as f64)
+            .collect();
+        if trees.is_empty() {
+            return Err(format!("no worker process named {name} below this one"));
+        }
+        mem[i] = median(&mut trees);
+        isolated.close().await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let [mut start_self, mut start_worker] = start;
+    Ok(vec![
+        Figure {
+            name: "worker_start_self".into(),
+            value: median(&mut start_self[1..]),
+            unit: "us".into(),
+            baseline: "a worker start of the separate rho-worker".into(),
+            baseline_value: median(&mut start_worker[1..]),
+            runs,
+            spread: None,
+        },
+        Figure {
+            name: "mem_worker_self".into(),
+            value: mem[0],
+            unit: "KiB RSS".into(),
+            baseline: "an idle rho-worker".into(),
+            baseline_value: mem[1],
+            runs: 1,
+            spread: None,
+        },
     ])
 }
 

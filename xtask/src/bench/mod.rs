@@ -294,6 +294,7 @@ const GROUPS: &[&[&str]] = &[
     &["reload"],
     &["isolated", "crash_detect", "timeout_kill", "mem_worker"],
     &["sandbox"],
+    &["self_exec"],
     &["mcp_call"],
     &["mem_plugin"],
     &["bus"],
@@ -383,6 +384,10 @@ pub fn exec(
     }
     if wanted("sandbox") {
         figures.extend(runtime.block_on(isolated::sandbox_cost(&ctx))?);
+    }
+    // Only by its group's name: `mem_worker` (a prefix of `mem_worker_self`) means the other group.
+    if wanted("self_exec") {
+        figures.extend(runtime.block_on(isolated::self_exec_cost(&ctx))?);
     }
     if wanted("mcp") {
         figures.extend(runtime.block_on(mcp::figures(&ctx))?);
