@@ -3,6 +3,7 @@
 mod bench;
 mod demo;
 mod layers;
+mod msrv;
 mod plugins;
 
 use std::path::PathBuf;
@@ -61,6 +62,9 @@ enum Command {
     /// Count the workspace's lines per crate and check the layered crates (protocol, worker,
     /// runtime): shares, file sizes, import circles, arrows up a layer.
     Layers,
+    /// Check the workspace's `rust-version` against the highest one its locked dependencies
+    /// declare.
+    Msrv,
     /// Write the demo's script to PATH (for the tests of README's commands).
     #[command(hide = true)]
     DemoScript {
@@ -153,6 +157,7 @@ fn main() -> ExitCode {
         }
         Command::Demo => demo::run(),
         Command::Layers => layers::run(&plugins::workspace_root()),
+        Command::Msrv => msrv::run(&plugins::workspace_root()),
         Command::DemoScript { path } => demo::write_script(&path),
         Command::Bench {
             compare: Some(compare),

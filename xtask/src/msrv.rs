@@ -1,0 +1,126 @@
+//! `cargo xtask msrv`: the `rust-version` the workspace declares, checked against what its
+//! locked dependencies declare ([4/13]): the workspace's own can be no lower than the highest
+//! of theirs, or `cargo install --locked` on that toolchain fails in a dependency.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// A `rust-version` as numbers (`1.89` is `[1, 89, 0]`).
+type Version = [u64; 3];
+
+/// Prints what the locked dependencies need and what the workspace declares; fails when the
+/// declaration is lower.
+pub fn run(workspace: &Path) -> Result<(), String> {
+    let metadata = metadata(workspace)?;
+    let (needed, by) = needed(&metadata).ok_or("no locked dependency declares a rust-version")?;
+    let declared = declared(&metadata)?;
+    println!(
+        "locked dependencies need Rust {} ({by}); the workspace declares {}",
+        show(needed),
+        show(declared)
+    );
+    if declared < needed {
+        return Err(format!(
+            "Cargo.toml: rust-version {} is lower than {} that {by} needs",
+            show(declared),
+            show(needed)
+        ));
+    }
+    Ok(())
+}
+
+/// `cargo metadata` of the workspace as locked (every platform's dependencies).
+fn metadata(workspace: &Path) -> Result<Value, String> {
+    let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--locked",
+            "--manifest-path",
+        ])
+        .arg(workspace.join("Cargo.toml"))
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata's output: {e}"))
+}
+
+fn packages(metadata: &Value) -> impl Iterator<Item = &Value> {
+    metadata["packages"].as_array().into_iter().flatten()
+}
+
+/// The highest `rust-version` among packages from a registry, with the package (`name version`)
+/// that declares it.
+fn needed(metadata: &Value) -> Option<(Version, String)> {
+    packages(metadata)
+        .filter(|p| !p["source"].is_null())
+        .filter_map(|p| {
+            let version = parse(p["rust_version"].as_str()?)?;
+            Some((
+                version,
+                format!("{} {}", p["name"].as_str()?, p["version"].as_str()?),
+            ))
+        })
+        .max_by_key(|(version, _)| *version)
+}
+
+/// The lowest `rust-version` among the workspace's own packages (each inherits the workspace's).
+fn declared(metadata: &Value) -> Result<Version, String> {
+    packages(metadata)
+        .filter(|p| p["source"].is_null())
+        .filter_map(|p| parse(p["rust_version"].as_str()?))
+        .min()
+        .ok_or_else(|| "no package of the workspace declares a rust-version".into())
+}
+
+fn parse(text: &str) -> Option<Version> {
+    let mut parts = text.split('.').map(|n| n.parse::<u64>().ok());
+    let major = parts.next()??;
+    let minor = parts.next().unwrap_or(Some(0))?;
+    let patch = parts.next().unwrap_or(Some(0))?;
+    Some([major, minor, patch])
+}
+
+fn show([major, minor, patch]: Version) -> String {
+    if patch == 0 {
+        format!("{major}.{minor}")
+    } else {
+        format!("{major}.{minor}.{patch}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_workspace_declares_what_its_locked_dependencies_need() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        if let Err(problem) = run(&root) {
+            panic!("{problem}");
+        }
+    }
+
+    #[test]
+    fn the_highest_registry_version_is_needed_and_a_lower_declaration_fails() {
+        let metadata = json!({"packages": [
+            {"name": "a", "version": "1.0.0", "source": "registry", "rust_version": "1.88"},
+            {"name": "b", "version": "0.51.0", "source": "registry", "rust_version": "1.89.0"},
+            {"name": "c", "version": "2.0.0", "source": "registry", "rust_version": null},
+            {"name": "mine", "version": "0.1.0", "source": null, "rust_version": "1.88"},
+        ]});
+        assert_eq!(needed(&metadata), Some(([1, 89, 0], "b 0.51.0".into())));
+        assert_eq!(declared(&metadata), Ok([1, 88, 0]));
+        assert_eq!(show([1, 89, 0]), "1.89");
+        assert_eq!(parse("1.x"), None);
+    }
+}
