@@ -3,7 +3,6 @@
 //! of theirs, or `cargo install --locked` on that toolchain fails in a dependency.
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 
@@ -33,24 +32,11 @@ pub fn run(workspace: &Path) -> Result<(), String> {
 
 /// `cargo metadata` of the workspace as locked (every platform's dependencies).
 fn metadata(workspace: &Path) -> Result<Value, String> {
-    let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--locked",
-            "--manifest-path",
-        ])
-        .arg(workspace.join("Cargo.toml"))
-        .output()
-        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata's output: {e}"))
+    let manifest = workspace.join("Cargo.toml");
+    let manifest = manifest
+        .to_str()
+        .ok_or("the workspace's path is not UTF-8")?;
+    crate::plugins::metadata(&["--locked", "--manifest-path", manifest])
 }
 
 fn packages(metadata: &Value) -> impl Iterator<Item = &Value> {

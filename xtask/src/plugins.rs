@@ -69,11 +69,11 @@ impl PluginCrate {
     }
 }
 
-/// The workspace's plugin crates: `cdylib` crates that depend on `rho-plugin-api`, test fixtures
-/// included (see [`examples`]).
-pub fn discover() -> Result<Vec<PluginCrate>, String> {
+/// `cargo metadata --format-version 1` with `extra` arguments, parsed.
+pub fn metadata(extra: &[&str]) -> Result<Value, String> {
     let out = cargo()
-        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .args(["metadata", "--format-version", "1"])
+        .args(extra)
         .output()
         .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
     if !out.status.success() {
@@ -82,8 +82,13 @@ pub fn discover() -> Result<Vec<PluginCrate>, String> {
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    let meta: Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata: {e}"))?;
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata: {e}"))
+}
+
+/// The workspace's plugin crates: `cdylib` crates that depend on `rho-plugin-api`, test fixtures
+/// included (see [`examples`]).
+pub fn discover() -> Result<Vec<PluginCrate>, String> {
+    let meta = metadata(&["--no-deps"])?;
     let mut plugins = Vec::new();
     for package in meta["packages"].as_array().into_iter().flatten() {
         let uses_api = package["dependencies"]
