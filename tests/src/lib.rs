@@ -16,7 +16,7 @@ const PACKAGES: &[&str] = &[
     "conformance",
     "incompatible",
     "attacks",
-    "rho-cli",
+    "rho-runtime-cli",
     "rho-runtime",
     "xtask",
 ];

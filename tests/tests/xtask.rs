@@ -262,9 +262,18 @@ fn xtask_the_demo_and_the_workspace_build_every_dependency_with_one_feature_set(
     for selection in [
         &["-p", "xtask"][..],
         &[
-            "-p", "echo", "-p", "picture", "-p", "files", "-p", "faults", "-p", "rho-cli",
+            "-p",
+            "echo",
+            "-p",
+            "picture",
+            "-p",
+            "files",
+            "-p",
+            "faults",
+            "-p",
+            "rho-runtime-cli",
         ][..],
-        &["-p", "rho-cli"][..],
+        &["-p", "rho-runtime-cli"][..],
     ] {
         let subset = resolved(selection);
         let differing: Vec<&String> = subset.difference(&workspace).collect();

@@ -64,7 +64,7 @@ pub fn run() -> Result<(), String> {
     let out = target_dir().join("demo").join("plugins");
     let demo_plugins = plugins::examples_and(&["faults"])?;
     eprintln!("building the example plugins, the fault injectors and rho (one cargo build)");
-    plugins::build_and_install(&demo_plugins, &["rho-cli"], false, &out)?;
+    plugins::build_and_install(&demo_plugins, &["rho-runtime-cli"], false, &out)?;
     let workspace = plugins::workspace_root();
     let script_path = target_dir().join("demo").join("script.json");
     write_script(&script_path)?;

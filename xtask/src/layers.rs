@@ -26,7 +26,7 @@ const RHO_CRATES: &[&str] = &[
     "rho_runtime",
     "rho_bridge_nats",
     "rho_devkit",
-    "rho_cli",
+    "rho_runtime_cli",
 ];
 
 /// The layered crates, lowest first, with the rho crates each may use.

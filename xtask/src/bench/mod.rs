@@ -222,7 +222,7 @@ pub fn run(quick: bool, only: &[String], compare: Option<&Path>) -> Result<(), S
     eprintln!("building release plugins into {}", plugins_dir.display());
     plugins::build_and_install(
         &plugins::examples_and(&["faults"])?,
-        &["rho-cli", "xtask"],
+        &["rho-runtime-cli", "xtask"],
         true,
         &plugins_dir,
     )?;
