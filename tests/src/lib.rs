@@ -21,20 +21,7 @@ const PACKAGES: &[&str] = &[
     "xtask",
 ];
 
-/// The cargo that runs the tests, without the variables it set for this test (a build script
-/// watching one would build again each time: ring's does).
-pub fn cargo() -> Command {
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    for (key, _) in std::env::vars_os() {
-        if key
-            .to_str()
-            .is_some_and(rho_devkit::set_by_cargo_for_its_program)
-        {
-            cmd.env_remove(&key);
-        }
-    }
-    cmd
-}
+pub use rho_devkit::cargo;
 
 /// The target directory of the fixture workspace `tests/fixtures/NAME` (`<target>/NAME`), and
 /// whether the tests run in release.

@@ -12,7 +12,9 @@ type Version = [u64; 3];
 /// Prints what the locked dependencies need and what the workspace declares; fails when the
 /// declaration is lower.
 pub fn run(workspace: &Path) -> Result<(), String> {
-    let metadata = metadata(workspace)?;
+    // The whole graph: every platform's dependencies, as Cargo.lock holds them.
+    let metadata = rho_devkit::cargo_metadata(&workspace.join("Cargo.toml"), false)
+        .map_err(|e| e.to_string())?;
     let (needed, by) = needed(&metadata).ok_or("no locked dependency declares a rust-version")?;
     let declared = declared(&metadata)?;
     println!(
@@ -28,15 +30,6 @@ pub fn run(workspace: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// `cargo metadata` of the workspace as locked (every platform's dependencies).
-fn metadata(workspace: &Path) -> Result<Value, String> {
-    let manifest = workspace.join("Cargo.toml");
-    let manifest = manifest
-        .to_str()
-        .ok_or("the workspace's path is not UTF-8")?;
-    crate::plugins::metadata(&["--locked", "--manifest-path", manifest])
 }
 
 fn packages(metadata: &Value) -> impl Iterator<Item = &Value> {

@@ -4,8 +4,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use serde_json::Value;
-
 static WORKSPACE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
 /// Points the tasks at another workspace (`--workspace DIR`); call once, before any task.
@@ -69,26 +67,11 @@ impl PluginCrate {
     }
 }
 
-/// `cargo metadata --format-version 1` with `extra` arguments, parsed.
-pub fn metadata(extra: &[&str]) -> Result<Value, String> {
-    let out = cargo()
-        .args(["metadata", "--format-version", "1"])
-        .args(extra)
-        .output()
-        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata: {e}"))
-}
-
 /// The workspace's plugin crates: `cdylib` crates that depend on `rho-plugin-api`, test fixtures
 /// included (see [`examples`]).
 pub fn discover() -> Result<Vec<PluginCrate>, String> {
-    let meta = metadata(&["--no-deps"])?;
+    let meta = rho_devkit::cargo_metadata(&workspace_root().join("Cargo.toml"), true)
+        .map_err(|e| e.to_string())?;
     let mut plugins = Vec::new();
     for package in meta["packages"].as_array().into_iter().flatten() {
         let uses_api = package["dependencies"]
