@@ -25,7 +25,7 @@
 //! ```no_run
 //! # async fn demo(host: rho_runtime::Host) -> Result<(), rho_bridge_nats::NatsError> {
 //! use rho_bridge_nats::{EventExport, ExportConfig, HostName, connect};
-//! let client = connect(&rho_runtime::NatsConfig {
+//! let client = connect(&rho_bridge_nats::NatsConfig {
 //!     url: Some("nats://127.0.0.1:4222".into()),
 //!     ..Default::default()
 //! })
@@ -38,6 +38,7 @@
 
 #![warn(missing_docs)]
 
+mod config;
 mod export;
 mod follow;
 mod name;
@@ -46,6 +47,7 @@ mod remote;
 pub mod rpc;
 mod stream;
 
+pub use config::{NatsConfig, RemoteConfig};
 pub use export::{EventExport, ExportConfig, ExportStatus};
 pub use follow::{Followed, Follower, HOLD};
 pub use name::HostName;
@@ -91,7 +93,7 @@ pub enum NatsError {
 /// A client for `config`'s server, authenticated as it says (credentials file or token file).
 /// It connects in the background and reconnects forever: a server that is down now is not an
 /// error, and what uses the client waits for it or reports it.
-pub async fn connect(config: &rho_runtime::NatsConfig) -> Result<async_nats::Client, NatsError> {
+pub async fn connect(config: &NatsConfig) -> Result<async_nats::Client, NatsError> {
     let url = config.url.as_deref().ok_or(NatsError::NoServer)?;
     let mut options = async_nats::ConnectOptions::new()
         .name("rho")

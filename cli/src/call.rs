@@ -96,7 +96,7 @@ fn result_out() -> Option<std::fs::File> {
     }
 }
 
-pub async fn main(args: Args, config: rho_runtime::HostConfig) -> ExitCode {
+pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
     let arguments: Value = match args.args.as_deref() {
         None => Value::Object(Default::default()),
         Some(text) => match serde_json::from_str(text) {

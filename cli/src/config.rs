@@ -1,6 +1,8 @@
-//! `rho.toml`: the host's configuration. Every command takes `--config PATH`; flags override the
-//! file; without a file the documented defaults apply. A bad file is one line naming the key and
-//! what was expected.
+//! `rho.toml`, composed by its reader: the host's sections are `rho-runtime`'s ([`HostConfig`]),
+//! `[serve]` is `rho serve`'s, `[nats]` and `[[remote]]` are `rho-bridge-nats`'; this module hands
+//! each section to its owner. Every command takes `--config PATH`; flags override the file;
+//! without a file the documented defaults apply. A bad file is one line naming the key (or the
+//! unknown section), the file and what was expected.
 //!
 //! ```toml
 //! [[plugins]]
@@ -35,14 +37,59 @@
 //! journal = "/tmp/rho-serve.jsonl"
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
-use rho_runtime::HostConfig;
+use rho_bridge_nats::{NatsConfig, RemoteConfig};
+use rho_runtime::{ConfigError, HostConfig};
+use serde::de::DeserializeOwned;
+use toml::Spanned;
+use toml::de::DeTable;
 
-/// Reads `path` (a regular file of at most [`MAX_CONFIG_BYTES`]) as a [`HostConfig`], checks its
+use crate::serve::settings::ServeConfig;
+
+/// `rho.toml` as `rho` reads it: the host's sections, read by `rho-runtime`
+/// ([`HostConfig::SECTIONS`]), and the sections of the parts `rho` links, each read by its owner.
+/// A key no part reads is an error.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Config {
+    /// `[[plugins]]`, `[runner]`, `[timeouts]`, `[quarantine]`, `[workers]`, `[[gate]]`.
+    pub host: HostConfig,
+    /// `[serve]`: `rho serve` over stdio and HTTP.
+    pub serve: ServeConfig,
+    /// `[nats]`: the NATS server of the export and of `rho node` (rho-bridge-nats).
+    pub nats: NatsConfig,
+    /// `[[remote]]`: other hosts' tools served too, in rank order after the plugin directories
+    /// (rho-bridge-nats).
+    pub remote: Vec<RemoteConfig>,
+}
+
+/// The sections the parts `rho` links read, besides the host's.
+const PARTS: [&str; 3] = ["serve", "nats", "remote"];
+
+impl Config {
+    /// Checks every section's ranges and names.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        self.host.check()?;
+        self.serve.check()?;
+        self.nats.check()
+    }
+
+    /// Makes every relative path of every section relative to `base`, the file's directory.
+    pub fn resolve_paths(&mut self, base: &Path) {
+        self.host.resolve_paths(base);
+        self.serve.resolve_paths(base);
+        self.nats.resolve_paths(base);
+        for remote in &mut self.remote {
+            remote.resolve_paths(base);
+        }
+    }
+}
+
+/// Reads `path` (a regular file of at most [`MAX_CONFIG_BYTES`]) as a [`Config`], checks its
 /// ranges and makes its relative paths relative to the file's directory; an error is one line:
 /// the file, the key, what was expected.
-pub fn load(path: &Path) -> Result<HostConfig, String> {
+pub fn load(path: &Path) -> Result<Config, String> {
     let text = read_regular(path, MAX_CONFIG_BYTES)?;
     let mut config = parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     config
@@ -52,9 +99,60 @@ pub fn load(path: &Path) -> Result<HostConfig, String> {
     Ok(config)
 }
 
-/// Parses a configuration text; an error names the line and the key.
-pub fn parse(text: &str) -> Result<HostConfig, String> {
-    let deserializer = toml::Deserializer::parse(text).map_err(|e| one_line(text, &e, ""))?;
+/// Parses a configuration text, each section by the part that reads it; an error names the line
+/// and the key.
+pub fn parse(text: &str) -> Result<Config, String> {
+    let root = DeTable::parse(text).map_err(|e| one_line(text, &e, ""))?;
+    let span = root.span();
+    let mut table = root.into_inner();
+    if let Some((key, _)) = table.iter().find(|(key, _)| {
+        let key: &str = key.get_ref();
+        !HostConfig::SECTIONS.contains(&key) && !PARTS.contains(&key)
+    }) {
+        let line = text[..key.span().start.min(text.len())]
+            .lines()
+            .count()
+            .max(1);
+        let known: Vec<&str> = HostConfig::SECTIONS.iter().copied().chain(PARTS).collect();
+        return Err(format!(
+            "line {line}: unknown section `{}`, expected one of {}",
+            key.get_ref(),
+            known.join(", ")
+        ));
+    }
+    let serve = section(&mut table, "serve", text)?;
+    let nats = section(&mut table, "nats", text)?;
+    let remote = section(&mut table, "remote", text)?;
+    let host = deserialize(Spanned::new(span, table), text)?;
+    Ok(Config {
+        host,
+        serve,
+        nats,
+        remote,
+    })
+}
+
+/// The section `name` of `table`, taken out of it and read by its own type (its default when the
+/// file has none).
+fn section<T: DeserializeOwned + Default>(
+    table: &mut DeTable<'_>,
+    name: &str,
+    text: &str,
+) -> Result<T, String> {
+    let Some((key, value)) = table.remove_entry(name) else {
+        return Ok(T::default());
+    };
+    let span = key.span().start..value.span().end;
+    let mut alone = DeTable::new();
+    alone.insert(key, value);
+    // Read as a map of one entry, so that errors name the key with its section.
+    let read: BTreeMap<String, T> = deserialize(Spanned::new(span, alone), text)?;
+    Ok(read.into_values().next().unwrap_or_default())
+}
+
+/// `table` read as a `T`; an error is one line naming the line and the key.
+fn deserialize<T: DeserializeOwned>(table: Spanned<DeTable<'_>>, text: &str) -> Result<T, String> {
+    let deserializer = toml::de::Deserializer::from(table);
     serde_path_to_error::deserialize(deserializer).map_err(|e| {
         let key = e.path().to_string();
         one_line(text, e.inner(), &key)
@@ -125,8 +223,9 @@ mod tests {
         let block = &section[start..start + section[start..].find("```").unwrap()];
         let config = parse(block).unwrap_or_else(|e| panic!("{e}"));
         config.check().unwrap();
-        assert_eq!(config.runner.load_wait_ms, 2000);
+        assert_eq!(config.host.runner.load_wait_ms, 2000);
         assert_eq!(config.serve.session_idle_ms, 60_000);
+        assert_eq!(config.nats, rho_bridge_nats::NatsConfig::default());
     }
 
     #[test]
@@ -152,11 +251,11 @@ mod tests {
         )
         .unwrap();
         let config = load(&path).unwrap();
-        let own = config.plugins[0].grants.as_ref().unwrap();
+        let own = config.host.plugins[0].grants.as_ref().unwrap();
         assert_eq!(own.write, [dir.path().join("out")]);
         assert!(own.network && !own.processes);
-        assert!(config.plugins[1].grants.is_none());
-        let all = &config.workers.grants;
+        assert!(config.host.plugins[1].grants.is_none());
+        let all = &config.host.workers.grants;
         assert_eq!(
             all.read,
             [PathBuf::from("/srv/data"), dir.path().join("data")]
@@ -164,7 +263,7 @@ mod tests {
         assert!(all.processes && !all.network);
         assert_eq!(all.env, Grants::default().env);
         assert_eq!(
-            config.workers.identity,
+            config.host.workers.identity,
             rho_runtime::Identity::User {
                 uid: 1000,
                 gid: 1000
@@ -179,42 +278,21 @@ mod tests {
 
     #[test]
     fn parses_the_documented_example_and_defaults() {
-        let text = r#"
-            [[plugins]]
-            dir = "target/plugins"
-            isolate = true
-            [runner]
-            default_timeout_ms = 5000
-            keep_details = { up_to = 4096 }
-            [timeouts]
-            spin = 500
-            [quarantine]
-            max_failures = 2
-            window_ms = 1000
-            [workers]
-            spares = 0
-            [[gate]]
-            tool = "exit_*"
-            action = "deny"
-            [[gate]]
-            tool = "*"
-            action = "ask"
-            [serve]
-            ask_fallback = "allow"
-        "#;
+        let text = EVERY_SECTION;
         let config = parse(text).unwrap();
-        assert!(config.plugins[0].isolate);
-        assert_eq!(config.runner.keep_details, KeepDetails::UpTo(4096));
-        assert_eq!(config.timeouts["spin"], 500);
-        assert_eq!(config.quarantine.max_failures, 2);
-        assert_eq!(config.workers.spares, 0);
+        assert!(!config.host.plugins[0].isolate);
+        assert_eq!(config.host.runner.keep_details, KeepDetails::UpTo(4096));
+        assert_eq!(config.host.timeouts["spin"], 500);
+        assert_eq!(config.host.quarantine.max_failures, 2);
+        assert_eq!(config.host.workers.spares, 0);
         assert_eq!(
-            config.workers.max_frame,
+            config.host.workers.max_frame,
             64 << 20,
             "unset worker keys keep their defaults"
         );
         let action = |tool: &str| {
             config
+                .host
                 .gate
                 .iter()
                 .find(|r| rho_runtime::pattern_matches(&r.tool, tool))
@@ -224,8 +302,8 @@ mod tests {
         assert_eq!(action("echo"), Some(Action::Ask));
         assert_eq!(config.serve.ask_fallback, Action::Allow);
         let empty = parse("").unwrap();
-        assert_eq!(empty.runner.default_timeout_ms, 60_000);
-        assert!(empty.gate.is_empty());
+        assert_eq!(empty.host.runner.default_timeout_ms, 60_000);
+        assert!(empty.host.gate.is_empty());
     }
 
     #[test]
@@ -243,5 +321,162 @@ mod tests {
         );
         let err = parse("[runner\n").unwrap_err();
         assert!(err.starts_with("line 1: "), "{err}");
+    }
+
+    /// A file with every section set away from its defaults.
+    const EVERY_SECTION: &str = r#"
+        [[plugins]]
+        dir = "/srv/plugins"
+        isolate = false
+        max_versions = 3
+        grants = { read = ["/srv/data"], network = true }
+        [runner]
+        default_timeout_ms = 5000
+        keep_details = { up_to = 4096 }
+        [timeouts]
+        spin = 500
+        [quarantine]
+        max_failures = 2
+        window_ms = 1000
+        [workers]
+        spares = 0
+        limits = { memory_bytes = 1073741824 }
+        [[gate]]
+        tool = "exit_*"
+        action = "deny"
+        [[gate]]
+        tool = "*"
+        action = "ask"
+        [serve]
+        ask_fallback = "allow"
+        http = "127.0.0.1:8750"
+        allowed_origins = ["https://ide.example.com"]
+        max_sessions = 8
+        web = true
+        [nats]
+        url = "nats://127.0.0.1:4222"
+        host = "build-1"
+        stream = "EVENTS"
+        export = false
+        [[remote]]
+        nats = "nats://10.0.0.2:4222"
+        token_file = "/etc/rho/token"
+    "#;
+
+    /// `config` as a `rho.toml` text, each section serialised by its own type.
+    fn to_toml(config: &Config) -> String {
+        let mut table = toml::Table::try_from(&config.host).unwrap();
+        table.insert(
+            "serve".into(),
+            toml::Value::try_from(&config.serve).unwrap(),
+        );
+        table.insert("nats".into(), toml::Value::try_from(&config.nats).unwrap());
+        table.insert(
+            "remote".into(),
+            toml::Value::try_from(&config.remote).unwrap(),
+        );
+        toml::to_string(&table).unwrap()
+    }
+
+    #[test]
+    fn every_section_round_trips() {
+        let config = parse(EVERY_SECTION).unwrap_or_else(|e| panic!("{e}"));
+        config.check().unwrap();
+        let defaults = Config::default();
+        assert_ne!(config.host.plugins, defaults.host.plugins);
+        assert_ne!(config.host.runner, defaults.host.runner);
+        assert_ne!(config.host.timeouts, defaults.host.timeouts);
+        assert_ne!(config.host.quarantine, defaults.host.quarantine);
+        assert_ne!(config.host.workers, defaults.host.workers);
+        assert_ne!(config.host.gate, defaults.host.gate);
+        assert_ne!(config.serve, defaults.serve);
+        assert_ne!(config.nats, defaults.nats);
+        assert_ne!(config.remote, defaults.remote);
+        let text = to_toml(&config);
+        let again = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(again, config, "{text}");
+        // Every section the file may hold is one some part reads, and only one.
+        for section in HostConfig::SECTIONS {
+            assert!(!PARTS.contains(section), "{section}");
+        }
+        let written: toml::Table = toml::from_str(&text).unwrap();
+        let mut keys: Vec<&str> = written.keys().map(String::as_str).collect();
+        let mut known: Vec<&str> = HostConfig::SECTIONS.iter().copied().chain(PARTS).collect();
+        keys.sort_unstable();
+        known.sort_unstable();
+        assert_eq!(keys, known);
+    }
+
+    #[test]
+    fn an_unknown_key_in_any_section_is_one_line_naming_it_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rho.toml");
+        // `[timeouts]` maps any tool name to a timeout: it has no unknown keys.
+        let cases = [
+            (
+                "[[plugins]]\ndir = \"p\"\nisolated = true\n",
+                "plugins[0]",
+                "isolated",
+            ),
+            ("[runner]\ntimeout = 5\n", "runner", "timeout"),
+            (
+                "[quarantine]\nmax_failure = 5\n",
+                "quarantine",
+                "max_failure",
+            ),
+            ("[workers]\nspare = 1\n", "workers", "spare"),
+            ("[workers.limits]\nmemory = 1\n", "workers.limits", "memory"),
+            ("[workers.grants]\nnet = true\n", "workers.grants", "net"),
+            (
+                "[[gate]]\ntool = \"x\"\nverdict = \"deny\"\n",
+                "gate[0]",
+                "verdict",
+            ),
+            (
+                "[serve]\nhttp_addr = \"127.0.0.1:1\"\n",
+                "serve",
+                "http_addr",
+            ),
+            ("[nats]\nurls = \"nats://x\"\n", "nats", "urls"),
+            (
+                "[[remote]]\nnats = \"nats://x\"\ncreds = \"c\"\n",
+                "remote[0]",
+                "creds",
+            ),
+        ];
+        for (text, section, key) in cases {
+            std::fs::write(&path, text).unwrap();
+            let err = load(&path).unwrap_err();
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(err.starts_with(&path.display().to_string()), "{err}");
+            assert!(err.contains(": line "), "{err}");
+            assert!(err.contains(&format!("`{section}.{key}`")), "{err}");
+            assert!(err.contains(&format!("unknown field `{key}`")), "{err}");
+        }
+        std::fs::write(&path, "[plugin]\ndir = \"p\"\n").unwrap();
+        let err = load(&path).unwrap_err();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("line 1: unknown section `plugin`, expected one of plugins, runner"),
+            "{err}"
+        );
+        assert!(err.ends_with("serve, nats, remote"), "{err}");
+    }
+
+    #[test]
+    fn every_section_makes_its_paths_relative_to_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rho.toml");
+        let text = "[serve]\njournal = \"j.jsonl\"\ntoken_file = \"t\"\n\
+                    [nats]\nnkey_file = \"n\"\ncredentials = \"c\"\n\
+                    [[remote]]\nnats = \"nats://x\"\nnkey_file = \"rn\"\n";
+        std::fs::write(&path, text).unwrap();
+        let config = load(&path).unwrap();
+        let at = |name: &str| Some(dir.path().join(name));
+        assert_eq!(config.serve.journal, at("j.jsonl"));
+        assert_eq!(config.serve.token_file, at("t"));
+        assert_eq!(config.nats.nkey_file, at("n"));
+        assert_eq!(config.nats.credentials, at("c"));
+        assert_eq!(config.remote[0].nkey_file, at("rn"));
     }
 }

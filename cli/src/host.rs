@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use rho_runtime::{Grants, Host, HostBuilder, HostConfig, PluginSource};
+use rho_runtime::{Grants, Host, HostBuilder, PluginSource};
+
+use crate::config::Config;
 
 use crate::gates::parse_flag;
 
@@ -83,9 +85,9 @@ pub fn init_logging() {
 }
 
 /// The configuration at `path`, or the defaults without one; a bad file is a usage error.
-pub fn load_config(path: Option<&Path>) -> Result<HostConfig, ExitCode> {
+pub fn load_config(path: Option<&Path>) -> Result<Config, ExitCode> {
     match path {
-        None => Ok(HostConfig::default()),
+        None => Ok(Config::default()),
         Some(path) => crate::config::load(path).map_err(|e| usage(&e)),
     }
 }
@@ -94,11 +96,12 @@ pub fn load_config(path: Option<&Path>) -> Result<HostConfig, ExitCode> {
 /// and `--trust-any-writer` apply to every directory, `--grant-*` widen every grant,
 /// `--timeout-ms` and `--gate` replace the file's.
 fn with_flags(
-    config: &HostConfig,
+    config: &Config,
     plugins: &PluginFlags,
     run: Option<&RunFlags>,
-) -> Result<HostConfig, String> {
-    let mut config = config.clone();
+) -> Result<Config, String> {
+    let mut whole = config.clone();
+    let config = &mut whole.host;
     if !plugins.plugins.is_empty() {
         config.plugins = plugins.plugins.iter().map(PluginSource::new).collect();
     }
@@ -123,7 +126,7 @@ fn with_flags(
             config.gate = parse_flag(spec)?;
         }
     }
-    Ok(config)
+    Ok(whole)
 }
 
 /// A host from `config` and the flags, with `extra` settings of the command's own (an asker,
@@ -131,13 +134,13 @@ fn with_flags(
 /// serve; a directory that cannot be used at all fails the command (exit 1), as does a bad flag
 /// (exit 2).
 pub async fn build(
-    config: &HostConfig,
+    config: &Config,
     plugins: &PluginFlags,
     run: Option<&RunFlags>,
     extra: impl FnOnce(HostBuilder) -> HostBuilder,
-) -> Result<(Host, HostConfig), ExitCode> {
+) -> Result<(Host, Config), ExitCode> {
     let config = with_flags(config, plugins, run).map_err(|e| usage(&e))?;
-    let built = extra(Host::builder().config(&config)).build().await;
+    let built = extra(Host::builder().config(&config.host)).build().await;
     let (host, reports) = built.map_err(|e| {
         eprintln!("rho: {e}");
         ExitCode::from(1)
@@ -152,7 +155,7 @@ pub async fn build(
                 "rho: {}: still loading after {} ms (its load-time code is slow or hangs); its \
                  tools are not served yet",
                 crate::render::terminal_safe(file),
-                config.runner.load_wait_ms
+                config.host.runner.load_wait_ms
             );
         }
         unusable |= report.dir_error.is_some();

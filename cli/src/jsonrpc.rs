@@ -16,7 +16,7 @@
 //! | an id that is not a string or an integer (an object, `null`, `1.5`) | -32600, with the number if it is one |
 //!
 //! Notifications (a method, no id) never get an answer, as JSON-RPC says. The stdio face adds its
-//! own rule (a request whose id is still in flight, see [`crate::stdio`]); rmcp gets only
+//! own rule (a request whose id is still in flight, see [`crate::serve`]'s stdio module); rmcp gets only
 //! well-formed messages.
 
 use std::borrow::Cow;

@@ -8,7 +8,6 @@ macro_rules! outln {
     }};
 }
 
-mod admission;
 mod call;
 mod config;
 mod control;
@@ -18,15 +17,12 @@ mod http;
 mod journals;
 mod jsonrpc;
 mod live;
-mod meta_tools;
 mod nats;
 mod node;
 mod plugin;
-mod remote;
 mod render;
 mod run;
 mod serve;
-mod stdio;
 mod tools;
 mod view;
 mod watch;

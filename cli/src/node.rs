@@ -4,8 +4,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::config::Config;
 use rho_bridge_nats::{HostName, Node};
-use rho_runtime::HostConfig;
 
 use crate::host::{self, PluginFlags, RunFlags};
 
@@ -28,7 +28,7 @@ pub struct Args {
     node: Option<String>,
 }
 
-pub async fn main(args: Args, config: HostConfig) -> ExitCode {
+pub async fn main(args: Args, config: Config) -> ExitCode {
     let nats = crate::nats::config_with(&config, args.nats.as_deref(), args.node.as_deref());
     let Some(url) = nats.url.clone() else {
         return host::usage("rho node serves over NATS: give --nats URL (or [nats] url)");
@@ -47,11 +47,16 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
             Err(_) => HostName::of_this_machine(),
         },
     };
-    let (host, _config) =
-        match host::build(&config, &args.plugins, Some(&args.run), |b| b.watch(true)).await {
-            Ok(built) => built,
-            Err(code) => return code,
-        };
+    // A node journals where `[serve] journal` says, as a server does (none by default).
+    let journal = config.serve.journal.clone();
+    let built = host::build(&config, &args.plugins, Some(&args.run), |b| match journal {
+        Some(path) => b.watch(true).journal(path),
+        None => b.watch(true),
+    });
+    let (host, _config) = match built.await {
+        Ok(built) => built,
+        Err(code) => return code,
+    };
     let client = match rho_bridge_nats::connect(&nats).await {
         Ok(client) => client,
         Err(e) => {

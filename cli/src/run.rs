@@ -7,10 +7,10 @@ use std::sync::Arc;
 use rho_runtime::{Bus, BusItem, ScriptedModel};
 use tokio_stream::StreamExt;
 
+use crate::config::Config;
 use crate::gates::TerminalAsker;
 use crate::host::{self, PluginFlags, RunFlags};
 use crate::render::{self, Detail};
-use rho_runtime::HostConfig;
 
 /// `rho run` flags.
 #[derive(clap::Args)]
@@ -33,7 +33,7 @@ pub struct Args {
     max_parallel: Option<u64>,
 }
 
-pub async fn main(args: Args, config: HostConfig) -> ExitCode {
+pub async fn main(args: Args, config: Config) -> ExitCode {
     let detail = if args.json { None } else { Some(Detail::Calls) };
     let session = Session {
         config,
@@ -46,7 +46,7 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
 
 /// A scripted session over the plugins, printed as it happens. Shared with `rho watch`.
 pub struct Session {
-    pub config: HostConfig,
+    pub config: Config,
     pub plugins: PluginFlags,
     pub run: RunFlags,
     pub max_parallel: Option<usize>,
@@ -64,7 +64,7 @@ impl Session {
         let printer = tokio::spawn(print_events(subscription, detail));
         let mut config = self.config;
         if let Some(n) = self.max_parallel {
-            config.runner.max_parallel = n;
+            config.host.runner.max_parallel = n;
         }
         let asker = Arc::new(TerminalAsker::default());
         // Reloads during the session are shown (and served) as they happen.

@@ -23,7 +23,7 @@ pub struct Args {
     watch: bool,
 }
 
-pub async fn main(args: Args, config: rho_runtime::HostConfig) -> ExitCode {
+pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
     let watch = args.watch;
     let (host, _) = match host::build(&config, &args.plugins, None, |b| b.watch(watch)).await {
         Ok(built) => built,

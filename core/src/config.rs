@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::settings::{CallOrder, KeepDetails, LoopConfig};
-use crate::call::rules::{Action, GateRule};
+use crate::call::rules::GateRule;
 use crate::call::runner::RunnerConfig;
 use crate::isolate::WorkerOptions;
 use crate::plugin::options::{DirOptions, Isolation};
@@ -37,7 +37,8 @@ pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
 pub const MAX_PARALLEL: u64 = 1024;
 
 /// A host's settings: plugin directories, the runner and the loop, per-tool timeouts, quarantine,
-/// isolated workers, gate rules, and serving over MCP.
+/// isolated workers and gate rules ([`SECTIONS`](Self::SECTIONS)). Sections of other readers
+/// (`rho serve`'s `[serve]`, NATS) are theirs: `rho.toml` is composed by the program that reads it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostConfig {
@@ -59,85 +60,6 @@ pub struct HostConfig {
     /// Gate rules, in order: the first whose pattern matches decides; no match allows.
     #[serde(default)]
     pub gate: Vec<GateRule>,
-    /// Serving the host's tools to MCP clients (`rho serve`).
-    #[serde(default)]
-    pub serve: ServeConfig,
-    /// NATS: where the host's events go and other hosts' tools come from (`rho-bridge-nats`).
-    #[serde(default)]
-    pub nats: NatsConfig,
-    /// Other hosts whose tools this host serves too (`rho node`s over NATS), in rank order after
-    /// the plugin directories.
-    #[serde(default)]
-    pub remote: Vec<RemoteConfig>,
-}
-
-/// `[[remote]]`: the `rho node`s reachable through one NATS server.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RemoteConfig {
-    /// The server (`nats://HOST:PORT`).
-    pub nats: String,
-    /// A NATS credentials file.
-    #[serde(default)]
-    pub credentials: Option<PathBuf>,
-    /// A file whose first line is the server's token (owner-only).
-    #[serde(default)]
-    pub token_file: Option<PathBuf>,
-    /// A file whose first line is this host's NKey seed (owner-only).
-    #[serde(default)]
-    pub nkey_file: Option<PathBuf>,
-}
-
-impl RemoteConfig {
-    /// The connection settings of this remote, as a [`NatsConfig`], for the host named `host`
-    /// (its `[nats] host`: the name its reply inbox carries).
-    pub fn nats_config(&self, host: Option<&str>) -> NatsConfig {
-        NatsConfig {
-            url: Some(self.nats.clone()),
-            host: host.map(str::to_owned),
-            credentials: self.credentials.clone(),
-            token_file: self.token_file.clone(),
-            nkey_file: self.nkey_file.clone(),
-            ..NatsConfig::default()
-        }
-    }
-}
-
-/// `nats`: the NATS server (with JetStream) this host talks to, and as whom.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct NatsConfig {
-    /// The server (`nats://HOST:PORT`; several, comma-separated, for a cluster). None: no NATS.
-    pub url: Option<String>,
-    /// This host's name in subjects (`rho.<host>.<type>`): letters, digits, `-` and `_`.
-    /// Default: the machine's host name, so cleaned.
-    pub host: Option<String>,
-    /// A NATS credentials file (JWT and NKey seed), for servers with decentralized auth.
-    pub credentials: Option<PathBuf>,
-    /// A file whose first line is the server's token (readable by its owner only).
-    pub token_file: Option<PathBuf>,
-    /// A file whose first line is this user's NKey seed (`SU...`; readable by its owner only),
-    /// for servers that list users by NKey with permissions of their own (`deploy/nats/rho.conf`).
-    pub nkey_file: Option<PathBuf>,
-    /// The JetStream stream the events go to (created if absent, on subjects `rho.>`).
-    pub stream: String,
-    /// Publish the host's events to the stream (`rho serve` with a `url`).
-    pub export: bool,
-}
-
-impl Default for NatsConfig {
-    /// No server; the stream `RHO_EVENTS`; events exported once a server is given.
-    fn default() -> Self {
-        NatsConfig {
-            url: None,
-            host: None,
-            credentials: None,
-            token_file: None,
-            nkey_file: None,
-            stream: "RHO_EVENTS".into(),
-            export: true,
-        }
-    }
 }
 
 /// One plugin directory.
@@ -247,73 +169,6 @@ impl Default for RunnerSettings {
     }
 }
 
-/// `serve`: serving the host's tools to MCP clients.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ServeConfig {
-    /// What an "ask" rule does when the client cannot ask its user: deny or allow.
-    pub ask_fallback: Action,
-    /// Write every event to this JSON-lines journal.
-    pub journal: Option<PathBuf>,
-    /// The largest answer sent to a client, bytes (text, base64 images and structured content
-    /// together); a larger one is cut with a note. Below the 10 MiB common clients accept.
-    pub max_result_bytes: usize,
-    /// Calls running at once at most; further requests wait for a turn.
-    pub max_calls: usize,
-    /// Serve MCP Streamable HTTP at `/mcp` on this address instead of stdio. Any address but a
-    /// loopback one requires a bearer token.
-    pub http: Option<std::net::SocketAddr>,
-    /// A file holding the bearer token HTTP clients must send (`Authorization: Bearer ...`);
-    /// readable by its owner only. Without one, a server on a non-loopback address makes a token
-    /// and prints it once.
-    pub token_file: Option<PathBuf>,
-    /// Browser origins allowed to call over HTTP (`https://app.example.com`, `http://localhost:*`);
-    /// a request with any other `Origin` is refused (DNS rebinding). Empty: the loopback origins.
-    pub allowed_origins: Vec<String>,
-    /// The largest HTTP request body, bytes.
-    pub max_body_bytes: usize,
-    /// HTTP requests handled at once at most; more are answered 503.
-    pub max_requests: usize,
-    /// MCP sessions (of 2025-era clients) open over HTTP at once at most; an `initialize` beyond
-    /// closes the session idle longest, and is answered 503 only when every one has a request in
-    /// flight.
-    pub max_sessions: usize,
-    /// MCP sessions one peer address may hold at once; past it, its own idle-longest one closes.
-    pub max_sessions_per_peer: usize,
-    /// An MCP session with no request for this long closes, milliseconds.
-    pub session_idle_ms: u64,
-    /// With `http`: serve the live page at `/`.
-    pub web: bool,
-    /// List two meta-tools besides the tools, for clients that never reread the list after a
-    /// reload: `rho_find_tools` (search the tools as they are now) and `rho_call_tool` (call one
-    /// by name, under the same gate).
-    pub meta_tools: bool,
-}
-
-impl Default for ServeConfig {
-    /// Deny when nobody can be asked, no journal, 8 MiB answers, 64 calls at once, stdio (no
-    /// HTTP), loopback origins, 16 MiB request bodies, 256 HTTP requests and 256 sessions at once
-    /// (64 per peer address, each closed after a minute idle), no meta-tools.
-    fn default() -> Self {
-        ServeConfig {
-            ask_fallback: Action::Deny,
-            journal: None,
-            max_result_bytes: 8 << 20,
-            max_calls: 64,
-            http: None,
-            token_file: None,
-            allowed_origins: Vec::new(),
-            max_body_bytes: 16 << 20,
-            max_requests: 256,
-            max_sessions: 256,
-            max_sessions_per_peer: 64,
-            session_idle_ms: 60_000,
-            web: false,
-            meta_tools: false,
-        }
-    }
-}
-
 /// A setting out of its range: one line naming the key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{key}`: {problem}")]
@@ -324,19 +179,50 @@ pub struct ConfigError {
     pub problem: String,
 }
 
+impl ConfigError {
+    /// `Ok` when `value` is within `low..=high`; else the error naming `key` and the range.
+    ///
+    /// ```
+    /// use rho_runtime::ConfigError;
+    /// assert!(ConfigError::check_range("serve.max_calls", 64, 1, 4096).is_ok());
+    /// let error = ConfigError::check_range("serve.max_calls", 0, 1, 4096).unwrap_err();
+    /// assert_eq!(error.to_string(), "`serve.max_calls`: 0 is out of range (1 to 4096)");
+    /// ```
+    pub fn check_range(key: &str, value: u64, low: u64, high: u64) -> Result<(), ConfigError> {
+        if (low..=high).contains(&value) {
+            Ok(())
+        } else {
+            Err(ConfigError {
+                key: key.to_owned(),
+                problem: format!("{value} is out of range ({low} to {high})"),
+            })
+        }
+    }
+}
+
+/// Makes `path` relative to `base` (a configuration file's directory) when it is relative.
+pub fn resolve_path(base: &Path, path: &mut PathBuf) {
+    if path.is_relative() {
+        *path = base.join(&*path);
+    }
+}
+
 impl HostConfig {
+    /// The top-level keys this type reads: the host's sections of `rho.toml`. A reader that
+    /// composes a file of more sections hands these to [`HostConfig`] and the others to their
+    /// owners.
+    pub const SECTIONS: &[&str] = &[
+        "plugins",
+        "runner",
+        "timeouts",
+        "quarantine",
+        "workers",
+        "gate",
+    ];
+
     /// Checks every number against its range and every choice against what it allows.
     pub fn check(&self) -> Result<(), ConfigError> {
-        let within = |key: &str, value: u64, low: u64, high: u64| {
-            if (low..=high).contains(&value) {
-                Ok(())
-            } else {
-                Err(ConfigError {
-                    key: key.to_owned(),
-                    problem: format!("{value} is out of range ({low} to {high})"),
-                })
-            }
-        };
+        let within = ConfigError::check_range;
         let r = &self.runner;
         within(
             "runner.default_timeout_ms",
@@ -410,49 +296,6 @@ impl HostConfig {
             1,
             7 * MAX_TIMEOUT_MS,
         )?;
-        within("serve.max_calls", self.serve.max_calls as u64, 1, 4096)?;
-        within(
-            "serve.max_body_bytes",
-            self.serve.max_body_bytes as u64,
-            1 << 10,
-            1 << 30,
-        )?;
-        within(
-            "serve.max_requests",
-            self.serve.max_requests as u64,
-            1,
-            1 << 16,
-        )?;
-        within(
-            "serve.max_sessions",
-            self.serve.max_sessions as u64,
-            1,
-            1 << 16,
-        )?;
-        within(
-            "serve.max_sessions_per_peer",
-            self.serve.max_sessions_per_peer as u64,
-            1,
-            1 << 16,
-        )?;
-        within(
-            "serve.session_idle_ms",
-            self.serve.session_idle_ms,
-            1_000,
-            MAX_TIMEOUT_MS,
-        )?;
-        within(
-            "serve.max_result_bytes",
-            self.serve.max_result_bytes as u64,
-            1 << 10,
-            1 << 30,
-        )?;
-        if self.serve.ask_fallback == Action::Ask {
-            return Err(ConfigError {
-                key: "serve.ask_fallback".into(),
-                problem: "expected \"deny\" or \"allow\", not \"ask\"".into(),
-            });
-        }
         for (i, source) in self.plugins.iter().enumerate() {
             if let Some(n) = source.max_versions {
                 within(&format!("plugins[{i}].max_versions"), n as u64, 1, 1 << 20)?;
@@ -474,62 +317,17 @@ impl HostConfig {
                 )?;
             }
         }
-        // Subject tokens and stream names: what NATS accepts everywhere.
-        let name_ok = |s: &str| {
-            !s.is_empty()
-                && s.len() <= 64
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        };
-        let names = [
-            ("nats.host", self.nats.host.as_deref()),
-            ("nats.stream", Some(self.nats.stream.as_str())),
-        ];
-        for (key, name) in names {
-            if let Some(name) = name
-                && !name_ok(name)
-            {
-                return Err(ConfigError {
-                    key: key.to_owned(),
-                    problem: format!(
-                        "`{name}`: 1 to 64 letters, digits, `-` or `_` (it is a NATS name)"
-                    ),
-                });
-            }
-        }
         Ok(())
     }
 
-    /// Makes every relative path (plugin directories, granted paths, the journal) relative to
-    /// `base`, the configuration file's directory.
+    /// Makes every relative path (plugin directories, granted paths) relative to `base`, the
+    /// configuration file's directory.
     pub fn resolve_paths(&mut self, base: &Path) {
-        let absolute = |p: &mut PathBuf| {
-            if p.is_relative() {
-                *p = base.join(&*p);
-            }
-        };
+        let absolute = |p: &mut PathBuf| resolve_path(base, p);
         fn grant_paths(g: &mut Grants) -> impl Iterator<Item = &mut PathBuf> {
             g.read.iter_mut().chain(g.write.iter_mut())
         }
         grant_paths(&mut self.workers.grants).for_each(absolute);
-        if let Some(journal) = &mut self.serve.journal {
-            absolute(journal);
-        }
-        for path in [
-            &mut self.serve.token_file,
-            &mut self.nats.credentials,
-            &mut self.nats.token_file,
-        ]
-        .into_iter()
-        .chain(
-            self.remote
-                .iter_mut()
-                .flat_map(|r| [&mut r.credentials, &mut r.token_file]),
-        )
-        .flatten()
-        {
-            absolute(path);
-        }
         for source in &mut self.plugins {
             absolute(&mut source.dir);
             if let Some(grants) = &mut source.grants {
@@ -567,4 +365,22 @@ impl HostConfig {
 
 fn yes() -> bool {
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HostConfig;
+
+    #[test]
+    fn sections_are_the_keys_it_reads() {
+        let written = serde_json::to_value(HostConfig::default()).unwrap_or_default();
+        let mut keys: Vec<&str> = written
+            .as_object()
+            .map(|o| o.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        let mut sections = HostConfig::SECTIONS.to_vec();
+        keys.sort_unstable();
+        sections.sort_unstable();
+        assert_eq!(keys, sections);
+    }
 }

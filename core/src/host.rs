@@ -185,7 +185,7 @@ impl HostBuilder {
 
     /// Everything a [`HostConfig`] states: its plugin directories (after those added so far),
     /// the runner and loop settings, quarantine, gate rules (asking through
-    /// [`asker`](Self::asker)) and the journal of its `serve` section. Call
+    /// [`asker`](Self::asker)). Call
     /// [`HostConfig::check`] first: `config` is taken as it is.
     pub fn config(mut self, config: &HostConfig) -> Self {
         for source in &config.plugins {
@@ -196,9 +196,6 @@ impl HostBuilder {
         self.agent = config.loop_config();
         self.quarantine = Some(config.quarantine);
         self.rules = config.gate.clone();
-        if let Some(journal) = &config.serve.journal {
-            self.journal = Some(journal.clone());
-        }
         self
     }
 

@@ -49,8 +49,8 @@ pub use call::runner::{
     CallOptions, CancellationToken, MAX_UPDATE_BYTES, RunnerConfig, UpdateHook,
 };
 pub use config::{
-    ConfigError, HostConfig, MAX_PARALLEL, MAX_TIMEOUT_MS, NatsConfig, PluginSource, RemoteConfig,
-    RunnerSettings, ServeConfig,
+    ConfigError, HostConfig, MAX_PARALLEL, MAX_TIMEOUT_MS, PluginSource, RunnerSettings,
+    resolve_path,
 };
 pub use host::{Host, HostBuilder, HostError, async_gate_fn, gate_fn};
 pub use isolate::WorkerOptions;

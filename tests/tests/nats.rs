@@ -6,8 +6,9 @@
 
 use std::time::Duration;
 
+use rho_bridge_nats::NatsConfig;
 use rho_bridge_nats::{EventExport, ExportConfig, Follower, HostName, connect};
-use rho_runtime::{DirOptions, EventKind, Host, NatsConfig};
+use rho_runtime::{DirOptions, EventKind, Host};
 use rho_tests::{NatsServer, host_with, plugin_dir};
 use serde_json::json;
 

@@ -12,9 +12,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use rho_bridge_nats::NatsConfig;
 use rho_bridge_nats::rpc::{Announce, Offer, announce_subject};
 use rho_bridge_nats::{EventExport, ExportConfig, Follower, HostName, Node, NodeTools, connect};
-use rho_runtime::{DirOptions, Host, NatsConfig, Outcome};
+use rho_runtime::{DirOptions, Host, Outcome};
 use rho_tests::{NatsServer, plugin_dir, workspace_dir};
 use serde_json::json;
 

@@ -2,10 +2,11 @@
 //!
 //! - lines of each crate's `src/` (crates outside `tests/` and `plugins/`), and each crate's share:
 //!   none over [`MAX_SHARE`] %;
-//! - in the layered crates (protocol, worker, runtime): no file over [`MAX_FILE_LINES`] lines; no
-//!   circle of file imports (`crate::...` and `super::...` paths resolved to the files that
-//!   define them); no path to a higher layer from a lower one (protocol uses only the plugin API,
-//!   the worker only the protocol, the runtime the protocol and the worker).
+//! - in every crate with a `src/` (plugins and tests included, [4/13]): no circle of file
+//!   imports (`crate::...` and `super::...` paths resolved to the files that define them);
+//! - in the layered crates (protocol, worker, runtime): no file over [`MAX_FILE_LINES`] lines;
+//!   no path to a higher layer from a lower one (protocol uses only the plugin API, the worker
+//!   only the protocol, the runtime the protocol and the worker).
 //!
 //! Prints the figures and every violation; fails when there is one.
 
@@ -194,67 +195,66 @@ fn circles(graph: &BTreeMap<PathBuf, BTreeSet<PathBuf>>) -> Vec<Vec<PathBuf>> {
     state.found
 }
 
-/// Counts and checks (see the module doc); `Err` lists the violations.
-pub fn run(workspace: &Path) -> Result<(), String> {
-    let mut problems = Vec::new();
-    // Lines per crate: every member with a `src/`, but tests and plugins.
-    let mut crates: Vec<(String, usize)> = Vec::new();
+/// The crates whose files are checked for circles: every member with a `src/` (the workspace's
+/// top-level folders, `tests/` and each of `plugins/`), as `(name, folder)`, sorted.
+fn source_crates(workspace: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+    let mut found = Vec::new();
+    let mut folders: Vec<(String, PathBuf)> = Vec::new();
     for entry in std::fs::read_dir(workspace)
         .map_err(|e| e.to_string())?
         .flatten()
     {
-        let dir = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name == "tests" || name == "plugins" || name == "target" || name.starts_with('.') {
+        if name == "target" || name.starts_with('.') {
             continue;
         }
-        if !dir.join("Cargo.toml").is_file() || !dir.join("src").is_dir() {
-            continue;
-        }
-        let count = sources(&dir.join("src")).iter().map(|f| lines(f)).sum();
-        crates.push((name, count));
-    }
-    crates.sort();
-    let total: usize = crates.iter().map(|(_, n)| n).sum();
-    println!("{:<16} {:>7} {:>6}", "crate", "lines", "share");
-    for (name, count) in &crates {
-        let share = 100.0 * *count as f64 / total.max(1) as f64;
-        println!("{name:<16} {count:>7} {share:>5.1}%");
-        if share > MAX_SHARE {
-            problems.push(format!(
-                "{name} holds {share:.1}% of the lines (at most {MAX_SHARE}%)"
-            ));
+        if name == "plugins" {
+            for plugin in std::fs::read_dir(entry.path())
+                .map_err(|e| e.to_string())?
+                .flatten()
+            {
+                let plugin_name = plugin.file_name().to_string_lossy().into_owned();
+                folders.push((format!("plugins/{plugin_name}"), plugin.path()));
+            }
+        } else {
+            folders.push((name, entry.path()));
         }
     }
-    println!("{:<16} {total:>7}", "all");
-    // The layered crates.
-    for (krate, allowed) in LAYERS {
-        let src = workspace.join(krate).join("src");
-        let files = sources(&src);
+    for (name, dir) in folders {
+        if dir.join("Cargo.toml").is_file() && dir.join("src").is_dir() {
+            found.push((name, dir));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// One crate's files and the graph of their imports (`crate::` and `super::` paths, the code
+/// before each file's tests).
+struct Imports {
+    files: Vec<(PathBuf, String)>,
+    graph: BTreeMap<PathBuf, BTreeSet<PathBuf>>,
+}
+
+impl Imports {
+    fn read(src: &Path) -> Result<Self, String> {
+        let mut files = Vec::new();
+        for file in sources(src) {
+            let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+            files.push((file, text));
+        }
         let modules: BTreeMap<Vec<String>, PathBuf> = files
             .iter()
-            .map(|f| (module_of(&src, f), f.clone()))
+            .map(|(f, _)| (module_of(src, f), f.clone()))
             .collect();
         let mut graph: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
-        let mut longest = (0, PathBuf::new());
-        for file in &files {
-            let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
-            let n = text.lines().count();
-            if n > longest.0 {
-                longest = (n, file.clone());
-            }
-            if n > MAX_FILE_LINES {
-                problems.push(format!(
-                    "{} has {n} lines (at most {MAX_FILE_LINES})",
-                    file.strip_prefix(workspace).unwrap_or(file).display()
-                ));
-            }
-            // Only the code before the file's tests counts as its imports.
-            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-            let module = module_of(&src, file);
-            let is_mod = file.file_stem().is_some_and(|s| s == "mod" || s == "lib");
+        for (file, text) in &files {
+            let module = module_of(src, file);
+            let is_mod = file
+                .file_stem()
+                .is_some_and(|s| s == "mod" || s == "lib" || s == "main");
             let edges = graph.entry(file.clone()).or_default();
-            for path in named_paths(code, &module) {
+            for path in named_paths(code_of(text), &module) {
                 if let Some(target) = file_of(&modules, &path)
                     && target != *file
                     // A module's own file re-exporting its children is no circle of use.
@@ -263,8 +263,76 @@ pub fn run(workspace: &Path) -> Result<(), String> {
                     edges.insert(target);
                 }
             }
+        }
+        Ok(Self { files, graph })
+    }
+}
+
+/// The code of a file before its tests.
+fn code_of(text: &str) -> &str {
+    text.split("#[cfg(test)]").next().unwrap_or_default()
+}
+
+/// Counts and checks (see the module doc); `Err` lists the violations.
+pub fn run(workspace: &Path) -> Result<(), String> {
+    let mut problems = Vec::new();
+    let members = source_crates(workspace)?;
+    // Lines per crate: every member with a `src/`, but tests and plugins.
+    let mut crates: Vec<(String, usize)> = Vec::new();
+    for (name, dir) in &members {
+        if name == "tests" || name.starts_with("plugins/") {
+            continue;
+        }
+        let count = sources(&dir.join("src")).iter().map(|f| lines(f)).sum();
+        crates.push((name.clone(), count));
+    }
+    let total: usize = crates.iter().map(|(_, n)| n).sum();
+    println!("{:<20} {:>7} {:>6}", "crate", "lines", "share");
+    for (name, count) in &crates {
+        let share = 100.0 * *count as f64 / total.max(1) as f64;
+        println!("{name:<20} {count:>7} {share:>5.1}%");
+        if share > MAX_SHARE {
+            problems.push(format!(
+                "{name} holds {share:.1}% of the lines (at most {MAX_SHARE}%)"
+            ));
+        }
+    }
+    println!("{:<20} {total:>7}", "all");
+    let shown = |f: &Path| f.strip_prefix(workspace).unwrap_or(f).display().to_string();
+    // Every crate: no circle of imports between its files.
+    for (name, dir) in &members {
+        let imports = Imports::read(&dir.join("src"))?;
+        let found = circles(&imports.graph);
+        let longest = imports
+            .files
+            .iter()
+            .map(|(f, t)| (t.lines().count(), f))
+            .max()
+            .map(|(n, f)| format!("{n} lines ({})", shown(f)))
+            .unwrap_or_default();
+        println!(
+            "{name:<20} {} files, the longest {longest}, {} import circle(s)",
+            imports.files.len(),
+            found.len()
+        );
+        for circle in found {
+            let names: Vec<String> = circle.iter().map(|f| shown(f)).collect();
+            problems.push(format!("an import circle: {}", names.join(" <-> ")));
+        }
+    }
+    // The layered crates: short files, and no use of a higher layer.
+    for (krate, allowed) in LAYERS {
+        for file in sources(&workspace.join(krate).join("src")) {
+            let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+            let n = text.lines().count();
+            if n > MAX_FILE_LINES {
+                problems.push(format!(
+                    "{} has {n} lines (at most {MAX_FILE_LINES})",
+                    shown(&file)
+                ));
+            }
             // The rho crates its code names (comments aside).
-            let uncommented: String = code
+            let uncommented: String = code_of(&text)
                 .lines()
                 .map(|l| l.split("//").next().unwrap_or_default())
                 .collect::<Vec<_>>()
@@ -276,29 +344,10 @@ pub fn run(workspace: &Path) -> Result<(), String> {
                 {
                     problems.push(format!(
                         "{} uses {word}, a crate above its layer",
-                        file.strip_prefix(workspace).unwrap_or(file).display()
+                        shown(&file)
                     ));
                 }
             }
-        }
-        let found = circles(&graph);
-        println!(
-            "{krate:<16} {} files, the longest {} lines ({}), {} import circle(s)",
-            files.len(),
-            longest.0,
-            longest
-                .1
-                .strip_prefix(workspace)
-                .unwrap_or(&longest.1)
-                .display(),
-            found.len()
-        );
-        for circle in found {
-            let names: Vec<String> = circle
-                .iter()
-                .map(|f| f.strip_prefix(workspace).unwrap_or(f).display().to_string())
-                .collect();
-            problems.push(format!("an import circle: {}", names.join(" <-> ")));
         }
     }
     if problems.is_empty() {
@@ -357,6 +406,17 @@ mod tests {
                 ("worker/src/b.rs", "use super::a::A; // crate::nothing\n"),
                 ("core/Cargo.toml", ""),
                 ("core/src/lib.rs", &long),
+                ("cli/Cargo.toml", ""),
+                ("cli/src/main.rs", "mod serve;\nmod http;\n"),
+                ("cli/src/serve.rs", "use crate::http::start;\n"),
+                (
+                    "cli/src/http.rs",
+                    "pub fn start() { crate::serve::main() }\n",
+                ),
+                ("plugins/echo/Cargo.toml", ""),
+                ("plugins/echo/src/lib.rs", "mod a;\nmod b;\n"),
+                ("plugins/echo/src/a.rs", "use super::b::B;\n"),
+                ("plugins/echo/src/b.rs", "use crate::a::A;\n"),
             ],
         );
         let problems = run(&root).expect_err("every measure is broken");
@@ -367,6 +427,15 @@ mod tests {
         );
         assert!(
             problems.contains("an import circle: worker/src/a.rs <-> worker/src/b.rs"),
+            "{problems}"
+        );
+        // Circles count in every crate, not only the layered ones.
+        assert!(
+            problems.contains("an import circle: cli/src/http.rs <-> cli/src/serve.rs"),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("an import circle: plugins/echo/src/a.rs <-> plugins/echo/src/b.rs"),
             "{problems}"
         );
         assert!(

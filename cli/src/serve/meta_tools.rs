@@ -94,7 +94,7 @@ pub fn tools() -> [Tool; 2] {
 /// the shape of every other result.
 fn refused(tool: &str, text: String) -> CallToolResult {
     let result = ToolResult::failed("", tool, Outcome::InvalidArguments, text);
-    crate::serve::mcp_result(&result, usize::MAX)
+    super::mcp::mcp_result(&result, usize::MAX)
 }
 
 /// `rho_find_tools`: the matching tools among `tools` (the listed ones, quarantined ones left

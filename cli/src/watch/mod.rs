@@ -14,10 +14,15 @@ use rho_runtime::{BusItem, Event};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio_stream::StreamExt;
 
+mod display;
+mod nats;
+mod remote;
+
+use display::Display;
+
+use crate::config::Config;
 use crate::host::{self, PluginFlags, RunFlags};
-use crate::render::{self, Detail};
-use crate::view::Health;
-use rho_runtime::HostConfig;
+use crate::render::Detail;
 
 /// `rho watch` flags.
 #[derive(clap::Args)]
@@ -72,7 +77,7 @@ pub struct Args {
     max_parallel: Option<u64>,
 }
 
-pub async fn main(args: Args, config: HostConfig) -> ExitCode {
+pub async fn main(args: Args, config: Config) -> ExitCode {
     let detail = if args.json { None } else { Some(Detail::All) };
     use std::io::IsTerminal;
     let live = detail.is_some() && !args.plain && std::io::stdout().is_terminal();
@@ -87,13 +92,13 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
                 .map_or("every host".to_owned(), |h| format!("host {h}"))
         );
         let display = display(url);
-        let follow = crate::nats::Follow {
+        let follow = nats::Follow {
             host: args.host.as_deref(),
             durable: args.durable.as_deref(),
             web: args.web,
             token_file: args.token_file.as_deref(),
         };
-        return crate::nats::follow(&nats, follow, display).await;
+        return nats::follow(&nats, follow, display).await;
     }
     if let Some(Some(url)) = &args.attach
         && let Some(authority) = url.to_str().and_then(|u| u.strip_prefix("http://"))
@@ -111,7 +116,7 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
         let authority = authority.trim_end_matches('/').to_owned();
         eprintln!("rho: following http://{authority}/events");
         let display = display(&format!("http://{authority}"));
-        return crate::remote::follow(&authority, token.as_deref(), display).await;
+        return remote::follow(&authority, token.as_deref(), display).await;
     }
     if let Some(journal) = &args.attach {
         // Without a path: the newest running server's journal, and the next one's when a newer
@@ -149,101 +154,9 @@ pub async fn main(args: Args, config: HostConfig) -> ExitCode {
     session.run(script, detail).await
 }
 
-/// Where a watch shows its events: plain lines (with a health table every `every` seconds), or
-/// the live view redrawn in place on a terminal.
-pub(crate) enum Display {
-    Lines {
-        detail: Option<Detail>,
-        health: Health,
-        every: u64,
-    },
-    Live(Box<crate::live::Live>),
-}
-
-impl Display {
-    /// The live view when `live` and the terminal can be taken over, else lines.
-    fn new(live: bool, source: &str, detail: Option<Detail>, every: u64) -> Display {
-        if live {
-            match crate::live::Live::start(source) {
-                Ok(view) => return Display::Live(Box::new(view)),
-                Err(e) => eprintln!("rho: no live view ({e}); printing lines"),
-            }
-        }
-        Display::Lines {
-            detail,
-            health: Health::default(),
-            every,
-        }
-    }
-
-    /// Says that the events come from `source` from now on, and why (`note`): a line on stderr,
-    /// or the live view's title and notices.
-    pub(crate) fn source_changed(&mut self, source: &str, note: &str) {
-        match self {
-            Display::Lines { .. } => eprintln!("rho: {note}"),
-            Display::Live(view) => view.set_source(source, note),
-        }
-    }
-
-    /// Shows one event; `false` once stdout is gone.
-    pub(crate) fn show(&mut self, event: &Event) -> bool {
-        match self {
-            Display::Lines { detail, health, .. } => {
-                health.observe(event);
-                let line = match detail {
-                    None => serde_json::to_string(event).ok(),
-                    Some(detail) => render::event_line(event, *detail),
-                };
-                line.is_none_or(|l| render::print_line(&l))
-            }
-            Display::Live(view) => {
-                view.observe(event);
-                true
-            }
-        }
-    }
-
-    /// How often [`Display::tick`] runs: the live view redraws four times a second.
-    pub(crate) fn ticker(&self) -> tokio::time::Interval {
-        match self {
-            Display::Lines { every, .. } => ticker(Duration::from_secs(*every)),
-            Display::Live(..) => ticker(Duration::from_millis(250)),
-        }
-    }
-
-    pub(crate) fn tick(&mut self) {
-        match self {
-            Display::Lines { detail, health, .. } => {
-                if health.changed() && detail.is_some() {
-                    render::print_line(&format!("\n{}", health.table()));
-                }
-            }
-            Display::Live(view) => view.draw(),
-        }
-    }
-
-    /// Leaves the live view and prints the health table once more.
-    pub(crate) fn finish(self) {
-        match self {
-            Display::Lines {
-                detail, mut health, ..
-            } => {
-                if health.changed() && detail.is_some() {
-                    render::print_line(&format!("\n{}", health.table()));
-                }
-            }
-            Display::Live(mut view) => {
-                let table = view.table();
-                drop(view);
-                render::print_line(&table);
-            }
-        }
-    }
-}
-
 /// Loads and watches the directories and prints their events until Ctrl-C.
 async fn follow_dirs(
-    config: &HostConfig,
+    config: &Config,
     plugins: &PluginFlags,
     run: &RunFlags,
     mut display: Display,
@@ -279,18 +192,6 @@ async fn follow_dirs(
             }
         }
     }
-}
-
-/// Ticks every `period` (never for zero), the first after one period.
-fn ticker(period: Duration) -> tokio::time::Interval {
-    let period = if period.is_zero() {
-        Duration::from_secs(86_400 * 365)
-    } else {
-        period
-    };
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick
 }
 
 /// The longest journal line read: 256 MiB.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rho_runtime::Event;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use crate::watch::Display;
+use super::display::Display;
 
 /// The longest SSE line (one event's JSON) read.
 const MAX_LINE: usize = 64 << 20;

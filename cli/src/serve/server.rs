@@ -1,0 +1,465 @@
+//! The MCP server over a host: its tool list (quarantined tools left out, meta-tools on demand),
+//! its calls (each in a task of its own behind the gate, asking the client's user when a rule
+//! asks), and list-change notices to every session and listener.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rho_runtime::{
+    Action, Asker, BusItem, CallOptions, EventType, Filter, GateRule, Host, Outcome, RuleGate,
+    ToolCall, ToolResult, UpdateHook, Verdict,
+};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, InputRequiredResult,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
+    ServerNotification, SubscriptionFilter, Tool, ToolListChangedNotification,
+};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext, SubscriptionSink};
+use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
+use serde_json::Value;
+use tokio_stream::StreamExt;
+
+use super::mcp::{mcp_result, mcp_tool};
+use super::meta_tools;
+use super::settings::ServeConfig;
+
+/// The MCP server.
+#[derive(Clone)]
+pub struct RhoServer {
+    host: Host,
+    max_result_bytes: usize,
+    /// Calls running at once at most; more wait for a turn (a client cannot start a thread per
+    /// request without bound).
+    turns: Arc<tokio::sync::Semaphore>,
+    rules: Arc<Vec<GateRule>>,
+    fallback: Action,
+    /// Who is told when the tool list changes.
+    audience: Arc<Mutex<Audience>>,
+    calls: Arc<std::sync::atomic::AtomicU64>,
+    /// List and answer the meta-tools ([`super::meta_tools`]).
+    meta_tools: bool,
+}
+
+/// Who hears of tool list changes: the peers of initialized sessions (2025-era: one over stdio,
+/// any number over HTTP) and the `subscriptions/listen` streams (2026-07-28, where no session
+/// sends `notifications/initialized`). Closed ones are dropped when next told.
+#[derive(Default)]
+struct Audience {
+    peers: Vec<Peer<RoleServer>>,
+    listeners: Vec<SubscriptionSink>,
+}
+
+/// Asks the MCP client's user through elicitation when the client supports it; otherwise applies
+/// the configured fallback.
+struct ElicitAsker {
+    peer: Peer<RoleServer>,
+    fallback: Action,
+    /// How this request's client can be asked.
+    asking: Asking,
+}
+
+/// How the user of a request's client can be asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asking {
+    /// By an `elicitation/create` request to the client (2025-era sessions that declared
+    /// elicitation).
+    Request,
+    /// Already asked, by an `InputRequiredResult` round trip (2026-07-28); the user's answer.
+    Answered(bool),
+    /// Not at all: the fallback decides.
+    Cannot,
+}
+
+#[derive(serde::Deserialize, rmcp::schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+struct Approval {
+    /// Allow the call?
+    approve: bool,
+}
+
+rmcp::elicit_safe!(Approval);
+
+/// The key of the approval question in an `InputRequiredResult` (2026-07-28).
+const APPROVAL_KEY: &str = "rho/approve";
+
+impl ElicitAsker {
+    fn fallback(&self, call: &ToolCall, why: &str) -> Verdict {
+        match self.fallback {
+            Action::Allow => Verdict::Allow,
+            _ => Verdict::Block(format!(
+                "tool `{}` needs approval and {why}; the host's fallback denies it",
+                call.name
+            )),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Asker for ElicitAsker {
+    async fn ask(&self, call: &ToolCall) -> Verdict {
+        match self.asking {
+            Asking::Request => {}
+            Asking::Answered(true) => return Verdict::Allow,
+            Asking::Answered(false) => {
+                return Verdict::Block(format!("the user declined the call of `{}`", call.name));
+            }
+            Asking::Cannot => return self.fallback(call, "the client cannot ask its user"),
+        }
+        let question = format!("Allow rho to run `{}` with {}?", call.name, call.arguments);
+        match self.peer.elicit::<Approval>(question).await {
+            Ok(Some(Approval { approve: true })) => Verdict::Allow,
+            Ok(_) => Verdict::Block(format!("the user declined the call of `{}`", call.name)),
+            Err(
+                rmcp::service::ElicitationError::UserDeclined
+                | rmcp::service::ElicitationError::UserCancelled,
+            ) => Verdict::Block(format!("the user declined the call of `{}`", call.name)),
+            Err(e) => self.fallback(call, &format!("asking the user failed ({e})")),
+        }
+    }
+}
+impl RhoServer {
+    /// The server of `host`'s tools, as `[serve]` and the gate rules say; from now on every
+    /// session and listener it serves hears of tool list changes.
+    pub fn new(host: &Host, serve: &ServeConfig, rules: &[GateRule]) -> RhoServer {
+        let server = RhoServer {
+            host: host.clone(),
+            max_result_bytes: serve.max_result_bytes,
+            turns: Arc::new(tokio::sync::Semaphore::new(serve.max_calls)),
+            rules: Arc::new(rules.to_vec()),
+            fallback: serve.ask_fallback,
+            audience: Arc::default(),
+            calls: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            meta_tools: serve.meta_tools,
+        };
+        announce_changes(host, server.audience.clone());
+        server
+    }
+
+    /// The tools as `tools/list` shows them now: quarantined ones left out; with meta-tools on,
+    /// those two first (a plugin's tool of the same name hidden).
+    fn listed(&self) -> Vec<Tool> {
+        let hidden = self.quarantined();
+        let meta = self.meta_tools.then(meta_tools::tools);
+        let plugin_tools = self
+            .host
+            .tools()
+            .iter()
+            .filter(|t| !hidden.contains(&t.name))
+            .filter(|t| !(self.meta_tools && meta_tools::is_meta(&t.name)))
+            .map(mcp_tool)
+            .collect::<Vec<_>>();
+        meta.into_iter().flatten().chain(plugin_tools).collect()
+    }
+
+    fn quarantined(&self) -> Vec<String> {
+        self.host
+            .stats()
+            .into_iter()
+            .filter(|s| s.quarantine.is_some())
+            .map(|s| s.tool)
+            .collect()
+    }
+
+    /// How the user of this request's client can be asked, should the gate ask. A 2026-07-28
+    /// request cannot carry a server-to-client request: when a rule asks about this call, its
+    /// first round ends with an `InputRequiredResult` (`Err`) holding the question, and the
+    /// client's retry carries the answer (no call starts until then).
+    fn asking(
+        &self,
+        call: &ToolCall,
+        context: &RequestContext<RoleServer>,
+        answers: Option<&rmcp::model::InputResponses>,
+    ) -> Result<Asking, InputRequiredResult> {
+        let modern = context
+            .meta
+            .protocol_version()
+            .is_some_and(|v| v.to_string().as_str() >= "2026-07-28");
+        if !modern {
+            let can = context
+                .peer
+                .peer_info()
+                .is_some_and(|info| info.capabilities.elicitation.is_some());
+            return Ok(if can { Asking::Request } else { Asking::Cannot });
+        }
+        if let Some(answer) = answers.and_then(|a| a.get(APPROVAL_KEY)) {
+            let approved = answer["action"] == "accept" && answer["content"]["approve"] == true;
+            return Ok(Asking::Answered(approved));
+        }
+        let can = context
+            .meta
+            .client_capabilities()
+            .is_some_and(|caps| caps.elicitation.is_some());
+        let hints = self
+            .host
+            .tools()
+            .into_iter()
+            .find(|t| t.name == call.name)
+            .map(|t| t.hints)
+            .unwrap_or_default();
+        let asks = self
+            .rules
+            .iter()
+            .find(|rule| rule.matches(&call.name, &hints))
+            .is_some_and(|rule| rule.action == Action::Ask);
+        if !asks {
+            // No rule asks about this call now; should one by the time it runs (a reload in
+            // between), the answer is no.
+            return Ok(Asking::Answered(false));
+        }
+        if !can {
+            return Ok(Asking::Cannot);
+        }
+        let question = format!("Allow rho to run `{}` with {}?", call.name, call.arguments);
+        let schema = match rmcp::model::ElicitationSchema::from_type::<Approval>() {
+            Ok(schema) => schema,
+            Err(_) => return Ok(Asking::Cannot),
+        };
+        let elicit = rmcp::model::ElicitRequest::new(
+            rmcp::model::ElicitRequestParams::FormElicitationParams {
+                meta: None,
+                message: question,
+                requested_schema: schema,
+            },
+        );
+        let requests = std::collections::BTreeMap::from([(
+            APPROVAL_KEY.to_owned(),
+            rmcp::model::InputRequest::Elicitation(elicit),
+        )]);
+        Err(InputRequiredResult::new(
+            Some(requests),
+            Some("rho-approval".into()),
+        ))
+    }
+
+    /// Runs the call in a task of its own: whatever happens, the request gets an answer.
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        // The server's own counter: request ids `1` and `"1"` are different requests.
+        let n = self
+            .calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let call_id = format!("mcp-{n}-{}", request_id(&context));
+        // Over an HTTP session: cancelled when the client drops the response.
+        let _registered = crate::http::register(
+            context.extensions.get::<axum::http::request::Parts>(),
+            &serde_json::to_value(&context.id).unwrap_or_default(),
+            context.ct.clone(),
+        );
+        let call = ToolCall::new(
+            call_id.clone(),
+            request.name.to_string(),
+            Value::Object(request.arguments.unwrap_or_default()),
+        );
+        // Progress: every update of this call, in order, sent before the response (the hook is
+        // never called after the call's end). Bounded: past 1024 unsent updates, the newest
+        // are dropped, as a lagging subscriber's would be.
+        let (on_update, progress) = match context.meta.get_progress_token() {
+            None => (None, None),
+            Some(token) => {
+                let (updates, mut pending) = tokio::sync::mpsc::channel::<String>(1024);
+                let (ended, mut end) = tokio::sync::oneshot::channel::<()>();
+                let peer = context.peer.clone();
+                let forwarder = tokio::spawn(async move {
+                    let mut n = 0u32;
+                    let mut send = async |partial: String| {
+                        n += 1;
+                        let note = ProgressNotificationParam::new(token.clone(), f64::from(n))
+                            .with_message(partial);
+                        let _ = peer.notify_progress(note).await;
+                    };
+                    loop {
+                        tokio::select! {
+                            biased;
+                            Some(partial) = pending.recv() => send(partial).await,
+                            _ = &mut end => break,
+                        }
+                    }
+                    while let Ok(partial) = pending.try_recv() {
+                        send(partial).await;
+                    }
+                });
+                let hook: UpdateHook = Arc::new(move |partial: &str| {
+                    let _ = updates.try_send(partial.to_owned());
+                });
+                (Some(hook), Some((ended, forwarder)))
+            }
+        };
+        let asking = match self.asking(&call, &context, request.input_responses.as_ref()) {
+            Ok(asking) => asking,
+            Err(input_required) => {
+                if let Some((ended, _)) = progress {
+                    let _ = ended.send(());
+                }
+                return CallToolResponse::InputRequired(input_required);
+            }
+        };
+        let gate = Arc::new(RuleGate::new(
+            (*self.rules).clone(),
+            Arc::new(ElicitAsker {
+                peer: context.peer.clone(),
+                fallback: self.fallback,
+                asking,
+            }),
+        ));
+        // W3C trace context from the request's `_meta.traceparent` (checked by the runner).
+        let traceparent = context
+            .meta
+            .get("traceparent")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let options = CallOptions {
+            cancel: Some(context.ct.clone()),
+            traceparent,
+            gate: Some(gate),
+            on_update,
+            ..CallOptions::default()
+        };
+        let turn = tokio::select! {
+            turn = self.turns.clone().acquire_owned() => turn.ok(),
+            () = context.ct.cancelled() => None,
+        };
+        let Some(_turn) = turn else {
+            return CallToolResponse::Complete(mcp_result(
+                &ToolResult::failed(
+                    &call.id,
+                    &call.name,
+                    Outcome::Error,
+                    "rho: the call was cancelled before it started",
+                ),
+                self.max_result_bytes,
+            ));
+        };
+        let result = self.host.call_with(&call, &options).await;
+        if let Some((ended, forwarder)) = progress {
+            let _ = ended.send(());
+            // Bounded: a client that does not read cannot hold the answer forever.
+            let drained = tokio::time::timeout(std::time::Duration::from_secs(5), forwarder).await;
+            if drained.is_err() {
+                tracing::warn!(call = %call_id, "progress notifications still pending at the answer");
+            }
+        }
+        CallToolResponse::Complete(mcp_result(&result, self.max_result_bytes))
+    }
+}
+
+fn request_id(context: &RequestContext<RoleServer>) -> String {
+    match serde_json::to_value(&context.id) {
+        Ok(Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
+}
+
+impl ServerHandler for RhoServer {
+    fn get_info(&self) -> InitializeResult {
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        InitializeResult::new(capabilities)
+            .with_server_info(Implementation::new("rho", env!("CARGO_PKG_VERSION")))
+            .with_instructions("Compiled tools from rho plugins. Every call ends with one outcome; see _meta[\"rho/outcome\"].")
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let tools = self.listed();
+        // Fresh only now: a client that caches lists (2026-07-28) sees a reload at its next look.
+        Ok(ListToolsResult::with_all_items(tools).with_ttl_ms(0))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        if self.meta_tools {
+            if request.name == meta_tools::FIND {
+                let arguments = request.arguments.unwrap_or_default();
+                return Ok(CallToolResponse::Complete(meta_tools::find(
+                    &self.listed(),
+                    &arguments,
+                )));
+            }
+            if request.name == meta_tools::CALL {
+                return Ok(match meta_tools::unwrap_call(request) {
+                    Ok(inner) => self.call(inner, context).await,
+                    Err(refused) => CallToolResponse::Complete(refused),
+                });
+            }
+        }
+        Ok(self.call(request, context).await)
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.audience
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .peers
+            .push(context.peer);
+    }
+
+    /// `subscriptions/listen` (2026-07-28): tool list changes only (rho has no prompts or
+    /// resources).
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        self.audience
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .listeners
+            .push(subscription.sink().clone());
+        subscription.cancelled().await;
+        Ok(())
+    }
+}
+
+/// Tells every client the tool list changed after every reload, removal and quarantine change.
+fn announce_changes(host: &Host, audience: Arc<Mutex<Audience>>) {
+    let mut events = host.subscribe_filtered(Filter::default().types([
+        EventType::PluginLoaded,
+        EventType::PluginReloaded,
+        EventType::PluginRemoved,
+        EventType::RemoteToolsChanged,
+        EventType::ToolQuarantined,
+        EventType::ToolRestored,
+    ]));
+    tokio::spawn(async move {
+        while let Some(item) = events.next().await {
+            if matches!(item, BusItem::Event(_) | BusItem::Lagged { .. }) {
+                let (peers, listeners) = {
+                    let mut audience = audience.lock().unwrap_or_else(PoisonError::into_inner);
+                    audience.peers.retain(|p| !p.is_transport_closed());
+                    (audience.peers.clone(), audience.listeners.clone())
+                };
+                for peer in peers {
+                    let _ = peer.notify_tool_list_changed().await;
+                }
+                let mut closed = Vec::new();
+                for sink in listeners {
+                    let changed = ServerNotification::ToolListChangedNotification(
+                        ToolListChangedNotification::default(),
+                    );
+                    if sink.send(changed).await.is_err() {
+                        closed.push(sink.id().clone());
+                    }
+                }
+                if !closed.is_empty() {
+                    let mut audience = audience.lock().unwrap_or_else(PoisonError::into_inner);
+                    audience.listeners.retain(|s| !closed.contains(s.id()));
+                }
+            }
+        }
+    });
+}
