@@ -21,8 +21,8 @@ pub enum Command {
         /// The directory the crate goes in (default: the current one).
         #[arg(long, value_name = "DIR", default_value = ".")]
         dir: PathBuf,
-        /// The `plugin-api` directory of a rho checkout (default: the one this `rho` was built
-        /// from).
+        /// The `rho-plugin-api` crate the new crate's `[patch.crates-io]` points at (default:
+        /// the copy this `rho` carries, written into its data directory, ~/.local/share/rho).
         #[arg(long, value_name = "DIR")]
         api: Option<PathBuf>,
     },
@@ -56,15 +56,19 @@ pub enum Command {
 pub fn main(command: Command) -> ExitCode {
     let result = match command {
         Command::New { name, dir, api } => {
-            let api = api.unwrap_or_else(scaffold::default_api_path);
-            scaffold::new_plugin(&name, &dir, &Layout::Standalone { api }).map(|path| {
-                eprintln!("rho: created {}", path.display());
-                eprintln!(
-                    "next: cd {} && cargo test && rho plugin dev --out PLUGIN_DIR",
-                    path.display()
-                );
-                true
-            })
+            let api = match api {
+                Some(api) => Ok(api),
+                None => scaffold::data_dir().and_then(|data| scaffold::write_api_copy(&data)),
+            };
+            api.and_then(|api| scaffold::new_plugin(&name, &dir, &Layout::Standalone { api }))
+                .map(|path| {
+                    eprintln!("rho: created {}", path.display());
+                    eprintln!(
+                        "next: cd {} && cargo test && rho plugin dev --out PLUGIN_DIR",
+                        path.display()
+                    );
+                    true
+                })
         }
         Command::Dev { dir, out } => rho_devkit::dev::run(&dir, &out).map(|()| true),
         Command::Check { file, json } => rho_devkit::check::check(&file, json),

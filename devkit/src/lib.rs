@@ -6,8 +6,10 @@
 //! use std::path::Path;
 //! use rho_devkit::scaffold::{self, Layout};
 //!
-//! // A crate of its own in ./greet, depending on this checkout's plugin API.
-//! let layout = Layout::Standalone { api: scaffold::default_api_path() };
+//! // A crate of its own in ./greet, depending on the plugin API by version (patched to the copy
+//! // this program carries, in rho's data directory, until the API is on crates.io).
+//! let api = scaffold::write_api_copy(&scaffold::data_dir()?)?;
+//! let layout = Layout::Standalone { api };
 //! let dir = scaffold::new_plugin("greet", Path::new("."), &layout)?;
 //! rho_devkit::dev::build(&dir)?; // target/debug/libgreet.so
 //! # Ok::<(), rho_devkit::DevkitError>(())

@@ -13,10 +13,11 @@ use crate::{DevkitError, io};
 /// Where a new plugin crate goes.
 #[derive(Debug, Clone)]
 pub enum Layout {
-    /// A crate of its own (with an empty `[workspace]` table), depending on the plugin API by
-    /// version and, while it is unpublished, by path: `api` is the `plugin-api` directory.
+    /// A crate of its own (with an empty `[workspace]` table), depending on `rho-plugin-api` by
+    /// version, with a `[patch.crates-io]` entry pointing that version at `api` until it is on
+    /// crates.io: the copy of the API crate this program carries ([`write_api_copy`]).
     Standalone {
-        /// The `plugin-api` directory of a rho checkout.
+        /// The directory of the plugin API crate the patch points at.
         api: PathBuf,
     },
     /// A member of the workspace whose root directory is `workspace`: added to its `members`,
@@ -27,16 +28,60 @@ pub enum Layout {
     },
 }
 
-/// The plugin API of the rho checkout this program was built from.
-pub fn default_api_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(|root| root.join("plugin-api"))
-        .unwrap_or_else(|| PathBuf::from("plugin-api"))
+/// The version of the plugin API this program carries and new crates depend on.
+const API_VERSION: &str = rho_runtime::plugin_api::source::VERSION;
+
+/// rho's data directory: `$XDG_DATA_HOME/rho`, else `$HOME/.local/share/rho`.
+pub fn data_dir() -> Result<PathBuf, DevkitError> {
+    let absolute = |var: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    absolute("XDG_DATA_HOME")
+        .or_else(|| absolute("HOME").map(|home| home.join(".local/share")))
+        .map(|base| base.join("rho"))
+        .ok_or_else(|| DevkitError::Io {
+            path: PathBuf::from("$XDG_DATA_HOME"),
+            reason: "neither XDG_DATA_HOME nor HOME is set to an absolute path".into(),
+        })
 }
 
-/// The version of the plugin API this program was built with.
-const API_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Writes the copy of the plugin API crate this program carries (its manifest and sources, as
+/// built in) into `data_dir/plugin-api/VERSION`, and returns that directory. Written once per
+/// version: a copy already there is kept when its files are those carried, and replaced whole
+/// (a new directory renamed into place) when they differ.
+pub fn write_api_copy(data_dir: &Path) -> Result<PathBuf, DevkitError> {
+    let files = rho_runtime::plugin_api::source::FILES;
+    let parent = data_dir.join("plugin-api");
+    let dir = parent.join(API_VERSION);
+    let same = files
+        .iter()
+        .all(|(path, text)| std::fs::read(dir.join(path)).is_ok_and(|t| t == text.as_bytes()));
+    if same {
+        return Ok(dir);
+    }
+    let fresh = parent.join(format!(".{API_VERSION}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&fresh);
+    for (path, text) in files {
+        let path = fresh.join(path);
+        let written = match path.parent() {
+            Some(folder) => std::fs::create_dir_all(folder),
+            None => Ok(()),
+        }
+        .and_then(|()| std::fs::write(&path, text));
+        if let Err(e) = written {
+            let _ = std::fs::remove_dir_all(&fresh);
+            return Err(io(&path)(e));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::rename(&fresh, &dir).map_err(|e| {
+        let _ = std::fs::remove_dir_all(&fresh);
+        io(&dir)(e)
+    })?;
+    Ok(dir)
+}
 
 /// Words a crate may not be named.
 const RESERVED: &[&str] = &[
@@ -182,17 +227,24 @@ fn cargo_toml(name: &str, layout: &Layout) -> String {
         Layout::Member { .. } => (
             "rho-plugin-api.workspace = true\nserde.workspace = true\nschemars.workspace = true\n"
                 .to_owned(),
-            "",
+            String::new(),
         ),
         Layout::Standalone { api } => (
             format!(
-                "# By version, and by path while rho-plugin-api is not published.\n\
-                 rho-plugin-api = {{ version = \"{API_VERSION}\", path = {api:?} }}\n\
+                "rho-plugin-api = \"{API_VERSION}\"\n\
                  serde = {{ version = \"1\", features = [\"derive\"] }}\n\
-                 schemars = \"1.2\"\n",
+                 schemars = \"1.2\"\n"
+            ),
+            format!(
+                "\n# A workspace of its own: it builds wherever it is, inside another workspace too.\n\
+                 [workspace]\n\
+                 \n\
+                 # Until rho-plugin-api {API_VERSION} is on crates.io, it comes from the copy `rho` carries\n\
+                 # (written into its data directory). Delete these two lines once it is published.\n\
+                 [patch.crates-io]\n\
+                 rho-plugin-api = {{ path = {api:?} }}\n",
                 api = api.display().to_string()
             ),
-            "\n# A workspace of its own: it builds wherever it is, inside another workspace too.\n[workspace]\n",
         ),
     };
     format!(
@@ -377,5 +429,33 @@ mod tests {
         assert!(refuse_name("fn").unwrap().contains("reserved"));
         assert!(refuse_name("").is_some());
         assert_eq!(pascal("my-tool_2"), "MyTool2");
+    }
+
+    #[test]
+    fn the_api_copy_is_written_once_and_repaired_when_it_differs() {
+        let data = tempfile::tempdir().expect("a temporary directory");
+        let dir = write_api_copy(data.path()).expect("the copy");
+        assert_eq!(dir, data.path().join("plugin-api").join(API_VERSION));
+        let lib = dir.join("src/lib.rs");
+        let carried = rho_runtime::plugin_api::source::FILES
+            .iter()
+            .find(|(path, _)| *path == "src/lib.rs")
+            .map(|(_, text)| *text);
+        assert_eq!(std::fs::read_to_string(&lib).ok().as_deref(), carried);
+        // Kept as it is: a file cargo adds beside it survives.
+        std::fs::write(dir.join("Cargo.lock"), "# cargo's").expect("a file");
+        write_api_copy(data.path()).expect("the copy");
+        assert!(dir.join("Cargo.lock").is_file());
+        // Different from what is carried (another build of this version): replaced whole.
+        std::fs::write(&lib, "// edited").expect("a file");
+        write_api_copy(data.path()).expect("the copy");
+        assert_eq!(std::fs::read_to_string(&lib).ok().as_deref(), carried);
+        assert!(!dir.join("Cargo.lock").exists());
+        let left: Vec<_> = std::fs::read_dir(data.path().join("plugin-api"))
+            .expect("the directory")
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()
+            .expect("entries");
+        assert_eq!(left, [API_VERSION]);
     }
 }

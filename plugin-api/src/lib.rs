@@ -40,6 +40,7 @@ pub mod declare;
 pub mod ffi;
 #[doc(hidden)]
 pub mod glue;
+pub mod source;
 mod tool;
 
 pub use answer::{

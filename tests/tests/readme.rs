@@ -109,7 +109,7 @@ fn table() -> BTreeMap<&'static str, Run> {
         (
             "cd greet && cargo test",
             Elsewhere(
-                "tests/tests/xtask.rs: new_plugin_makes_a_crate_that_builds_loads_and_answers tests the same scaffold",
+                "tests/tests/xtask.rs: rho_plugin_new_makes_a_crate_of_its_own_anywhere_that_builds_loads_and_answers runs it where no checkout can be seen",
             ),
         ),
         (
@@ -243,6 +243,7 @@ impl Place {
             .env("CARGO_HOME", cargo_home)
             .env("RUSTUP_HOME", rustup_home)
             .env_remove("XDG_STATE_HOME")
+            .env_remove("XDG_DATA_HOME")
             .env_remove("XDG_RUNTIME_DIR");
         for (key, _) in std::env::vars_os() {
             if key

@@ -284,6 +284,75 @@ fn xtask_the_demo_and_the_workspace_build_every_dependency_with_one_feature_set(
     }
 }
 
+/// What an installed `rho` does where no rho checkout can be seen: `rho plugin new` in an empty
+/// directory outside the repository, then the crate's test, its build, `rho plugin check` and a
+/// call through `rho call`, all in a mount namespace where this checkout is covered by an empty
+/// tmpfs (the binaries are copied out of it first, as `cargo install` would). Returns the new
+/// crate's directory and the target directory it was built into.
+fn scaffold_without_the_checkout(outside: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let bin = outside.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for name in ["rho", "rho-worker"] {
+        std::fs::copy(built().join(name), bin.join(name)).unwrap();
+    }
+    // Pinned to this workspace's versions, built into a target directory kept between runs (its
+    // dependencies' builds are reused), seen outside the checkout through a bind mount.
+    std::fs::copy(
+        workspace_dir().join("Cargo.lock"),
+        outside.join("Cargo.lock"),
+    )
+    .unwrap();
+    let authors = built().parent().unwrap().join("authors");
+    let target = outside.join("target");
+    for dir in [
+        &authors,
+        &target,
+        &outside.join("work"),
+        &outside.join("data"),
+    ] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let script = r#"
+        set -e
+        mount --bind "$AUTHORS" "$OUT/target"
+        mount -t tmpfs none "$CHECKOUT"
+        test -z "$(ls -A "$CHECKOUT")"
+        cd "$OUT/work"
+        "$OUT/bin/rho" plugin new greet
+        cp "$OUT/Cargo.lock" greet/Cargo.lock
+        cd greet
+        cargo test -q > "$OUT/test.txt" 2>&1
+        cargo build -q
+        mkdir "$OUT/plugins"
+        cp "$OUT/target/debug/libgreet.so" "$OUT/plugins/"
+        "$OUT/bin/rho" plugin check "$OUT/plugins/libgreet.so" --json > "$OUT/check.json"
+        # Root in this namespace is the only user mapped: the workers keep it.
+        printf '[workers]\nidentity = "host"\n' > "$OUT/rho.toml"
+        "$OUT/bin/rho" call greet '{"name":"Ada"}' --plugins "$OUT/plugins" \
+            --config "$OUT/rho.toml" > "$OUT/call.txt"
+    "#;
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "sh", "-c", script])
+        .env("OUT", outside)
+        .env("AUTHORS", &authors)
+        .env("CHECKOUT", workspace_dir())
+        .env("XDG_DATA_HOME", outside.join("data"))
+        .env("CARGO_TARGET_DIR", outside.join("target"))
+        .env_remove("CARGO_MANIFEST_DIR")
+        .env_remove("RHO_WORKER")
+        .output()
+        .unwrap();
+    let read = |name: &str| std::fs::read_to_string(outside.join(name)).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "{}\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        read("test.txt")
+    );
+    (outside.join("work/greet"), authors)
+}
+
 #[tokio::test]
 async fn rho_plugin_new_makes_a_crate_of_its_own_anywhere_that_builds_loads_and_answers() {
     let outside = tempfile::tempdir().unwrap();
@@ -291,18 +360,14 @@ async fn rho_plugin_new_makes_a_crate_of_its_own_anywhere_that_builds_loads_and_
         Command::new(rho_tests::rho_bin())
             .args(args)
             .current_dir(outside.path())
+            .env("XDG_DATA_HOME", outside.path().join("refused-data"))
             .output()
             .unwrap()
     };
-    // Names of packages it would sit beside are refused, and nothing is written.
-    for bad in [
-        "rho-runtime",
-        "rho_plugin_api",
-        "serde",
-        "abi_stable",
-        "fn",
-        "9lives",
-    ] {
+    // Names of packages it would sit beside are refused, and nothing is written but the copy
+    // of the API in the data directory.
+    // (`rho-runtime` is no package of its graph: a crate of its own may take that name.)
+    for bad in ["rho_plugin_api", "serde", "abi_stable", "fn", "9lives"] {
         let out = rho(&["plugin", "new", bad]);
         assert_eq!(out.status.code(), Some(1), "{bad}");
         assert!(
@@ -310,50 +375,45 @@ async fn rho_plugin_new_makes_a_crate_of_its_own_anywhere_that_builds_loads_and_
             "{bad}"
         );
     }
-    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
-    let out = rho(&["plugin", "new", "greet"]);
+    let left: Vec<_> = std::fs::read_dir(outside.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["refused-data"]);
+    let (crate_dir, target) = scaffold_without_the_checkout(outside.path());
+    let read = |name: &str| std::fs::read_to_string(outside.path().join(name)).unwrap();
+    // By version, patched to the copy in the data directory: nothing names the checkout.
+    let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
+    let copy = outside.path().join("data/rho/plugin-api/0.1.0");
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        manifest.contains("rho-plugin-api = \"0.1.0\"\n"),
+        "{manifest}"
     );
-    let crate_dir = outside.path().join("greet");
-    // Pinned to this workspace's versions, built into the shared target directory: the builds
-    // of its dependencies are reused.
-    std::fs::copy(
-        workspace_dir().join("Cargo.lock"),
-        crate_dir.join("Cargo.lock"),
-    )
-    .unwrap();
-    let target = built().parent().unwrap().join("authors");
-    let build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "-q"])
-        .current_dir(&crate_dir)
-        .env("CARGO_TARGET_DIR", &target)
-        .output()
-        .unwrap();
     assert!(
-        build.status.success(),
-        "{}",
-        String::from_utf8_lossy(&build.stderr)
+        manifest.contains(&format!(
+            "[patch.crates-io]\nrho-plugin-api = {{ path = {:?} }}",
+            copy.display().to_string()
+        )),
+        "{manifest}"
     );
-    let lib = target.join("debug").join("libgreet.so");
-    let check = rho(&["plugin", "check", lib.to_str().unwrap(), "--json"]);
+    let checkout = workspace_dir().to_string_lossy().into_owned();
+    assert!(!manifest.contains(&checkout), "{manifest}");
+    assert_eq!(
+        std::fs::read_to_string(copy.join("src/lib.rs")).unwrap(),
+        std::fs::read_to_string(workspace_dir().join("plugin-api/src/lib.rs")).unwrap()
+    );
     assert!(
-        check.status.success(),
+        read("test.txt").contains("1 passed"),
         "{}",
-        String::from_utf8_lossy(&check.stderr)
+        read("test.txt")
     );
-    let report: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
+    let report: serde_json::Value = serde_json::from_str(&read("check.json")).unwrap();
     assert_eq!(report["plugin"], "greet");
-    // A host loads it (isolated, the default) and it answers.
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(&lib, dir.path().join("libgreet.so")).unwrap();
-    let (host, report) = host_with(dir.path(), DirOptions::default(), |b| b).await;
-    assert!(report.errors.is_empty(), "{:?}", report.errors);
-    let r = host.call("greet", json!({"name": "Ada"})).await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "Hello, Ada!"));
-    host.shutdown().await;
+    assert!(
+        read("call.txt").contains("Hello, Ada!"),
+        "{}",
+        read("call.txt")
+    );
 
     // `rho plugin dev`: installs into a watched directory, and again after an edit; the host
     // reloads the new build.

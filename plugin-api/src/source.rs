@@ -1,0 +1,45 @@
+//! This crate's own source, as it was built into the program that holds it: its manifest and
+//! every file under `src/`. `rho plugin new` writes it out (once per version, into rho's data
+//! directory) so that a new plugin crate builds against exactly the API `rho` speaks, before the
+//! crate is on crates.io and wherever `rho` was built.
+//!
+//! ```
+//! let (path, text) = rho_plugin_api::source::FILES[0];
+//! assert_eq!(path, "Cargo.toml");
+//! assert!(text.contains(&format!("version = \"{}\"", rho_plugin_api::source::VERSION)));
+//! ```
+
+/// The crate's version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// `(path in the crate, text)` of the manifest and of every source file.
+pub const FILES: &[(&str, &str)] = &[
+    ("Cargo.toml", include_str!("../Cargo.toml")),
+    ("src/answer.rs", include_str!("answer.rs")),
+    ("src/ctx.rs", include_str!("ctx.rs")),
+    ("src/declare.rs", include_str!("declare.rs")),
+    ("src/ffi.rs", include_str!("ffi.rs")),
+    ("src/glue.rs", include_str!("glue.rs")),
+    ("src/lib.rs", include_str!("lib.rs")),
+    ("src/source.rs", include_str!("source.rs")),
+    ("src/tool.rs", include_str!("tool.rs")),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::FILES;
+
+    #[test]
+    fn every_source_file_is_carried() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&src)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| format!("src/{}", e.file_name().to_string_lossy()))
+            .collect();
+        on_disk.sort();
+        let carried: Vec<String> = FILES[1..].iter().map(|(p, _)| (*p).to_owned()).collect();
+        assert_eq!(carried, on_disk);
+    }
+}
