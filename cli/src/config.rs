@@ -192,11 +192,16 @@ pub fn read_regular(path: &Path, max: u64) -> Result<String, String> {
     Ok(text)
 }
 
+/// The line (from 1) of the byte at `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    let before = &text.as_bytes()[..offset.min(text.len())];
+    before.iter().filter(|b| **b == b'\n').count() + 1
+}
+
 fn one_line(text: &str, error: &toml::de::Error, key: &str) -> String {
     let line = error
         .span()
-        .map(|span| text[..span.start.min(text.len())].lines().count().max(1))
-        .map(|n| format!("line {n}: "))
+        .map(|span| format!("line {}: ", line_of(text, span.start)))
         .unwrap_or_default();
     let key = if key.is_empty() || key == "." {
         String::new()
@@ -449,15 +454,17 @@ mod tests {
             let err = load(&path).unwrap_err();
             assert_eq!(err.lines().count(), 1, "{err}");
             assert!(err.starts_with(&path.display().to_string()), "{err}");
-            assert!(err.contains(": line "), "{err}");
+            // The unknown key is each case's last line.
+            let line = text.lines().count();
+            assert!(err.contains(&format!(": line {line}: ")), "{err}");
             assert!(err.contains(&format!("`{section}.{key}`")), "{err}");
             assert!(err.contains(&format!("unknown field `{key}`")), "{err}");
         }
-        std::fs::write(&path, "[plugin]\ndir = \"p\"\n").unwrap();
+        std::fs::write(&path, "[runner]\nmax_turns = 3\n\n[plugin]\ndir = \"p\"\n").unwrap();
         let err = load(&path).unwrap_err();
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(
-            err.contains("line 1: unknown section `plugin`, expected one of plugins, runner"),
+            err.contains("line 4: unknown section `plugin`, expected one of plugins, runner"),
             "{err}"
         );
         assert!(err.ends_with("serve, nats, remote"), "{err}");

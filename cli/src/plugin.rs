@@ -56,9 +56,13 @@ pub enum Command {
 pub fn main(command: Command) -> ExitCode {
     let result = match command {
         Command::New { name, dir, api } => {
-            let api = match api {
-                Some(api) => Ok(api),
-                None => scaffold::data_dir().and_then(|data| scaffold::write_api_copy(&data)),
+            // A refused name writes nothing, not even the copy of the API.
+            let api = match (scaffold::refuse_name(&name, &[]), api) {
+                (Some(reason), _) => Err(rho_devkit::DevkitError::NameRefused(reason)),
+                (None, Some(api)) => Ok(api),
+                (None, None) => {
+                    scaffold::data_dir().and_then(|data| scaffold::write_api_copy(&data))
+                }
             };
             api.and_then(|api| scaffold::new_plugin(&name, &dir, &Layout::Standalone { api }))
                 .map(|path| {

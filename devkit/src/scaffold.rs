@@ -49,38 +49,87 @@ pub fn data_dir() -> Result<PathBuf, DevkitError> {
 
 /// Writes the copy of the plugin API crate this program carries (its manifest and sources, as
 /// built in) into `data_dir/plugin-api/VERSION`, and returns that directory. Written once per
-/// version: a copy already there is kept when its files are those carried, and replaced whole
-/// (a new directory renamed into place) when they differ.
+/// version and never replaced: a copy already there is used when its files are those carried.
+/// One that differs (another build of the same version, say a checkout's next to an installed
+/// rho) is left as it is, for the crates that point at it, and this program's copy goes to
+/// `VERSION-HASH` (a hash of what it carries). Each copy is written into a directory of its own
+/// and renamed into place, so that two programs at once cannot mix or break them.
 pub fn write_api_copy(data_dir: &Path) -> Result<PathBuf, DevkitError> {
     let files = rho_runtime::plugin_api::source::FILES;
     let parent = data_dir.join("plugin-api");
-    let dir = parent.join(API_VERSION);
-    let same = files
-        .iter()
-        .all(|(path, text)| std::fs::read(dir.join(path)).is_ok_and(|t| t == text.as_bytes()));
-    if same {
-        return Ok(dir);
+    std::fs::create_dir_all(&parent).map_err(io(&parent))?;
+    sweep_unfinished_copies(&parent);
+    let carried = |dir: &Path| {
+        files
+            .iter()
+            .all(|(path, text)| std::fs::read(dir.join(path)).is_ok_and(|t| t == text.as_bytes()))
+    };
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in files.iter().flat_map(|(p, t)| p.bytes().chain(t.bytes())) {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
     }
-    let fresh = parent.join(format!(".{API_VERSION}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&fresh);
-    for (path, text) in files {
-        let path = fresh.join(path);
-        let written = match path.parent() {
-            Some(folder) => std::fs::create_dir_all(folder),
-            None => Ok(()),
+    for dir in [
+        parent.join(API_VERSION),
+        parent.join(format!("{API_VERSION}-{hash:016x}")),
+    ] {
+        if carried(&dir) {
+            return Ok(dir);
         }
-        .and_then(|()| std::fs::write(&path, text));
-        if let Err(e) = written {
-            let _ = std::fs::remove_dir_all(&fresh);
-            return Err(io(&path)(e));
+        if dir.exists() {
+            continue;
         }
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::rename(&fresh, &dir).map_err(|e| {
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let fresh = parent.join(format!(".unfinished-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&fresh);
-        io(&dir)(e)
-    })?;
-    Ok(dir)
+        for (path, text) in files {
+            let path = fresh.join(path);
+            let written = match path.parent() {
+                Some(folder) => std::fs::create_dir_all(folder),
+                None => Ok(()),
+            }
+            .and_then(|()| std::fs::write(&path, text));
+            if let Err(e) = written {
+                let _ = std::fs::remove_dir_all(&fresh);
+                return Err(io(&path)(e));
+            }
+        }
+        let renamed = std::fs::rename(&fresh, &dir);
+        let _ = std::fs::remove_dir_all(&fresh);
+        match renamed {
+            Ok(()) => return Ok(dir),
+            // Another program put its copy there first: the same, or the next name.
+            Err(_) if carried(&dir) => return Ok(dir),
+            Err(_) if dir.exists() => continue,
+            Err(e) => return Err(io(&dir)(e)),
+        }
+    }
+    Err(DevkitError::Io {
+        path: parent,
+        reason: format!(
+            "two copies of plugin API {API_VERSION} unlike the one this program carries are in \
+             the way; remove them"
+        ),
+    })
+}
+
+/// Removes the unfinished copies (`.unfinished-PID-N`) of programs that are gone.
+fn sweep_unfinished_copies(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(".unfinished-")
+            .and_then(|rest| rest.split('-').next())
+        else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// Words a crate may not be named.
@@ -239,11 +288,12 @@ fn cargo_toml(name: &str, layout: &Layout) -> String {
                 "\n# A workspace of its own: it builds wherever it is, inside another workspace too.\n\
                  [workspace]\n\
                  \n\
-                 # Until rho-plugin-api {API_VERSION} is on crates.io, it comes from the copy `rho` carries\n\
-                 # (written into its data directory). Delete these two lines once it is published.\n\
+                 # Until rho-plugin-api {API_VERSION} is on crates.io, it comes from the copy `rho` carries,\n\
+                 # which `rho plugin new` writes into rho's data directory (on another machine, run any\n\
+                 # `rho plugin new` there once and fix this path). Delete these lines once it is published.\n\
                  [patch.crates-io]\n\
-                 rho-plugin-api = {{ path = {api:?} }}\n",
-                api = api.display().to_string()
+                 rho-plugin-api = {{ path = {api} }}\n",
+                api = toml_edit::Value::from(api.display().to_string())
             ),
         ),
     };
@@ -432,7 +482,7 @@ mod tests {
     }
 
     #[test]
-    fn the_api_copy_is_written_once_and_repaired_when_it_differs() {
+    fn the_api_copy_is_written_once_and_never_replaced() {
         let data = tempfile::tempdir().expect("a temporary directory");
         let dir = write_api_copy(data.path()).expect("the copy");
         assert_eq!(dir, data.path().join("plugin-api").join(API_VERSION));
@@ -444,18 +494,47 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&lib).ok().as_deref(), carried);
         // Kept as it is: a file cargo adds beside it survives.
         std::fs::write(dir.join("Cargo.lock"), "# cargo's").expect("a file");
-        write_api_copy(data.path()).expect("the copy");
+        assert_eq!(write_api_copy(data.path()).expect("the copy"), dir);
         assert!(dir.join("Cargo.lock").is_file());
-        // Different from what is carried (another build of this version): replaced whole.
-        std::fs::write(&lib, "// edited").expect("a file");
+        // Another build of this version is there: left alone, this one goes beside it.
+        std::fs::write(&lib, "// another build").expect("a file");
+        let beside = write_api_copy(data.path()).expect("the copy");
+        assert_ne!(beside, dir);
+        assert!(beside.starts_with(data.path().join("plugin-api")));
+        assert_eq!(
+            std::fs::read_to_string(&lib).ok().as_deref(),
+            Some("// another build")
+        );
+        assert_eq!(
+            std::fs::read_to_string(beside.join("src/lib.rs"))
+                .ok()
+                .as_deref(),
+            carried
+        );
+        assert_eq!(write_api_copy(data.path()).expect("the copy"), beside);
+        // An unfinished copy of a program that is gone is swept; nothing else is left.
+        let dead = data.path().join("plugin-api/.unfinished-999999999-0");
+        std::fs::create_dir_all(&dead).expect("a directory");
         write_api_copy(data.path()).expect("the copy");
-        assert_eq!(std::fs::read_to_string(&lib).ok().as_deref(), carried);
-        assert!(!dir.join("Cargo.lock").exists());
-        let left: Vec<_> = std::fs::read_dir(data.path().join("plugin-api"))
+        assert!(!dead.exists());
+        let left = std::fs::read_dir(data.path().join("plugin-api"))
             .expect("the directory")
-            .map(|e| e.map(|e| e.file_name()))
-            .collect::<Result<_, _>>()
-            .expect("entries");
-        assert_eq!(left, [API_VERSION]);
+            .count();
+        assert_eq!(left, 2);
+    }
+
+    #[test]
+    fn copies_made_at_once_agree() {
+        let data = tempfile::tempdir().expect("a temporary directory");
+        let made: Vec<_> = std::thread::scope(|s| {
+            let writers: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| write_api_copy(data.path())))
+                .collect();
+            writers.into_iter().map(|w| w.join().ok()).collect()
+        });
+        for dir in made {
+            let dir = dir.and_then(Result::ok).expect("a copy");
+            assert_eq!(dir, data.path().join("plugin-api").join(API_VERSION));
+        }
     }
 }

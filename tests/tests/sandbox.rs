@@ -433,15 +433,17 @@ async fn processes_die_with_a_worker_killed_at_its_timeout() {
     host.shutdown().await;
 }
 
-/// Starts `rho call TOOL ARGS --isolate --grant-processes` on a fresh copy of the attacks plugin.
-fn rho_call(dir: &Path, tool: &str, args: Value) -> std::process::Child {
+/// Starts `rho call TOOL ARGS --isolate --grant-processes` on a fresh copy of the attacks plugin,
+/// its stdout and stderr to `log` (what a failed assertion shows).
+fn rho_call(dir: &Path, tool: &str, args: Value, log: &Path) -> std::process::Child {
+    let out = std::fs::File::create(log).unwrap();
     Command::new(rho_bin())
         .args(["call", tool, "--isolate", "--grant-processes"])
         .arg(args.to_string())
         .args(["--timeout-ms", "60000", "--plugins"])
         .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
         .spawn()
         .unwrap()
 }
@@ -450,20 +452,28 @@ fn rho_call(dir: &Path, tool: &str, args: Value) -> std::process::Child {
 async fn processes_die_with_their_host_whether_it_exits_or_is_killed() {
     let _one = ONE_AT_A_TIME.lock().await;
     let dir = plugin_dir(&["attacks"]);
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("rho-call.log");
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
     for run in 0..20 {
         let mode = MODES[run % MODES.len()];
         // A clean exit right after the call.
-        let status = rho_call(dir.path(), "spawn", json!({ "mode": mode }))
+        let status = rho_call(dir.path(), "spawn", json!({ "mode": mode }), &log)
             .wait()
             .unwrap();
-        assert!(status.success(), "{mode}: {status}");
+        assert!(status.success(), "{mode}: {status}: {}", said());
         let left = settle(0, Duration::from_secs(5)).await;
         assert_eq!(left, [], "exit, run {run} ({mode})");
         // SIGKILL of the host while the call runs, once the processes are up.
-        let mut child = rho_call(dir.path(), "spawn_then_hang", json!({ "mode": mode }));
+        let mut child = rho_call(dir.path(), "spawn_then_hang", json!({ "mode": mode }), &log);
         let deadline = Instant::now() + Duration::from_secs(10);
         while sandboxed_processes().len() < 3 {
-            assert!(Instant::now() < deadline, "the call never spawned ({mode})");
+            assert!(
+                Instant::now() < deadline,
+                "the call never spawned ({mode}): {:?} {}",
+                sandboxed_processes(),
+                said()
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         child.kill().unwrap();

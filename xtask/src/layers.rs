@@ -252,7 +252,7 @@ impl Imports {
             let module = module_of(src, file);
             let is_mod = file
                 .file_stem()
-                .is_some_and(|s| s == "mod" || s == "lib" || s == "main");
+                .is_some_and(|s| s == "mod" || s == "lib");
             let edges = graph.entry(file.clone()).or_default();
             for path in named_paths(code_of(text), &module) {
                 if let Some(target) = file_of(&modules, &path)

@@ -1,9 +1,9 @@
 //! `cargo xtask msrv`: the `rust-version` the workspace declares, checked against what its
 //! locked dependencies declare ([4/13]): the workspace's own can be no lower than the highest
 //! of theirs, or `cargo install --locked` on that toolchain fails in a dependency. And the one
-//! manifest that inherits nothing (`plugin-api`'s, which `rho` carries as it is) agrees with the
-//! workspace: same version, edition, rust-version and license as every package, and the same
-//! requirement and features for each dependency it shares with another package.
+//! manifest that inherits nothing (`plugin-api`'s, which `rho` carries as it is) says what the
+//! workspace's root manifest says: `[workspace.package]`, its dependencies' entries in
+//! `[workspace.dependencies]`, `[workspace.lints]`.
 
 use std::path::Path;
 
@@ -25,7 +25,8 @@ pub fn run(workspace: &Path) -> Result<(), String> {
         show(needed),
         show(declared)
     );
-    let disagree = disagreements(&metadata);
+    let (root, api) = manifests(workspace)?;
+    let disagree = disagreements(&root, &api);
     if !disagree.is_empty() {
         return Err(disagree.join("\n"));
     }
@@ -67,66 +68,79 @@ fn declared(metadata: &Value) -> Result<Version, String> {
         .ok_or_else(|| "no package of the workspace declares a rust-version".into())
 }
 
-/// Where the workspace's packages disagree: a published package's field unlike the others', or a dependency
-/// one package requires otherwise than another (name, requirement, features, default features).
-fn disagreements(metadata: &Value) -> Vec<String> {
-    let own: Vec<&Value> = packages(metadata)
-        .filter(|p| p["source"].is_null())
-        .collect();
+/// Where `plugin-api/Cargo.toml`, which inherits nothing, says otherwise than the workspace's
+/// root manifest: a `[package]` key the workspace's `[workspace.package]` sets, a dependency
+/// unlike its `[workspace.dependencies]` entry (a bare requirement and `{ version = ... }` are
+/// one), or lints unlike `[workspace.lints]`.
+fn disagreements(root: &toml::Table, api: &toml::Table) -> Vec<String> {
+    let at = |table: &toml::Table, path: &[&str]| -> Option<toml::Value> {
+        let mut value = table.get(path[0])?.clone();
+        for key in &path[1..] {
+            value = value.get(key)?.clone();
+        }
+        Some(value)
+    };
+    // A dependency as a table: `"1"` is `{ version = "1" }`; the path of a workspace's own
+    // crates aside.
+    let spec = |value: Option<toml::Value>| match value {
+        Some(toml::Value::String(version)) => {
+            let mut table = toml::Table::new();
+            table.insert("version".into(), toml::Value::String(version));
+            Some(table)
+        }
+        Some(toml::Value::Table(mut table)) => {
+            table.remove("path");
+            Some(table)
+        }
+        _ => None,
+    };
     let mut problems = Vec::new();
-    // Among the published crates (test crates and plugins keep editions of their own).
-    for field in ["version", "edition", "rust_version", "license"] {
-        let mut values: Vec<(&str, String)> = own
-            .iter()
-            .filter(|p| p["publish"].is_null())
-            .map(|p| (p["name"].as_str().unwrap_or("?"), p[field].to_string()))
-            .collect();
-        values.sort_by(|a, b| a.1.cmp(&b.1));
-        if let (Some(first), Some(last)) = (values.first(), values.last())
-            && first.1 != last.1
-        {
+    let shared = root
+        .get("workspace")
+        .and_then(|w| w.get("package"))
+        .and_then(toml::Value::as_table)
+        .cloned()
+        .unwrap_or_default();
+    for (key, value) in &shared {
+        let own = at(api, &["package", key]);
+        if own.as_ref() != Some(value) {
             problems.push(format!(
-                "{field}: {} says {}, {} says {}",
-                first.0, first.1, last.0, last.1
+                "plugin-api/Cargo.toml: package.{key} is {}, the workspace's {value}",
+                own.map_or("missing".into(), |v| v.to_string())
             ));
         }
     }
-    let mut seen: std::collections::BTreeMap<&str, (&str, String)> = Default::default();
-    for package in &own {
-        let name = package["name"].as_str().unwrap_or("?");
-        let dependencies = package["dependencies"].as_array().into_iter().flatten();
-        for dependency in dependencies.filter(|d| d["kind"].is_null() && d["path"].is_null()) {
-            let Some(dep) = dependency["name"].as_str() else {
-                continue;
-            };
-            let mut features: Vec<&str> = dependency["features"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            features.sort_unstable();
-            let shape = format!(
-                "{} {features:?} default-features {}",
-                dependency["req"], dependency["uses_default_features"]
-            );
-            match seen.get(dep) {
-                Some((other, theirs)) if *theirs != shape && name == "rho-plugin-api" => problems
-                    .push(format!(
-                        "plugin-api/Cargo.toml: {dep} {shape}, but {other} has {theirs}"
-                    )),
-                Some((other, theirs)) if *theirs != shape && *other == "rho-plugin-api" => problems
-                    .push(format!(
-                        "plugin-api/Cargo.toml: {dep} {theirs}, but {name} has {shape}"
-                    )),
-                Some(_) => {}
-                None => {
-                    seen.insert(dep, (name, shape));
-                }
-            }
+    let dependencies = api
+        .get("dependencies")
+        .and_then(toml::Value::as_table)
+        .cloned()
+        .unwrap_or_default();
+    for (name, value) in dependencies {
+        let theirs = spec(at(root, &["workspace", "dependencies", &name]));
+        let own = spec(Some(value));
+        if own != theirs {
+            problems.push(format!(
+                "plugin-api/Cargo.toml: dependency {name} is {own:?}, the workspace's {theirs:?}"
+            ));
         }
     }
+    if at(api, &["lints"]) != at(root, &["workspace", "lints"]) {
+        problems.push("plugin-api/Cargo.toml: [lints] unlike [workspace.lints]".into());
+    }
     problems
+}
+
+/// The root manifest and plugin-api's, read.
+fn manifests(workspace: &Path) -> Result<(toml::Table, toml::Table), String> {
+    let read = |path: std::path::PathBuf| -> Result<toml::Table, String> {
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    Ok((
+        read(workspace.join("Cargo.toml"))?,
+        read(workspace.join("plugin-api/Cargo.toml"))?,
+    ))
 }
 
 fn parse(text: &str) -> Option<Version> {
@@ -174,31 +188,50 @@ mod tests {
 
     #[test]
     fn a_manifest_unlike_the_workspace_is_named() {
-        let serde = |req: &str, features: &[&str]| {
-            json!({"name": "serde", "req": req, "kind": null, "path": null,
-                   "features": features, "uses_default_features": true})
-        };
-        let package = |name: &str, version: &str, dependency: Value| {
-            json!({"name": name, "version": version, "source": null, "edition": "2024",
-                   "rust_version": "1.89", "license": "MIT", "dependencies": [dependency]})
-        };
-        let metadata = json!({"packages": [
-            package("rho-runtime", "0.1.0", serde("^1", &["derive", "rc"])),
-            package("rho-plugin-api", "0.2.0", serde("^1", &["derive"])),
-        ]});
-        let problems = disagreements(&metadata).join("\n");
+        let root: toml::Table = toml::from_str(
+            r#"
+            [workspace.package]
+            version = "0.1.0"
+            edition = "2024"
+            [workspace.dependencies]
+            serde = { version = "1", features = ["derive", "rc"] }
+            schemars = "1.2"
+            [workspace.lints.clippy]
+            unwrap_used = "warn"
+            "#,
+        )
+        .expect("toml");
+        let api = |text: &str| toml::from_str::<toml::Table>(text).expect("toml");
+        let agreeing = api(r#"
+            [package]
+            name = "rho-plugin-api"
+            version = "0.1.0"
+            edition = "2024"
+            [dependencies]
+            serde = { version = "1", features = ["derive", "rc"] }
+            schemars = { version = "1.2" }
+            [lints.clippy]
+            unwrap_used = "warn"
+            "#);
+        assert_eq!(disagreements(&root, &agreeing), Vec::<String>::new());
+        let drifted = api(r#"
+            [package]
+            version = "0.2.0"
+            [dependencies]
+            serde = { version = "1", features = ["derive"] }
+            schemars = "1.2"
+            "#);
+        let problems = disagreements(&root, &drifted).join("\n");
         assert!(
-            problems.contains("version: rho-runtime says \"0.1.0\""),
+            problems.contains("package.version is \"0.2.0\""),
             "{problems}"
         );
         assert!(
-            problems.contains("plugin-api/Cargo.toml: serde \"^1\" [\"derive\"]"),
+            problems.contains("package.edition is missing"),
             "{problems}"
         );
-        let agreeing = json!({"packages": [
-            package("rho-runtime", "0.1.0", serde("^1", &["rc", "derive"])),
-            package("rho-plugin-api", "0.1.0", serde("^1", &["derive", "rc"])),
-        ]});
-        assert_eq!(disagreements(&agreeing), Vec::<String>::new());
+        assert!(problems.contains("dependency serde"), "{problems}");
+        assert!(!problems.contains("dependency schemars"), "{problems}");
+        assert!(problems.contains("[lints]"), "{problems}");
     }
 }

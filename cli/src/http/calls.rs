@@ -11,8 +11,9 @@ pub(super) type CallKey = (String, String);
 
 /// The `tools/call` requests of HTTP sessions in flight, with their cancellation: rmcp does not
 /// cancel a session's request when its client disconnects, so the response body does (see
-/// [`on_body_end`](super::gatekeeper)). Every request of an endpoint carries its `HttpCalls` in its
-/// extensions, where an MCP handler finds it ([`register`]). Cheap to clone.
+/// [`on_body_end`](super::body::on_body_end)). Every POST the gatekeeper passes on carries its
+/// endpoint's `HttpCalls` in its extensions, where an MCP handler finds it ([`register`]). Cheap
+/// to clone.
 #[derive(Clone, Default)]
 pub(super) struct HttpCalls(Arc<Mutex<HashMap<CallKey, CancellationToken>>>);
 

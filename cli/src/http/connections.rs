@@ -17,13 +17,15 @@ const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// peer address, a newcomer evicting the connection that has waited longest), served by hyper
 /// with a bound on the time its request heads may take, with TCP_NODELAY (answers end with small
 /// writes, the last SSE chunk, which would otherwise wait for the client's delayed ACK: 40 ms a
-/// call). On `stop`, connections finish their requests and close.
+/// call). On `stop`, it accepts no more, and returns once every connection has finished its
+/// request and closed.
 pub(super) async fn serve(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     stop: CancellationToken,
 ) {
     let table = Arc::new(Connections::default());
+    let connections = tokio_util::task::TaskTracker::new();
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -35,7 +37,7 @@ pub(super) async fn serve(
                     continue;
                 }
             },
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => break,
         };
         let Some(admitted) = table.admit(peer.ip()) else {
             drop(stream);
@@ -61,7 +63,7 @@ pub(super) async fn serve(
             },
         );
         let stop = stop.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let evicted = admitted.connection.evicted.clone();
             let _admitted = admitted;
             let mut http = hyper::server::conn::http1::Builder::new();
@@ -80,6 +82,9 @@ pub(super) async fn serve(
             }
         });
     }
+    drop(listener);
+    connections.close();
+    connections.wait().await;
 }
 
 /// The peer address of the connection a request came on (a request extension).

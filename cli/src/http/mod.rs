@@ -13,8 +13,9 @@
 //!   (`serve.max_requests`, then 503), and so are MCP sessions (`serve.max_sessions`), besides the
 //!   calls running at once (`serve.max_calls`).
 //!
-//! A client that disconnects mid-call cancels its call (rmcp cancels the request's token; the
-//! runner ends the call once and stops its worker).
+//! A client that disconnects mid-call cancels its call (rmcp does not; the gatekeeper's response
+//! body, dropped unfinished, cancels the call's token: see `calls`; the runner ends the call once
+//! and stops its worker).
 //!
 //! `/events` streams the host's events as Server-Sent Events (`id:` `RUN-SEQ`, the server run and
 //! the event's seq; `data:` its JSON, the journal's format), behind the same guard. A client that
@@ -140,8 +141,9 @@ impl Endpoint {
 }
 
 impl Started {
-    /// Stops accepting, lets connections finish their requests, and waits for them up to 2 s (a
-    /// client holding a stream open cannot hold the caller).
+    /// Stops accepting, lets every connection finish its request and close, and waits for that
+    /// up to 2 s (a client holding a stream open cannot hold the caller; its connection is
+    /// dropped with the runtime).
     pub async fn stop(self) {
         self.stop.cancel();
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), self.task).await;

@@ -8,8 +8,6 @@ mod mcp;
 mod meta_tools;
 mod server;
 pub mod settings;
-
-use settings::ServeConfig;
 mod stdio;
 
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -23,6 +21,7 @@ use crate::config::Config;
 use crate::host::{self, PluginFlags, RunFlags};
 use crate::http::{Endpoint, Guard};
 use server::RhoServer;
+use settings::ServeConfig;
 
 /// `rho serve` flags.
 #[derive(clap::Args)]
@@ -61,6 +60,7 @@ pub struct Args {
     #[command(flatten)]
     nats: crate::nats::ExportFlags,
 }
+
 /// Keeps fd 1 for the protocol only: returns a private duplicate for the transport and points fd 1
 /// at stderr.
 fn protocol_stdout() -> std::io::Result<std::fs::File> {
@@ -100,7 +100,8 @@ impl Args {
 
 pub async fn main(args: Args, mut config: Config) -> ExitCode {
     config.serve = args.applied_to(config.serve);
-    if config.serve.web && config.serve.http.is_none() {
+    // The flag asks for the page; `[serve] web` without `http` is for a file shared with stdio.
+    if args.web && config.serve.http.is_none() {
         eprintln!("rho: --web serves its page over HTTP: give --http ADDR (or [serve] http)");
         return ExitCode::from(2);
     }
