@@ -250,9 +250,7 @@ impl Imports {
         let mut graph: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
         for (file, text) in &files {
             let module = module_of(src, file);
-            let is_mod = file
-                .file_stem()
-                .is_some_and(|s| s == "mod" || s == "lib");
+            let is_mod = file.file_stem().is_some_and(|s| s == "mod" || s == "lib");
             let edges = graph.entry(file.clone()).or_default();
             for path in named_paths(code_of(text), &module) {
                 if let Some(target) = file_of(&modules, &path)
