@@ -430,6 +430,23 @@ pub fn abi_v1_fixture() -> &'static AbiV1 {
     })
 }
 
+/// `libecho_v2.so`, built against the frozen plugin interface 2 (`tests/fixtures/abi-v2`): tools
+/// `echo` (`text`; titled, read-only, idempotent, closed-world, a 5 s timeout of its own, one
+/// update `echoing`), `measure` (`text`; structured `{chars, words}` with an output schema),
+/// `context` (details `{time_left_ms, traceparent}` of its call) and `fail` ("failed on purpose").
+pub fn abi_v2_fixture() -> &'static Path {
+    static FIXTURE: OnceLock<PathBuf> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        // Hosts serve the fixture, isolated too: the worker binary must be there.
+        built();
+        build_fixture("abi-v2").join(format!(
+            "{}echo_v2{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        ))
+    })
+}
+
 /// The official MCP Python SDK of `requirement` (`mcp>=2`, `mcp<2`), installed from PyPI into the
 /// target directory when missing; the directory to put on `PYTHONPATH`.
 pub fn python_sdk(requirement: &str, name: &str) -> std::path::PathBuf {

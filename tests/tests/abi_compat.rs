@@ -1,5 +1,6 @@
-//! The plugin ABI across versions: a plugin built against the frozen interface 1
-//! (`tests/fixtures/abi-v1`) loads and answers in today's host, in process and isolated; a plugin
+//! The plugin ABI across versions: plugins built against the frozen interfaces 1 and 2
+//! (`tests/fixtures/abi-v1`, `tests/fixtures/abi-v2`) load and answer in today's host, in process
+//! and isolated, with everything their interface can say; a plugin
 //! built against today's interface is refused by an interface-1 host with one line naming both
 //! versions.
 
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rho_runtime::{BusItem, CallOptions, DirOptions, Event, EventKind, Outcome};
-use rho_tests::{abi_v1_fixture, call, host_with, plugin_lib};
+use rho_tests::{abi_v1_fixture, abi_v2_fixture, call, host_with, plugin_lib};
 use serde_json::json;
 use tokio_stream::StreamExt;
 
@@ -98,6 +99,87 @@ async fn a_plugin_built_against_interface_1_loads_and_answers_in_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_built_against_interface_1_loads_and_answers_isolated() {
     interface_1_loads_and_answers(DirOptions::default()).await;
+}
+
+/// Serves `echo-v2` (built against the frozen interface 2) from a fresh directory with `options`
+/// and checks what interface 2 says: declared titles, hints and output schemas, its interface
+/// version, an answer with its update, a structured answer, the call's time left and trace
+/// context, an error.
+async fn interface_2_loads_and_answers(options: DirOptions) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(abi_v2_fixture(), dir.path().join("libecho_v2.so")).unwrap();
+    let (host, report) = host_with(dir.path(), options, |b| b).await;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+
+    let tools = host.tools();
+    let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["context", "echo", "fail", "measure"]);
+    let tool = |name: &str| tools.iter().find(|t| t.name == name).unwrap();
+    let echo = tool("echo");
+    assert_eq!(echo.timeout_ms, Some(5000));
+    assert_eq!(echo.title.as_deref(), Some("Echo"));
+    assert!(echo.hints.read_only && echo.hints.idempotent && !echo.hints.open_world);
+    assert!(!tool("fail").hints.destructive);
+    let schema = tool("measure").output_schema.as_ref().unwrap();
+    assert_eq!(schema["properties"]["words"]["type"], "integer");
+    let infos = host.plugins().await;
+    assert_eq!(
+        (infos[0].name.as_str(), infos[0].interface_version),
+        ("echo-v2", 2)
+    );
+
+    let mut events = host.subscribe();
+    let opts = CallOptions::default();
+    let r = host
+        .call_with(&call("e", "echo", json!({"text": "héllo v2"})), &opts)
+        .await;
+    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "héllo v2"));
+    let updates: Vec<String> = events_of(&mut events, "e")
+        .await
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolExecutionUpdate { partial, .. } => Some(partial.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(updates, ["echoing"]);
+
+    let r = host
+        .call_with(&call("m", "measure", json!({"text": "a bb ccc"})), &opts)
+        .await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.structured, Some(json!({"chars": 8, "words": 3})));
+
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let traced = CallOptions {
+        traceparent: Some(traceparent.into()),
+        ..CallOptions::default()
+    };
+    let r = host
+        .call_with(&call("c", "context", json!({})), &traced)
+        .await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    let details = r.details.unwrap();
+    assert_eq!(details["traceparent"], traceparent);
+    assert!(
+        details["time_left_ms"].as_u64().is_some_and(|ms| ms > 0),
+        "{details}"
+    );
+
+    let r = host.call_with(&call("f", "fail", json!({})), &opts).await;
+    assert_eq!((r.outcome, r.text()), (Outcome::Error, "failed on purpose"));
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_built_against_interface_2_loads_and_answers_in_process() {
+    interface_2_loads_and_answers(DirOptions::in_process()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_built_against_interface_2_loads_and_answers_isolated() {
+    interface_2_loads_and_answers(DirOptions::default()).await;
 }
 
 #[test]
