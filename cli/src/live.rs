@@ -69,7 +69,12 @@ impl LiveState {
                 });
             }
             EventKind::AgentStart { .. } | EventKind::AgentEnd { .. } => {}
-            kind if kind.call_id().is_none() => {
+            // Notices: what is about no call, and a tool's log lines of warning and worse (its
+            // lower lines stay in the journal).
+            kind if kind.call_id().is_none()
+                || matches!(kind, EventKind::ToolExecutionLog { level, .. }
+                    if *level >= rho_runtime::LogLevel::Warning) =>
+            {
                 if let Some(line) = render::event_line(event, Detail::All) {
                     if self.notices.len() == KEPT {
                         self.notices.pop_back();

@@ -290,6 +290,14 @@ pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
         } => {
             format!(".. {tool} #{call_id} update: {}", one_line(partial, 100))
         }
+        EventKind::ToolExecutionLog {
+            call_id,
+            tool,
+            level,
+            message,
+        } => {
+            format!(".. {tool} #{call_id} {level}: {}", one_line(message, 100))
+        }
         EventKind::PluginLoaded {
             plugin,
             version,

@@ -43,7 +43,7 @@ pub use bus::events::{CallRef, Event, EventKind, ImageView, MAX_EVENT_TEXT, Outp
 pub use bus::journal::{INDEX_EVERY, Journal, JournalError, Replay, read_range};
 pub use bus::{Bus, BusItem, DEFAULT_CAPACITY, Filter, RECENT_IMAGE_BYTES, Sink, Subscription};
 pub use call::gate::{DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};
-pub use call::invoke::{Tool, ToolCtx, is_valid_traceparent};
+pub use call::invoke::{LogHook, Tool, ToolCtx, is_valid_traceparent};
 pub use call::rules::{Action, Asker, GateRule, RuleGate, pattern_matches};
 pub use call::runner::{
     CallOptions, CancellationToken, MAX_UPDATE_BYTES, RunnerConfig, UpdateHook,
@@ -63,7 +63,7 @@ pub use registry::origin::Origin;
 pub use registry::remote::{RemoteCall, RemoteSource, RemoteTool, RemoteToolEntry, ToolSource};
 /// The plugin API this host speaks, for hosts and tools that need its ABI types.
 pub use rho_plugin_api as plugin_api;
-pub use rho_plugin_api::{Answer, Capabilities, Image, Output, ToolError, ToolHints};
+pub use rho_plugin_api::{Answer, Capabilities, Image, LogLevel, Output, ToolError, ToolHints};
 
 /// The vocabulary of a call and its end, shared with workers and tools: `rho-protocol`.
 pub use rho_protocol as protocol;

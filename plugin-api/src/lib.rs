@@ -40,6 +40,7 @@ pub mod declare;
 pub mod ffi;
 #[doc(hidden)]
 pub mod glue;
+mod log;
 pub mod source;
 mod tool;
 
@@ -48,6 +49,7 @@ pub use answer::{
 };
 pub use ctx::Ctx;
 pub use declare::{Capabilities, ToolHints};
+pub use log::LogLevel;
 pub use schemars::JsonSchema;
 pub use serde_json::{Value, json};
 pub use tool::{CallFailure, MAX_TOOL_NAME_LEN, Tool, is_valid_tool_name};

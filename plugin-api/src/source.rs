@@ -21,6 +21,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("src/ffi.rs", include_str!("ffi.rs")),
     ("src/glue.rs", include_str!("glue.rs")),
     ("src/lib.rs", include_str!("lib.rs")),
+    ("src/log.rs", include_str!("log.rs")),
     ("src/source.rs", include_str!("source.rs")),
     ("src/tool.rs", include_str!("tool.rs")),
 ];

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use rho_runtime::{
     Answer, CallOptions, DirOptions, EventKind, Gate, GateCtx, Host, HostBuilder, KeepDetails,
-    KeptDetails, Loop, LoopConfig, Message, Outcome, Tool, ToolCall, ToolCtx, ToolError, ToolSpec,
-    Verdict, allow_all,
+    KeptDetails, LogLevel, Loop, LoopConfig, Message, Outcome, Tool, ToolCall, ToolCtx, ToolError,
+    ToolSpec, Verdict, allow_all,
 };
 use rho_tests::{call, gated, host_with, plugin_dir, timeout};
 use serde_json::{Value, json};
@@ -76,6 +76,22 @@ impl Tool for Native {
             Some("big_update") => {
                 ctx.update(&"u".repeat(args["n"].as_u64().unwrap_or(0) as usize));
                 Ok(Answer::text("updated"))
+            }
+            Some("log") => {
+                ctx.log(LogLevel::Debug, "starting");
+                ctx.update("half way");
+                ctx.log(LogLevel::Warning, "disk almost full");
+                ctx.log(
+                    LogLevel::Error,
+                    &"e".repeat(args["n"].as_u64().unwrap_or(0) as usize),
+                );
+                // Kept: a line after the answer, when the call has ended, goes nowhere.
+                let late = ctx.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    late.log(LogLevel::Emergency, "after the end");
+                });
+                Ok(Answer::text("logged"))
             }
             Some("panic_any") => std::panic::panic_any(42_i64),
             Some("panic") => panic!("native boom"),
@@ -616,6 +632,74 @@ async fn a_huge_partial_update_is_cut_before_it_is_published() {
         partial.len()
     );
     assert!(partial.ends_with("[rho: update cut from 8388608 bytes]"));
+}
+
+/// A tool's log lines reach the bus and the call's hook with their levels, in order with its
+/// updates and before its end, cut at the update bound; none after the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_lines_reach_the_bus_and_the_hook_in_order_and_never_after_the_end() {
+    let FaultsHost { host, _dir } = faults_host(5_000, |b| b).await;
+    let mut events = host.subscribe();
+    let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let options = CallOptions {
+        on_log: Some({
+            let heard = heard.clone();
+            Arc::new(move |level: LogLevel, line: &str| {
+                heard.lock().unwrap().push((level, line.len()));
+            })
+        }),
+        ..CallOptions::default()
+    };
+    let r = host
+        .call_with(
+            &call("1", "native", json!({"mode": "log", "n": 1 << 20})),
+            &options,
+        )
+        .await;
+    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "logged"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut seen = Vec::new();
+    while let Ok(Some(item)) = tokio::time::timeout(Duration::from_millis(100), events.next()).await
+    {
+        let rho_runtime::BusItem::Event(e) = item else {
+            continue;
+        };
+        match &e.kind {
+            EventKind::ToolExecutionLog {
+                level,
+                message,
+                tool,
+                ..
+            } => {
+                assert_eq!(tool, "native");
+                seen.push(format!("{level}:{}", message.len().min(20)));
+                if *level == LogLevel::Error {
+                    assert!(message.ends_with("[rho: log line cut from 1048576 bytes]"));
+                }
+            }
+            EventKind::ToolExecutionUpdate { partial, .. } => {
+                seen.push(format!("update:{partial}"))
+            }
+            EventKind::ToolExecutionEnd { .. } => seen.push("end".into()),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            "debug:8",
+            "update:half way",
+            "warning:16",
+            "error:20",
+            "end"
+        ],
+        "no line after the end"
+    );
+    let heard = heard.lock().unwrap().clone();
+    assert_eq!(heard.len(), 3, "{heard:?}");
+    assert_eq!(heard[0], (LogLevel::Debug, 8));
+    assert_eq!(heard[1], (LogLevel::Warning, 16));
+    assert!(heard[2].0 == LogLevel::Error && heard[2].1 <= rho_runtime::MAX_UPDATE_BYTES + 100);
 }
 
 /// Blocks its thread (a host's bug: it should await) for as long as it is told, then allows.

@@ -38,6 +38,8 @@ pub enum EventType {
     ToolRunning,
     /// A tool call reported progress.
     ToolExecutionUpdate,
+    /// A running tool wrote a log line.
+    ToolExecutionLog,
     /// A tool call ended (exactly once per call).
     ToolExecutionEnd,
     /// A plugin loaded.
@@ -72,7 +74,7 @@ pub struct UnknownEventType {
 
 impl EventType {
     /// Every type, in the order of their variants.
-    pub const ALL: [EventType; 20] = [
+    pub const ALL: [EventType; 21] = [
         EventType::AgentStart,
         EventType::AgentEnd,
         EventType::TurnStart,
@@ -82,6 +84,7 @@ impl EventType {
         EventType::ToolGateWaiting,
         EventType::ToolRunning,
         EventType::ToolExecutionUpdate,
+        EventType::ToolExecutionLog,
         EventType::ToolExecutionEnd,
         EventType::PluginLoaded,
         EventType::PluginLoadFailed,
@@ -112,6 +115,7 @@ impl EventType {
             EventType::ToolGateWaiting => "tool_gate_waiting",
             EventType::ToolRunning => "tool_running",
             EventType::ToolExecutionUpdate => "tool_execution_update",
+            EventType::ToolExecutionLog => "tool_execution_log",
             EventType::ToolExecutionEnd => "tool_execution_end",
             EventType::PluginLoaded => "plugin_loaded",
             EventType::PluginLoadFailed => "plugin_load_failed",

@@ -169,6 +169,17 @@ pub enum EventKind {
         /// The update's text.
         partial: String,
     },
+    /// A running tool wrote a log line (never after its call's end).
+    ToolExecutionLog {
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// How much it matters.
+        level: rho_plugin_api::LogLevel,
+        /// The line, cut at [`MAX_UPDATE_BYTES`](crate::MAX_UPDATE_BYTES) with a note.
+        message: String,
+    },
     /// A tool call ended: exactly one per call, whatever happened.
     ToolExecutionEnd {
         /// The call's id.
@@ -339,6 +350,7 @@ impl EventKind {
             EventKind::ToolGateWaiting { .. } => EventType::ToolGateWaiting,
             EventKind::ToolRunning { .. } => EventType::ToolRunning,
             EventKind::ToolExecutionUpdate { .. } => EventType::ToolExecutionUpdate,
+            EventKind::ToolExecutionLog { .. } => EventType::ToolExecutionLog,
             EventKind::ToolExecutionEnd { .. } => EventType::ToolExecutionEnd,
             EventKind::PluginLoaded { .. } => EventType::PluginLoaded,
             EventKind::PluginLoadFailed { .. } => EventType::PluginLoadFailed,
@@ -360,6 +372,7 @@ impl EventKind {
             | EventKind::ToolGateWaiting { tool, .. }
             | EventKind::ToolRunning { tool, .. }
             | EventKind::ToolExecutionUpdate { tool, .. }
+            | EventKind::ToolExecutionLog { tool, .. }
             | EventKind::ToolExecutionEnd { tool, .. }
             | EventKind::ToolNameConflict { tool, .. }
             | EventKind::ToolQuarantined { tool, .. }
@@ -375,6 +388,7 @@ impl EventKind {
             | EventKind::ToolGateWaiting { call_id, .. }
             | EventKind::ToolRunning { call_id, .. }
             | EventKind::ToolExecutionUpdate { call_id, .. }
+            | EventKind::ToolExecutionLog { call_id, .. }
             | EventKind::ToolExecutionEnd { call_id, .. } => Some(call_id),
             _ => None,
         }

@@ -7,11 +7,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use rho_plugin_api::{Answer, ToolError};
+use rho_plugin_api::{Answer, LogLevel, ToolError};
 use serde_json::Value;
 
 pub use rho_protocol::Failure;
 use rho_protocol::ToolSpec;
+
+/// Receives one call's log lines with their levels, in order, each cut at
+/// [`MAX_UPDATE_BYTES`](crate::MAX_UPDATE_BYTES): see [`CallOptions::on_log`](crate::CallOptions::on_log).
+pub type LogHook = Arc<dyn Fn(LogLevel, &str) + Send + Sync>;
 
 /// A boxed future of a call's answer.
 pub type CallFuture = Pin<Box<dyn Future<Output = Result<Answer, Failure>> + Send>>;
@@ -29,8 +33,8 @@ pub(crate) trait Invoke: Send + Sync {
     }
 }
 
-/// The context a tool gets for one call: its id, its cancellation flag, a way to send partial
-/// updates, its deadline and its trace context. Cheap to clone: clones share one allocation.
+/// The context a tool gets for one call: its id, its cancellation flag, ways to send partial
+/// updates and log lines, its deadline and its trace context. Cheap to clone: clones share one allocation.
 #[derive(Clone)]
 pub struct ToolCtx {
     shared: Arc<CtxShared>,
@@ -41,20 +45,24 @@ struct CtxShared {
     call_id: String,
     cancelled: AtomicBool,
     on_update: Arc<dyn Fn(&str) + Send + Sync>,
+    on_log: Option<LogHook>,
     deadline: OnceLock<Instant>,
     traceparent: Option<Arc<str>>,
 }
 
 impl ToolCtx {
-    /// A context for call `call_id` that hands partial updates to `on_update`.
+    /// A context for call `call_id` that hands partial updates to `on_update` (and drops log
+    /// lines).
     pub fn new(call_id: &str, on_update: Arc<dyn Fn(&str) + Send + Sync>) -> Self {
-        ToolCtx::with_traceparent(call_id, on_update, None)
+        ToolCtx::for_call(call_id, on_update, None, None)
     }
 
-    /// A context that also carries `traceparent` (already checked by the runner).
-    pub(crate) fn with_traceparent(
+    /// The runner's context of a call: updates and log lines to the call's senders, and its
+    /// `traceparent` (already checked).
+    pub(crate) fn for_call(
         call_id: &str,
         on_update: Arc<dyn Fn(&str) + Send + Sync>,
+        on_log: Option<LogHook>,
         traceparent: Option<Arc<str>>,
     ) -> Self {
         ToolCtx {
@@ -62,6 +70,7 @@ impl ToolCtx {
                 call_id: call_id.to_owned(),
                 cancelled: AtomicBool::new(false),
                 on_update,
+                on_log,
                 deadline: OnceLock::new(),
                 traceparent,
             }),
@@ -110,6 +119,16 @@ impl ToolCtx {
     /// Sends a partial update for the call.
     pub fn update(&self, partial: &str) {
         (self.shared.on_update)(partial);
+    }
+
+    /// Writes a log line of the call at `level`: a `tool_execution_log` event (journal, views,
+    /// NATS) and the call's [`CallOptions::on_log`](crate::CallOptions::on_log) (an MCP client's
+    /// `notifications/message`), in order with its updates, never after the call's end; a line
+    /// over [`MAX_UPDATE_BYTES`](crate::MAX_UPDATE_BYTES) is cut with a note.
+    pub fn log(&self, level: LogLevel, message: &str) {
+        if let Some(on_log) = &self.shared.on_log {
+            on_log(level, message);
+        }
     }
 
     /// The cancellation flag itself (what a plugin polls).

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rho_plugin_api::{Answer, Output};
+use rho_plugin_api::{Answer, LogLevel, Output};
 use serde_json::Value;
 use tokio::sync::oneshot;
 pub use tokio_util::sync::CancellationToken;
@@ -17,7 +17,7 @@ use crate::bus::Bus;
 use crate::bus::event_type::EventType;
 use crate::bus::events::{EventKind, OutputView, event_text};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
-use crate::call::invoke::{Failure, ToolCtx, is_valid_traceparent};
+use crate::call::invoke::{Failure, LogHook, ToolCtx, is_valid_traceparent};
 use crate::call::panic::{catch, payload_message};
 use crate::registry::{ResolvedTool, ToolRegistry};
 use rho_protocol::{
@@ -70,20 +70,64 @@ impl Default for RunnerConfig {
 /// subscribers, clients) without bound by sending huge updates.
 pub const MAX_UPDATE_BYTES: usize = 64 << 10;
 
-/// `partial`, cut at [`MAX_UPDATE_BYTES`] with a note.
-fn bounded_update(partial: &str) -> String {
-    if partial.len() <= MAX_UPDATE_BYTES {
-        return partial.to_owned();
+/// `text` (an update or a log line: `what`), cut at [`MAX_UPDATE_BYTES`] with a note.
+fn bounded(text: &str, what: &str) -> String {
+    if text.len() <= MAX_UPDATE_BYTES {
+        return text.to_owned();
     }
     let at = (0..=MAX_UPDATE_BYTES)
         .rev()
-        .find(|&i| partial.is_char_boundary(i))
+        .find(|&i| text.is_char_boundary(i))
         .unwrap_or(0);
     format!(
-        "{}... [rho: update cut from {} bytes]",
-        &partial[..at],
-        partial.len()
+        "{}... [rho: {what} cut from {} bytes]",
+        &text[..at],
+        text.len()
     )
+}
+
+/// What a running tool sends beside its answer (partial updates, log lines), on their way to the
+/// call's hook and the bus: bounded, and dropped once the call has ended.
+#[derive(Clone)]
+struct Sender {
+    ended: Arc<std::sync::Mutex<bool>>,
+    bus: Bus,
+    session: Option<String>,
+    call: Arc<ToolCall>,
+}
+
+impl Sender {
+    /// `text` (a `what`), cut at [`MAX_UPDATE_BYTES`], to `hook` and, when someone subscribes to
+    /// `kind`, as the event `event` makes of it; nothing once the call has ended. The hook is the
+    /// host's, not the tool's: its panic is logged, never the tool's crash.
+    fn send(
+        &self,
+        kind: EventType,
+        what: &str,
+        text: &str,
+        hook: Option<&dyn Fn(&str)>,
+        event: impl FnOnce(&ToolCall, String) -> EventKind,
+    ) {
+        let ended = self
+            .ended
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let wanted = self.bus.wants(kind);
+        if *ended || !wanted && hook.is_none() {
+            return;
+        }
+        let text = bounded(text, what);
+        if let Some(hook) = hook {
+            let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(&text)));
+            if called.is_err() {
+                tracing::error!(call = %self.call.id, "the call's {what} hook panicked");
+            }
+        }
+        if wanted {
+            self.bus
+                .publish(self.session.as_deref(), event(&self.call, text));
+        }
+    }
 }
 
 /// What ended a call's task, as the task reports it.
@@ -175,6 +219,10 @@ pub struct CallOptions {
     /// published; never after the call's `tool_execution_end`. It runs on the plugin's thread (or the worker's
     /// reader): hand the text on (a channel) and return.
     pub on_update: Option<UpdateHook>,
+    /// Called with each log line of this call as its `tool_execution_log` event is published,
+    /// in order with its updates; never after the call's `tool_execution_end`. It runs where
+    /// [`on_update`](Self::on_update) does: hand the line on and return.
+    pub on_log: Option<LogHook>,
     /// The call's W3C trace context (`traceparent`: from an MCP request's
     /// `_meta.traceparent`, or the host's own tracing), handed on to the tool
     /// ([`ToolCtx::traceparent`], a plugin's `Ctx::traceparent`). One that is not valid
@@ -427,15 +475,11 @@ impl ToolRunner {
         if let Err(text) = tool.check_args(&args) {
             return fail(Outcome::InvalidArguments, text);
         }
-        let session = options.session_id.clone();
-        let bus = self.bus().clone();
-        let update_of = call.clone();
-        // Set once the call has ended: a runaway plugin thread that goes on sending updates must
-        // not put events after the call's `tool_execution_end`. Held across the check, the hook
-        // and the publish, and taken to set it: no update is under way when the end goes out.
+        // Set once the call has ended: a runaway plugin thread that goes on sending updates or
+        // log lines must not put events after the call's `tool_execution_end`. Held across the
+        // check, the hook and the publish, and taken to set it: nothing is under way when the
+        // end goes out.
         let ended = Arc::new(std::sync::Mutex::new(false));
-        let ended_for_updates = ended.clone();
-        let hook = options.on_update.clone();
         let traceparent = match options.traceparent.as_deref() {
             Some(t) if is_valid_traceparent(t) => Some(Arc::from(t)),
             Some(t) => {
@@ -444,38 +488,54 @@ impl ToolRunner {
             }
             None => None,
         };
-        let ctx = ToolCtx::with_traceparent(
-            &call.id,
+        let sender = Sender {
+            ended: ended.clone(),
+            bus: self.bus().clone(),
+            session: options.session_id.clone(),
+            call: call.clone(),
+        };
+        let on_update = {
+            let sender = sender.clone();
+            let hook = options.on_update.clone();
             Arc::new(move |partial: &str| {
-                let ended = ended_for_updates
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let wanted = bus.wants(EventType::ToolExecutionUpdate);
-                if *ended || !wanted && hook.is_none() {
-                    return;
-                }
-                let partial = bounded_update(partial);
-                if let Some(hook) = &hook {
-                    // The host's hook, not the tool: its panic is logged, never the tool's crash.
-                    let called =
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(&partial)));
-                    if called.is_err() {
-                        tracing::error!(call = %update_of.id, "the call's update hook panicked");
+                let hook = hook.as_deref().map(|h| h as &dyn Fn(&str));
+                sender.send(
+                    EventType::ToolExecutionUpdate,
+                    "update",
+                    partial,
+                    hook,
+                    |c, partial| EventKind::ToolExecutionUpdate {
+                        call_id: c.id.clone(),
+                        tool: c.name.clone(),
+                        partial,
+                    },
+                );
+            }) as Arc<dyn Fn(&str) + Send + Sync>
+        };
+        let on_log = {
+            let hook = options.on_log.clone();
+            Arc::new(move |level: LogLevel, message: &str| {
+                let forward = |line: &str| {
+                    if let Some(hook) = &hook {
+                        hook(level, line);
                     }
-                }
-                if wanted {
-                    bus.publish(
-                        session.as_deref(),
-                        EventKind::ToolExecutionUpdate {
-                            call_id: update_of.id.clone(),
-                            tool: update_of.name.clone(),
-                            partial,
-                        },
-                    );
-                }
-            }),
-            traceparent,
-        );
+                };
+                let hook = hook.is_some().then_some(&forward as &dyn Fn(&str));
+                sender.send(
+                    EventType::ToolExecutionLog,
+                    "log line",
+                    message,
+                    hook,
+                    |c, message| EventKind::ToolExecutionLog {
+                        call_id: c.id.clone(),
+                        tool: c.name.clone(),
+                        level,
+                        message,
+                    },
+                );
+            }) as LogHook
+        };
+        let ctx = ToolCtx::for_call(&call.id, on_update, Some(on_log), traceparent);
         let (running_tx, running_rx) = oneshot::channel::<Instant>();
         let task = self.spawn_task(call, tool, gate, options, args, ctx.clone(), running_tx);
         let result = self
