@@ -32,7 +32,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 /// `rho --version`: the release and the plugin interface it speaks (what `rho plugin check`
-/// prints of a plugin): `0.1.0, plugin interface 2 (loads 1 to 2)`.
+/// prints of a plugin): `0.1.0, plugin interface 3 (loads 1 to 3)`.
 fn version_text() -> &'static str {
     static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     TEXT.get_or_init(|| {

@@ -7,14 +7,15 @@ use std::time::{Duration, Instant};
 
 use abi_stable::std_types::RStr;
 
-use crate::ffi::{FfiCallInfo, FfiCtx};
+use crate::LogLevel;
+use crate::ffi::{FfiCallInfo, FfiCtx, FfiHost};
 
 /// The context of one call, handed to a tool function by reference for the duration of the call.
 ///
 /// Through it a tool reads its call id, polls whether the host has given up on the call
-/// ([`Ctx::is_cancelled`]), sends partial updates ([`Ctx::update`]), reads how long it has left
-/// ([`Ctx::time_left`]) and the call's trace context ([`Ctx::traceparent`]). For unit tests,
-/// [`Ctx::detached`] builds one without a host.
+/// ([`Ctx::is_cancelled`]), sends partial updates ([`Ctx::update`]) and log lines ([`Ctx::log`]),
+/// reads how long it has left ([`Ctx::time_left`]) and the call's trace context
+/// ([`Ctx::traceparent`]). For unit tests, [`Ctx::detached`] builds one without a host.
 ///
 /// ```
 /// use std::time::Duration;
@@ -32,13 +33,15 @@ pub struct Ctx {
 }
 
 enum Inner {
-    /// A context from a host; valid only while the call runs (tools only ever see `&Ctx`).
-    Host(FfiCtx<'static>),
+    /// A context from a host; valid only while the call runs (tools only ever see `&Ctx`). A
+    /// host of interface 3 or later offers its functions too.
+    Host(FfiCtx<'static>, Option<FfiHost<'static>>),
     /// A context without a host, for tests.
     Detached {
         call_id: String,
         cancelled: AtomicBool,
         updates: Mutex<Vec<String>>,
+        logs: Mutex<Vec<(LogLevel, String)>>,
     },
 }
 
@@ -48,6 +51,7 @@ impl Ctx {
     pub fn with_host<R>(
         ffi: FfiCtx<'_>,
         info: Option<FfiCallInfo<'_>>,
+        host: Option<FfiHost<'_>>,
         f: impl FnOnce(&Ctx) -> R,
     ) -> R {
         let deadline = info
@@ -57,6 +61,9 @@ impl Ctx {
         // this function returns, and `Ctx` hands out nothing that outlives `&self`.
         let ffi: FfiCtx<'static> =
             unsafe { std::mem::transmute::<FfiCtx<'_>, FfiCtx<'static>>(ffi) };
+        // SAFETY: as above.
+        let host: Option<FfiHost<'static>> =
+            unsafe { std::mem::transmute::<Option<FfiHost<'_>>, Option<FfiHost<'static>>>(host) };
         // SAFETY: as above; the host's text is valid for the call and checked to be UTF-8 here.
         let traceparent: &'static str = match info {
             Some(info) => unsafe {
@@ -69,7 +76,7 @@ impl Ctx {
             None => "",
         };
         let ctx = Ctx {
-            inner: Inner::Host(ffi),
+            inner: Inner::Host(ffi, host),
             deadline,
             traceparent: Cow::Borrowed(traceparent),
         };
@@ -77,13 +84,15 @@ impl Ctx {
     }
 
     /// A context without a host, for calling tool functions directly in tests. It records the
-    /// updates sent through it ([`Ctx::sent_updates`]) and can be cancelled ([`Ctx::cancel`]).
+    /// updates and log lines sent through it ([`Ctx::sent_updates`], [`Ctx::sent_logs`]) and can
+    /// be cancelled ([`Ctx::cancel`]).
     pub fn detached(call_id: impl Into<String>) -> Self {
         Ctx {
             inner: Inner::Detached {
                 call_id: call_id.into(),
                 cancelled: AtomicBool::new(false),
                 updates: Mutex::new(Vec::new()),
+                logs: Mutex::new(Vec::new()),
             },
             deadline: None,
             traceparent: Cow::Borrowed(""),
@@ -125,7 +134,7 @@ impl Ctx {
     /// The call's id, as the model gave it.
     pub fn call_id(&self) -> &str {
         match &self.inner {
-            Inner::Host(ffi) => ffi.call_id.as_str(),
+            Inner::Host(ffi, _) => ffi.call_id.as_str(),
             Inner::Detached { call_id, .. } => call_id,
         }
     }
@@ -135,7 +144,7 @@ impl Ctx {
     /// busy after the host has moved on.
     pub fn is_cancelled(&self) -> bool {
         match &self.inner {
-            Inner::Host(ffi) => ffi.is_cancelled(),
+            Inner::Host(ffi, _) => ffi.is_cancelled(),
             Inner::Detached { cancelled, .. } => cancelled.load(Ordering::Relaxed),
         }
     }
@@ -144,12 +153,44 @@ impl Ctx {
     /// `tool_execution_update`; it is not part of the answer.
     pub fn update(&self, partial: impl AsRef<str>) {
         match &self.inner {
-            Inner::Host(ffi) => (ffi.send_update)(ffi.sink, RStr::from_str(partial.as_ref())),
+            Inner::Host(ffi, _) => (ffi.send_update)(ffi.sink, RStr::from_str(partial.as_ref())),
             Inner::Detached { updates, .. } => {
                 if let Ok(mut updates) = updates.lock() {
                     updates.push(partial.as_ref().to_owned());
                 }
             }
+        }
+    }
+
+    /// Writes a log line of the call at `level`. A host shows it in its journal and views and
+    /// sends it to an MCP client that asked for that level (`logging/setLevel`); it is not part
+    /// of the answer. A host of interface 2 or older drops it.
+    ///
+    /// ```
+    /// use rho_plugin_api::{Ctx, LogLevel};
+    /// let ctx = Ctx::detached("call-1");
+    /// ctx.log(LogLevel::Warning, "the cache is cold");
+    /// assert_eq!(ctx.sent_logs(), [(LogLevel::Warning, "the cache is cold".to_owned())]);
+    /// ```
+    pub fn log(&self, level: LogLevel, line: impl AsRef<str>) {
+        match &self.inner {
+            Inner::Host(_, Some(host)) => {
+                (host.fns.log())(host.sink, level as u8, RStr::from_str(line.as_ref()))
+            }
+            Inner::Host(_, None) => {}
+            Inner::Detached { logs, .. } => {
+                if let Ok(mut logs) = logs.lock() {
+                    logs.push((level, line.as_ref().to_owned()));
+                }
+            }
+        }
+    }
+
+    /// The log lines written through a detached context so far (empty for a host's context).
+    pub fn sent_logs(&self) -> Vec<(LogLevel, String)> {
+        match &self.inner {
+            Inner::Detached { logs, .. } => logs.lock().map(|l| l.clone()).unwrap_or_default(),
+            Inner::Host(..) => Vec::new(),
         }
     }
 
@@ -166,7 +207,7 @@ impl Ctx {
             Inner::Detached { updates, .. } => {
                 updates.lock().map(|u| u.clone()).unwrap_or_default()
             }
-            Inner::Host(_) => Vec::new(),
+            Inner::Host(..) => Vec::new(),
         }
     }
 }

@@ -21,6 +21,7 @@
 //! |---|---|
 //! | 1 | `interface_version`, `describe`, `call` |
 //! | 2 | `declare` (hints, titles, output schemas, result limits, capabilities), `call_with` (time left, trace context, structured answers) |
+//! | 3 | `call_host`: `call_with` with the host's services ([`FfiHost`]: log lines), a table of functions that grows at its end like this module |
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -36,7 +37,7 @@ use abi_stable::{
 /// The version of the calling convention described in this module, as plugins built against this
 /// crate report it. A host refuses a plugin outside [`OLDEST_INTERFACE_VERSION`]`..=`this, on top
 /// of abi_stable's own layout check.
-pub const INTERFACE_VERSION: u32 = 2;
+pub const INTERFACE_VERSION: u32 = 3;
 
 /// The oldest interface version a host built against this crate still loads (with defaults for
 /// everything that version cannot declare).
@@ -71,6 +72,16 @@ pub struct PluginMod {
         args_json: RStr<'_>,
         ctx: FfiCtx<'_>,
         info: FfiCallInfo<'_>,
+    ) -> FfiOutcome2,
+    /// Interface 3: `call_with` with what the host offers the running call ([`FfiHost`]).
+    /// Never unwinds.
+    #[sabi(missing_field(option))]
+    pub call_host: extern "C" fn(
+        tool: RStr<'_>,
+        args_json: RStr<'_>,
+        ctx: FfiCtx<'_>,
+        info: FfiCallInfo<'_>,
+        host: FfiHost<'_>,
     ) -> FfiOutcome2,
 }
 
@@ -118,6 +129,114 @@ pub mod v1 {
         const NAME: &'static str = "rho_plugin";
         const VERSION_STRINGS: VersionStrings = package_version_strings!();
     }
+}
+
+/// Interface 2's root module, frozen: as [`v1`], a host checks the layout of a plugin built
+/// against interface 2 with it, then reads it through today's [`PluginModRef`]. Never change this
+/// type.
+pub mod v2 {
+    use abi_stable::{
+        StableAbi, declare_root_module_statics,
+        library::RootModule,
+        package_version_strings,
+        sabi_types::VersionStrings,
+        std_types::{RResult, RStr, RString},
+    };
+
+    use super::{FfiCallInfo, FfiCtx, FfiOutcome, FfiOutcome2, FfiPluginInfo};
+
+    /// The root module of interface 2.
+    #[repr(C)]
+    #[derive(StableAbi)]
+    #[sabi(kind(Prefix(prefix_ref = PluginModRef)))]
+    #[sabi(missing_field(panic))]
+    pub struct PluginMod {
+        /// 2.
+        pub interface_version: u32,
+        /// Describes the plugin and its tools.
+        pub describe: extern "C" fn() -> RResult<FfiPluginInfo, RString>,
+        /// Calls one tool.
+        #[sabi(last_prefix_field)]
+        pub call: extern "C" fn(tool: RStr<'_>, args_json: RStr<'_>, ctx: FfiCtx<'_>) -> FfiOutcome,
+        /// What the plugin declares.
+        #[sabi(missing_field(option))]
+        pub declare: extern "C" fn() -> RResult<RString, RString>,
+        /// `call` with call info and structured answers.
+        #[sabi(missing_field(option))]
+        pub call_with: extern "C" fn(
+            tool: RStr<'_>,
+            args_json: RStr<'_>,
+            ctx: FfiCtx<'_>,
+            info: FfiCallInfo<'_>,
+        ) -> FfiOutcome2,
+    }
+
+    impl RootModule for PluginModRef {
+        declare_root_module_statics! {PluginModRef}
+        const BASE_NAME: &'static str = "rho_plugin";
+        const NAME: &'static str = "rho_plugin";
+        const VERSION_STRINGS: VersionStrings = package_version_strings!();
+    }
+}
+
+/// What a host offers a running call (interface 3): its functions and the host's state for this
+/// call, valid for the duration of one `call_host`.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy)]
+pub struct FfiHost<'a> {
+    /// Opaque host state handed back to every function of `fns`.
+    pub sink: RRef<'a, ErasedObject>,
+    /// The functions.
+    pub fns: HostFnsRef,
+}
+
+/// The host's functions for a running call: an abi_stable prefix type, so later interfaces add
+/// functions at its end and a plugin reads `None` from a host built before them.
+#[repr(C)]
+#[derive(StableAbi)]
+#[sabi(kind(Prefix(prefix_ref = HostFnsRef)))]
+#[sabi(missing_field(option))]
+pub struct HostFns {
+    /// Writes one log line of the call: `level` 0 (debug) to 7 (emergency), as
+    /// [`crate::LogLevel`] orders them. Never unwinds.
+    #[sabi(last_prefix_field)]
+    pub log: extern "C" fn(sink: RRef<'_, ErasedObject>, level: u8, line: RStr<'_>),
+}
+
+/// What a host does with a call's log line: its level (`None` for a number that is none) and its
+/// text (`None` when it is not UTF-8).
+pub type LogSink<'a> = &'a (dyn Fn(Option<crate::LogLevel>, Option<&str>) + Sync);
+
+impl<'a> FfiHost<'a> {
+    /// The host's side for one call: every log line goes to `on_log`, checked (a level that is
+    /// none, text that is not UTF-8 come as `None`); a panic inside it is caught and the line
+    /// dropped, never unwinding into the plugin.
+    pub fn new(on_log: &'a LogSink<'a>) -> Self {
+        static FNS: std::sync::OnceLock<HostFnsRef> = std::sync::OnceLock::new();
+        let fns = *FNS.get_or_init(|| {
+            use abi_stable::prefix_type::PrefixTypeTrait;
+            HostFns {
+                log: log_trampoline,
+            }
+            .leak_into_prefix()
+        });
+        let ptr = on_log as *const LogSink<'a> as *const ErasedObject;
+        // SAFETY: `ptr` comes from a reference that lives for 'a; `log_trampoline` casts it back
+        // to the same type.
+        let sink = unsafe { RRef::from_raw(ptr) };
+        FfiHost { sink, fns }
+    }
+}
+
+extern "C" fn log_trampoline(sink: RRef<'_, ErasedObject>, level: u8, line: RStr<'_>) {
+    let ptr = sink.as_ptr() as *const LogSink<'_>;
+    // SAFETY: only `FfiHost::new` builds hosts with this trampoline, from this exact type.
+    let on_log: &LogSink<'_> = unsafe { &*ptr };
+    // SAFETY: as in `trampoline`: bytes read as bytes and checked.
+    let bytes = unsafe { std::slice::from_raw_parts(line.as_ptr(), line.len()) };
+    let level = crate::LogLevel::ALL.get(usize::from(level)).copied();
+    let text = std::str::from_utf8(bytes).ok();
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| on_log(level, text)));
 }
 
 /// What a plugin says about itself.

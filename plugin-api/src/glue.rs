@@ -15,9 +15,9 @@ use abi_stable::std_types::{RErr, ROk, ROption, RResult, RStr, RString, RVec};
 
 use crate::declare::{Capabilities, Declaration};
 use crate::ffi::{
-    FfiAnswer, FfiAnswer2, FfiCallInfo, FfiCtx, FfiFailure, FfiFailureKind, FfiImage, FfiOutcome,
-    FfiOutcome2, FfiOutputKind, FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION, PluginMod,
-    PluginModRef,
+    FfiAnswer, FfiAnswer2, FfiCallInfo, FfiCtx, FfiFailure, FfiFailureKind, FfiHost, FfiImage,
+    FfiOutcome, FfiOutcome2, FfiOutputKind, FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION,
+    PluginMod, PluginModRef,
 };
 use crate::tool::CallFailure;
 use crate::{Answer, Ctx, Image, Output, Tool};
@@ -60,6 +60,9 @@ pub struct EntryPoints {
     pub declare: extern "C" fn() -> RResult<RString, RString>,
     /// `call_with`.
     pub call_with: extern "C" fn(RStr<'_>, RStr<'_>, FfiCtx<'_>, FfiCallInfo<'_>) -> FfiOutcome2,
+    /// `call_host`.
+    pub call_host:
+        extern "C" fn(RStr<'_>, RStr<'_>, FfiCtx<'_>, FfiCallInfo<'_>, FfiHost<'_>) -> FfiOutcome2,
 }
 
 /// Builds the root module from the generated entry points.
@@ -70,6 +73,7 @@ pub fn module(entry: EntryPoints) -> PluginModRef {
         call: entry.call,
         declare: entry.declare,
         call_with: entry.call_with,
+        call_host: entry.call_host,
     }
     .leak_into_prefix()
 }
@@ -130,19 +134,20 @@ pub fn call(
     args_json: RStr<'_>,
     ctx: FfiCtx<'_>,
 ) -> FfiOutcome {
-    match call_with(tools, tool, args_json, ctx, None) {
+    match call_with(tools, tool, args_json, ctx, None, None) {
         RResult::ROk(answer) => ROk(answer.answer),
         RResult::RErr(failure) => RErr(failure),
     }
 }
 
-/// The body of the generated `call_with` entry point.
+/// The body of the generated `call_with` and `call_host` entry points (`host` from interface 3).
 pub fn call_with(
     tools: fn() -> &'static PluginTools,
     tool: RStr<'_>,
     args_json: RStr<'_>,
     ctx: FfiCtx<'_>,
     info: Option<FfiCallInfo<'_>>,
+    host: Option<FfiHost<'_>>,
 ) -> FfiOutcome2 {
     let result = guarded(|| {
         let tools = tools();
@@ -153,7 +158,9 @@ pub fn call_with(
                 None,
             ));
         };
-        match Ctx::with_host(ctx, info, |ctx| tools.tools[i].run(args_json.as_str(), ctx)) {
+        match Ctx::with_host(ctx, info, host, |ctx| {
+            tools.tools[i].run(args_json.as_str(), ctx)
+        }) {
             Ok(answer) => answer_to_ffi(answer),
             Err(CallFailure::Tool(e)) => Err(failure(FfiFailureKind::Error, e.message, e.details)),
             Err(CallFailure::InvalidArguments(m)) => {

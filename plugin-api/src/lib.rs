@@ -124,7 +124,18 @@ macro_rules! export_plugin {
             ctx: $crate::ffi::FfiCtx<'_>,
             info: $crate::ffi::FfiCallInfo<'_>,
         ) -> $crate::ffi::FfiOutcome2 {
-            $crate::glue::call_with(__rho_plugin_tools, tool, args_json, ctx, ::std::option::Option::Some(info))
+            $crate::glue::call_with(__rho_plugin_tools, tool, args_json, ctx, ::std::option::Option::Some(info), ::std::option::Option::None)
+        }
+
+        #[doc(hidden)]
+        extern "C" fn __rho_plugin_call_host(
+            tool: $crate::glue::abi_stable::std_types::RStr<'_>,
+            args_json: $crate::glue::abi_stable::std_types::RStr<'_>,
+            ctx: $crate::ffi::FfiCtx<'_>,
+            info: $crate::ffi::FfiCallInfo<'_>,
+            host: $crate::ffi::FfiHost<'_>,
+        ) -> $crate::ffi::FfiOutcome2 {
+            $crate::glue::call_with(__rho_plugin_tools, tool, args_json, ctx, ::std::option::Option::Some(info), ::std::option::Option::Some(host))
         }
 
         #[doc(hidden)]
@@ -134,6 +145,7 @@ macro_rules! export_plugin {
                 call: __rho_plugin_call,
                 declare: __rho_plugin_declare,
                 call_with: __rho_plugin_call_with,
+                call_host: __rho_plugin_call_host,
             })
         }
 

@@ -226,6 +226,15 @@ pub enum FromWorker {
         /// The update.
         partial: String,
     },
+    /// A log line of a running call (interface 3).
+    Log {
+        /// The host's number for the call.
+        id: u64,
+        /// Its level.
+        level: rho_plugin_api::LogLevel,
+        /// The line.
+        line: String,
+    },
     /// A call's answer; the text (UTF-8, `text_len` bytes) then the image bytes follow as blobs,
     /// in order.
     Answer {

@@ -475,6 +475,73 @@ fn the_python_sdk_gets_every_progress_update_and_a_bounded_answer() {
     }
 }
 
+/// A plugin's log lines (interface 3), isolated and in process, reach an MCP client through the
+/// official Python SDK at the level it set: none before it sets one, then those at or above it,
+/// in order, before the answer.
+#[test]
+fn the_python_sdk_hears_log_lines_at_the_level_it_set() {
+    let plugins = dir(&["faults"]);
+    for (requirement, name) in [("mcp>=2,<3", "mcp2"), ("mcp>=1.9,<2", "mcp1")] {
+        let sdk = rho_tests::python_sdk(requirement, name);
+        for extra in [&[][..], &["--in-process"][..]] {
+            let mut client = Command::new("python3");
+            client
+                .arg(rho_tests::workspace_dir().join("tests/python/log_levels.py"))
+                .arg(rho_bin())
+                .arg(plugins.path())
+                .args(extra)
+                .env("PYTHONPATH", &sdk);
+            let report = rho_tests::client_report(client, requirement);
+            assert_eq!(report["logging"], true, "{requirement} {extra:?}: {report}");
+            let heard = |level: &str| -> Vec<String> {
+                let run = &report["runs"][level];
+                assert_eq!(
+                    run["text"], "logged 4 lines",
+                    "{requirement} {extra:?}: {run}"
+                );
+                run["heard"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|h| {
+                        assert_eq!(h["logger"], "log_levels", "{h}");
+                        format!(
+                            "{}:{}",
+                            h["level"].as_str().unwrap(),
+                            h["data"].as_str().unwrap()
+                        )
+                    })
+                    .collect()
+            };
+            assert_eq!(
+                heard("unset"),
+                Vec::<String>::new(),
+                "{requirement} {extra:?}"
+            );
+            assert_eq!(
+                heard("warning"),
+                ["warning:warning line", "error:error line"],
+                "{requirement} {extra:?}"
+            );
+            assert_eq!(
+                heard("debug"),
+                [
+                    "debug:debug line",
+                    "info:info line",
+                    "warning:warning line",
+                    "error:error line"
+                ],
+                "{requirement} {extra:?}"
+            );
+            assert_eq!(
+                heard("error"),
+                ["error:error line"],
+                "{requirement} {extra:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn calls_beyond_the_bound_wait_for_a_turn() {
     let plugins = dir(&["faults"]);

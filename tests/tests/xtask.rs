@@ -137,7 +137,11 @@ fn check_plugin_on_a_good_and_a_bad_file() {
     assert_eq!(good.status.code(), Some(0));
     let text = String::from_utf8_lossy(&good.stdout);
     assert!(text.contains("plugin:            faults 0.1.0"), "{text}");
-    assert!(text.contains("interface version: 2"), "{text}");
+    let interface = rho_runtime::plugin_api::ffi::INTERFACE_VERSION;
+    assert!(
+        text.contains(&format!("interface version: {interface}")),
+        "{text}"
+    );
     assert!(
         text.contains("  slow: Sleeps for ms milliseconds; its own timeout is 1000 ms."),
         "{text}"

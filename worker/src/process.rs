@@ -398,9 +398,19 @@ fn serve(
             };
             send(&updates, &update, &[]);
         };
+        let logs = channel.clone();
+        let on_log = move |level, line: &str| {
+            let log = FromWorker::Log {
+                id,
+                level,
+                line: line.to_owned(),
+            };
+            send(&logs, &log, &[]);
+        };
         let info = CallInfo {
             time_left: time_left_ms.map(Duration::from_millis),
             traceparent: traceparent.as_deref().unwrap_or_default(),
+            on_log: Some(&on_log),
         };
         let result = call_module(module, &tool, &args, &call_id, &cancelled, &on_update, info);
         *running.lock().unwrap_or_else(PoisonError::into_inner) = None;

@@ -5,19 +5,20 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rho_runtime::{
-    Action, Asker, BusItem, CallOptions, EventType, Filter, GateRule, Host, Outcome, RuleGate,
-    ToolCall, ToolResult, UpdateHook, Verdict,
+    Action, Asker, BusItem, CallOptions, EventType, Filter, GateRule, Host, LogHook, LogLevel,
+    Outcome, RuleGate, ToolCall, ToolResult, UpdateHook, Verdict,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, InputRequiredResult,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
-    ServerNotification, SubscriptionFilter, Tool, ToolListChangedNotification,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerNotification, SubscriptionFilter, Tool, ToolListChangedNotification,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext, SubscriptionSink};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio_stream::StreamExt;
 
+use super::logging::{self, SessionLevel};
 use super::mcp::{mcp_result, mcp_tool};
 use super::meta_tools;
 use super::settings::ServeConfig;
@@ -37,6 +38,16 @@ pub struct RhoServer {
     calls: Arc<std::sync::atomic::AtomicU64>,
     /// List and answer the meta-tools ([`super::meta_tools`]).
     meta_tools: bool,
+    /// The least level of log lines this session is sent.
+    log_level: Arc<SessionLevel>,
+}
+
+/// What a call sends its client before its answer, in order.
+enum Note {
+    /// An update, as progress of the request's token.
+    Progress(ProgressToken, String),
+    /// A log line.
+    Log(LogLevel, String),
 }
 
 /// Who hears of tool list changes: the peers of initialized sessions (2025-era: one over stdio,
@@ -129,6 +140,7 @@ impl RhoServer {
             audience: Arc::default(),
             calls: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             meta_tools: serve.meta_tools,
+            log_level: Arc::default(),
         };
         announce_changes(host, server.audience.clone());
         server
@@ -253,44 +265,60 @@ impl RhoServer {
             request.name.to_string(),
             Value::Object(request.arguments.unwrap_or_default()),
         );
-        // Progress: every update of this call, in order, sent before the response (the hook is
-        // never called after the call's end). Bounded: past 1024 unsent updates, the newest
-        // are dropped, as a lagging subscriber's would be.
-        let (on_update, progress) = match context.meta.get_progress_token() {
-            None => (None, None),
-            Some(token) => {
-                let (updates, mut pending) = tokio::sync::mpsc::channel::<String>(1024);
-                let (ended, mut end) = tokio::sync::oneshot::channel::<()>();
-                let peer = context.peer.clone();
-                let forwarder = tokio::spawn(async move {
-                    let mut n = 0u32;
-                    let mut send = async |partial: String| {
+        // Progress and log lines: every update (with a progress token) and every log line at or
+        // above the session's level (once it set one), in order, sent before the response (the
+        // hooks are never called after the call's end). Bounded: past 1024 unsent notes, the
+        // newest are dropped, as a lagging subscriber's would be.
+        let token = context.meta.get_progress_token();
+        let level = self.log_level.get();
+        let (on_update, on_log, notes) = if token.is_none() && level.is_none() {
+            (None, None, None)
+        } else {
+            let (sender, mut pending) = tokio::sync::mpsc::channel::<Note>(1024);
+            let (ended, mut end) = tokio::sync::oneshot::channel::<()>();
+            let peer = context.peer.clone();
+            let tool = call.name.clone();
+            let forwarder = tokio::spawn(async move {
+                let mut n = 0u32;
+                let mut send = async |note: Note| match note {
+                    Note::Progress(token, partial) => {
                         n += 1;
-                        let note = ProgressNotificationParam::new(token.clone(), f64::from(n))
+                        let note = ProgressNotificationParam::new(token, f64::from(n))
                             .with_message(partial);
                         let _ = peer.notify_progress(note).await;
-                    };
-                    loop {
-                        tokio::select! {
-                            biased;
-                            Some(partial) = pending.recv() => send(partial).await,
-                            _ = &mut end => break,
-                        }
                     }
-                    while let Ok(partial) = pending.try_recv() {
-                        send(partial).await;
+                    Note::Log(level, line) => logging::notify(&peer, &tool, level, line).await,
+                };
+                loop {
+                    tokio::select! {
+                        biased;
+                        Some(note) = pending.recv() => send(note).await,
+                        _ = &mut end => break,
                     }
-                });
-                let hook: UpdateHook = Arc::new(move |partial: &str| {
-                    let _ = updates.try_send(partial.to_owned());
-                });
-                (Some(hook), Some((ended, forwarder)))
-            }
+                }
+                while let Ok(note) = pending.try_recv() {
+                    send(note).await;
+                }
+            });
+            let on_update = token.map(|token| {
+                let sender = sender.clone();
+                Arc::new(move |partial: &str| {
+                    let _ = sender.try_send(Note::Progress(token.clone(), partial.to_owned()));
+                }) as UpdateHook
+            });
+            let on_log = level.map(|least| {
+                Arc::new(move |level: LogLevel, line: &str| {
+                    if level >= least {
+                        let _ = sender.try_send(Note::Log(level, line.to_owned()));
+                    }
+                }) as LogHook
+            });
+            (on_update, on_log, Some((ended, forwarder)))
         };
         let asking = match self.asking(&call, &context, request.input_responses.as_ref()) {
             Ok(asking) => asking,
             Err(input_required) => {
-                if let Some((ended, _)) = progress {
+                if let Some((ended, _)) = notes {
                     let _ = ended.send(());
                 }
                 return CallToolResponse::InputRequired(input_required);
@@ -315,6 +343,7 @@ impl RhoServer {
             traceparent,
             gate: Some(gate),
             on_update,
+            on_log,
             ..CallOptions::default()
         };
         let turn = tokio::select! {
@@ -333,12 +362,12 @@ impl RhoServer {
             ));
         };
         let result = self.host.call_with(&call, &options).await;
-        if let Some((ended, forwarder)) = progress {
+        if let Some((ended, forwarder)) = notes {
             let _ = ended.send(());
             // Bounded: a client that does not read cannot hold the answer forever.
             let drained = tokio::time::timeout(std::time::Duration::from_secs(5), forwarder).await;
             if drained.is_err() {
-                tracing::warn!(call = %call_id, "progress notifications still pending at the answer");
+                tracing::warn!(call = %call_id, "notifications still pending at the answer");
             }
         }
         CallToolResponse::Complete(mcp_result(&result, self.max_result_bytes))
@@ -355,7 +384,10 @@ fn request_id(context: &RequestContext<RoleServer>) -> String {
 
 impl ServerHandler for RhoServer {
     fn get_info(&self) -> InitializeResult {
+        // Logging is deprecated after the 2025 revisions (see `super::logging`).
+        #[allow(deprecated)]
         let capabilities = ServerCapabilities::builder()
+            .enable_logging()
             .enable_tools()
             .enable_tool_list_changed()
             .build();
@@ -395,6 +427,17 @@ impl ServerHandler for RhoServer {
             }
         }
         Ok(self.call(request, context).await)
+    }
+
+    /// `logging/setLevel`: this session is sent the log lines of its calls at `level` and above.
+    #[allow(deprecated)] // MCP logging: see `super::logging`.
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.log_level.set(logging::level_of(request.level));
+        Ok(())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

@@ -146,6 +146,15 @@ impl Invoke for IsolatedInvoke {
                         }
                     }
                     Ok(Frame {
+                        message: FromWorker::Log { id: u, level, line },
+                        ..
+                    }) => {
+                        // As an update: a line of an earlier call is dropped.
+                        if u == id {
+                            ctx.log(level, &line);
+                        }
+                    }
+                    Ok(Frame {
                         message:
                             FromWorker::Answer {
                                 id: a,

@@ -63,9 +63,11 @@ impl Invoke for InProcessInvoke {
             let spawned = crate::plugin::pool::spawn(move || {
                 let args_json = crate::call::json::to_json(&args);
                 let on_update = |partial: &str| ctx.update(partial);
+                let on_log = |level, line: &str| ctx.log(level, line);
                 let info = CallInfo {
                     time_left: ctx.time_left(),
                     traceparent: ctx.traceparent().unwrap_or_default(),
+                    on_log: Some(&on_log),
                 };
                 let raw = call_module(
                     module,

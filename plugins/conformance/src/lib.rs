@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use rho_plugin_api::{Answer, Ctx, JsonSchema, Tool, ToolError, export_plugin};
+use rho_plugin_api::{Answer, Ctx, JsonSchema, LogLevel, Tool, ToolError, export_plugin};
 use serde::Deserialize;
 
 /// No arguments.
@@ -35,6 +35,15 @@ fn with_progress(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
     Ok(Answer::text("Progress tool completed"))
 }
 
+fn with_logging(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    ctx.log(LogLevel::Info, "Tool execution started");
+    std::thread::sleep(Duration::from_millis(50));
+    ctx.log(LogLevel::Info, "Tool processing data");
+    std::thread::sleep(Duration::from_millis(50));
+    ctx.log(LogLevel::Info, "Tool execution completed");
+    Ok(Answer::text("Logging tool completed"))
+}
+
 fn error_handling(_args: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     Err(ToolError::new(
         "This tool intentionally returns an error for testing",
@@ -51,6 +60,9 @@ export_plugin! {
         .idempotent(true)
         .open_world(false),
     Tool::new("test_tool_with_progress", "Reports progress 0, 50, 100 of 100.", with_progress)
+        .read_only(true)
+        .open_world(false),
+    Tool::new("test_tool_with_logging", "Logs three lines at info level.", with_logging)
         .read_only(true)
         .open_world(false),
     Tool::new("test_error_handling", "Always fails.", error_handling)

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use rho_plugin_api::{Answer, Ctx, JsonSchema, Tool, ToolError, export_plugin, json};
+use rho_plugin_api::{Answer, Ctx, JsonSchema, LogLevel, Tool, ToolError, export_plugin, json};
 use serde::{Deserialize, Serialize};
 
 /// Arguments of `panic`.
@@ -155,6 +155,15 @@ fn updates(args: UpdatesArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
     Ok(Answer::text(format!("sent {} updates", args.count)))
 }
 
+fn log_levels(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    ctx.log(LogLevel::Debug, "debug line");
+    ctx.log(LogLevel::Info, "info line");
+    ctx.update("between the lines");
+    ctx.log(LogLevel::Warning, "warning line");
+    ctx.log(LogLevel::Error, "error line");
+    Ok(Answer::text("logged 4 lines"))
+}
+
 fn print(args: PrintArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     println!("{}", args.text);
     eprintln!("{}", args.text);
@@ -275,6 +284,7 @@ export_plugin! {
     Tool::new("raw_image", "Answers with an image of that many (meaningless) bytes.", raw_image),
     Tool::new("updates", "Sends count partial updates, then answers.", updates),
     Tool::new("print", "Prints the text on stdout and stderr, then answers.", print),
+    Tool::new("log_levels", "Logs one line at debug, info, warning and error.", log_levels),
     Tool::new("alloc", "Allocates and touches that many MiB.", alloc),
     Tool::new("fail", "Answers with an error with details.", fail),
     Tool::new("wide_details", "Answers with details listing that many numbers.", wide_details),

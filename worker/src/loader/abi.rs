@@ -11,7 +11,8 @@ pub fn plain_text(s: RString) -> Option<String> {
 }
 
 /// Whether the host may use the fields interface 2 added to `module`: only a module that reports
-/// interface 2 or later, which `open_module` (in `load.rs`) let through only after checking today's layout.
+/// interface 2 or later, which `open_module` (in `load.rs`) let through only after checking the
+/// layout of the interface it reports.
 pub fn uses_interface_2(module: PluginModRef) -> bool {
     module.interface_version() >= 2
 }

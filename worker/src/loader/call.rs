@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use abi_stable::std_types::{ROption, RResult, RStr, RString};
 use rho_plugin_api::Answer;
-use rho_plugin_api::ffi::{FfiAnswer2, FfiCallInfo, FfiCtx, FfiOutcome2, PluginModRef};
+use rho_plugin_api::LogLevel;
+use rho_plugin_api::ffi::{
+    FfiAnswer2, FfiCallInfo, FfiCtx, FfiHost, FfiOutcome2, LogSink, PluginModRef,
+};
 use rho_plugin_api::{Image, Output};
 use rho_protocol::answer::{self, FailureKind};
 use rho_protocol::{CrashReason, Failure};
@@ -148,14 +151,19 @@ pub fn raw_answer_from_ffi(tool: &str, outcome: FfiOutcome2) -> Result<RawAnswer
 }
 
 /// What a plugin is told about a call besides its arguments (interface 2; a plugin of interface
-/// 1 is told nothing of it).
-#[derive(Debug, Clone, Copy, Default)]
+/// 1 is told nothing of it), and where its log lines go (interface 3; older plugins write none).
+#[derive(Clone, Copy, Default)]
 pub struct CallInfo<'a> {
     /// Time left until the host ends the call, as of now.
     pub time_left: Option<Duration>,
     /// The call's W3C `traceparent`; empty when none.
     pub traceparent: &'a str,
+    /// Receives each log line of the call, checked.
+    pub on_log: Option<OnLog<'a>>,
 }
+
+/// Where a call's log lines go, checked: their level and their text.
+pub type OnLog<'a> = &'a (dyn Fn(LogLevel, &str) + Sync);
 
 /// The answer of a call with its JSON parts parsed and checked (what an in-process host hands
 /// on): [`RawAnswer::parse`] or [`RawFailure::parse`].
@@ -167,8 +175,8 @@ pub fn parse_outcome(tool: &str, raw: Result<RawAnswer, RawFailure>) -> Result<A
 }
 
 /// Calls `tool` of `module` on the current thread and copies the answer, its JSON parts as the
-/// plugin wrote them ([`raw_answer_from_ffi`]). A partial update that is not UTF-8 is not
-/// forwarded and makes the call crash when it ends.
+/// plugin wrote them ([`raw_answer_from_ffi`]). A partial update or a log line that is not UTF-8,
+/// or a log line of a level that is none, is not forwarded and makes the call crash when it ends.
 pub fn call_module(
     module: PluginModRef,
     tool: &str,
@@ -185,23 +193,33 @@ pub fn call_module(
         None => bad_update.store(true, Ordering::Relaxed),
     };
     let checked: &(dyn Fn(Option<&str>) + Sync) = &checked;
+    let bad_log = AtomicBool::new(false);
+    let logged = |level: Option<LogLevel>, line: Option<&str>| match (level, line) {
+        (Some(level), Some(line)) if !bad_log.load(Ordering::Relaxed) => {
+            if let Some(on_log) = info.on_log {
+                on_log(level, line);
+            }
+        }
+        (Some(_), Some(_)) => {}
+        _ => bad_log.store(true, Ordering::Relaxed),
+    };
+    let logged: LogSink<'_> = &logged;
     let ctx = FfiCtx::new(call_id, cancelled, &checked);
     let (tool_name, args) = (RStr::from_str(tool), RStr::from_str(args_json));
-    let call_with = crate::loader::abi::uses_interface_2(module)
-        .then(|| module.call_with())
-        .flatten();
-    let outcome = match call_with {
-        Some(call_with) => {
-            let info = FfiCallInfo {
-                time_left_ms: info
-                    .time_left
-                    .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
-                    .into(),
-                traceparent: RStr::from_str(info.traceparent),
-            };
-            call_with(tool_name, args, ctx, info)
-        }
-        None => match (module.call())(tool_name, args, ctx) {
+    let ffi_info = || FfiCallInfo {
+        time_left_ms: info
+            .time_left
+            .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+            .into(),
+        traceparent: RStr::from_str(info.traceparent),
+    };
+    let interface = module.interface_version();
+    let call_host = (interface >= 3).then(|| module.call_host()).flatten();
+    let call_with = (interface >= 2).then(|| module.call_with()).flatten();
+    let outcome = match (call_host, call_with) {
+        (Some(call_host), _) => call_host(tool_name, args, ctx, ffi_info(), FfiHost::new(&logged)),
+        (None, Some(call_with)) => call_with(tool_name, args, ctx, ffi_info()),
+        (None, None) => match (module.call())(tool_name, args, ctx) {
             RResult::ROk(answer) => RResult::ROk(FfiAnswer2 {
                 answer,
                 structured_json: ROption::RNone,
@@ -213,6 +231,11 @@ pub fn call_module(
     if bad_update.load(Ordering::Relaxed) {
         return Err(RawFailure::Broken(Failure::Crash(CrashReason::Formatted(
             format!("tool `{tool}` sent a partial update that is not UTF-8"),
+        ))));
+    }
+    if bad_log.load(Ordering::Relaxed) {
+        return Err(RawFailure::Broken(Failure::Crash(CrashReason::Formatted(
+            format!("tool `{tool}` wrote a log line that is not UTF-8 or of no level"),
         ))));
     }
     answer

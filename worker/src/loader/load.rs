@@ -8,7 +8,7 @@ use abi_stable::std_types::RResult;
 use rho_plugin_api::Capabilities;
 use rho_plugin_api::declare::{Declaration, ToolDeclaration};
 use rho_plugin_api::ffi::{
-    FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION, OLDEST_INTERFACE_VERSION, PluginModRef, v1,
+    FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION, OLDEST_INTERFACE_VERSION, PluginModRef, v1, v2,
 };
 
 use crate::loader::abi::{plain_text, uses_interface_2};
@@ -118,28 +118,32 @@ fn open_module(path: &Path, copy: &Path) -> Result<PluginModRef, LoadError> {
     match header.init_root_module::<PluginModRef>() {
         Err(LibraryError::AbiInstability(report)) => {
             // abi_stable wants a library to have every field of the host's root module; a plugin
-            // of an older interface has fewer. Checked against interface 1's frozen layout, it is
-            // read through today's type, whose later fields then read as `None`.
-            if header.ensure_layout::<v1::PluginModRef>().is_err() {
+            // of an older interface has fewer. Checked against that interface's frozen layout, it
+            // is read through today's type, whose later fields then read as `None`.
+            let frozen = if header.ensure_layout::<v2::PluginModRef>().is_ok() {
+                2
+            } else if header.ensure_layout::<v1::PluginModRef>().is_ok() {
+                1
+            } else {
                 return Err(library_error(
                     path,
                     copy,
                     LibraryError::AbiInstability(report),
                 ));
-            }
-            // SAFETY: the layout of every field of interface 1 was checked just above; the
+            };
+            // SAFETY: the layout of every field of interface `frozen` was checked just above; the
             // fields after them may exist with other types (a library of some other "version
-            // 2"), so such a module must report interface 1 (checked here) and is then never
-            // asked for a field of a later interface (`uses_interface_2`).
+            // 3"), so such a module must report that interface (checked here) and is then never
+            // asked for a field of a later one (`call_module` asks by the reported version).
             let module = unsafe { header.init_root_module_with_unchecked_layout::<PluginModRef>() }
                 .map_err(|e| library_error(path, copy, e))?;
             match module.interface_version() {
-                1 => Ok(module),
+                reported if reported == frozen => Ok(module),
                 other => Err(LoadError::Incompatible {
                     path: path.to_owned(),
                     reason: format!(
-                        "its root module has the layout of interface 1 but it reports interface \
-                         {other}"
+                        "its root module has the layout of interface {frozen} but it reports \
+                         interface {other}"
                     ),
                 }),
             }

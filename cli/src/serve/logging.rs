@@ -1,0 +1,72 @@
+//! MCP logging for a session: the least level its client asked for (`logging/setLevel`) and the
+//! `notifications/message` that carry its calls' log lines.
+//!
+//! MCP deprecates logging after the 2025 revisions (SEP-2577; rmcp marks its types deprecated),
+//! but the 2025-era clients rho serves read it: this module is where rho uses it, so its removal
+//! touches one file.
+#![allow(deprecated)]
+
+use std::sync::{Mutex, PoisonError};
+
+use rho_runtime::LogLevel;
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
+use rmcp::{Peer, RoleServer};
+
+/// The least level of log lines a session is sent: none until its client sets one
+/// (`logging/setLevel`). Each session has its own: a clone (what the HTTP service makes for a
+/// new session) starts without one.
+#[derive(Default)]
+pub struct SessionLevel(Mutex<Option<LogLevel>>);
+
+impl Clone for SessionLevel {
+    fn clone(&self) -> Self {
+        SessionLevel::default()
+    }
+}
+
+impl SessionLevel {
+    /// The level the client set, if it set one.
+    pub fn get(&self) -> Option<LogLevel> {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sets it.
+    pub fn set(&self, level: LogLevel) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(level);
+    }
+}
+
+/// rho's level of MCP's (the same eight).
+pub fn level_of(level: LoggingLevel) -> LogLevel {
+    match level {
+        LoggingLevel::Debug => LogLevel::Debug,
+        LoggingLevel::Info => LogLevel::Info,
+        LoggingLevel::Notice => LogLevel::Notice,
+        LoggingLevel::Warning => LogLevel::Warning,
+        LoggingLevel::Error => LogLevel::Error,
+        LoggingLevel::Critical => LogLevel::Critical,
+        LoggingLevel::Alert => LogLevel::Alert,
+        LoggingLevel::Emergency => LogLevel::Emergency,
+    }
+}
+
+/// MCP's level of rho's.
+fn mcp_level(level: LogLevel) -> LoggingLevel {
+    match level {
+        LogLevel::Debug => LoggingLevel::Debug,
+        LogLevel::Info => LoggingLevel::Info,
+        LogLevel::Notice => LoggingLevel::Notice,
+        LogLevel::Warning => LoggingLevel::Warning,
+        LogLevel::Error => LoggingLevel::Error,
+        LogLevel::Critical => LoggingLevel::Critical,
+        LogLevel::Alert => LoggingLevel::Alert,
+        LogLevel::Emergency => LoggingLevel::Emergency,
+    }
+}
+
+/// Sends `line` of tool `tool` at `level` to the client of `peer` (the tool's name as `logger`).
+pub async fn notify(peer: &Peer<RoleServer>, tool: &str, level: LogLevel, line: String) {
+    let note = LoggingMessageNotificationParam::new(mcp_level(level), line.into())
+        .with_logger(tool.to_owned());
+    let _ = peer.notify_logging_message(note).await;
+}
