@@ -11,7 +11,9 @@
 //! later fields were added at its end, one interface version at a time, each
 //! `#[sabi(missing_field(option))]`, so a host reads `None` from a plugin built before them.
 //! Nothing else changes: no field of an existing type is added, removed, reordered or retyped (a
-//! new shape is a new type, reached through a new field of [`PluginMod`]), and what can grow
+//! new shape is a new type, reached through a new field of [`PluginMod`]; [`HostFns`] is the
+//! other prefix type, grown the same way, each step freezing the older tables as [`v1`] and
+//! [`v2`] freeze the root module), and what can grow
 //! without an ABI step (what a plugin declares) travels as JSON ([`crate::declare`]).
 //! [`INTERFACE_VERSION`] counts the steps; a host loads every version from
 //! [`OLDEST_INTERFACE_VERSION`] to its own, and the package version stays `0.1.x`, which
@@ -232,10 +234,8 @@ extern "C" fn log_trampoline(sink: RRef<'_, ErasedObject>, level: u8, line: RStr
     let ptr = sink.as_ptr() as *const LogSink<'_>;
     // SAFETY: only `FfiHost::new` builds hosts with this trampoline, from this exact type.
     let on_log: &LogSink<'_> = unsafe { &*ptr };
-    // SAFETY: as in `trampoline`: bytes read as bytes and checked.
-    let bytes = unsafe { std::slice::from_raw_parts(line.as_ptr(), line.len()) };
     let level = crate::LogLevel::ALL.get(usize::from(level)).copied();
-    let text = std::str::from_utf8(bytes).ok();
+    let text = checked_text(line);
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| on_log(level, text)));
 }
 
@@ -401,9 +401,14 @@ extern "C" fn trampoline(sink: RRef<'_, ErasedObject>, update: RStr<'_>) {
     let ptr = sink.as_ptr() as *const &(dyn Fn(Option<&str>) + Sync);
     // SAFETY: only `FfiCtx::new` builds contexts with this trampoline, from this exact type.
     let on_update: &&(dyn Fn(Option<&str>) + Sync) = unsafe { &*ptr };
+    let text = checked_text(update);
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| on_update(text)));
+}
+
+/// A plugin's text as text, if it is UTF-8 (abi_stable's `RStr` takes its maker's word for it).
+fn checked_text<'a>(text: RStr<'a>) -> Option<&'a str> {
     // SAFETY: an `RStr` is a pointer and a length into memory valid for the call; its bytes are
     // read as bytes and checked, never taken for text unchecked.
-    let bytes = unsafe { std::slice::from_raw_parts(update.as_ptr(), update.len()) };
-    let text = std::str::from_utf8(bytes).ok();
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| on_update(text)));
+    let bytes = unsafe { std::slice::from_raw_parts(text.as_ptr(), text.len()) };
+    std::str::from_utf8(bytes).ok()
 }

@@ -4,7 +4,8 @@ use serde::{Deserialize, Serialize};
 
 /// The level of a tool's log line: the eight of RFC 5424 (syslog) that MCP's
 /// `notifications/message` carries, lowest first. Ordered: a client that asked for `warning` is
-/// sent `warning` and above.
+/// sent `warning` and above. The numbers 0 (debug) to 7 (emergency) are the ABI's
+/// ([`crate::ffi::HostFns::log`]): never renumber them.
 ///
 /// ```
 /// use rho_plugin_api::LogLevel;
@@ -15,23 +16,24 @@ use serde::{Deserialize, Serialize};
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[repr(u8)]
 pub enum LogLevel {
     /// Detail for debugging.
-    Debug,
+    Debug = 0,
     /// What the tool is doing.
-    Info,
+    Info = 1,
     /// Normal but significant.
-    Notice,
+    Notice = 2,
     /// Something may be wrong.
-    Warning,
+    Warning = 3,
     /// Something failed.
-    Error,
+    Error = 4,
     /// A part stopped working.
-    Critical,
+    Critical = 5,
     /// Someone must act now.
-    Alert,
+    Alert = 6,
     /// Nothing works.
-    Emergency,
+    Emergency = 7,
 }
 
 impl LogLevel {

@@ -105,7 +105,10 @@ async fn every_declared_field_reaches_the_library_the_cli_and_plugin_loaded() {
         .unwrap();
     let checked = json_of(&out);
     assert_declared(&checked["tools"]);
-    assert_eq!(checked["interface_version"], 2);
+    assert_eq!(
+        checked["interface_version"],
+        rho_runtime::plugin_api::ffi::INTERFACE_VERSION
+    );
     let out = Command::new(rho_bin())
         .args(["tools", "--plugins"])
         .arg(dir.path())

@@ -93,6 +93,35 @@ fn python(sdk: &Path, url: &str, token: Option<&str>) -> Value {
     client_report(client, url)
 }
 
+/// `logging/setLevel` is a session's own: of two sessions of one server (2025-era, the
+/// official Python SDK), the one that asked for debug hears a plugin's four lines, the other
+/// none.
+#[test]
+fn each_http_session_hears_log_lines_at_its_own_level() {
+    let dir = rho_tests::plugin_dir(&["faults"]);
+    let journal = dir.path().join("../http-log-sessions.jsonl");
+    let server = HttpServer::start(dir.path(), &["--http", "127.0.0.1:0"], &journal);
+    let sdk = rho_tests::python_sdk("mcp>=1.9,<2", "mcp1");
+    let mut client = Command::new("python3");
+    client
+        .arg(workspace_dir().join("tests/python/log_sessions.py"))
+        .arg(server.url())
+        .env("PYTHONPATH", &sdk);
+    let report = client_report(client, "log sessions");
+    assert_eq!(report["debug"]["text"], "logged 4 lines", "{report}");
+    assert_eq!(
+        report["debug"]["heard"],
+        json!([
+            "debug:debug line",
+            "info:info line",
+            "warning:warning line",
+            "error:error line"
+        ]),
+        "{report}"
+    );
+    assert_eq!(report["unset"]["heard"], json!([]), "{report}");
+}
+
 /// The Python SDK in each spec era: the scripts' mode, the requirement, its directory, the
 /// protocol version it negotiates with rho.
 const PYTHON_ERAS: [(&str, &str, &str, &str); 2] = [

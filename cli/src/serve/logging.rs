@@ -9,7 +9,7 @@
 use std::sync::{Mutex, PoisonError};
 
 use rho_runtime::LogLevel;
-use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, RequestMetaObject};
 use rmcp::{Peer, RoleServer};
 
 /// The least level of log lines a session is sent: none until its client sets one
@@ -34,6 +34,11 @@ impl SessionLevel {
     pub fn set(&self, level: LogLevel) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(level);
     }
+}
+
+/// The level a request asks for its own log lines (`_meta`, 2026-07-28), if it asks.
+pub fn requested(meta: &RequestMetaObject) -> Option<LogLevel> {
+    meta.log_level().map(level_of)
 }
 
 /// rho's level of MCP's (the same eight).

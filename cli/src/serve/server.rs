@@ -39,7 +39,7 @@ pub struct RhoServer {
     /// List and answer the meta-tools ([`super::meta_tools`]).
     meta_tools: bool,
     /// The least level of log lines this session is sent.
-    log_level: Arc<SessionLevel>,
+    log_level: SessionLevel,
 }
 
 /// What a call sends its client before its answer, in order.
@@ -140,7 +140,7 @@ impl RhoServer {
             audience: Arc::default(),
             calls: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             meta_tools: serve.meta_tools,
-            log_level: Arc::default(),
+            log_level: SessionLevel::default(),
         };
         announce_changes(host, server.audience.clone());
         server
@@ -270,7 +270,8 @@ impl RhoServer {
         // hooks are never called after the call's end). Bounded: past 1024 unsent notes, the
         // newest are dropped, as a lagging subscriber's would be.
         let token = context.meta.get_progress_token();
-        let level = self.log_level.get();
+        // A 2026-07-28 request carries its own level; a 2025-era session has the one it set.
+        let level = logging::requested(&context.meta).or_else(|| self.log_level.get());
         let (on_update, on_log, notes) = if token.is_none() && level.is_none() {
             (None, None, None)
         } else {
@@ -300,25 +301,34 @@ impl RhoServer {
                     send(note).await;
                 }
             });
+            let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let queue = {
+                let dropped = dropped.clone();
+                move |note: Note| {
+                    if sender.try_send(note).is_err() {
+                        dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            };
             let on_update = token.map(|token| {
-                let sender = sender.clone();
+                let queue = queue.clone();
                 Arc::new(move |partial: &str| {
-                    let _ = sender.try_send(Note::Progress(token.clone(), partial.to_owned()));
+                    queue(Note::Progress(token.clone(), partial.to_owned()));
                 }) as UpdateHook
             });
             let on_log = level.map(|least| {
                 Arc::new(move |level: LogLevel, line: &str| {
                     if level >= least {
-                        let _ = sender.try_send(Note::Log(level, line.to_owned()));
+                        queue(Note::Log(level, line.to_owned()));
                     }
                 }) as LogHook
             });
-            (on_update, on_log, Some((ended, forwarder)))
+            (on_update, on_log, Some((ended, forwarder, dropped)))
         };
         let asking = match self.asking(&call, &context, request.input_responses.as_ref()) {
             Ok(asking) => asking,
             Err(input_required) => {
-                if let Some((ended, _)) = notes {
+                if let Some((ended, ..)) = notes {
                     let _ = ended.send(());
                 }
                 return CallToolResponse::InputRequired(input_required);
@@ -362,12 +372,18 @@ impl RhoServer {
             ));
         };
         let result = self.host.call_with(&call, &options).await;
-        if let Some((ended, forwarder)) = notes {
+        if let Some((ended, mut forwarder, dropped)) = notes {
             let _ = ended.send(());
-            // Bounded: a client that does not read cannot hold the answer forever.
-            let drained = tokio::time::timeout(std::time::Duration::from_secs(5), forwarder).await;
-            if drained.is_err() {
-                tracing::warn!(call = %call_id, "notifications still pending at the answer");
+            // Bounded: a client that does not read cannot hold the answer forever; what is not
+            // sent by then never is (no note after the answer).
+            let wait = std::time::Duration::from_secs(5);
+            if tokio::time::timeout(wait, &mut forwarder).await.is_err() {
+                forwarder.abort();
+                tracing::warn!(call = %call_id, "notifications still pending at the answer dropped");
+            }
+            let dropped = dropped.load(std::sync::atomic::Ordering::Relaxed);
+            if dropped > 0 {
+                tracing::warn!(call = %call_id, dropped, "notifications dropped (more than 1024 unsent; the journal has every line)");
             }
         }
         CallToolResponse::Complete(mcp_result(&result, self.max_result_bytes))

@@ -86,6 +86,18 @@ fn bounded(text: &str, what: &str) -> String {
     )
 }
 
+/// Marks a call ended when dropped (see [`Sender`]).
+struct EndsOnDrop(Arc<std::sync::Mutex<bool>>);
+
+impl Drop for EndsOnDrop {
+    fn drop(&mut self) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+    }
+}
+
 /// What a running tool sends beside its answer (partial updates, log lines), on their way to the
 /// call's hook and the bus: bounded, and dropped once the call has ended.
 #[derive(Clone)]
@@ -480,6 +492,9 @@ impl ToolRunner {
         // check, the hook and the publish, and taken to set it: nothing is under way when the
         // end goes out.
         let ended = Arc::new(std::sync::Mutex::new(false));
+        // Also when this future dies before the end (a panic in the runner, an abort): the end
+        // event `run` then publishes is still the call's last.
+        let _ends = EndsOnDrop(ended.clone());
         let traceparent = match options.traceparent.as_deref() {
             Some(t) if is_valid_traceparent(t) => Some(Arc::from(t)),
             Some(t) => {

@@ -10,9 +10,9 @@ pub fn plain_text(s: RString) -> Option<String> {
     String::from_utf8(s.into_bytes().into_vec()).ok()
 }
 
-/// Whether the host may use the fields interface 2 added to `module`: only a module that reports
-/// interface 2 or later, which `open_module` (in `load.rs`) let through only after checking the
-/// layout of the interface it reports.
-pub fn uses_interface_2(module: PluginModRef) -> bool {
-    module.interface_version() >= 2
+/// Whether the host may use the fields interface `version` added to `module`: only a module that
+/// reports that interface or a later one, which `open_module` (in `load.rs`) let through only
+/// after checking the layout of the interface it reports.
+pub fn uses_interface(module: PluginModRef, version: u32) -> bool {
+    module.interface_version() >= version
 }

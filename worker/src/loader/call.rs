@@ -16,7 +16,7 @@ use rho_plugin_api::{Image, Output};
 use rho_protocol::answer::{self, FailureKind};
 use rho_protocol::{CrashReason, Failure};
 
-use crate::loader::abi::plain_text;
+use crate::loader::abi::{plain_text, uses_interface};
 
 /// A plugin's answer copied into host data with its JSON parts (details, structured content) as
 /// the plugin wrote them: UTF-8, not parsed. A worker forwards them so; the host parses each once,
@@ -213,9 +213,12 @@ pub fn call_module(
             .into(),
         traceparent: RStr::from_str(info.traceparent),
     };
-    let interface = module.interface_version();
-    let call_host = (interface >= 3).then(|| module.call_host()).flatten();
-    let call_with = (interface >= 2).then(|| module.call_with()).flatten();
+    let call_host = uses_interface(module, 3)
+        .then(|| module.call_host())
+        .flatten();
+    let call_with = uses_interface(module, 2)
+        .then(|| module.call_with())
+        .flatten();
     let outcome = match (call_host, call_with) {
         (Some(call_host), _) => call_host(tool_name, args, ctx, ffi_info(), FfiHost::new(&logged)),
         (None, Some(call_with)) => call_with(tool_name, args, ctx, ffi_info()),

@@ -11,7 +11,7 @@ use rho_plugin_api::ffi::{
     FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION, OLDEST_INTERFACE_VERSION, PluginModRef, v1, v2,
 };
 
-use crate::loader::abi::{plain_text, uses_interface_2};
+use crate::loader::abi::{plain_text, uses_interface};
 
 use crate::error::LoadError;
 use crate::loader::copy::{PluginFile, PrivateCopy};
@@ -183,7 +183,10 @@ pub fn declaration(
     path: &Path,
     module: PluginModRef,
 ) -> Result<(Declaration, Option<String>), LoadError> {
-    let Some(declare) = uses_interface_2(module).then(|| module.declare()).flatten() else {
+    let Some(declare) = uses_interface(module, 2)
+        .then(|| module.declare())
+        .flatten()
+    else {
         return Ok((Declaration::default(), None));
     };
     let json = match declare() {
