@@ -9,6 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
+use rho_runtime::protocol::PROTOCOL_VERSION;
 use rho_runtime::{DirOptions, Host, Isolation, WorkerOptions};
 use rho_tests::{embedder_bin, install, rho_worker_bin};
 use serde_json::Value;
@@ -87,7 +88,9 @@ async fn a_worker_of_another_protocol_version_is_refused_in_one_line() {
     let errors = &reports[0].errors;
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
-        errors[0].contains("speaks protocol 2, this host speaks 3"),
+        errors[0].contains(&format!(
+            "speaks protocol 2, this host speaks {PROTOCOL_VERSION}"
+        )),
         "{}",
         errors[0]
     );
@@ -103,7 +106,9 @@ async fn a_worker_of_another_protocol_version_is_refused_in_one_line() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("the host speaks protocol 2, this worker speaks 3"),
+        stderr.contains(&format!(
+            "the host speaks protocol 2, this worker speaks {PROTOCOL_VERSION}"
+        )),
         "{stderr}"
     );
 }
