@@ -315,7 +315,7 @@ async fn serve_call(
         .remove(&call.call_id);
     let done = Done {
         outcome: result.outcome,
-        text: result.text().to_owned(),
+        text: result.text().into_owned(),
         images: result
             .output
             .images()

@@ -185,10 +185,11 @@ fn report(
     if args.json {
         print(&render::result_json(result).to_string());
     } else if result.is_error() {
-        let text = render::terminal_safe(result.text());
+        let text = result.text();
+        let text = render::terminal_safe(&text);
         eprintln!("rho: {}: {text}", result.outcome);
     } else {
-        print(&render::terminal_safe(result.text()));
+        print(&render::terminal_safe(&result.text()));
         for image in result.output.images() {
             let mime = render::terminal_safe(&image.mime_type);
             print(&format!("[image {mime} {} bytes]", image.bytes.len()));

@@ -63,7 +63,7 @@ impl From<&ToolResult> for Response {
             call_id: r.call_id.clone(),
             tool: r.tool.clone(),
             outcome: r.outcome,
-            text: r.text().to_owned(),
+            text: r.text().into_owned(),
             images: r
                 .output
                 .images()

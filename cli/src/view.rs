@@ -80,6 +80,7 @@ mod tests {
                 output: OutputView {
                     text: String::new(),
                     images: vec![],
+                    content: vec![],
                 },
                 is_error: outcome.is_error(),
                 structured: None,

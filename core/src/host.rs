@@ -39,6 +39,7 @@ use serde_json::Value;
 use crate::agent::settings::LoopConfig;
 use crate::bus::journal::{Journal, JournalError};
 use crate::bus::{Bus, Filter, Subscription};
+use crate::call::ask::Answerer;
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict, allow_all};
 use crate::call::invoke::Tool;
 use crate::call::rules::{Asker, GateRule, RuleGate};
@@ -105,6 +106,7 @@ pub struct HostBuilder {
     gate: Option<Arc<dyn Gate>>,
     rules: Vec<GateRule>,
     asker: Option<Arc<dyn Asker>>,
+    answerer: Option<Arc<dyn Answerer>>,
     runner: RunnerConfig,
     agent: LoopConfig,
     quarantine: Option<QuarantinePolicy>,
@@ -148,6 +150,14 @@ impl HostBuilder {
     /// closure `Fn(ToolCall) -> impl Future<Output = Verdict>` is an [`Asker`].
     pub fn asker(mut self, asker: Arc<dyn Asker>) -> Self {
         self.asker = Some(asker);
+        self
+    }
+
+    /// Who answers the questions tools ask their user mid-call ([`Answerer`]; default:
+    /// [`NoOneToAsk`](crate::NoOneToAsk), which declines each with a reason the tool reads).
+    /// A call may bring its own ([`CallOptions::answerer`]).
+    pub fn answerer(mut self, answerer: Arc<dyn Answerer>) -> Self {
+        self.answerer = Some(answerer);
         self
     }
 
@@ -281,6 +291,9 @@ impl HostBuilder {
             registry,
             runner,
             gate,
+            answerer: self
+                .answerer
+                .unwrap_or_else(crate::call::ask::no_one_to_ask),
             agent: self.agent,
             dirs,
             watchers: Mutex::new(watchers),
@@ -343,6 +356,7 @@ struct Inner {
     registry: ToolRegistry,
     runner: ToolRunner,
     gate: Arc<dyn Gate>,
+    answerer: Arc<dyn Answerer>,
     agent: LoopConfig,
     dirs: Vec<PluginDir>,
     watchers: Mutex<Vec<DirWatcher>>,
@@ -393,6 +407,7 @@ impl Host {
             gate: None,
             rules: Vec::new(),
             asker: None,
+            answerer: None,
             runner: RunnerConfig::default(),
             agent: LoopConfig::default(),
             quarantine: None,
@@ -420,7 +435,8 @@ impl Host {
     /// and its end event still follows.
     pub async fn call_with(&self, call: &ToolCall, options: &CallOptions) -> ToolResult {
         let gate = options.gate.as_ref().unwrap_or(&self.inner.gate);
-        self.inner.runner.run(call, gate, options).await
+        let answerer = &self.inner.answerer;
+        self.inner.runner.run(call, gate, answerer, options).await
     }
 
     /// The tools served now, by name.

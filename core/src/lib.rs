@@ -39,9 +39,12 @@ pub use agent::session::{Loop, RunSummary};
 pub use agent::settings::{CallOrder, KeepDetails, LoopConfig};
 pub use agent::stop::{StopReason, UnknownStopReason};
 pub use bus::event_type::{EventType, UnknownEventType};
-pub use bus::events::{CallRef, Event, EventKind, ImageView, MAX_EVENT_TEXT, OutputView};
+pub use bus::events::{
+    CallRef, ContentView, Event, EventKind, ImageView, MAX_EVENT_TEXT, OutputView,
+};
 pub use bus::journal::{INDEX_EVERY, Journal, JournalError, Replay, read_range};
 pub use bus::{Bus, BusItem, DEFAULT_CAPACITY, Filter, RECENT_IMAGE_BYTES, Sink, Subscription};
+pub use call::ask::{Answerer, NO_ONE_TO_ASK, NoOneToAsk, no_one_to_ask};
 pub use call::gate::{DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};
 pub use call::invoke::{LogHook, Tool, ToolCtx, is_valid_traceparent};
 pub use call::rules::{Action, Asker, GateRule, RuleGate, pattern_matches};
@@ -63,7 +66,10 @@ pub use registry::origin::Origin;
 pub use registry::remote::{RemoteCall, RemoteSource, RemoteTool, RemoteToolEntry, ToolSource};
 /// The plugin API this host speaks, for hosts and tools that need its ABI types.
 pub use rho_plugin_api as plugin_api;
-pub use rho_plugin_api::{Answer, Capabilities, Image, LogLevel, Output, ToolError, ToolHints};
+pub use rho_plugin_api::{
+    Answer, Audio, Block, Capabilities, Image, LogLevel, Output, Question, Reply, Resource,
+    ResourceContents, ResourceLink, ToolError, ToolHints,
+};
 
 /// The vocabulary of a call and its end, shared with workers and tools: `rho-protocol`.
 pub use rho_protocol as protocol;

@@ -1,7 +1,11 @@
 //! What a tool answers: [`Answer`] on success, [`ToolError`] on failure. The same types serve plugin
 //! authors and hosts (a host-native tool in `rho-runtime` answers with them too).
 
+use std::borrow::Cow;
+
 use serde_json::Value;
+
+use crate::Block;
 
 /// An image for the model: its mime type and encoded bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +26,8 @@ impl Image {
     }
 }
 
-/// What the model reads of an answer: text, one image with text, or several images with text.
+/// What the model reads of an answer: text, one image with text, several images with text, or
+/// any blocks (text, images, audio, resources, links) in the order the tool put them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
     /// Text only.
@@ -41,22 +46,61 @@ pub enum Output {
         /// Text about them.
         text: String,
     },
+    /// Blocks of content, in order ([`Answer::blocks`]).
+    Blocks(Vec<Block>),
 }
 
 impl Output {
-    /// The text part of the output, whatever its shape.
-    pub fn text(&self) -> &str {
+    /// The text part of the output, whatever its shape: of blocks, their text blocks joined
+    /// by a newline.
+    pub fn text(&self) -> Cow<'_, str> {
         match self {
-            Output::Text(text) | Output::Image { text, .. } | Output::Images { text, .. } => text,
+            Output::Text(text) | Output::Image { text, .. } | Output::Images { text, .. } => {
+                Cow::Borrowed(text)
+            }
+            Output::Blocks(blocks) => {
+                let mut texts = blocks.iter().filter_map(|b| match b {
+                    Block::Text(text) => Some(text.as_str()),
+                    _ => None,
+                });
+                let first = texts.next().unwrap_or_default();
+                match texts.next() {
+                    None => Cow::Borrowed(first),
+                    Some(second) => {
+                        let mut joined = format!("{first}\n{second}");
+                        for text in texts {
+                            joined.push('\n');
+                            joined.push_str(text);
+                        }
+                        Cow::Owned(joined)
+                    }
+                }
+            }
         }
     }
 
-    /// The images of the output (none for text).
-    pub fn images(&self) -> &[Image] {
+    /// The images of the output, in order (none for text).
+    pub fn images(&self) -> Vec<&Image> {
         match self {
-            Output::Text(_) => &[],
-            Output::Image { image, .. } => std::slice::from_ref(image),
-            Output::Images { images, .. } => images,
+            Output::Text(_) => Vec::new(),
+            Output::Image { image, .. } => vec![image],
+            Output::Images { images, .. } => images.iter().collect(),
+            Output::Blocks(blocks) => blocks
+                .iter()
+                .filter_map(|b| match b {
+                    Block::Image(image) => Some(image),
+                    _ => None,
+                })
+                .collect(),
+        }
+    }
+
+    /// The blocks of an output made of blocks, in order; empty for the other shapes (their
+    /// text and images are [`Output::text`] and [`Output::images`]).
+    pub fn blocks(&self) -> &[Block] {
+        match self {
+            Output::Blocks(blocks) => blocks,
+            _ => &[],
         }
     }
 }
@@ -100,6 +144,12 @@ impl Answer {
             text: text.into(),
         }
         .into()
+    }
+
+    /// An answer of blocks (text, images, audio, resources, links), which MCP clients read in
+    /// this order: see [`Block`].
+    pub fn blocks(blocks: Vec<Block>) -> Self {
+        Output::Blocks(blocks).into()
     }
 
     /// A structured answer: `data` as structured content, and its JSON text as the output for

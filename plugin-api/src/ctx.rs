@@ -7,15 +7,16 @@ use std::time::{Duration, Instant};
 
 use abi_stable::std_types::RStr;
 
-use crate::LogLevel;
-use crate::ffi::{FfiCallInfo, FfiCtx, FfiHost};
+use crate::ffi::{FfiCallInfo, FfiCtx, FfiHost, FfiReplyKind};
+use crate::{LogLevel, Question, Reply};
 
 /// The context of one call, handed to a tool function by reference for the duration of the call.
 ///
 /// Through it a tool reads its call id, polls whether the host has given up on the call
 /// ([`Ctx::is_cancelled`]), sends partial updates ([`Ctx::update`]) and log lines ([`Ctx::log`]),
-/// reads how long it has left ([`Ctx::time_left`]) and the call's trace context
-/// ([`Ctx::traceparent`]). For unit tests, [`Ctx::detached`] builds one without a host.
+/// asks the user ([`Ctx::ask`]), reads how long it has left ([`Ctx::time_left`]) and the call's
+/// trace context ([`Ctx::traceparent`]). For unit tests, [`Ctx::detached`] builds one without a
+/// host.
 ///
 /// ```
 /// use std::time::Duration;
@@ -28,7 +29,8 @@ use crate::ffi::{FfiCallInfo, FfiCtx, FfiHost};
 /// ```
 pub struct Ctx {
     inner: Inner,
-    deadline: Option<Instant>,
+    /// Moved later by each question's wait.
+    deadline: Mutex<Option<Instant>>,
     traceparent: Cow<'static, str>,
 }
 
@@ -42,6 +44,9 @@ enum Inner {
         cancelled: AtomicBool,
         updates: Mutex<Vec<String>>,
         logs: Mutex<Vec<(LogLevel, String)>>,
+        /// Replies still to give, first first.
+        replies: Mutex<std::collections::VecDeque<Reply>>,
+        asked: Mutex<Vec<Question>>,
     },
 }
 
@@ -77,7 +82,7 @@ impl Ctx {
         };
         let ctx = Ctx {
             inner: Inner::Host(ffi, host),
-            deadline,
+            deadline: Mutex::new(deadline),
             traceparent: Cow::Borrowed(traceparent),
         };
         f(&ctx)
@@ -93,16 +98,35 @@ impl Ctx {
                 cancelled: AtomicBool::new(false),
                 updates: Mutex::new(Vec::new()),
                 logs: Mutex::new(Vec::new()),
+                replies: Mutex::default(),
+                asked: Mutex::default(),
             },
-            deadline: None,
+            deadline: Mutex::new(None),
             traceparent: Cow::Borrowed(""),
         }
     }
 
     /// The same context with `left` until its deadline, as a host's timeout gives (tests).
-    pub fn with_time_left(mut self, left: Duration) -> Self {
-        self.deadline = Instant::now().checked_add(left);
+    pub fn with_time_left(self, left: Duration) -> Self {
+        self.set_deadline(Instant::now().checked_add(left));
         self
+    }
+
+    /// The same context answering its questions ([`Ctx::ask`]) with `replies`, in order (tests);
+    /// once they are used up, it declines.
+    pub fn with_replies(self, replies: impl IntoIterator<Item = Reply>) -> Self {
+        if let Inner::Detached { replies: queue, .. } = &self.inner
+            && let Ok(mut queue) = queue.lock()
+        {
+            queue.extend(replies);
+        }
+        self
+    }
+
+    fn set_deadline(&self, deadline: Option<Instant>) {
+        if let Ok(mut at) = self.deadline.lock() {
+            *at = deadline;
+        }
     }
 
     /// The same context with a W3C `traceparent` (tests).
@@ -115,13 +139,13 @@ impl Ctx {
     /// when the host's gate allows the call. `None` from a host of interface 1 or without a
     /// timeout.
     pub fn deadline(&self) -> Option<Instant> {
-        self.deadline
+        self.deadline.lock().ok().and_then(|at| *at)
     }
 
     /// How long until [`Ctx::deadline`], zero once it has passed; `None` without a deadline.
     /// A tool that can do less work in less time (fewer results, a coarser search) reads this.
     pub fn time_left(&self) -> Option<Duration> {
-        self.deadline
+        self.deadline()
             .map(|at| at.saturating_duration_since(Instant::now()))
     }
 
@@ -183,6 +207,76 @@ impl Ctx {
                     logs.push((level, line.as_ref().to_owned()));
                 }
             }
+        }
+    }
+
+    /// Asks the user `question` and waits for the reply: the tool's thread blocks until it comes.
+    ///
+    /// The wait is the user's time, not the tool's: the host moves the call's deadline later by
+    /// exactly the time the question was open, and [`Ctx::time_left`] reads the moved deadline
+    /// once the reply is in. The host bounds the wait (a reply of [`Reply::Cancelled`] when the
+    /// bound passes, or when the call is cancelled meanwhile). A host with no one to ask (no
+    /// client that can, a host built before interface 3) declines with a reason the tool can
+    /// pass on.
+    ///
+    /// ```
+    /// use rho_plugin_api::{Ctx, Question, Reply, json};
+    /// let ctx = Ctx::detached("call-1").with_replies([Reply::Accepted(json!({"confirm": true}))]);
+    /// assert!(ctx.ask(Question::confirm("Delete 3 files?")).confirmed());
+    /// // Used up: a detached context declines.
+    /// assert!(matches!(ctx.ask(Question::confirm("And 3 more?")), Reply::Declined(_)));
+    /// assert_eq!(ctx.asked().len(), 2);
+    /// ```
+    pub fn ask(&self, question: Question) -> Reply {
+        match &self.inner {
+            Inner::Host(_, Some(host)) => {
+                let Some(ask) = host.fns.ask() else {
+                    return Reply::Declined(
+                        "this host cannot ask its user (it is older than interface 3's questions)"
+                            .into(),
+                    );
+                };
+                let schema = question.schema.to_string();
+                let reply = ask(
+                    host.sink,
+                    RStr::from_str(&question.message),
+                    RStr::from_str(&schema),
+                );
+                let left = reply.time_left_ms.into_option();
+                self.set_deadline(
+                    left.and_then(|ms| Instant::now().checked_add(Duration::from_millis(ms))),
+                );
+                let text = reply.text.into_string();
+                match reply.kind {
+                    FfiReplyKind::Accepted => match serde_json::from_str(&text) {
+                        Ok(value) => Reply::Accepted(value),
+                        Err(e) => Reply::Cancelled(format!("the host's answer is not JSON: {e}")),
+                    },
+                    FfiReplyKind::Declined => Reply::Declined(text),
+                    FfiReplyKind::Cancelled => Reply::Cancelled(text),
+                }
+            }
+            Inner::Host(_, None) => Reply::Declined(
+                "this host cannot ask its user (it is older than interface 3)".into(),
+            ),
+            Inner::Detached { replies, asked, .. } => {
+                if let Ok(mut asked) = asked.lock() {
+                    asked.push(question);
+                }
+                replies
+                    .lock()
+                    .ok()
+                    .and_then(|mut r| r.pop_front())
+                    .unwrap_or_else(|| Reply::Declined("no one to ask: a detached context".into()))
+            }
+        }
+    }
+
+    /// The questions asked through a detached context so far (empty for a host's context).
+    pub fn asked(&self) -> Vec<Question> {
+        match &self.inner {
+            Inner::Detached { asked, .. } => asked.lock().map(|a| a.clone()).unwrap_or_default(),
+            Inner::Host(..) => Vec::new(),
         }
     }
 

@@ -23,7 +23,7 @@
 //! |---|---|
 //! | 1 | `interface_version`, `describe`, `call` |
 //! | 2 | `declare` (hints, titles, output schemas, result limits, capabilities), `call_with` (time left, trace context, structured answers) |
-//! | 3 | `call_host`: `call_with` with the host's services ([`FfiHost`]: log lines), a table of functions that grows at its end like this module |
+//! | 3 | `call_host`: `call_with` with the host's services ([`FfiHost`]: log lines, questions to the user), a table of functions that grows at its end like this module; answers of blocks ([`FfiAnswer3`]: audio, resources, links, in order) |
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -75,8 +75,8 @@ pub struct PluginMod {
         ctx: FfiCtx<'_>,
         info: FfiCallInfo<'_>,
     ) -> FfiOutcome2,
-    /// Interface 3: `call_with` with what the host offers the running call ([`FfiHost`]).
-    /// Never unwinds.
+    /// Interface 3: `call_with` with what the host offers the running call ([`FfiHost`]),
+    /// answering with blocks of content. Never unwinds.
     #[sabi(missing_field(option))]
     pub call_host: extern "C" fn(
         tool: RStr<'_>,
@@ -84,7 +84,7 @@ pub struct PluginMod {
         ctx: FfiCtx<'_>,
         info: FfiCallInfo<'_>,
         host: FfiHost<'_>,
-    ) -> FfiOutcome2,
+    ) -> FfiOutcome3,
 }
 
 impl RootModule for PluginModRef {
@@ -203,40 +203,101 @@ pub struct HostFns {
     /// [`crate::LogLevel`] orders them. Never unwinds.
     #[sabi(last_prefix_field)]
     pub log: extern "C" fn(sink: RRef<'_, ErasedObject>, level: u8, line: RStr<'_>),
+    /// Asks the user a question (a message and the answer's JSON Schema, as JSON text) and
+    /// blocks the calling thread until the reply. Never unwinds.
+    pub ask: extern "C" fn(
+        sink: RRef<'_, ErasedObject>,
+        message: RStr<'_>,
+        schema_json: RStr<'_>,
+    ) -> FfiReply,
 }
 
-/// What a host does with a call's log line: its level (`None` for a number that is none) and its
-/// text (`None` when it is not UTF-8).
-pub type LogSink<'a> = &'a (dyn Fn(Option<crate::LogLevel>, Option<&str>) + Sync);
+/// How a question was answered, across the boundary.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FfiReplyKind {
+    /// The user answered.
+    Accepted,
+    /// The user said no, or no one could be asked.
+    Declined,
+    /// The question was dismissed or given up on.
+    Cancelled,
+}
+
+/// A reply across the boundary: its kind, the answer as JSON text (accepted) or the reason
+/// (declined, cancelled), and the call's time left once the reply came (the wait does not count
+/// against the call's timeout: the host moves the deadline by it).
+#[repr(C)]
+#[derive(StableAbi, Debug)]
+pub struct FfiReply {
+    /// How it was answered.
+    pub kind: FfiReplyKind,
+    /// The answer's JSON text, or the reason.
+    pub text: RString,
+    /// Milliseconds until the host gives up on the call, as of the reply; `RNone` without a
+    /// deadline.
+    pub time_left_ms: ROption<u64>,
+}
+
+/// What a host does with what a running call hands it through [`FfiHost`]. Each argument comes
+/// checked: `None` for a level that is none, text that is not UTF-8.
+pub trait HostServices: Sync {
+    /// One log line.
+    fn log(&self, level: Option<crate::LogLevel>, line: Option<&str>);
+    /// One question (`message`, `schema_json`); blocks until the reply.
+    fn ask(&self, message: Option<&str>, schema_json: Option<&str>) -> FfiReply;
+}
 
 impl<'a> FfiHost<'a> {
-    /// The host's side for one call: every log line goes to `on_log`, checked (a level that is
-    /// none, text that is not UTF-8 come as `None`); a panic inside it is caught and the line
-    /// dropped, never unwinding into the plugin.
-    pub fn new(on_log: &'a LogSink<'a>) -> Self {
+    /// The host's side for one call, served by `services`; a panic inside it is caught (a log
+    /// line dropped, a question cancelled), never unwinding into the plugin.
+    pub fn new(services: &'a &'a dyn HostServices) -> Self {
         static FNS: std::sync::OnceLock<HostFnsRef> = std::sync::OnceLock::new();
         let fns = *FNS.get_or_init(|| {
             use abi_stable::prefix_type::PrefixTypeTrait;
             HostFns {
                 log: log_trampoline,
+                ask: ask_trampoline,
             }
             .leak_into_prefix()
         });
-        let ptr = on_log as *const LogSink<'a> as *const ErasedObject;
-        // SAFETY: `ptr` comes from a reference that lives for 'a; `log_trampoline` casts it back
+        let ptr = services as *const &'a dyn HostServices as *const ErasedObject;
+        // SAFETY: `ptr` comes from a reference that lives for 'a; the trampolines cast it back
         // to the same type.
         let sink = unsafe { RRef::from_raw(ptr) };
         FfiHost { sink, fns }
     }
 }
 
+/// The services behind a sink made by [`FfiHost::new`].
+fn services<'a>(sink: RRef<'a, ErasedObject>) -> &'a dyn HostServices {
+    let ptr = sink.as_ptr() as *const &dyn HostServices;
+    // SAFETY: only `FfiHost::new` builds hosts with these trampolines, from this exact type.
+    unsafe { *ptr }
+}
+
 extern "C" fn log_trampoline(sink: RRef<'_, ErasedObject>, level: u8, line: RStr<'_>) {
-    let ptr = sink.as_ptr() as *const LogSink<'_>;
-    // SAFETY: only `FfiHost::new` builds hosts with this trampoline, from this exact type.
-    let on_log: &LogSink<'_> = unsafe { &*ptr };
     let level = crate::LogLevel::ALL.get(usize::from(level)).copied();
     let text = checked_text(line);
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| on_log(level, text)));
+    let services = services(sink);
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| services.log(level, text)));
+}
+
+extern "C" fn ask_trampoline(
+    sink: RRef<'_, ErasedObject>,
+    message: RStr<'_>,
+    schema_json: RStr<'_>,
+) -> FfiReply {
+    let (message, schema) = (checked_text(message), checked_text(schema_json));
+    let services = services(sink);
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        services.ask(message, schema)
+    }))
+    .unwrap_or_else(|_| FfiReply {
+        kind: FfiReplyKind::Cancelled,
+        text: "the host failed while asking".into(),
+        time_left_ms: ROption::RNone,
+    })
 }
 
 /// What a plugin says about itself.
@@ -328,6 +389,31 @@ pub struct FfiAnswer2 {
 
 /// The result of one `call_with` across the boundary.
 pub type FfiOutcome2 = RResult<FfiAnswer2, FfiFailure>;
+
+/// One block of an answer across the boundary: its [`crate::BlockHead`] as JSON text, and its
+/// payload raw (text's bytes, an image's, audio's or a blob's; empty for a link).
+#[repr(C)]
+#[derive(StableAbi, Debug)]
+pub struct FfiBlock {
+    /// The block without its payload, JSON text.
+    pub head_json: RString,
+    /// The payload.
+    pub payload: RVec<u8>,
+}
+
+/// An answer of interface 3: interface 2's, or blocks of content.
+#[repr(C)]
+#[derive(StableAbi, Debug)]
+pub struct FfiAnswer3 {
+    /// The answer; of an answer of blocks, its details and structured content only (the output
+    /// is empty text).
+    pub answer: FfiAnswer2,
+    /// The blocks, in order; empty unless the output is made of blocks.
+    pub blocks: RVec<FfiBlock>,
+}
+
+/// The result of one `call_host` across the boundary.
+pub type FfiOutcome3 = RResult<FfiAnswer3, FfiFailure>;
 
 /// Why a call failed.
 #[repr(u8)]

@@ -15,9 +15,9 @@ use abi_stable::std_types::{RErr, ROk, ROption, RResult, RStr, RString, RVec};
 
 use crate::declare::{Capabilities, Declaration};
 use crate::ffi::{
-    FfiAnswer, FfiAnswer2, FfiCallInfo, FfiCtx, FfiFailure, FfiFailureKind, FfiHost, FfiImage,
-    FfiOutcome, FfiOutcome2, FfiOutputKind, FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION,
-    PluginMod, PluginModRef,
+    FfiAnswer, FfiAnswer2, FfiAnswer3, FfiBlock, FfiCallInfo, FfiCtx, FfiFailure, FfiFailureKind,
+    FfiHost, FfiImage, FfiOutcome, FfiOutcome2, FfiOutcome3, FfiOutputKind, FfiPluginInfo,
+    FfiToolDesc, INTERFACE_VERSION, PluginMod, PluginModRef,
 };
 use crate::tool::CallFailure;
 use crate::{Answer, Ctx, Image, Output, Tool};
@@ -62,7 +62,7 @@ pub struct EntryPoints {
     pub call_with: extern "C" fn(RStr<'_>, RStr<'_>, FfiCtx<'_>, FfiCallInfo<'_>) -> FfiOutcome2,
     /// `call_host`.
     pub call_host:
-        extern "C" fn(RStr<'_>, RStr<'_>, FfiCtx<'_>, FfiCallInfo<'_>, FfiHost<'_>) -> FfiOutcome2,
+        extern "C" fn(RStr<'_>, RStr<'_>, FfiCtx<'_>, FfiCallInfo<'_>, FfiHost<'_>) -> FfiOutcome3,
 }
 
 /// Builds the root module from the generated entry points.
@@ -134,21 +134,68 @@ pub fn call(
     args_json: RStr<'_>,
     ctx: FfiCtx<'_>,
 ) -> FfiOutcome {
-    match call_with(tools, tool, args_json, ctx, None, None) {
+    match call_with(tools, tool, args_json, ctx, None) {
         RResult::ROk(answer) => ROk(answer.answer),
         RResult::RErr(failure) => RErr(failure),
     }
 }
 
-/// The body of the generated `call_with` and `call_host` entry points (`host` from interface 3).
+/// The body of the generated `call_with` entry point (interface 2: an answer of blocks reaches
+/// such a host as its text and images).
 pub fn call_with(
     tools: fn() -> &'static PluginTools,
     tool: RStr<'_>,
     args_json: RStr<'_>,
     ctx: FfiCtx<'_>,
     info: Option<FfiCallInfo<'_>>,
-    host: Option<FfiHost<'_>>,
 ) -> FfiOutcome2 {
+    match call_host(tools, tool, args_json, ctx, info, None) {
+        RResult::ROk(FfiAnswer3 { answer, blocks }) if !blocks.is_empty() => {
+            // Rebuilt from the blocks the host of interface 2 cannot read.
+            let mut text = Vec::new();
+            let mut images = RVec::new();
+            for block in blocks {
+                match serde_json::from_str::<crate::BlockHead>(&block.head_json) {
+                    Ok(crate::BlockHead::Text) => {
+                        text.push(String::from_utf8_lossy(&block.payload).into_owned())
+                    }
+                    Ok(crate::BlockHead::Image { mime_type }) => images.push(FfiImage {
+                        mime_type: mime_type.into(),
+                        bytes: block.payload,
+                    }),
+                    _ => {}
+                }
+            }
+            let kind = if images.is_empty() {
+                FfiOutputKind::Text
+            } else {
+                FfiOutputKind::Images
+            };
+            ROk(FfiAnswer2 {
+                answer: FfiAnswer {
+                    kind,
+                    text: text.join("\n").into(),
+                    images,
+                    details_json: answer.answer.details_json,
+                },
+                structured_json: answer.structured_json,
+            })
+        }
+        RResult::ROk(answer) => ROk(answer.answer),
+        RResult::RErr(failure) => RErr(failure),
+    }
+}
+
+/// The body of the generated `call_host` entry point (interface 3; `info` from interface 2,
+/// `host` from interface 3).
+pub fn call_host(
+    tools: fn() -> &'static PluginTools,
+    tool: RStr<'_>,
+    args_json: RStr<'_>,
+    ctx: FfiCtx<'_>,
+    info: Option<FfiCallInfo<'_>>,
+    host: Option<FfiHost<'_>>,
+) -> FfiOutcome3 {
     let result = guarded(|| {
         let tools = tools();
         let Some(&i) = tools.index.get(tool.as_str()) else {
@@ -206,14 +253,29 @@ fn failure(
     }
 }
 
-fn answer_to_ffi(answer: Answer) -> Result<FfiAnswer2, FfiFailure> {
+fn answer_to_ffi(answer: Answer) -> Result<FfiAnswer3, FfiFailure> {
     let details_json = details_or_crash(answer.details)?;
     let structured_json = details_or_crash(answer.structured)?;
     let image = |i: Image| FfiImage {
         mime_type: i.mime_type.into(),
         bytes: i.bytes.into(),
     };
+    let mut blocks = RVec::new();
     let (kind, text, images): (_, String, RVec<FfiImage>) = match answer.output {
+        Output::Blocks(content) => {
+            for block in content {
+                let head_json = serde_json::to_string(&block.head()).map_err(|e| FfiFailure {
+                    kind: FfiFailureKind::Panic,
+                    message: format!("answered with a block that is not JSON: {e}").into(),
+                    details_json: ROption::RNone,
+                })?;
+                blocks.push(FfiBlock {
+                    head_json: head_json.into(),
+                    payload: block_payload(block).into(),
+                });
+            }
+            (FfiOutputKind::Text, String::new(), RVec::new())
+        }
         Output::Text(text) => (FfiOutputKind::Text, text, RVec::new()),
         Output::Image { image: i, text } => (FfiOutputKind::Image, text, vec![image(i)].into()),
         Output::Images { images, text } => (
@@ -222,15 +284,33 @@ fn answer_to_ffi(answer: Answer) -> Result<FfiAnswer2, FfiFailure> {
             images.into_iter().map(image).collect(),
         ),
     };
-    Ok(FfiAnswer2 {
-        answer: FfiAnswer {
-            kind,
-            text: text.into(),
-            images,
-            details_json,
+    Ok(FfiAnswer3 {
+        answer: FfiAnswer2 {
+            answer: FfiAnswer {
+                kind,
+                text: text.into(),
+                images,
+                details_json,
+            },
+            structured_json,
         },
-        structured_json,
+        blocks,
     })
+}
+
+/// A block's payload, moved out (no copy).
+fn block_payload(block: crate::Block) -> Vec<u8> {
+    use crate::{Block, ResourceContents};
+    match block {
+        Block::Text(text) => text.into_bytes(),
+        Block::Image(image) => image.bytes,
+        Block::Audio(audio) => audio.bytes,
+        Block::Resource(resource) => match resource.contents {
+            ResourceContents::Text(text) => text.into_bytes(),
+            ResourceContents::Blob(bytes) => bytes,
+        },
+        Block::Link(_) => Vec::new(),
+    }
 }
 
 thread_local! {

@@ -35,6 +35,8 @@
 #![warn(missing_docs)]
 
 mod answer;
+mod ask;
+mod content;
 mod ctx;
 pub mod declare;
 pub mod ffi;
@@ -47,6 +49,8 @@ mod tool;
 pub use answer::{
     Answer, Image, MAX_DETAILS_DEPTH, Output, ToolError, details_depth, drop_details,
 };
+pub use ask::{Question, Reply};
+pub use content::{Audio, Block, BlockHead, Resource, ResourceContents, ResourceLink};
 pub use ctx::Ctx;
 pub use declare::{Capabilities, ToolHints};
 pub use log::LogLevel;
@@ -124,7 +128,7 @@ macro_rules! export_plugin {
             ctx: $crate::ffi::FfiCtx<'_>,
             info: $crate::ffi::FfiCallInfo<'_>,
         ) -> $crate::ffi::FfiOutcome2 {
-            $crate::glue::call_with(__rho_plugin_tools, tool, args_json, ctx, ::std::option::Option::Some(info), ::std::option::Option::None)
+            $crate::glue::call_with(__rho_plugin_tools, tool, args_json, ctx, ::std::option::Option::Some(info))
         }
 
         #[doc(hidden)]
@@ -134,8 +138,8 @@ macro_rules! export_plugin {
             ctx: $crate::ffi::FfiCtx<'_>,
             info: $crate::ffi::FfiCallInfo<'_>,
             host: $crate::ffi::FfiHost<'_>,
-        ) -> $crate::ffi::FfiOutcome2 {
-            $crate::glue::call_with(__rho_plugin_tools, tool, args_json, ctx, ::std::option::Option::Some(info), ::std::option::Option::Some(host))
+        ) -> $crate::ffi::FfiOutcome3 {
+            $crate::glue::call_host(__rho_plugin_tools, tool, args_json, ctx, ::std::option::Option::Some(info), ::std::option::Option::Some(host))
         }
 
         #[doc(hidden)]

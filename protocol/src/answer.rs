@@ -10,13 +10,14 @@
 //! copied or decoded, so its size never becomes the host's memory.
 
 use rho_plugin_api::ffi::{FfiFailureKind, FfiOutputKind};
-use rho_plugin_api::{Image, Output, ToolError};
+use rho_plugin_api::{Block, BlockHead, Image, Output, ToolError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::outcome::{CrashReason, Failure};
 
-/// An answer's shape: text only, exactly one image, or any number of images (each with text).
+/// An answer's shape: text only, exactly one image, any number of images (each with text), or
+/// blocks of content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OutputKind {
@@ -26,6 +27,8 @@ pub enum OutputKind {
     Image,
     /// Any number of images, with text.
     Images,
+    /// Blocks of content, in order.
+    Blocks,
 }
 
 impl OutputKind {
@@ -35,6 +38,7 @@ impl OutputKind {
             Output::Text(_) => OutputKind::Text,
             Output::Image { .. } => OutputKind::Image,
             Output::Images { .. } => OutputKind::Images,
+            Output::Blocks(_) => OutputKind::Blocks,
         }
     }
 }
@@ -92,6 +96,13 @@ impl FailureKind {
 /// The most images one answer may carry.
 pub const MAX_IMAGES: usize = 256;
 
+/// The most blocks one answer of blocks may carry.
+pub const MAX_BLOCKS: usize = 1024;
+
+/// The largest question a tool may ask: bytes of its message and its schema's JSON text
+/// together. A larger one is declined, with a reason naming the bound.
+pub const MAX_QUESTION_BYTES: usize = 256 << 10;
+
 /// The largest details, and the largest structured content, one answer may carry: bytes of JSON
 /// text (as the plugin or node sent it; a native tool's values are measured as serialized).
 pub const MAX_DETAILS_BYTES: usize = 4 << 20;
@@ -100,6 +111,13 @@ pub const MAX_DETAILS_BYTES: usize = 4 << 20;
 pub fn too_many_images(tool: &str, count: usize) -> Failure {
     Failure::Tool(ToolError::new(format!(
         "tool `{tool}` answered with {count} images; an answer may carry at most {MAX_IMAGES}"
+    )))
+}
+
+/// The error of an answer of `tool` with `count` blocks, over [`MAX_BLOCKS`].
+pub fn too_many_blocks(tool: &str, count: usize) -> Failure {
+    Failure::Tool(ToolError::new(format!(
+        "tool `{tool}` answered with {count} blocks; an answer may carry at most {MAX_BLOCKS}"
     )))
 }
 
@@ -133,6 +151,10 @@ pub fn check_limits(tool: &str, answer: &rho_plugin_api::Answer) -> Result<(), F
     let count = answer.output.images().len();
     if count > MAX_IMAGES {
         return Err(too_many_images(tool, count));
+    }
+    let blocks = answer.output.blocks().len();
+    if blocks > MAX_BLOCKS {
+        return Err(too_many_blocks(tool, blocks));
     }
     for (what, value) in [
         ("details", &answer.details),
@@ -184,10 +206,33 @@ pub fn output(
             None => Ok(Output::Text(text)),
         },
         (OutputKind::Images, _) => Ok(Output::Images { images, text }),
+        // Blocks come with their own heads, never as text and images.
         (kind, n) => Err(Failure::Crash(CrashReason::Protocol(format!(
             "an answer of kind `{kind:?}` with {n} image(s)"
         )))),
     }
+}
+
+/// The output made of `parts` (each block's head and payload, in order), or why they make
+/// none (a payload that does not fit its head); more than [`MAX_BLOCKS`] is the tool's error.
+pub fn blocks(
+    tool: &str,
+    count: usize,
+    parts: impl IntoIterator<Item = (BlockHead, Vec<u8>)>,
+) -> Result<Output, Failure> {
+    if count > MAX_BLOCKS {
+        return Err(too_many_blocks(tool, count));
+    }
+    let mut content = Vec::with_capacity(count);
+    for (head, payload) in parts {
+        let block = Block::from_parts(head, payload).map_err(|why| {
+            Failure::Crash(CrashReason::Formatted(format!(
+                "tool `{tool}` answered with a broken block: {why}"
+            )))
+        })?;
+        content.push(block);
+    }
+    Ok(Output::Blocks(content))
 }
 
 /// The failure of `kind` with `message`; `details` (already decoded) belong to errors only.

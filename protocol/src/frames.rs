@@ -90,6 +90,17 @@ pub enum ToWorker {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         traceparent: Option<String>,
     },
+    /// The reply to a call's question (`FromWorker::Ask`), and the call's time left once it
+    /// came (the wait moved the deadline).
+    Answered {
+        /// The host's number for the call.
+        id: u64,
+        /// The reply.
+        reply: rho_plugin_api::Reply,
+        /// Milliseconds until the host ends the call, as of sending.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        time_left_ms: Option<u64>,
+    },
     /// Give up on a call: the worker sets the tool's cancellation flag.
     Cancel {
         /// The host's number for the call.
@@ -106,81 +117,136 @@ pub struct ImageHead {
     pub len: usize,
 }
 
-/// An answer's image heads as a worker announced them. Read from a frame, at most
-/// [`MAX_IMAGES`](crate::answer::MAX_IMAGES) heads are kept; the rest are counted and their
-/// lengths summed as they are read, never stored, so an answer announcing 300,000 images costs
-/// the host the frame's bytes and no more.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ImageHeads {
-    heads: Vec<ImageHead>,
+/// A block's head in an answer of blocks; its payload follows the JSON as a blob.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockFrameHead {
+    /// The block without its payload.
+    pub head: rho_plugin_api::BlockHead,
+    /// The payload's length in bytes.
+    pub len: usize,
+}
+
+/// A head announcing a blob of `len` bytes, at most [`Announce::LIMIT`] of them kept per answer.
+pub trait Announce: Sized {
+    /// The most heads one answer keeps.
+    const LIMIT: usize;
+    /// What it is, plural, for errors ("image heads").
+    const WHAT: &'static str;
+    /// The length of its blob.
+    fn len(&self) -> usize;
+}
+
+impl Announce for ImageHead {
+    const LIMIT: usize = crate::answer::MAX_IMAGES;
+    const WHAT: &'static str = "a list of image heads";
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Announce for BlockFrameHead {
+    const LIMIT: usize = crate::answer::MAX_BLOCKS;
+    const WHAT: &'static str = "a list of block heads";
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// An answer's heads as a worker announced them. Read from a frame, at most [`Announce::LIMIT`]
+/// heads are kept; the rest are counted and their lengths summed as they are read, never
+/// stored, so an answer announcing 300,000 images costs the host the frame's bytes and no more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Announced<H> {
+    heads: Vec<H>,
     count: usize,
     total_len: Option<usize>,
 }
 
-impl ImageHeads {
-    /// The heads of an answer's images, in order.
-    pub fn new(heads: Vec<ImageHead>) -> ImageHeads {
+/// An answer's image heads.
+pub type ImageHeads = Announced<ImageHead>;
+
+/// An answer's block heads.
+pub type BlockHeads = Announced<BlockFrameHead>;
+
+impl<H> Default for Announced<H> {
+    fn default() -> Self {
+        Announced {
+            heads: Vec::new(),
+            count: 0,
+            total_len: Some(0),
+        }
+    }
+}
+
+impl<H: Announce> Announced<H> {
+    /// The heads of an answer's blobs, in order.
+    pub fn new(heads: Vec<H>) -> Self {
         let total_len = heads
             .iter()
-            .try_fold(0usize, |sum, h| sum.checked_add(h.len));
-        ImageHeads {
+            .try_fold(0usize, |sum, h| sum.checked_add(h.len()));
+        Announced {
             count: heads.len(),
             heads,
             total_len,
         }
     }
 
-    /// How many images were announced.
+    /// How many were announced.
     pub fn count(&self) -> usize {
         self.count
     }
 
+    /// Whether none were.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
     /// The heads kept (all of them, unless more than the limit were announced).
-    pub fn heads(&self) -> &[ImageHead] {
+    pub fn heads(&self) -> &[H] {
         &self.heads
     }
 
-    /// The announced images' lengths summed; `None` when the sum overflows.
+    /// The heads kept, owned.
+    pub fn into_heads(self) -> Vec<H> {
+        self.heads
+    }
+
+    /// The announced blobs' lengths summed; `None` when the sum overflows.
     pub fn total_len(&self) -> Option<usize> {
         self.total_len
     }
 }
 
-impl Serialize for ImageHeads {
+impl<H: Serialize> Serialize for Announced<H> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         self.heads.serialize(serializer)
     }
 }
 
-impl<'de> Deserialize<'de> for ImageHeads {
+impl<'de, H: Announce + Deserialize<'de>> Deserialize<'de> for Announced<H> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Heads;
-        impl<'de> serde::de::Visitor<'de> for Heads {
-            type Value = ImageHeads;
+        struct Heads<H>(std::marker::PhantomData<H>);
+        impl<'de, H: Announce + Deserialize<'de>> serde::de::Visitor<'de> for Heads<H> {
+            type Value = Announced<H>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a list of image heads")
+                f.write_str(H::WHAT)
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(
                 self,
                 mut seq: A,
-            ) -> Result<ImageHeads, A::Error> {
-                let limit = crate::answer::MAX_IMAGES;
-                let mut heads = ImageHeads {
-                    heads: Vec::new(),
-                    count: 0,
-                    total_len: Some(0),
-                };
-                while let Some(head) = seq.next_element::<ImageHead>()? {
+            ) -> Result<Announced<H>, A::Error> {
+                let mut heads = Announced::default();
+                while let Some(head) = seq.next_element::<H>()? {
                     heads.count += 1;
-                    heads.total_len = heads.total_len.and_then(|sum| sum.checked_add(head.len));
-                    if heads.heads.len() < limit {
+                    heads.total_len = heads.total_len.and_then(|sum| sum.checked_add(head.len()));
+                    if heads.heads.len() < H::LIMIT {
                         heads.heads.push(head);
                     }
                 }
                 Ok(heads)
             }
         }
-        deserializer.deserialize_seq(Heads)
+        deserializer.deserialize_seq(Heads(std::marker::PhantomData))
     }
 }
 
@@ -235,8 +301,16 @@ pub enum FromWorker {
         /// The line.
         line: String,
     },
+    /// A question of a running call (interface 3): the tool's thread waits for
+    /// `ToWorker::Answered`. The message and the schema's JSON text follow as blobs, in order.
+    Ask {
+        /// The host's number for the call.
+        id: u64,
+        /// The length of the message blob (the schema is the rest).
+        message_len: usize,
+    },
     /// A call's answer; the text (UTF-8, `text_len` bytes) then the image bytes follow as blobs,
-    /// in order.
+    /// in order; of an answer of blocks (`kind` `blocks`), the blocks' payloads.
     Answer {
         /// The host's number for the call.
         id: u64,
@@ -246,6 +320,9 @@ pub enum FromWorker {
         text_len: usize,
         /// The images' heads.
         images: ImageHeads,
+        /// The blocks' heads (kind `blocks`).
+        #[serde(default, skip_serializing_if = "Announced::is_empty")]
+        blocks: BlockHeads,
         /// Details, JSON text.
         details: Option<String>,
         /// Structured content, JSON text.

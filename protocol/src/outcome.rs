@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use rho_plugin_api::{Answer, Output, ToolError};
+use rho_plugin_api::{Answer, Block, Output, ToolError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -119,8 +119,8 @@ impl ToolResult {
         self.outcome.is_error()
     }
 
-    /// The text of the output.
-    pub fn text(&self) -> &str {
+    /// The text of the output (of blocks, their text blocks joined by a newline).
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
         self.output.text()
     }
 }
@@ -166,12 +166,27 @@ fn normalize(output: Output) -> Output {
     }
 }
 
-/// `output` with its text replaced by `text` (images kept).
+/// `output` with its text replaced by `text` (images kept; of blocks, the first text block
+/// holds `text` and the other text blocks go, or `text` comes first when there was none).
 pub fn with_text(output: Output, text: String) -> Output {
     match output {
         Output::Text(_) => Output::Text(text),
         Output::Image { image, .. } => Output::Image { image, text },
         Output::Images { images, .. } => Output::Images { images, text },
+        Output::Blocks(blocks) => {
+            let mut text = Some(text);
+            let mut kept: Vec<Block> = blocks
+                .into_iter()
+                .filter_map(|block| match block {
+                    Block::Text(_) => text.take().map(Block::Text),
+                    other => Some(other),
+                })
+                .collect();
+            if let Some(text) = text {
+                kept.insert(0, Block::Text(text));
+            }
+            Output::Blocks(kept)
+        }
     }
 }
 
@@ -192,7 +207,7 @@ pub fn cut_output(tool: &str, output: Output, limit: usize) -> (Output, Option<S
         &text[..at],
         text.len()
     );
-    let whole = text.to_owned();
+    let whole = text.into_owned();
     (with_text(output, shown), Some(whole))
 }
 

@@ -19,10 +19,12 @@ use std::time::Duration;
 use crate::loader::call::{CallInfo, RawAnswer, RawFailure, call_module};
 use crate::loader::load::load_checked_copy;
 use crate::sandbox;
+use rho_plugin_api::Output;
 use rho_protocol::answer::{FailureKind, OutputKind};
 use rho_protocol::frames::{
-    CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, GRANT_FDS, HANDED_CONTROL_WORDS,
-    HANDED_OVER, ImageHead, ImageHeads, PLUGIN_FD, ToWorker, read_frame, write_frame,
+    BlockFrameHead, BlockHeads, CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, GRANT_FDS,
+    HANDED_CONTROL_WORDS, HANDED_OVER, ImageHead, ImageHeads, PLUGIN_FD, ToWorker, read_frame,
+    write_frame,
 };
 use rho_protocol::{Failure, PROTOCOL_VERSION};
 
@@ -407,10 +409,49 @@ fn serve(
             };
             send(&logs, &log, &[]);
         };
+        // A question goes to the host and this thread reads its channel until the reply (the
+        // host sends nothing else on it while the call runs; a frame of another call or kind is
+        // skipped). The host bounds the wait: it replies or ends this worker.
+        let asks = channel.clone();
+        let replies = Mutex::new(&mut reader);
+        let on_ask = move |question: rho_plugin_api::Question| {
+            let cancelled = |why: &str| (rho_plugin_api::Reply::Cancelled(why.into()), None);
+            let schema = question.schema.to_string();
+            let ask = FromWorker::Ask {
+                id,
+                message_len: question.message.len(),
+            };
+            if !send(
+                &asks,
+                &ask,
+                &[question.message.as_bytes(), schema.as_bytes()],
+            ) {
+                return cancelled("the host went away");
+            }
+            let mut reader = replies.lock().unwrap_or_else(PoisonError::into_inner);
+            loop {
+                match read_frame::<ToWorker>(&mut **reader, MAX_FROM_HOST) {
+                    Ok(Frame {
+                        message:
+                            ToWorker::Answered {
+                                id: answered,
+                                reply,
+                                time_left_ms,
+                            },
+                        ..
+                    }) if answered == id => {
+                        return (reply, time_left_ms.map(Duration::from_millis));
+                    }
+                    Ok(_) => {}
+                    Err(_) => return cancelled("the host went away"),
+                }
+            }
+        };
         let info = CallInfo {
             time_left: time_left_ms.map(Duration::from_millis),
             traceparent: traceparent.as_deref().unwrap_or_default(),
             on_log: Some(&on_log),
+            on_ask: Some(&on_ask),
         };
         let result = call_module(module, &tool, &args, &call_id, &cancelled, &on_update, info);
         *running.lock().unwrap_or_else(PoisonError::into_inner) = None;
@@ -460,8 +501,27 @@ fn answer(
             details,
         }) => {
             let kind = OutputKind::of(output);
-            let text = output.text();
-            let images = output.images();
+            // Of blocks, the text is in them.
+            let text: &str = match output {
+                Output::Text(text) | Output::Image { text, .. } | Output::Images { text, .. } => {
+                    text
+                }
+                Output::Blocks(_) => "",
+            };
+            let images = match output {
+                Output::Blocks(_) => Vec::new(),
+                _ => output.images(),
+            };
+            let blocks = output.blocks();
+            let block_heads = BlockHeads::new(
+                blocks
+                    .iter()
+                    .map(|b| BlockFrameHead {
+                        head: b.head(),
+                        len: b.payload().len(),
+                    })
+                    .collect(),
+            );
             let heads = ImageHeads::new(
                 images
                     .iter()
@@ -477,13 +537,17 @@ fn answer(
                 kind,
                 text_len: text.len(),
                 images: heads,
+                blocks: block_heads,
                 details,
                 structured,
                 spent,
             };
-            let blobs = std::iter::once(text.as_bytes())
-                .chain(images.iter().map(|i| i.bytes.as_slice()))
-                .collect();
+            let blobs = match kind {
+                OutputKind::Blocks => blocks.iter().map(|b| b.payload()).collect(),
+                _ => std::iter::once(text.as_bytes())
+                    .chain(images.iter().map(|i| i.bytes.as_slice()))
+                    .collect(),
+            };
             (message, blobs)
         }
         Err(failure) => {

@@ -46,6 +46,9 @@ pub fn mcp_tool(spec: &rho_runtime::ToolSpec) -> Tool {
 /// (images, details, then structured content) and the text is cut, with a note saying so and
 /// `_meta["rho/truncated"]` (the whole result is in the host's journal).
 pub fn mcp_result(result: &ToolResult, max_bytes: usize) -> CallToolResult {
+    if !result.output.blocks().is_empty() {
+        return blocks_result(result, max_bytes);
+    }
     let mut content = Vec::new();
     let mut left = max_bytes;
     let mut dropped = Vec::new();
@@ -73,12 +76,8 @@ pub fn mcp_result(result: &ToolResult, max_bytes: usize) -> CallToolResult {
     };
     let structured = fits(result.structured.as_ref(), "structured content");
     let details = fits(result.details.as_ref(), "details");
-    let rendered;
     let text = match (&result.structured, result.text()) {
-        (Some(data), "") => {
-            rendered = data.to_string();
-            rendered.as_str()
-        }
+        (Some(data), text) if text.is_empty() => std::borrow::Cow::Owned(data.to_string()),
         (_, text) => text,
     };
     if text.len() > left {
@@ -107,6 +106,102 @@ pub fn mcp_result(result: &ToolResult, max_bytes: usize) -> CallToolResult {
     content.extend(images);
     // A tool with an output schema must send structured content with a success: without it
     // (left out above), the result is an error, as MCP clients would otherwise reject it.
+    finish(result, content, structured, details, cut)
+}
+
+/// An answer of blocks as MCP returns it: each block as its content, in order (bytes base64),
+/// within `max_bytes` with the rest of the result; a block that does not fit is left out, named
+/// in a note at the end.
+fn blocks_result(result: &ToolResult, max_bytes: usize) -> CallToolResult {
+    use rho_runtime::{Block, ResourceContents as Contents};
+    use rmcp::model::{Resource as McpResource, ResourceContents};
+    let base64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let mut left = max_bytes;
+    let mut dropped = Vec::new();
+    let mut content = Vec::new();
+    for block in result.output.blocks() {
+        let cost = match block {
+            Block::Text(text) => text.len(),
+            Block::Resource(r) if matches!(r.contents, Contents::Text(_)) => block.payload().len(),
+            Block::Link(link) => link.uri.len() + link.name.len(),
+            _ => block.payload().len().div_ceil(3) * 4,
+        };
+        if cost > left {
+            dropped.push(match block {
+                Block::Text(text) => format!("a text of {} bytes", text.len()),
+                Block::Image(image) => format!("an image of {} bytes", image.bytes.len()),
+                Block::Audio(audio) => format!("audio of {} bytes", audio.bytes.len()),
+                Block::Resource(r) => {
+                    format!("the resource {} ({} bytes)", r.uri, block.payload().len())
+                }
+                Block::Link(link) => format!("a link to {}", link.uri),
+            });
+            continue;
+        }
+        left -= cost;
+        content.push(match block {
+            Block::Text(text) => Content::text(text.clone()),
+            Block::Image(image) => Content::image(base64(&image.bytes), image.mime_type.clone()),
+            Block::Audio(audio) => Content::audio(base64(&audio.bytes), audio.mime_type.clone()),
+            Block::Resource(r) => {
+                let contents = match &r.contents {
+                    Contents::Text(text) => ResourceContents::TextResourceContents {
+                        uri: r.uri.clone(),
+                        mime_type: r.mime_type.clone(),
+                        text: text.clone(),
+                        meta: None,
+                    },
+                    Contents::Blob(bytes) => ResourceContents::BlobResourceContents {
+                        uri: r.uri.clone(),
+                        mime_type: r.mime_type.clone(),
+                        blob: base64(bytes),
+                        meta: None,
+                    },
+                };
+                Content::resource(contents)
+            }
+            Block::Link(link) => {
+                let mut resource = McpResource::new(link.uri.clone(), link.name.clone());
+                resource.title = link.title.clone();
+                resource.description = link.description.clone();
+                resource.mime_type = link.mime_type.clone();
+                resource.size = link.size;
+                Content::resource_link(resource)
+            }
+        });
+    }
+    let mut fits = |value: Option<&Value>, what: &str| {
+        let value = value?;
+        let size = value.to_string().len();
+        if size <= left {
+            left -= size;
+            Some(value.clone())
+        } else {
+            dropped.push(format!("{what} of {size} bytes"));
+            None
+        }
+    };
+    let structured = fits(result.structured.as_ref(), "structured content");
+    let details = fits(result.details.as_ref(), "details");
+    let cut = !dropped.is_empty();
+    if cut {
+        content.push(Content::text(format!(
+            "[rho: the answer is larger than this client is sent ({max_bytes} bytes, \
+             serve.max_result_bytes); left out: {}]",
+            dropped.join(", ")
+        )));
+    }
+    finish(result, content, structured, details, cut)
+}
+
+/// The result of `content` with its structured content, details and rho's `_meta`.
+fn finish(
+    result: &ToolResult,
+    content: Vec<Content>,
+    structured: Option<Value>,
+    details: Option<Value>,
+    cut: bool,
+) -> CallToolResult {
     let structured_lost = result.structured.is_some() && structured.is_none();
     let mut out = if result.is_error() || structured_lost {
         CallToolResult::error(content)

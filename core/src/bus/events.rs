@@ -2,7 +2,7 @@
 //! `"type"` tag, its `seq`, a timestamp `ts_ms` (Unix milliseconds) and the `session_id` where
 //! there is one.
 
-use rho_plugin_api::Output;
+use rho_plugin_api::{Block, Output};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -62,8 +62,8 @@ pub(crate) fn event_text(text: &str) -> String {
     )
 }
 
-/// A call's output as events show it: the text (up to [`MAX_EVENT_TEXT`]), and the images
-/// summarized.
+/// A call's output as events show it: the text (up to [`MAX_EVENT_TEXT`]), the images
+/// summarized, and the other blocks of an answer of blocks summarized.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutputView {
     /// The text the model reads.
@@ -71,12 +71,45 @@ pub struct OutputView {
     /// The images, summarized.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<ImageView>,
+    /// The audio, embedded resources and links of an answer of blocks, in order, summarized.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub content: Vec<ContentView>,
+}
+
+/// A block other than text and images as events show it (the bytes stay in the result).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentView {
+    /// Audio.
+    Audio {
+        /// e.g. `audio/wav`.
+        mime_type: String,
+        /// Size of the encoded audio.
+        bytes: usize,
+    },
+    /// An embedded resource.
+    Resource {
+        /// Its URI.
+        uri: String,
+        /// Its mime type.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+        /// Size of its text or bytes.
+        bytes: usize,
+    },
+    /// A link to a resource.
+    Link {
+        /// Its URI.
+        uri: String,
+        /// Its name.
+        name: String,
+    },
 }
 
 impl From<&Output> for OutputView {
     fn from(output: &Output) -> Self {
         OutputView {
-            text: event_text(output.text()),
+            text: event_text(&output.text()),
             images: output
                 .images()
                 .iter()
@@ -84,6 +117,26 @@ impl From<&Output> for OutputView {
                     mime_type: i.mime_type.clone(),
                     bytes: i.bytes.len(),
                     sha256: rho_worker::loader::sha256_hex(&i.bytes),
+                })
+                .collect(),
+            content: output
+                .blocks()
+                .iter()
+                .filter_map(|block| match block {
+                    Block::Text(_) | Block::Image(_) => None,
+                    Block::Audio(audio) => Some(ContentView::Audio {
+                        mime_type: audio.mime_type.clone(),
+                        bytes: audio.bytes.len(),
+                    }),
+                    Block::Resource(resource) => Some(ContentView::Resource {
+                        uri: resource.uri.clone(),
+                        mime_type: resource.mime_type.clone(),
+                        bytes: block.payload().len(),
+                    }),
+                    Block::Link(link) => Some(ContentView::Link {
+                        uri: link.uri.clone(),
+                        name: link.name.clone(),
+                    }),
                 })
                 .collect(),
         }

@@ -4,10 +4,13 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use rho_plugin_api::{Answer, LogLevel, ToolError};
+use rho_plugin_api::{Answer, LogLevel, Question, Reply, ToolError};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::call::ask::Asked;
 use serde_json::Value;
 
 pub use rho_protocol::Failure;
@@ -46,15 +49,18 @@ struct CtxShared {
     cancelled: AtomicBool,
     on_update: Arc<dyn Fn(&str) + Send + Sync>,
     on_log: Option<LogHook>,
-    deadline: OnceLock<Instant>,
+    /// Set when the gate allows; moved later by each question's wait.
+    deadline: Mutex<Option<Instant>>,
     traceparent: Option<Arc<str>>,
+    /// Where the call's questions go (its runner); `None`: no one to ask.
+    asks: Option<mpsc::UnboundedSender<Asked>>,
 }
 
 impl ToolCtx {
     /// A context for call `call_id` that hands partial updates to `on_update` (and drops log
     /// lines).
     pub fn new(call_id: &str, on_update: Arc<dyn Fn(&str) + Send + Sync>) -> Self {
-        ToolCtx::for_call(call_id, on_update, None, None)
+        ToolCtx::for_call(call_id, on_update, None, None, None)
     }
 
     /// The runner's context of a call: updates and log lines to the call's senders, and its
@@ -64,6 +70,7 @@ impl ToolCtx {
         on_update: Arc<dyn Fn(&str) + Send + Sync>,
         on_log: Option<LogHook>,
         traceparent: Option<Arc<str>>,
+        asks: Option<mpsc::UnboundedSender<Asked>>,
     ) -> Self {
         ToolCtx {
             shared: Arc::new(CtxShared {
@@ -71,8 +78,9 @@ impl ToolCtx {
                 cancelled: AtomicBool::new(false),
                 on_update,
                 on_log,
-                deadline: OnceLock::new(),
+                deadline: Mutex::new(None),
                 traceparent,
+                asks,
             }),
         }
     }
@@ -80,7 +88,23 @@ impl ToolCtx {
     /// Starts the call's clock: the runner does when the gate allows, the deadline being that
     /// instant plus the tool's timeout. Only the first call counts.
     pub(crate) fn start_clock(&self, deadline: Instant) {
-        let _ = self.shared.deadline.set(deadline);
+        let mut at = self
+            .shared
+            .deadline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if at.is_none() {
+            *at = Some(deadline);
+        }
+    }
+
+    /// Moves the deadline to `deadline` (the runner does after a question's wait).
+    pub(crate) fn move_deadline(&self, deadline: Instant) {
+        *self
+            .shared
+            .deadline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(deadline);
     }
 
     /// The call's id.
@@ -91,7 +115,11 @@ impl ToolCtx {
     /// When the runner ends the call at its timeout (set once the gate has allowed it); `None`
     /// before that or without a timeout.
     pub fn deadline(&self) -> Option<Instant> {
-        self.shared.deadline.get().copied()
+        *self
+            .shared
+            .deadline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// How long until [`ToolCtx::deadline`], zero once it has passed.
@@ -131,10 +159,46 @@ impl ToolCtx {
         }
     }
 
+    /// Asks the user `question` and waits for the reply (see [`crate::Answerer`]): the wait does
+    /// not count against the call's timeout (its [`deadline`](ToolCtx::deadline) moves later by
+    /// the time the question was open) and is bounded
+    /// ([`RunnerConfig::ask_timeout`](crate::RunnerConfig::ask_timeout)). A context made
+    /// outside a runner ([`ToolCtx::new`]) declines.
+    pub async fn ask(&self, question: Question) -> Reply {
+        match self.send_question(question) {
+            Ok(reply) => reply.await.unwrap_or_else(|_| ended()),
+            Err(declined) => declined,
+        }
+    }
+
+    /// [`ToolCtx::ask`] for a plugin's thread (not a runtime thread): blocks it until the reply,
+    /// and says the time left then.
+    pub(crate) fn ask_blocking(&self, question: Question) -> (Reply, Option<Duration>) {
+        let reply = match self.send_question(question) {
+            Ok(reply) => reply.blocking_recv().unwrap_or_else(|_| ended()),
+            Err(declined) => declined,
+        };
+        (reply, self.time_left())
+    }
+
+    fn send_question(&self, question: Question) -> Result<oneshot::Receiver<Reply>, Reply> {
+        let Some(asks) = &self.shared.asks else {
+            return Err(Reply::Declined(crate::call::ask::NO_ONE_TO_ASK.into()));
+        };
+        let (reply, replied) = oneshot::channel();
+        asks.send(Asked { question, reply }).map_err(|_| ended())?;
+        Ok(replied)
+    }
+
     /// The cancellation flag itself (what a plugin polls).
     pub(crate) fn cancel_flag(&self) -> &AtomicBool {
         &self.shared.cancelled
     }
+}
+
+/// The reply to a question of a call that ended meanwhile.
+fn ended() -> Reply {
+    Reply::Cancelled("the call ended before the question was answered".into())
 }
 
 /// Whether `value` is a W3C trace context `traceparent` a host hands on: version `00` to `fe`,

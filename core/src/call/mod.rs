@@ -1,6 +1,7 @@
 //! One tool call, from request to result: the gate and its rules, the runner (task, timeout,
 //! cancellation), argument validation and the arguments' JSON text, panics, the typed outcome and the answer's details.
 
+pub(crate) mod ask;
 pub(crate) mod gate;
 pub(crate) mod invoke;
 pub(crate) mod json;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rho_plugin_api::{Answer, LogLevel, Output};
+use rho_plugin_api::{Answer, LogLevel, Output, Reply};
 use serde_json::Value;
 use tokio::sync::oneshot;
 pub use tokio_util::sync::CancellationToken;
@@ -16,6 +16,7 @@ use tokio_util::task::TaskTracker;
 use crate::bus::Bus;
 use crate::bus::event_type::EventType;
 use crate::bus::events::{EventKind, OutputView, event_text};
+use crate::call::ask::{Answerer, Asked};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 use crate::call::invoke::{Failure, LogHook, ToolCtx, is_valid_traceparent};
 use crate::call::panic::{catch, payload_message};
@@ -46,6 +47,9 @@ pub struct RunnerConfig {
     /// (after this long it ends `unknown_tool`, naming the files still loading). A call of a tool
     /// already loaded never waits.
     pub load_wait: Duration,
+    /// How long a tool's question to the user may stay open ([`crate::Answerer`]): past it the
+    /// tool reads `Reply::Cancelled` and goes on. The call's timeout is paused meanwhile.
+    pub ask_timeout: Duration,
 }
 
 /// The default [`RunnerConfig::load_wait`]: 2 s.
@@ -53,7 +57,8 @@ pub const DEFAULT_LOAD_WAIT: Duration = Duration::from_secs(2);
 
 impl Default for RunnerConfig {
     /// A 60 s default timeout, no overrides, `tool_gate_waiting` after 100 ms, tools' own
-    /// timeouts capped at 10 minutes, no result limit but the tools' own, loads waited for 2 s.
+    /// timeouts capped at 10 minutes, no result limit but the tools' own, loads waited for 2 s,
+    /// questions open at most 10 minutes.
     fn default() -> Self {
         RunnerConfig {
             default_timeout: Duration::from_secs(60),
@@ -62,6 +67,7 @@ impl Default for RunnerConfig {
             max_tool_timeout: Duration::from_secs(600),
             max_result_bytes: None,
             load_wait: DEFAULT_LOAD_WAIT,
+            ask_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -84,6 +90,67 @@ fn bounded(text: &str, what: &str) -> String {
         &text[..at],
         text.len()
     )
+}
+
+/// A call's questions on their way to its answerer.
+struct Questions {
+    pending: tokio::sync::mpsc::UnboundedReceiver<Asked>,
+    answerer: Arc<dyn Answerer>,
+}
+
+/// The question open now.
+struct Asking {
+    reply: std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send>>,
+    to: oneshot::Sender<Reply>,
+    asked_at: tokio::time::Instant,
+}
+
+impl Asking {
+    /// Asks `answerer` the question of `asked` (a panic in it cancels the question).
+    fn start(asked: Asked, answerer: Arc<dyn Answerer>, call: &ToolCall) -> Asking {
+        let Asked {
+            question,
+            reply: to,
+        } = asked;
+        let call = call.clone();
+        tracing::debug!(call = %call.id, tool = %call.name, "the tool asks its user");
+        let reply = Box::pin(async move {
+            match catch(|| answerer.answer(&question, &call)).await {
+                Ok(reply) => reply,
+                Err(caught) => Reply::Cancelled(caught.describe("the host's answerer")),
+            }
+        });
+        Asking {
+            reply,
+            to,
+            asked_at: tokio::time::Instant::now(),
+        }
+    }
+
+    /// The reply of the question open in `asking` (pending while none is).
+    async fn reply(asking: &mut Option<Asking>) -> Reply {
+        match asking {
+            Some(open) => (&mut open.reply).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Hands `reply` to the tool, the call's `deadline` moved later by the time the question
+    /// was open (the tool reads the moved one); the moved deadline.
+    fn finish(
+        self,
+        reply: Reply,
+        deadline: Option<tokio::time::Instant>,
+        ctx: &ToolCtx,
+    ) -> Option<tokio::time::Instant> {
+        let waited = self.asked_at.elapsed();
+        let moved = deadline.and_then(|at| at.checked_add(waited));
+        if let Some(moved) = moved {
+            ctx.move_deadline(moved.into_std());
+        }
+        let _ = self.to.send(reply);
+        moved
+    }
 }
 
 /// Marks a call ended when dropped (see [`Sender`]).
@@ -227,6 +294,9 @@ pub struct CallOptions {
     /// The gate of this call instead of the host's (for example one that asks the client that
     /// sent it).
     pub gate: Option<Arc<dyn Gate>>,
+    /// Who answers this call's questions to the user instead of the host's answerer (for
+    /// example an MCP client's elicitation).
+    pub answerer: Option<Arc<dyn Answerer>>,
     /// Called with each partial update of this call as its `tool_execution_update` event is
     /// published; never after the call's `tool_execution_end`. It runs on the plugin's thread (or the worker's
     /// reader): hand the text on (a channel) and return.
@@ -321,6 +391,7 @@ impl ToolRunner {
         &self,
         call: &ToolCall,
         gate: &Arc<dyn Gate>,
+        answerer: &Arc<dyn Answerer>,
         options: &CallOptions,
     ) -> ToolResult {
         // Cancelled when this future is dropped before the call ended.
@@ -331,7 +402,7 @@ impl ToolRunner {
         let drop_guard = abandoned.clone().drop_guard();
         let runner = self.clone();
         // One copy of the call, shared by the task, the gate and the fallback below.
-        let (call, gate) = (Arc::new(call.clone()), gate.clone());
+        let (call, gate, answerer) = (Arc::new(call.clone()), gate.clone(), answerer.clone());
         let options = CallOptions {
             cancel: Some(abandoned),
             ..options.clone()
@@ -342,7 +413,8 @@ impl ToolRunner {
         let fallback = call.clone();
         let session = options.session_id.clone();
         let joined =
-            tokio::spawn(async move { runner.run_to_end(&call, &gate, &options).await }).await;
+            tokio::spawn(async move { runner.run_to_end(&call, &gate, &answerer, &options).await })
+                .await;
         drop_guard.disarm();
         match joined {
             Ok(result) => result,
@@ -375,6 +447,7 @@ impl ToolRunner {
         &self,
         call: &Arc<ToolCall>,
         gate: &Arc<dyn Gate>,
+        answerer: &Arc<dyn Answerer>,
         options: &CallOptions,
     ) -> ToolResult {
         let started = Instant::now();
@@ -412,7 +485,7 @@ impl ToolRunner {
                 Outcome::UnknownTool,
                 self.unknown_text(&call.name),
             ),
-            Some(tool) => self.execute(call, tool, gate, options).await,
+            Some(tool) => self.execute(call, tool, gate, answerer, options).await,
         };
         result.duration = started.elapsed();
         if let Some(tool) = &resolved {
@@ -473,6 +546,7 @@ impl ToolRunner {
         call: &Arc<ToolCall>,
         tool: &ResolvedTool,
         gate: &Arc<dyn Gate>,
+        answerer: &Arc<dyn Answerer>,
         options: &CallOptions,
     ) -> ToolResult {
         let fail = |outcome, text: String| ToolResult::failed(&call.id, &call.name, outcome, text);
@@ -550,11 +624,17 @@ impl ToolRunner {
                 );
             }) as LogHook
         };
-        let ctx = ToolCtx::for_call(&call.id, on_update, Some(on_log), traceparent);
+        let (asks, questions) = tokio::sync::mpsc::unbounded_channel();
+        let ctx = ToolCtx::for_call(&call.id, on_update, Some(on_log), traceparent, Some(asks));
         let (running_tx, running_rx) = oneshot::channel::<Instant>();
         let task = self.spawn_task(call, tool, gate, options, args, ctx.clone(), running_tx);
+        let answerer = options.answerer.as_ref().unwrap_or(answerer);
+        let questions = Questions {
+            pending: questions,
+            answerer: answerer.clone(),
+        };
         let result = self
-            .supervise(call, tool, options, task, running_rx, &ctx)
+            .supervise(call, tool, options, task, running_rx, questions, &ctx)
             .await;
         *ended
             .lock()
@@ -633,7 +713,10 @@ impl ToolRunner {
     }
 
     /// The loop's side of a call: arms the timeout when the task says the gate allowed, publishes
-    /// `tool_gate_waiting` and `tool_running`, and turns however the task ends into a result.
+    /// `tool_gate_waiting` and `tool_running`, asks the tool's questions (the timeout paused
+    /// while one is open, the deadline moved by its wait), and turns however the task ends into
+    /// a result.
+    #[allow(clippy::too_many_arguments)]
     async fn supervise(
         &self,
         call: &ToolCall,
@@ -641,6 +724,7 @@ impl ToolRunner {
         options: &CallOptions,
         mut task: tokio::task::JoinHandle<TaskEnd>,
         mut running_rx: oneshot::Receiver<Instant>,
+        mut questions: Questions,
         ctx: &ToolCtx,
     ) -> ToolResult {
         let session = options.session_id.as_deref();
@@ -660,6 +744,12 @@ impl ToolRunner {
         tokio::pin!(timer);
         let mut timer_armed = true;
         let mut gate_answered = false;
+        // The call's deadline once the gate allowed (`None`: none), moved by each question.
+        let mut deadline: Option<tokio::time::Instant> = None;
+        // The question open now: its reply, where the reply goes, when it was asked.
+        let mut asking: Option<Asking> = None;
+        let ask_bound = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(ask_bound);
         let end = loop {
             tokio::select! {
                 biased;
@@ -667,7 +757,7 @@ impl ToolRunner {
                     gate_answered = true;
                     // An error means the task ended without allowing: its end comes next.
                     // A timeout too long to add (`Duration::MAX`: "never") is no deadline.
-                    let deadline = allowed
+                    deadline = allowed
                         .ok()
                         .and_then(|at| tokio::time::Instant::from_std(at).checked_add(timeout));
                     timer_armed = deadline.is_some();
@@ -676,6 +766,35 @@ impl ToolRunner {
                     }
                 }
                 joined = &mut task => break self.joined(joined),
+                Some(asked) = questions.pending.recv(), if asking.is_none() => {
+                    // The timeout pauses while the user is asked.
+                    timer_armed = false;
+                    let now = tokio::time::Instant::now();
+                    ask_bound.as_mut().reset(now + self.config.ask_timeout);
+                    asking = Some(Asking::start(asked, questions.answerer.clone(), call));
+                }
+                reply = Asking::reply(&mut asking), if asking.is_some() => {
+                    if let Some(open) = asking.take() {
+                        deadline = open.finish(reply, deadline, ctx);
+                    }
+                    timer_armed = deadline.is_some();
+                    if let Some(deadline) = deadline {
+                        timer.as_mut().reset(deadline);
+                    }
+                }
+                () = &mut ask_bound, if asking.is_some() => {
+                    let text = format!(
+                        "no answer within {} s (the host's bound on a question)",
+                        self.config.ask_timeout.as_secs()
+                    );
+                    if let Some(open) = asking.take() {
+                        deadline = open.finish(Reply::Cancelled(text), deadline, ctx);
+                    }
+                    timer_armed = deadline.is_some();
+                    if let Some(deadline) = deadline {
+                        timer.as_mut().reset(deadline);
+                    }
+                }
                 () = &mut timer, if timer_armed => {
                     if gate_answered {
                         ctx.cancel();

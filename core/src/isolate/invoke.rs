@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use rho_plugin_api::{Answer, Image};
+use rho_plugin_api::{Answer, Image, Question};
 
 use rho_protocol::answer::{self, OutputKind};
 use serde_json::Value;
@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::call::invoke::{CallFuture, Failure, Invoke, ToolCtx};
 use crate::isolate::pool::{Pool, Worker};
 use rho_protocol::CrashReason;
-use rho_protocol::frames::{Frame, FrameError, FromWorker, ImageHeads, ToWorker};
+use rho_protocol::frames::{BlockHeads, Frame, FrameError, FromWorker, ImageHeads, ToWorker};
 
 /// One tool of an isolated plugin version.
 pub(crate) struct IsolatedInvoke {
@@ -63,7 +63,16 @@ impl Drop for CallGuard {
             // The send is inside the grace period too: a worker that never reads its cancel
             // channel must not hold this task (and the worker) forever.
             let settled = tokio::time::timeout(grace, async {
-                if worker.send(&ToWorker::Cancel { id }, &[]).await.is_err() {
+                // A tool waiting for the reply to its question reads this one (a worker not
+                // waiting skips it), then its cancellation.
+                let unasked = ToWorker::Answered {
+                    id,
+                    reply: rho_plugin_api::Reply::Cancelled("the call ended".into()),
+                    time_left_ms: None,
+                };
+                if worker.send(&unasked, &[]).await.is_err()
+                    || worker.send(&ToWorker::Cancel { id }, &[]).await.is_err()
+                {
                     return false;
                 }
                 loop {
@@ -155,12 +164,37 @@ impl Invoke for IsolatedInvoke {
                         }
                     }
                     Ok(Frame {
+                        message: FromWorker::Ask { id: q, message_len },
+                        blobs,
+                    }) if q == id => {
+                        let reply = match question(message_len, blobs) {
+                            Ok(question) => ctx.ask(question).await,
+                            Err(why) => {
+                                guard.kill();
+                                return crash(CrashReason::Protocol(why));
+                            }
+                        };
+                        let answered = ToWorker::Answered {
+                            id,
+                            reply,
+                            time_left_ms: ctx
+                                .time_left()
+                                .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+                        };
+                        let Some(worker) = guard.worker() else {
+                            return crash(CrashReason::Aborted);
+                        };
+                        // A worker gone meanwhile is found by the next read.
+                        let _ = worker.send(&answered, &[]).await;
+                    }
+                    Ok(Frame {
                         message:
                             FromWorker::Answer {
                                 id: a,
                                 kind,
                                 text_len,
                                 images,
+                                blocks,
                                 details,
                                 structured,
                                 spent,
@@ -171,6 +205,7 @@ impl Invoke for IsolatedInvoke {
                             kind,
                             text_len,
                             images,
+                            blocks,
                             details,
                             structured,
                         };
@@ -243,11 +278,31 @@ fn json_of(tool: &str, what: &str, json: Option<String>) -> Result<Option<Value>
     })
 }
 
+/// The question of an `Ask` message: its message (`message_len` bytes of `blobs`) and its
+/// schema (the rest), or why they are not one (the worker checked them: this is a forged frame).
+fn question(message_len: usize, mut blobs: Vec<u8>) -> Result<Question, String> {
+    if message_len > blobs.len() {
+        return Err(format!(
+            "a question announcing {message_len} bytes of message carried {}",
+            blobs.len()
+        ));
+    }
+    let schema = blobs.split_off(message_len);
+    let message = String::from_utf8(blobs).map_err(|_| "a question not UTF-8".to_owned())?;
+    let schema = std::str::from_utf8(&schema)
+        .map_err(|_| "a question's schema not UTF-8".to_owned())
+        .and_then(|schema| {
+            rho_protocol::details::parse(schema).map_err(|e| format!("a question's schema {e}"))
+        })?;
+    Ok(Question::new(message, schema))
+}
+
 /// The parts of an `Answer` message besides its blobs.
 struct AnswerShape {
     kind: OutputKind,
     text_len: usize,
     images: ImageHeads,
+    blocks: BlockHeads,
     details: Option<String>,
     structured: Option<String>,
 }
@@ -257,9 +312,13 @@ fn to_answer(tool: &str, shape: AnswerShape, mut blobs: Vec<u8>) -> Result<Answe
         kind,
         text_len,
         images,
+        blocks,
         details,
         structured,
     } = shape;
+    if kind == OutputKind::Blocks {
+        return to_blocks(tool, blocks, blobs, details, structured);
+    }
     // The heads' lengths were summed as they were read (none past the limit was kept).
     let announced = images.total_len().and_then(|len| len.checked_add(text_len));
     if announced != Some(blobs.len()) {
@@ -302,6 +361,49 @@ fn to_answer(tool: &str, shape: AnswerShape, mut blobs: Vec<u8>) -> Result<Answe
     })?;
     Ok(Answer {
         output: answer::output(tool, kind, text, images)?,
+        structured: json_of(tool, "structured content", structured)?,
+        details: details_of(tool, details)?,
+    })
+}
+
+/// An answer of blocks: each head's payload cut from `blobs` in order.
+fn to_blocks(
+    tool: &str,
+    blocks: BlockHeads,
+    mut blobs: Vec<u8>,
+    details: Option<String>,
+    structured: Option<String>,
+) -> Result<Answer, Failure> {
+    if blocks.total_len() != Some(blobs.len()) {
+        return Err(Failure::Crash(CrashReason::Protocol(format!(
+            "an answer announcing {} block bytes carried {}",
+            blocks
+                .total_len()
+                .map_or_else(|| "more than 2^64".to_owned(), |n| n.to_string()),
+            blobs.len()
+        ))));
+    }
+    let count = blocks.count();
+    if count > answer::MAX_BLOCKS {
+        return Err(answer::too_many_blocks(tool, count));
+    }
+    // Cut from the end, so each payload is moved out once.
+    let mut parts: Vec<_> = blocks
+        .into_heads()
+        .into_iter()
+        .rev()
+        .map(|frame| {
+            let payload = blobs.split_off(blobs.len() - frame.len);
+            (frame.head, payload)
+        })
+        .collect();
+    parts.reverse();
+    let output = answer::blocks(tool, count, parts).map_err(|failure| match failure {
+        Failure::Crash(CrashReason::Formatted(text)) => Failure::Crash(CrashReason::Protocol(text)),
+        other => other,
+    })?;
+    Ok(Answer {
+        output,
         structured: json_of(tool, "structured content", structured)?,
         details: details_of(tool, details)?,
     })

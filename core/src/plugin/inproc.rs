@@ -64,10 +64,12 @@ impl Invoke for InProcessInvoke {
                 let args_json = crate::call::json::to_json(&args);
                 let on_update = |partial: &str| ctx.update(partial);
                 let on_log = |level, line: &str| ctx.log(level, line);
+                let on_ask = |question| ctx.ask_blocking(question);
                 let info = CallInfo {
                     time_left: ctx.time_left(),
                     traceparent: ctx.traceparent().unwrap_or_default(),
                     on_log: Some(&on_log),
+                    on_ask: Some(&on_ask),
                 };
                 let raw = call_module(
                     module,

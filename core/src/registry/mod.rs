@@ -426,7 +426,7 @@ impl ToolRegistry {
         let end = CallEnd {
             outcome: result.outcome,
             duration: result.duration,
-            text: result.text(),
+            text: &result.text(),
         };
         let change = self.health().record(&policy, &key, &end);
         if let Change::Quarantined(reason) = change {

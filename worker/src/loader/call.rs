@@ -10,9 +10,10 @@ use abi_stable::std_types::{ROption, RResult, RStr, RString};
 use rho_plugin_api::Answer;
 use rho_plugin_api::LogLevel;
 use rho_plugin_api::ffi::{
-    FfiAnswer2, FfiCallInfo, FfiCtx, FfiHost, FfiOutcome2, LogSink, PluginModRef,
+    FfiAnswer2, FfiAnswer3, FfiCallInfo, FfiCtx, FfiHost, FfiOutcome3, FfiReply, FfiReplyKind,
+    HostServices, PluginModRef,
 };
-use rho_plugin_api::{Image, Output};
+use rho_plugin_api::{BlockHead, Image, Output, Question, Reply};
 use rho_protocol::answer::{self, FailureKind};
 use rho_protocol::{CrashReason, Failure};
 
@@ -88,7 +89,7 @@ impl RawFailure {
 /// mime types, messages or details that are not UTF-8 make the call crash with a text naming the
 /// field: the plugin broke its contract. More than [`MAX_IMAGES`](rho_protocol::answer::MAX_IMAGES)
 /// images is the tool's error, and what lies past the limit is not copied.
-pub fn raw_answer_from_ffi(tool: &str, outcome: FfiOutcome2) -> Result<RawAnswer, RawFailure> {
+pub fn raw_answer_from_ffi(tool: &str, outcome: FfiOutcome3) -> Result<RawAnswer, RawFailure> {
     let broken = |what: &str| {
         RawFailure::Broken(Failure::Crash(CrashReason::Formatted(format!(
             "tool `{tool}` answered with {what} not UTF-8"
@@ -101,10 +102,39 @@ pub fn raw_answer_from_ffi(tool: &str, outcome: FfiOutcome2) -> Result<RawAnswer
             .ok_or_else(|| broken(&format!("{what} that are"))),
     };
     match outcome {
-        RResult::ROk(FfiAnswer2 {
-            answer,
-            structured_json,
+        RResult::ROk(FfiAnswer3 {
+            answer:
+                FfiAnswer2 {
+                    answer,
+                    structured_json,
+                },
+            blocks,
         }) => {
+            if !blocks.is_empty() {
+                let structured = json("structured content", structured_json)?;
+                let details = json("details", answer.details_json)?;
+                let count = blocks.len();
+                if count > answer::MAX_BLOCKS {
+                    return Err(RawFailure::Broken(answer::too_many_blocks(tool, count)));
+                }
+                let mut parts = Vec::with_capacity(count);
+                for block in blocks {
+                    let head =
+                        plain_text(block.head_json).ok_or_else(|| broken("a block that is"))?;
+                    let head = serde_json::from_str::<BlockHead>(&head).map_err(|e| {
+                        RawFailure::Broken(Failure::Crash(CrashReason::Formatted(format!(
+                            "tool `{tool}` answered with a block head that is not one: {e}"
+                        ))))
+                    })?;
+                    parts.push((head, block.payload.into_vec()));
+                }
+                let output = answer::blocks(tool, count, parts).map_err(RawFailure::Broken)?;
+                return Ok(RawAnswer {
+                    output,
+                    structured,
+                    details,
+                });
+            }
             if answer.images.len() > answer::MAX_IMAGES {
                 return Err(RawFailure::Broken(answer::too_many_images(
                     tool,
@@ -151,7 +181,8 @@ pub fn raw_answer_from_ffi(tool: &str, outcome: FfiOutcome2) -> Result<RawAnswer
 }
 
 /// What a plugin is told about a call besides its arguments (interface 2; a plugin of interface
-/// 1 is told nothing of it), and where its log lines go (interface 3; older plugins write none).
+/// 1 is told nothing of it), and where its log lines and questions go (interface 3; older
+/// plugins write and ask none).
 #[derive(Clone, Copy, Default)]
 pub struct CallInfo<'a> {
     /// Time left until the host ends the call, as of now.
@@ -160,10 +191,90 @@ pub struct CallInfo<'a> {
     pub traceparent: &'a str,
     /// Receives each log line of the call, checked.
     pub on_log: Option<OnLog<'a>>,
+    /// Answers each question of the call, checked; without it every question is declined.
+    pub on_ask: Option<OnAsk<'a>>,
 }
 
 /// Where a call's log lines go, checked: their level and their text.
 pub type OnLog<'a> = &'a (dyn Fn(LogLevel, &str) + Sync);
+
+/// Who answers a call's questions: the reply and the call's time left once it came (the wait
+/// moved the deadline). Blocks the plugin's thread until then.
+pub type OnAsk<'a> = &'a (dyn Fn(Question) -> (Reply, Option<Duration>) + Sync);
+
+/// A call's services as the plugin reaches them ([`HostServices`]): each line and question
+/// checked; what breaks the contract is remembered and crashes the call when it ends.
+struct CallServices<'a> {
+    info: CallInfo<'a>,
+    bad_log: AtomicBool,
+    bad_question: AtomicBool,
+}
+
+impl HostServices for CallServices<'_> {
+    fn log(&self, level: Option<LogLevel>, line: Option<&str>) {
+        match (level, line) {
+            (Some(level), Some(line)) if !self.bad_log.load(Ordering::Relaxed) => {
+                if let Some(on_log) = self.info.on_log {
+                    on_log(level, line);
+                }
+            }
+            (Some(_), Some(_)) => {}
+            _ => self.bad_log.store(true, Ordering::Relaxed),
+        }
+    }
+
+    fn ask(&self, message: Option<&str>, schema_json: Option<&str>) -> FfiReply {
+        let reply = |reply: Reply, left: Option<Duration>| {
+            let (kind, text) = match reply {
+                Reply::Accepted(value) => (FfiReplyKind::Accepted, value.to_string()),
+                Reply::Declined(why) => (FfiReplyKind::Declined, why),
+                Reply::Cancelled(why) => (FfiReplyKind::Cancelled, why),
+            };
+            FfiReply {
+                kind,
+                text: text.into(),
+                time_left_ms: left
+                    .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+                    .into(),
+            }
+        };
+        let left = || self.info.time_left;
+        let (Some(message), Some(schema)) = (message, schema_json) else {
+            self.bad_question.store(true, Ordering::Relaxed);
+            return reply(
+                Reply::Cancelled("the question is not UTF-8 text".into()),
+                left(),
+            );
+        };
+        let size = message.len().saturating_add(schema.len());
+        if size > answer::MAX_QUESTION_BYTES {
+            return reply(
+                Reply::Declined(format!(
+                    "the question is {size} bytes; a question may be at most {} bytes",
+                    answer::MAX_QUESTION_BYTES
+                )),
+                left(),
+            );
+        }
+        let schema = match rho_protocol::details::parse(schema) {
+            Ok(schema) => schema,
+            Err(e) => {
+                self.bad_question.store(true, Ordering::Relaxed);
+                return reply(
+                    Reply::Cancelled(format!("the question's schema {e}")),
+                    left(),
+                );
+            }
+        };
+        match self.info.on_ask {
+            Some(on_ask) => {
+                let (answer, left) = on_ask(Question::new(message, schema));
+                reply(answer, left)
+            }
+            None => reply(Reply::Declined("no one can be asked here".into()), left()),
+        }
+    }
+}
 
 /// The answer of a call with its JSON parts parsed and checked (what an in-process host hands
 /// on): [`RawAnswer::parse`] or [`RawFailure::parse`].
@@ -193,17 +304,12 @@ pub fn call_module(
         None => bad_update.store(true, Ordering::Relaxed),
     };
     let checked: &(dyn Fn(Option<&str>) + Sync) = &checked;
-    let bad_log = AtomicBool::new(false);
-    let logged = |level: Option<LogLevel>, line: Option<&str>| match (level, line) {
-        (Some(level), Some(line)) if !bad_log.load(Ordering::Relaxed) => {
-            if let Some(on_log) = info.on_log {
-                on_log(level, line);
-            }
-        }
-        (Some(_), Some(_)) => {}
-        _ => bad_log.store(true, Ordering::Relaxed),
+    let services = CallServices {
+        info,
+        bad_log: AtomicBool::new(false),
+        bad_question: AtomicBool::new(false),
     };
-    let logged: LogSink<'_> = &logged;
+    let host: &dyn HostServices = &services;
     let ctx = FfiCtx::new(call_id, cancelled, &checked);
     let (tool_name, args) = (RStr::from_str(tool), RStr::from_str(args_json));
     let ffi_info = || FfiCallInfo {
@@ -219,14 +325,21 @@ pub fn call_module(
     let call_with = uses_interface(module, 2)
         .then(|| module.call_with())
         .flatten();
+    let plain = |answer| FfiAnswer3 {
+        answer,
+        blocks: Default::default(),
+    };
     let outcome = match (call_host, call_with) {
-        (Some(call_host), _) => call_host(tool_name, args, ctx, ffi_info(), FfiHost::new(&logged)),
-        (None, Some(call_with)) => call_with(tool_name, args, ctx, ffi_info()),
+        (Some(call_host), _) => call_host(tool_name, args, ctx, ffi_info(), FfiHost::new(&host)),
+        (None, Some(call_with)) => match call_with(tool_name, args, ctx, ffi_info()) {
+            RResult::ROk(answer) => RResult::ROk(plain(answer)),
+            RResult::RErr(failure) => RResult::RErr(failure),
+        },
         (None, None) => match (module.call())(tool_name, args, ctx) {
-            RResult::ROk(answer) => RResult::ROk(FfiAnswer2 {
+            RResult::ROk(answer) => RResult::ROk(plain(FfiAnswer2 {
                 answer,
                 structured_json: ROption::RNone,
-            }),
+            })),
             RResult::RErr(failure) => RResult::RErr(failure),
         },
     };
@@ -236,9 +349,14 @@ pub fn call_module(
             format!("tool `{tool}` sent a partial update that is not UTF-8"),
         ))));
     }
-    if bad_log.load(Ordering::Relaxed) {
+    if services.bad_log.load(Ordering::Relaxed) {
         return Err(RawFailure::Broken(Failure::Crash(CrashReason::Formatted(
             format!("tool `{tool}` wrote a log line that is not UTF-8 or of no level"),
+        ))));
+    }
+    if services.bad_question.load(Ordering::Relaxed) {
+        return Err(RawFailure::Broken(Failure::Crash(CrashReason::Formatted(
+            format!("tool `{tool}` asked a question that is not UTF-8 or whose schema is not JSON"),
         ))));
     }
     answer

@@ -34,7 +34,7 @@ async fn tag(host: &Host) -> String {
     host.call_with(&call, &CallOptions::default())
         .await
         .text()
-        .to_owned()
+        .into_owned()
 }
 
 /// A host of `dir` (in process, every version kept mapped, allow_all), watching it or not.

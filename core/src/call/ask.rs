@@ -1,0 +1,82 @@
+//! A tool's questions to the user: who answers them ([`Answerer`]), and how a call's question
+//! reaches the runner, which bounds the wait and moves the call's deadline by it.
+//!
+//! A tool asks through [`ToolCtx::ask`](crate::ToolCtx::ask) (a plugin through its `Ctx::ask`).
+//! The question goes to the call's runner, which asks the call's answerer
+//! ([`CallOptions::answerer`](crate::CallOptions::answerer), else the host's,
+//! [`HostBuilder::answerer`](crate::HostBuilder::answerer), else [`NoOneToAsk`]). While the
+//! question is open the call's timeout is paused: its deadline moves later by exactly the time
+//! the question was open. The wait itself is bounded
+//! ([`RunnerConfig::ask_timeout`](crate::RunnerConfig::ask_timeout)): past it the tool reads
+//! [`Reply::Cancelled`] and goes on. A call cancelled or stopped while its tool waits ends as
+//! any call does; the tool reads `Cancelled`. A call's questions are asked one at a time, in
+//! the order the tool asked them.
+
+use std::sync::Arc;
+
+use rho_plugin_api::{Question, Reply};
+use tokio::sync::oneshot;
+
+use crate::call::gate::ToolCall;
+
+/// Answers the questions tools ask their user in the middle of a call (a person at a terminal,
+/// an MCP client's elicitation). Implemented by every async closure
+/// `Fn(Question, ToolCall) -> impl Future<Output = Reply>`.
+///
+/// Unlike the gate's [`Asker`](crate::Asker), which asks whether a call may start, an answerer
+/// carries the tool's own question and the JSON Schema of its answer.
+///
+/// ```
+/// use std::sync::Arc;
+/// use rho_runtime::{Answerer, Question, Reply, ToolCall};
+/// use serde_json::json;
+/// let always_yes: Arc<dyn Answerer> = Arc::new(|question: Question, _call: ToolCall| async move {
+///     Reply::Accepted(json!({"confirm": true}))
+/// });
+/// # let _ = always_yes;
+/// ```
+#[async_trait::async_trait]
+pub trait Answerer: Send + Sync + 'static {
+    /// The user's reply to `question`, asked by the tool of `call`. A panic in it cancels the
+    /// question (the tool reads `Cancelled`), never the call.
+    async fn answer(&self, question: &Question, call: &ToolCall) -> Reply;
+}
+
+#[async_trait::async_trait]
+impl<F, Fut> Answerer for F
+where
+    F: Fn(Question, ToolCall) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Reply> + Send,
+{
+    async fn answer(&self, question: &Question, call: &ToolCall) -> Reply {
+        self(question.clone(), call.clone()).await
+    }
+}
+
+/// The answerer of a host that has no one to ask: every question is declined, with a reason
+/// the tool can read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoOneToAsk;
+
+/// The reason [`NoOneToAsk`] gives.
+pub const NO_ONE_TO_ASK: &str = "no one can be asked here: the host has no way to reach a user";
+
+#[async_trait::async_trait]
+impl Answerer for NoOneToAsk {
+    async fn answer(&self, _question: &Question, _call: &ToolCall) -> Reply {
+        Reply::Declined(NO_ONE_TO_ASK.into())
+    }
+}
+
+/// [`NoOneToAsk`] as a shareable handle.
+pub fn no_one_to_ask() -> Arc<dyn Answerer> {
+    Arc::new(NoOneToAsk)
+}
+
+/// A question on its way from a running tool to its call's runner.
+pub(crate) struct Asked {
+    /// The question.
+    pub question: Question,
+    /// Where the reply goes (dropped unanswered: the tool reads `Cancelled`).
+    pub reply: oneshot::Sender<Reply>,
+}
