@@ -606,6 +606,7 @@ mod tests {
                     len: 2,
                 },
             ]),
+            blocks: BlockHeads::default(),
             details: None,
             structured: Some("{}".into()),
             spent: false,

@@ -43,12 +43,12 @@ async fn interface_1_loads_and_answers(options: DirOptions) {
     let r = host
         .call_with(&call("e", "echo", json!({"text": "héllo v1"})), &opts)
         .await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "héllo v1"));
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "héllo v1"));
 
     let r = host
         .call_with(&call("p", "progress", json!({})), &opts)
         .await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "done"));
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "done"));
     let progress = events_of(&mut events, "p").await;
     let updates: Vec<&str> = progress
         .iter()
@@ -70,7 +70,10 @@ async fn interface_1_loads_and_answers(options: DirOptions) {
     assert_eq!(types.last(), Some(&"tool_execution_end"), "{types:?}");
 
     let r = host.call_with(&call("f", "fail", json!({})), &opts).await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Error, "failed on purpose"));
+    assert_eq!(
+        (r.outcome, &*r.text()),
+        (Outcome::Error, "failed on purpose")
+    );
     host.shutdown().await;
 }
 
@@ -134,7 +137,7 @@ async fn interface_2_loads_and_answers(options: DirOptions) {
     let r = host
         .call_with(&call("e", "echo", json!({"text": "héllo v2"})), &opts)
         .await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "héllo v2"));
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "héllo v2"));
     let updates: Vec<String> = events_of(&mut events, "e")
         .await
         .iter()
@@ -148,7 +151,7 @@ async fn interface_2_loads_and_answers(options: DirOptions) {
     let r = host
         .call_with(&call("m", "measure", json!({"text": "a bb ccc"})), &opts)
         .await;
-    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
     assert_eq!(r.structured, Some(json!({"chars": 8, "words": 3})));
 
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -159,7 +162,7 @@ async fn interface_2_loads_and_answers(options: DirOptions) {
     let r = host
         .call_with(&call("c", "context", json!({})), &traced)
         .await;
-    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
     let details = r.details.unwrap();
     assert_eq!(details["traceparent"], traceparent);
     assert!(
@@ -168,7 +171,10 @@ async fn interface_2_loads_and_answers(options: DirOptions) {
     );
 
     let r = host.call_with(&call("f", "fail", json!({})), &opts).await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Error, "failed on purpose"));
+    assert_eq!(
+        (r.outcome, &*r.text()),
+        (Outcome::Error, "failed on purpose")
+    );
     host.shutdown().await;
 }
 

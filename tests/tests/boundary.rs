@@ -56,10 +56,10 @@ async fn strings_that_are_not_utf8_end_the_call_crashed_naming_the_field() {
             ("details", "answered with details that are not UTF-8"),
         ] {
             let r = run(&host, "bad_text", json!({ "field": field })).await;
-            assert_eq!(r.outcome, Outcome::Crashed, "{field}: {}", r.text());
-            assert!(r.text().contains(says), "{field}: {}", r.text());
+            assert_eq!(r.outcome, Outcome::Crashed, "{field}: {}", &*r.text());
+            assert!(r.text().contains(says), "{field}: {}", &*r.text());
             let r = run(&host, "ids", json!({})).await;
-            assert_eq!(r.outcome, Outcome::Ok, "after {field}: {}", r.text());
+            assert_eq!(r.outcome, Outcome::Ok, "after {field}: {}", &*r.text());
         }
         host.shutdown().await;
     }
@@ -93,7 +93,7 @@ async fn details_nest_up_to_the_bound_and_deeper_ones_are_refused_without_harm()
         let deep = |depth: usize| run(&host, "deep_details", json!({ "depth": depth }));
         // 200 deep: past serde_json's own 128, within rho's bound.
         let r = deep(200).await;
-        assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+        assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
         let mut depth = 0;
         let mut at = r.details.as_ref().unwrap();
         while let Value::Array(items) = at {
@@ -102,15 +102,15 @@ async fn details_nest_up_to_the_bound_and_deeper_ones_are_refused_without_harm()
         }
         assert_eq!(depth, 200);
         let r = deep(rho_runtime::plugin_api::MAX_DETAILS_DEPTH).await;
-        assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+        assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
         for too_deep in [rho_runtime::plugin_api::MAX_DETAILS_DEPTH + 1, 100_000] {
             let r = deep(too_deep).await;
-            assert_eq!(r.outcome, Outcome::Crashed, "{too_deep}: {}", r.text());
+            assert_eq!(r.outcome, Outcome::Crashed, "{too_deep}: {}", &*r.text());
             assert!(
                 r.text()
                     .ends_with("answered with details nested deeper than 512 levels"),
                 "{}",
-                r.text()
+                &*r.text()
             );
         }
         host.shutdown().await;
@@ -125,10 +125,10 @@ async fn a_panic_whose_message_panics_is_an_isolated_crash() {
     let dir = plugin_dir(&["attacks"]);
     let (host, _) = serve(dir.path(), true).await;
     let r = run(&host, "panic_display", json!({})).await;
-    assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
-    assert!(r.text().contains("SIGABRT"), "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Crashed, "{}", &*r.text());
+    assert!(r.text().contains("SIGABRT"), "{}", &*r.text());
     let r = run(&host, "ids", json!({})).await;
-    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
     host.shutdown().await;
 }
 

@@ -306,6 +306,7 @@ async fn filters_keep_only_what_was_asked() {
         output: rho_runtime::OutputView {
             text: String::new(),
             images: vec![],
+            content: vec![],
         },
         is_error: false,
         structured: None,
@@ -362,7 +363,7 @@ async fn image_bytes_are_kept_only_once_asked() {
                 &CallOptions::default(),
             )
             .await;
-        assert_eq!(result.outcome, Outcome::Ok, "{}", result.text());
+        assert_eq!(result.outcome, Outcome::Ok, "{}", &*result.text());
         let Some(BusItem::Event(end)) = sub.recv().await else {
             panic!("no end event")
         };
@@ -388,7 +389,7 @@ async fn events_nobody_listens_for_are_not_published() {
         async move {
             let before = host.bus().last_seq();
             let result = host.call_with(&echo(id), &CallOptions::default()).await;
-            assert_eq!(result.outcome, Outcome::Ok, "{}", result.text());
+            assert_eq!(result.outcome, Outcome::Ok, "{}", &*result.text());
             host.bus().last_seq() - before
         }
     };
@@ -438,7 +439,7 @@ async fn events_nobody_listens_for_are_not_published() {
             &CallOptions::default(),
         )
         .await;
-    assert_eq!(result.outcome, Outcome::Ok, "{}", result.text());
+    assert_eq!(result.outcome, Outcome::Ok, "{}", &*result.text());
     let view = rho_runtime::OutputView::from(&result.output);
     let kept = bus
         .image(&view.images[0].sha256)

@@ -50,7 +50,7 @@ async fn attacks(
 
 async fn run(host: &Host, tool: &str, args: Value) -> (Outcome, String) {
     let r = host.call(tool, args).await;
-    (r.outcome, r.text().to_owned())
+    (r.outcome, r.text().into_owned())
 }
 
 /// A directory the plugins' user can use: under `within`, mode `mode`, owned by `nobody` when
@@ -146,7 +146,7 @@ async fn a_grant_that_cannot_be_put_in_force_refuses_the_directory_in_one_line()
         );
         assert!(reports[1].errors.is_empty(), "{:?}", reports[1].errors);
         let r = host.call("echo", json!({"text": "hi"})).await;
-        assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+        assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
         host.shutdown().await;
     }
 }

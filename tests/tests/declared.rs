@@ -138,10 +138,10 @@ async fn structured_answers_are_checked_and_long_results_cut_in_process_and_isol
         let (host, _) = host_with(dir.path(), options, |b| b).await;
         let mut events = host.subscribe();
         let r = run(&host, "count", json!({"n": 3})).await;
-        assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+        assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
         assert_eq!(r.structured, Some(json!({"n": 3, "words": "3 things"})));
         assert_eq!(
-            serde_json::from_str::<Value>(r.text()).unwrap(),
+            serde_json::from_str::<Value>(&*r.text()).unwrap(),
             json!({"n": 3, "words": "3 things"}),
             "the text is the structured data's JSON"
         );
@@ -156,14 +156,14 @@ async fn structured_answers_are_checked_and_long_results_cut_in_process_and_isol
                  schema: field `n`: 0 is less than the minimum of 1"
             ),
             "{}",
-            r.text()
+            &*r.text()
         );
 
         // Over its limit: cut with a note the model reads; the whole kept for the host.
         let r = run(&host, "big_output_cut", json!({"bytes": 1000})).await;
         assert_eq!(r.outcome, Outcome::Ok);
         assert_eq!(
-            r.text(),
+            &*r.text(),
             format!(
                 "{}\n[rho: the result was cut at 100 of 1000 bytes (the result limit of tool \
                  `big_output_cut`); the host keeps the whole]",
@@ -189,7 +189,7 @@ async fn structured_answers_are_checked_and_long_results_cut_in_process_and_isol
         // Structured content from a tool that declares no schema is dropped: nothing checked it.
         let r = run(&host, "unschema", json!({})).await;
         assert_eq!(
-            (r.outcome, r.text(), &r.structured),
+            (r.outcome, &*r.text(), &r.structured),
             (Outcome::Ok, "plain text", &None)
         );
         host.shutdown().await;
@@ -208,7 +208,7 @@ async fn the_smaller_of_the_tools_and_the_hosts_result_limit_wins() {
     for tool in ["big_output", "big_output_cut"] {
         let r = run(&host, tool, json!({"bytes": 1000})).await;
         let kept = format!("{}\n[rho: the result was cut at 50 of 1000", "x".repeat(50));
-        assert!(r.text().starts_with(&kept), "{tool}: {}", r.text());
+        assert!(r.text().starts_with(&kept), "{tool}: {}", &*r.text());
         assert_eq!(r.full_text.map(|t| t.len()), Some(1000));
     }
     host.shutdown().await;
@@ -232,8 +232,8 @@ async fn a_call_is_told_its_time_left_and_trace_context_in_process_and_isolated(
                 let r = host
                     .call_with(&call("c", "call_info", json!({})), &options)
                     .await;
-                assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
-                serde_json::from_str::<Value>(r.text()).unwrap()
+                assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
+                serde_json::from_str::<Value>(&*r.text()).unwrap()
             }
         };
         let info = told(Some(TRACEPARENT)).await;
@@ -267,17 +267,17 @@ async fn gate_rules_match_on_hints() {
     ));
     let (host, _) = host_with(dir.path(), DirOptions::in_process(), |b| b.gate(gate)).await;
     let r = run(&host, "echo", json!({"text": "read-only"})).await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "read-only"));
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "read-only"));
     let r = run(&host, "count", json!({"n": 1})).await;
     assert_eq!(r.outcome, Outcome::Ok);
     let r = run(&host, "sleep", json!({"ms": 1})).await;
     assert_eq!(
-        (r.outcome, r.text()),
+        (r.outcome, &*r.text()),
         (Outcome::Blocked, "asked about sleep")
     );
     let r = run(&host, "exit_process", json!({"code": 3})).await;
     assert_eq!(
-        (r.outcome, r.text()),
+        (r.outcome, &*r.text()),
         (
             Outcome::Blocked,
             "tool `exit_process` is denied by the host's gate (rule `exit_*`)"

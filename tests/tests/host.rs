@@ -48,9 +48,9 @@ async fn closures_gate_calls_and_events_arrive() {
         .unwrap();
     let mut events = host.subscribe();
     let r = host.call("echo", json!({"text": "hi"})).await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "hi"));
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "hi"));
     let r = host.call("echo", json!({"text": "forbidden"})).await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Blocked, "not that"));
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Blocked, "not that"));
     let Some(BusItem::Event(first)) = events.recv().await else {
         panic!("no event")
     };
@@ -66,7 +66,7 @@ async fn closures_gate_calls_and_events_arrive() {
         .await
         .unwrap();
     let r = host.call("echo", json!({"text": "waited"})).await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "waited"));
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "waited"));
     // A subscription ends when its host is gone.
     let mut events = host.subscribe();
     drop(host);
@@ -94,8 +94,8 @@ async fn shutdown_ends_calls_in_flight_and_stops_the_workers() {
     let started = Instant::now();
     host.shutdown().await;
     let r = calling.await.unwrap();
-    assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
-    assert!(r.text().contains("the host is stopping"), "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Error, "{}", &*r.text());
+    assert!(r.text().contains("the host is stopping"), "{}", &*r.text());
     assert!(started.elapsed() < Duration::from_secs(3));
     // Its workers are gone.
     let deadline = Instant::now() + Duration::from_secs(3);
@@ -181,7 +181,7 @@ async fn dropping_a_call_midway_in_a_worker_ends_it_once_and_frees_the_worker() 
     )
     .await
     .expect("the worker was not freed");
-    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "next"));
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "next"));
     assert!(started.elapsed() < Duration::from_secs(8));
     host.shutdown().await;
 }
@@ -209,7 +209,7 @@ async fn a_calls_update_hook_gets_its_updates_in_order_and_none_after_its_end() 
         });
         let call = rho_tests::call("hooked", "updates", json!({"count": 20, "interval_ms": 1}));
         let r = host.call_with(&call, &options).await;
-        assert_eq!((r.outcome, r.text()), (Outcome::Ok, "sent 20 updates"));
+        assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "sent 20 updates"));
         let expected: Vec<String> = (1..=20).map(|i| format!("update {i}/20")).collect();
         assert_eq!(*seen.lock().unwrap(), expected);
         assert_eq!(beside.await.unwrap().outcome, Outcome::Ok);
@@ -249,7 +249,7 @@ async fn no_timeout_and_a_panicking_update_hook_still_end_every_call_once_as_the
             let r = host.call_with(&call, &hooked).await;
             // The hook's panic is the host's bug: the tool answered, and is not quarantined.
             assert_eq!(
-                (r.outcome, r.text()),
+                (r.outcome, &*r.text()),
                 (Outcome::Ok, "sent 3 updates"),
                 "call {n}"
             );

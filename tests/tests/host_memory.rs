@@ -67,7 +67,7 @@ async fn a_worker_that_announces_a_large_frame_and_stalls_costs_what_it_sent() {
     let (host, _dir) = attacks_host(4, None).await;
     // Warm up: the worker start path and the runtime's threads are in before the measure.
     let r = host.call("ids", json!({})).await;
-    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
     let base = status_kib("VmRSS:");
     reset_peak();
     let cancel = rho_runtime::CancellationToken::new();
@@ -94,7 +94,7 @@ async fn a_worker_that_announces_a_large_frame_and_stalls_costs_what_it_sent() {
     cancel.cancel();
     for c in calls {
         let r = c.await.unwrap();
-        assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
+        assert_eq!(r.outcome, Outcome::Error, "{}", &*r.text());
     }
     assert!(
         grown < 16,
@@ -113,7 +113,7 @@ async fn an_answer_of_300000_images_is_a_clear_error_in_bounded_memory() {
     let journal = state.path().join("journal.jsonl");
     let (host, _dir) = attacks_host(2, Some(&journal)).await;
     let r = host.call("ids", json!({})).await;
-    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
     let base = status_kib("VmRSS:");
     reset_peak();
     // The warm-up's worker, idle again, serves this call: its second (the host numbers a
@@ -125,12 +125,12 @@ async fn an_answer_of_300000_images_is_a_clear_error_in_bounded_memory() {
         )
         .await;
     let grown = peak_growth_mib(base);
-    assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Error, "{}", &*r.text());
     assert!(
         r.text()
             .contains("answered with 300000 images; an answer may carry at most 256"),
         "{}",
-        r.text()
+        &*r.text()
     );
     assert!(
         grown < 64,
@@ -138,7 +138,7 @@ async fn an_answer_of_300000_images_is_a_clear_error_in_bounded_memory() {
     );
     // The worker was spent; the next call has a fresh one.
     let r = host.call("ids", json!({})).await;
-    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
     host.shutdown().await;
     let kept = std::fs::metadata(&journal).unwrap().len();
     assert!(kept < 64 << 10, "the journal holds {kept} bytes");

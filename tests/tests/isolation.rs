@@ -168,12 +168,12 @@ async fn every_fault_ends_its_call_and_the_next_call_answers() {
     for (i, (tool, args, outcome, text)) in cases.iter().enumerate() {
         let id = format!("{tool}-{i}");
         let r = run(&host, &id, tool, args.clone()).await;
-        assert_eq!(r.outcome, *outcome, "{tool}: {}", r.text());
-        assert!(r.text().starts_with(text), "{tool}: {}", r.text());
+        assert_eq!(r.outcome, *outcome, "{tool}: {}", &*r.text());
+        assert!(r.text().starts_with(text), "{tool}: {}", &*r.text());
         // The host lives and the plugin answers the next call.
         let next = run(&host, &format!("next-{i}"), "build_tag", json!({})).await;
         assert_eq!(
-            (next.outcome, next.text()),
+            (next.outcome, &*next.text()),
             (Outcome::Ok, "default"),
             "after {tool}"
         );
@@ -182,7 +182,7 @@ async fn every_fault_ends_its_call_and_the_next_call_answers() {
     assert!(
         r.text().ends_with("exceeds the limit of 1048576 bytes"),
         "{}",
-        r.text()
+        &*r.text()
     );
     // Partial updates crossed the channel as events.
     let mut updates = Vec::new();
@@ -231,7 +231,7 @@ async fn gate_and_timeout_clock_behave_as_in_process() {
     let r = host
         .call_with(&call("1", "sleep", json!({"ms": 200})), &gated(gate))
         .await;
-    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
     // Cancellation crosses the channel: the tool sees its flag and the call still ends at the timeout.
     let started = Instant::now();
     let r = run(&host, "2", "spin_cancellable", json!({})).await;
@@ -242,7 +242,7 @@ async fn gate_and_timeout_clock_behave_as_in_process() {
         started.elapsed()
     );
     let r = run(&host, "3", "echo", json!({"text": "after"})).await;
-    assert_eq!(r.text(), "after");
+    assert_eq!(&*r.text(), "after");
     // An image crosses as raw bytes.
     let r = run(&host, "4", "checkerboard", json!({"size": 32})).await;
     assert_eq!(r.output.images()[0].mime_type, "image/png");
@@ -262,9 +262,9 @@ async fn workers_get_a_clean_environment_and_only_their_channel() {
     let Served { host, dir: _dir } =
         serve(WorkerOptions::default(), |b| b.runner(timeout(5_000))).await;
     let r = run(&host, "1", "getenv", json!({"name": "RHO_TEST_SECRET"})).await;
-    assert_eq!(r.text(), "(unset)");
+    assert_eq!(&*r.text(), "(unset)");
     let path = run(&host, "2", "getenv", json!({"name": "PATH"})).await;
-    assert_ne!(path.text(), "(unset)", "PATH is on the allow-list");
+    assert_ne!(&*path.text(), "(unset)", "PATH is on the allow-list");
     let fds = run(&host, "3", "fds", json!({})).await;
     // 0-2, the channel (3), the cancel channel (4), the worker's clone of the channel for writing
     // (5), its /proc/self/stat for counting threads after each call (6), and the handle reading
@@ -321,7 +321,7 @@ async fn a_thousand_mixed_faults_eight_at_a_time() {
         let runs = calls.iter().map(|(c, _)| host.call_with(c, &opts));
         let results = futures_util::future::join_all(runs).await;
         for ((c, outcome), r) in calls.iter().zip(results) {
-            assert_eq!(r.outcome, *outcome, "{} {}: {}", c.id, c.name, r.text());
+            assert_eq!(r.outcome, *outcome, "{} {}: {}", c.id, c.name, &*r.text());
             expected.insert(c.id.clone(), 0u32);
         }
         if batch == 25 {
@@ -403,10 +403,10 @@ async fn a_reload_moves_new_calls_to_new_workers_and_the_old_ones_exit() {
     let report = host.reload().await.remove(0);
     assert_eq!(report.reloaded, ["faults@0.1.0"]);
     let r = run(&host, "t", "build_tag", json!({})).await;
-    assert_eq!(r.text(), "v2");
+    assert_eq!(&*r.text(), "v2");
     let slow = slow.await.unwrap();
     assert_eq!(
-        (slow.outcome, slow.text()),
+        (slow.outcome, &*slow.text()),
         (Outcome::Ok, "slept 500 ms"),
         "the running call finished on the old worker"
     );
@@ -547,8 +547,8 @@ async fn an_unsandboxed_worker_ends_calls_with_the_same_texts() {
     ];
     for (i, (tool, args, text)) in cases.into_iter().enumerate() {
         let r = run(&host, &format!("{tool}-{i}"), tool, args).await;
-        assert_eq!(r.outcome, Outcome::Crashed, "{tool}: {}", r.text());
-        assert!(r.text().starts_with(text), "{tool}: {}", r.text());
+        assert_eq!(r.outcome, Outcome::Crashed, "{tool}: {}", &*r.text());
+        assert!(r.text().starts_with(text), "{tool}: {}", &*r.text());
     }
     let fds = run(&host, "fds", "fds", json!({})).await;
     let fds: Vec<i32> = fds.text().split(',').map(|f| f.parse().unwrap()).collect();
@@ -595,7 +595,7 @@ async fn starting_a_worker_does_not_fork_the_host() {
     )
     .await;
     let r = run(&served.host, "c1", "echo", json!({"text": "hi"})).await;
-    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
     let before = minor_faults();
     for page in memory.chunks_mut(PAGE) {
         page[0] = page[0].wrapping_add(1);

@@ -56,7 +56,7 @@ async fn calls_each_example_tool() {
     let echo = host
         .call_with(&call("1", "echo", json!({"text": "héllo"})), &opts)
         .await;
-    assert_eq!((echo.outcome, echo.text()), (Outcome::Ok, "héllo"));
+    assert_eq!((echo.outcome, &*echo.text()), (Outcome::Ok, "héllo"));
 
     let picture = host
         .call_with(&call("2", "checkerboard", json!({"size": 40})), &opts)
@@ -80,7 +80,7 @@ async fn calls_each_example_tool() {
         .call_with(&call("3", "read_passage", args), &opts)
         .await;
     assert_eq!(passage.outcome, Outcome::Ok);
-    assert_eq!(passage.text(), "2 | beta\n3 | gamma\n");
+    assert_eq!(&*passage.text(), "2 | beta\n3 | gamma\n");
     assert_eq!(
         passage.details,
         Some(json!({"path": text_file, "start_line": 2, "end_line": 3, "total_lines": 4}))
@@ -94,12 +94,12 @@ async fn calls_each_example_tool() {
     assert!(
         missing.text().starts_with("cannot read `"),
         "{}",
-        missing.text()
+        &*missing.text()
     );
     assert!(
         missing.text().contains("No such file"),
         "{}",
-        missing.text()
+        &*missing.text()
     );
 }
 
@@ -130,7 +130,7 @@ async fn two_plugins_sharing_the_interface_stay_distinct() {
             &CallOptions::default(),
         )
         .await;
-    assert_eq!(r.text(), "a");
+    assert_eq!(&*r.text(), "a");
     // The same library loaded twice (two hosts) gives two working, distinct loads.
     let other = plugin_dir(&["echo"]);
     let (host2, _report2) = host_with(other.path(), DirOptions::in_process(), |b| {
@@ -143,7 +143,7 @@ async fn two_plugins_sharing_the_interface_stay_distinct() {
             &CallOptions::default(),
         )
         .await;
-    assert_eq!(r2.text(), "b");
+    assert_eq!(&*r2.text(), "b");
     assert!(!host2.tools().iter().any(|t| t.name == "read_passage"));
 }
 
@@ -222,7 +222,7 @@ async fn each_bad_file_gives_one_line_and_the_good_plugins_serve() {
             &CallOptions::default(),
         )
         .await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "still here"));
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "still here"));
 }
 
 #[tokio::test]
@@ -241,9 +241,9 @@ async fn a_panicking_plugin_tool_crashes_the_call_not_the_host() {
         r.text()
             .starts_with("tool `panic` panicked at plugins/faults/src/lib.rs:"),
         "{}",
-        r.text()
+        &*r.text()
     );
-    assert!(r.text().ends_with(": boom"), "{}", r.text());
+    assert!(r.text().ends_with(": boom"), "{}", &*r.text());
     let r = host
         .call_with(&call("2", "panic_payload", json!({})), &opts)
         .await;
@@ -251,7 +251,7 @@ async fn a_panicking_plugin_tool_crashes_the_call_not_the_host() {
     assert!(
         r.text().ends_with(": a non-string panic payload"),
         "{}",
-        r.text()
+        &*r.text()
     );
     // The process lives and the plugin still answers.
     let r = host
@@ -322,7 +322,7 @@ async fn a_name_offered_twice_follows_the_rule_and_is_reported() {
     let r = host
         .call_with(&call("1", "echo", json!({})), &CallOptions::default())
         .await;
-    assert_eq!(r.text(), "from the host");
+    assert_eq!(&*r.text(), "from the host");
     let twice = Host::builder()
         .plugin_dir(dir.path(), DirOptions::in_process())
         .tool(std::sync::Arc::new(HostEcho))

@@ -352,7 +352,7 @@ async fn until(secs: u64, what: &str, mut ready: impl FnMut() -> bool) {
 async fn node_of_call(host: &Host) -> String {
     let result = host.call("call_info", json!({})).await;
     assert_eq!(result.outcome, rho_runtime::Outcome::Ok, "{result:?}");
-    let info: serde_json::Value = serde_json::from_str(result.text()).unwrap();
+    let info: serde_json::Value = serde_json::from_str(&*result.text()).unwrap();
     info["call_id"]
         .as_str()
         .unwrap()
@@ -473,7 +473,7 @@ async fn tools_served_by_nodes_keep_every_local_guarantee() {
         rho_runtime::Outcome::Crashed,
         "{crashed:?}"
     );
-    assert!(crashed.text().contains(&holder), "{}", crashed.text());
+    assert!(crashed.text().contains(&holder), "{}", &*crashed.text());
     assert!(
         killed_at.elapsed() < Duration::from_secs(4),
         "{:?}",
@@ -618,7 +618,7 @@ async fn a_remote_source_offering_what_a_plugin_could_not_declare_is_refused_too
         ["good"]
     );
     let result = host.call("good", json!({})).await;
-    assert_eq!(result.text(), "remote");
+    assert_eq!(&*result.text(), "remote");
     assert_eq!(
         host.stats()[0].origin,
         rho_runtime::Origin::Remote {
@@ -812,7 +812,7 @@ async fn an_event_over_the_servers_largest_message_stops_nothing() {
     )
     .unwrap();
     let r = host.call("wide_details", json!({"items": 300_000})).await;
-    assert_eq!(r.outcome, rho_runtime::Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, rho_runtime::Outcome::Ok, "{}", &*r.text());
     for _ in 0..3 {
         host.call("build_tag", json!({})).await;
     }

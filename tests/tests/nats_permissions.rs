@@ -182,7 +182,7 @@ async fn the_shipped_permissions_keep_each_role_to_its_own_subjects() {
             .call("echo", json!({"text": format!("call {i}")}))
             .await;
         assert_eq!(
-            (r.outcome, r.text()),
+            (r.outcome, &*r.text()),
             (Outcome::Ok, format!("call {i}").as_str())
         );
     }

@@ -19,7 +19,7 @@ async fn isolated_workers_start_without_the_private_copy_directory() {
     let (host, report) = rho_tests::host_with(dir.path(), rho_tests::one_worker(), |b| b).await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     let r = host.call("build_tag", json!({})).await;
-    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
     let prefix = format!("rho-plugins-{}.", std::process::id());
     let temp = std::env::temp_dir().canonicalize().unwrap();
     let mut removed = 0;
@@ -36,9 +36,9 @@ async fn isolated_workers_start_without_the_private_copy_directory() {
     );
     // The worker dies; the next call needs a new one.
     let r = host.call("segfault", json!({})).await;
-    assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Crashed, "{}", &*r.text());
     let r = host.call("build_tag", json!({})).await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "default"));
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "default"));
     host.shutdown().await;
     let deadline = Instant::now() + Duration::from_secs(3);
     while rho_tests::live_workers() > 0 {

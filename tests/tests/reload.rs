@@ -24,7 +24,7 @@ async fn tag(host: &Host) -> (Outcome, String) {
     let r = host
         .call_with(&call("t", "build_tag", json!({})), &CallOptions::default())
         .await;
-    (r.outcome, r.text().to_owned())
+    (r.outcome, r.text().into_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,7 +147,7 @@ async fn running_calls_finish_on_the_old_version() {
     );
     let slow = slow.await.unwrap();
     assert_eq!(
-        (slow.outcome, slow.text()),
+        (slow.outcome, &*slow.text()),
         (Outcome::Ok, "slept 600 ms"),
         "the running call finished"
     );
@@ -180,7 +180,7 @@ async fn a_hundred_reloads_while_calls_run_and_every_call_is_ok() {
                 let r = host.call_with(&c, &CallOptions::default()).await;
                 calls.fetch_add(1, Ordering::Relaxed);
                 if r.outcome != Outcome::Ok {
-                    bad.push(format!("{}: {} {}", c.id, r.outcome, r.text()));
+                    bad.push(format!("{}: {} {}", c.id, r.outcome, &*r.text()));
                 }
             }
             bad
@@ -248,7 +248,7 @@ async fn quarantine_after_three_crashes_is_lifted_by_a_reload() {
     );
     let r = host.call_with(&panic(4), &CallOptions::default()).await;
     assert_eq!(r.outcome, Outcome::Quarantined);
-    assert_eq!(r.text(), reason);
+    assert_eq!(&*r.text(), reason);
     assert_eq!(
         host.stats()
             .iter()

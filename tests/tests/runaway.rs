@@ -23,7 +23,7 @@ async fn a_spin_times_out_and_the_next_call_on_the_plugin_answers() {
         .await;
     let took = started.elapsed();
     assert_eq!(r.outcome, Outcome::TimedOut);
-    assert_eq!(r.text(), "tool `spin` timed out after 500 ms");
+    assert_eq!(&*r.text(), "tool `spin` timed out after 500 ms");
     assert!(
         took >= Duration::from_millis(500) && took < Duration::from_millis(1500),
         "{took:?}"
@@ -34,7 +34,7 @@ async fn a_spin_times_out_and_the_next_call_on_the_plugin_answers() {
             &CallOptions::default(),
         )
         .await;
-    assert_eq!((next.outcome, next.text()), (Outcome::Ok, "slept 5 ms"));
+    assert_eq!((next.outcome, &*next.text()), (Outcome::Ok, "slept 5 ms"));
     let stats = host.stats();
     let spin = stats.iter().find(|s| s.tool == "spin").unwrap();
     assert_eq!(

@@ -196,31 +196,31 @@ async fn every_outcome_through_the_public_api() {
     ];
     for (c, gate, outcome, text) in cases {
         let r = host.call_with(&c, &gated(gate.clone())).await;
-        assert_eq!(r.outcome, outcome, "{}: {}", c.id, r.text());
+        assert_eq!(r.outcome, outcome, "{}: {}", c.id, &*r.text());
         assert_eq!(r.is_error(), outcome != Outcome::Ok);
         if !text.is_empty() {
-            assert_eq!(r.text(), text, "{}", c.id);
+            assert_eq!(&*r.text(), text, "{}", c.id);
         }
         if outcome == Outcome::UnknownTool {
             assert!(
                 r.text().starts_with("unknown tool `nope`; the tools are: "),
                 "{}",
-                r.text()
+                &*r.text()
             );
-            assert!(r.text().contains("echo, exit_process"), "{}", r.text());
+            assert!(r.text().contains("echo, exit_process"), "{}", &*r.text());
         }
         if outcome == Outcome::Quarantined {
             assert!(
                 r.text()
                     .contains("quarantined after 2 crash(es) and 0 timeout(s)"),
                 "{}",
-                r.text()
+                &*r.text()
             );
             assert!(
                 r.text()
                     .contains("last failure: crashed: tool `panic` panicked at"),
                 "{}",
-                r.text()
+                &*r.text()
             );
         }
     }
@@ -305,7 +305,7 @@ async fn gate_time_never_counts_against_the_timeout() {
     let r = host
         .call_with(&call("1", "sleep", json!({"ms": 200})), &gated(gate))
         .await;
-    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
     assert!(r.duration >= Duration::from_millis(500), "{:?}", r.duration);
 }
 
@@ -321,17 +321,17 @@ async fn host_tool_and_gate_panics_are_crashes_with_texts() {
         r.text()
             .starts_with("tool `native` panicked at tests/tests/runner.rs:"),
         "{}",
-        r.text()
+        &*r.text()
     );
     assert!(
         r.text().ends_with(" with a non-string payload"),
         "{}",
-        r.text()
+        &*r.text()
     );
     let r = host
         .call_with(&call("2", "native", json!({"mode": "panic"})), &opts)
         .await;
-    assert!(r.text().ends_with(": native boom"), "{}", r.text());
+    assert!(r.text().ends_with(": native boom"), "{}", &*r.text());
     let gate: Arc<dyn Gate> = Arc::new(PanicGate);
     let r = host
         .call_with(&call("3", "echo", json!({"text": "x"})), &gated(gate))
@@ -341,25 +341,25 @@ async fn host_tool_and_gate_panics_are_crashes_with_texts() {
         r.text()
             .starts_with("the gate panicked at tests/tests/runner.rs:"),
         "{}",
-        r.text()
+        &*r.text()
     );
-    assert!(r.text().ends_with(": gate exploded"), "{}", r.text());
+    assert!(r.text().ends_with(": gate exploded"), "{}", &*r.text());
     let gate: Arc<dyn Gate> = Arc::new(EagerPanicGate);
     let r = host
         .call_with(&call("3b", "echo", json!({"text": "x"})), &gated(gate))
         .await;
-    assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Crashed, "{}", &*r.text());
     assert!(
         r.text()
             .starts_with("the gate panicked at tests/tests/runner.rs:")
             && r.text().ends_with(": gate exploded early"),
         "{}",
-        r.text()
+        &*r.text()
     );
     let r = host
         .call_with(&call("4", "native", json!({"mode": "fine"})), &opts)
         .await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "native ok"));
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "native ok"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -491,7 +491,7 @@ async fn a_cancelled_call_ends_at_once() {
     cancel_later.await.unwrap();
     assert_eq!(r.outcome, Outcome::Error);
     assert_eq!(
-        r.text(),
+        &*r.text(),
         "call of tool `spin_cancellable` cancelled by the client"
     );
     assert!(started.elapsed() < Duration::from_secs(2));
@@ -563,8 +563,8 @@ async fn a_tool_cannot_declare_itself_out_of_the_hosts_timeout() {
             &CallOptions::default(),
         )
         .await;
-    assert_eq!(r.outcome, Outcome::TimedOut, "{}", r.text());
-    assert!(r.text().contains("200 ms"), "{}", r.text());
+    assert_eq!(r.outcome, Outcome::TimedOut, "{}", &*r.text());
+    assert!(r.text().contains("200 ms"), "{}", &*r.text());
     assert!(started.elapsed() < Duration::from_secs(3));
 }
 
@@ -656,7 +656,7 @@ async fn log_lines_reach_the_bus_and_the_hook_in_order_and_never_after_the_end()
             &options,
         )
         .await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "logged"));
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "logged"));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut seen = Vec::new();
     while let Ok(Some(item)) = tokio::time::timeout(Duration::from_millis(100), events.next()).await
@@ -735,8 +735,12 @@ async fn a_gate_that_blocks_its_thread_does_not_hold_back_a_cancellation() {
         .await;
     let took = started.elapsed();
     let _ = canceller.join();
-    assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
-    assert!(r.text().contains("cancelled by the client"), "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Error, "{}", &*r.text());
+    assert!(
+        r.text().contains("cancelled by the client"),
+        "{}",
+        &*r.text()
+    );
     assert!(took < Duration::from_millis(1200), "ended after {took:?}");
 }
 

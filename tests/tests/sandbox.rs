@@ -172,17 +172,17 @@ async fn the_plugin_cannot_signal_or_freeze_the_host_or_any_other_process() {
     let me = std::process::id();
     for signal in ["TERM", "KILL", "STOP"] {
         let r = host.run("signal_parent", json!({"signal": signal})).await;
-        assert_eq!(r.outcome, Outcome::Error, "{signal}: {}", r.text());
-        assert!(r.text().starts_with("denied: "), "{}", r.text());
+        assert_eq!(r.outcome, Outcome::Error, "{signal}: {}", &*r.text());
+        assert!(r.text().starts_with("denied: "), "{}", &*r.text());
         let r = host
             .run("signal_pid", json!({"pid": me, "signal": signal}))
             .await;
-        assert_eq!(r.outcome, Outcome::Error, "{signal}: {}", r.text());
+        assert_eq!(r.outcome, Outcome::Error, "{signal}: {}", &*r.text());
         // The host is not even visible to the plugin.
         assert!(
             r.text().contains("No such process") || r.text().contains("not permitted"),
             "{}",
-            r.text()
+            &*r.text()
         );
     }
     // The host is alive, not stopped, and its workers serve.
@@ -190,7 +190,7 @@ async fn the_plugin_cannot_signal_or_freeze_the_host_or_any_other_process() {
     let after = &state[state.rfind(')').unwrap() + 2..];
     assert!(after.starts_with('R') || after.starts_with('S'), "{after}");
     let r = host.run("echo", json!({"text": "still here"})).await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "still here"));
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "still here"));
     host.shutdown().await;
 }
 
@@ -237,21 +237,21 @@ async fn the_hosts_environment_descriptors_and_processes_stay_hidden() {
         ("read_file", "/proc/1/environ".to_owned()),
     ] {
         let r = host.run(tool, json!({ "path": path })).await;
-        assert_eq!(r.outcome, Outcome::Error, "{path}: {}", r.text());
-        assert!(!r.text().contains("do-not-leak"), "{}", r.text());
+        assert_eq!(r.outcome, Outcome::Error, "{path}: {}", &*r.text());
+        assert!(!r.text().contains("do-not-leak"), "{}", &*r.text());
     }
     let r = host
         .run("env_var", json!({"name": "RHO_SANDBOX_SECRET"}))
         .await;
-    assert_eq!(r.text(), "ok: (unset)");
+    assert_eq!(&*r.text(), "ok: (unset)");
     // Its own fresh /proc: the sandbox's init and the plugin process, nothing of the host.
     let r = host.run("count_processes", json!({})).await;
-    assert_eq!(r.text(), "ok: 2");
+    assert_eq!(&*r.text(), "ok: 2");
     let r = host.run("ids", json!({})).await;
-    assert!(r.text().contains("pid=2 ppid=1"), "{}", r.text());
+    assert!(r.text().contains("pid=2 ppid=1"), "{}", &*r.text());
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
-        assert!(r.text().starts_with("ok: uid=65534 "), "{}", r.text());
+        assert!(r.text().starts_with("ok: uid=65534 "), "{}", &*r.text());
     }
     host.shutdown().await;
 }
@@ -302,11 +302,11 @@ async fn plugin_directories_are_read_only_and_grants_open_exactly_their_paths() 
             Outcome::Error,
             "{}: {}",
             target.display(),
-            r.text()
+            &*r.text()
         );
         // Under /tmp (a checkout there) the host's path is not even visible in the sandbox.
         let hidden = target.starts_with("/tmp") && r.text().contains("No such file");
-        assert!(hidden || r.text().contains("[sandbox: "), "{}", r.text());
+        assert!(hidden || r.text().contains("[sandbox: "), "{}", &*r.text());
     }
     assert_eq!(
         std::fs::read(&plugin).unwrap(),
@@ -320,7 +320,7 @@ async fn plugin_directories_are_read_only_and_grants_open_exactly_their_paths() 
             json!({"path": granted.path().join("out.txt").to_str().unwrap(), "text": "hello"}),
         )
         .await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "ok: wrote 5 bytes"));
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "ok: wrote 5 bytes"));
     assert_eq!(
         std::fs::read_to_string(granted.path().join("out.txt")).unwrap(),
         "hello"
@@ -331,14 +331,14 @@ async fn plugin_directories_are_read_only_and_grants_open_exactly_their_paths() 
             json!({"path": readable.path().join("data.txt").to_str().unwrap()}),
         )
         .await;
-    assert_eq!(r.text(), "ok: 12 bytes: granted data");
+    assert_eq!(&*r.text(), "ok: 12 bytes: granted data");
     let r = host
         .run(
             "read_file",
             json!({"path": other.path().join("data.txt").to_str().unwrap()}),
         )
         .await;
-    assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Error, "{}", &*r.text());
     // The scratch directory is the plugin's own /tmp.
     let r = host
         .run(
@@ -346,7 +346,7 @@ async fn plugin_directories_are_read_only_and_grants_open_exactly_their_paths() 
             json!({"path": "/tmp/scratch.txt", "text": "mine"}),
         )
         .await;
-    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
     host.shutdown().await;
 }
 
@@ -357,12 +357,12 @@ async fn the_network_is_denied_unless_granted() {
     let addr = listener.local_addr().unwrap().to_string();
     let denied = Sandbox::new(options(Grants::default()), 5_000).await;
     let r = denied.run("connect", json!({ "addr": addr })).await;
-    assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Error, "{}", &*r.text());
     assert!(
         r.text()
             .ends_with("[sandbox: no network is granted to this plugin]"),
         "{}",
-        r.text()
+        &*r.text()
     );
     denied.shutdown().await;
     let granted = Sandbox::new(
@@ -374,7 +374,7 @@ async fn the_network_is_denied_unless_granted() {
     )
     .await;
     let r = granted.run("connect", json!({ "addr": addr })).await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "ok: connected"));
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "ok: connected"));
     granted.shutdown().await;
 }
 
@@ -384,11 +384,11 @@ async fn processes_need_a_grant_and_die_at_the_end_of_each_call() {
     let denied = Sandbox::new(options(Grants::default()), 5_000).await;
     for mode in MODES {
         let r = denied.run("spawn", json!({ "mode": mode })).await;
-        assert_eq!(r.outcome, Outcome::Error, "{mode}: {}", r.text());
+        assert_eq!(r.outcome, Outcome::Error, "{mode}: {}", &*r.text());
         assert!(
             r.text().contains("start processes (not granted)"),
             "{}",
-            r.text()
+            &*r.text()
         );
     }
     denied.shutdown().await;
@@ -398,7 +398,7 @@ async fn processes_need_a_grant_and_die_at_the_end_of_each_call() {
     for run in 0..20 {
         let mode = MODES[run % MODES.len()];
         let r = host.run("spawn", json!({ "mode": mode })).await;
-        assert_eq!(r.outcome, Outcome::Ok, "{mode}: {}", r.text());
+        assert_eq!(r.outcome, Outcome::Ok, "{mode}: {}", &*r.text());
         // One worker: its init and its plugin process, and nothing the call started.
         let left = sandboxed_processes();
         assert_eq!(left.len(), 2, "run {run} ({mode}) left {left:?}");
@@ -426,7 +426,7 @@ async fn processes_die_with_a_worker_killed_at_its_timeout() {
     for run in 0..20 {
         let mode = MODES[run % MODES.len()];
         let r = host.run("spawn_then_hang", json!({ "mode": mode })).await;
-        assert_eq!(r.outcome, Outcome::TimedOut, "{mode}: {}", r.text());
+        assert_eq!(r.outcome, Outcome::TimedOut, "{mode}: {}", &*r.text());
         let left = settle(0, Duration::from_secs(5)).await;
         assert_eq!(left, [], "run {run} ({mode})");
     }
@@ -490,13 +490,13 @@ async fn a_crash_after_fork_is_seen_at_once() {
     let started = Instant::now();
     let r = host.run("fork_then_crash", json!({})).await;
     let took = started.elapsed();
-    assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
-    assert!(r.text().contains("SIGSEGV"), "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Crashed, "{}", &*r.text());
+    assert!(r.text().contains("SIGSEGV"), "{}", &*r.text());
     // The forked child held the channel; still the crash ends the call long before the timeout.
     assert!(took < Duration::from_secs(5), "took {took:?}");
     assert_eq!(settle(0, Duration::from_secs(5)).await, []);
     let r = host.run("ids", json!({})).await;
-    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
     host.shutdown().await;
 }
 
@@ -509,12 +509,12 @@ async fn a_worker_left_without_descriptors_is_replaced() {
     };
     let host = Sandbox::new(options, 5_000).await;
     let r = host.run("exhaust_fds", json!({})).await;
-    assert!(r.text().contains("Too many open files"), "{}", r.text());
+    assert!(r.text().contains("Too many open files"), "{}", &*r.text());
     // Another tool of the same plugin needs a descriptor: a fresh worker serves it.
     let r = host
         .run("read_file", json!({"path": "/etc/hostname"}))
         .await;
-    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
     host.shutdown().await;
 }
 
@@ -543,7 +543,7 @@ async fn sixty_four_workers_start_while_the_host_holds_300_descriptors() {
     let failed: Vec<String> = results
         .iter()
         .filter(|r| r.outcome != Outcome::Ok)
-        .map(|r| r.text().to_owned())
+        .map(|r| r.text().into_owned())
         .collect();
     assert!(
         failed.is_empty(),
@@ -606,27 +606,27 @@ async fn the_hosts_tmp_sockets_and_other_families_are_out_of_reach() {
     let r = host
         .run("connect_unix", json!({"path": socket.to_str().unwrap()}))
         .await;
-    assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Error, "{}", &*r.text());
     let r = host
         .run(
             "read_file",
             json!({"path": marker.path().to_str().unwrap()}),
         )
         .await;
-    assert!(r.text().contains("No such file"), "{}", r.text());
+    assert!(r.text().contains("No such file"), "{}", &*r.text());
     let r = host.run("list_dir", json!({"path": "/tmp"})).await;
-    assert_eq!(r.text(), "ok: ", "the plugin's /tmp is its own and empty");
+    assert_eq!(&*r.text(), "ok: ", "the plugin's /tmp is its own and empty");
     let r = host.run("cwd", json!({})).await;
-    assert_eq!(r.text(), "ok: /tmp");
+    assert_eq!(&*r.text(), "ok: /tmp");
     // vsock (the hypervisor) and raw packets: refused; plain IP sockets stay (no route anyway).
     for family in [libc::AF_VSOCK, libc::AF_PACKET, libc::AF_UNIX] {
         let r = host.run("socket_family", json!({ "family": family })).await;
-        assert_eq!(r.outcome, Outcome::Error, "family {family}: {}", r.text());
+        assert_eq!(r.outcome, Outcome::Error, "family {family}: {}", &*r.text());
     }
     let r = host
         .run("socket_family", json!({ "family": libc::AF_INET }))
         .await;
-    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
     // Namespaces of its own, memfds, other processes' limits: refused even with processes
     // granted.
     for (tool, args) in [
@@ -635,11 +635,11 @@ async fn the_hosts_tmp_sockets_and_other_families_are_out_of_reach() {
         ("prlimit_init", json!({})),
     ] {
         let r = host.run(tool, args).await;
-        assert_eq!(r.outcome, Outcome::Error, "{tool}: {}", r.text());
+        assert_eq!(r.outcome, Outcome::Error, "{tool}: {}", &*r.text());
         assert!(
             r.text().contains("Operation not permitted"),
             "{tool}: {}",
-            r.text()
+            &*r.text()
         );
     }
     host.shutdown().await;
@@ -658,13 +658,17 @@ async fn scratch_space_is_bounded_and_threads_left_running_cost_the_worker() {
     };
     let host = Sandbox::new(options, 10_000).await;
     let r = host.run("fill_tmp", json!({"mib": 64})).await;
-    assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
-    assert!(r.text().contains("No space left on device"), "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Error, "{}", &*r.text());
+    assert!(
+        r.text().contains("No space left on device"),
+        "{}",
+        &*r.text()
+    );
     assert_eq!(host.run("call_counter", json!({})).await.text(), "ok: 1");
     assert_eq!(host.run("call_counter", json!({})).await.text(), "ok: 2");
     // A thread left running: the worker is not given another call.
     let r = host.run("background_thread", json!({})).await;
-    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
     assert_eq!(host.run("call_counter", json!({})).await.text(), "ok: 1");
     host.shutdown().await;
 }

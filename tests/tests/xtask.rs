@@ -106,7 +106,7 @@ async fn new_plugin_makes_a_crate_that_builds_loads_and_answers() {
             &CallOptions::default(),
         )
         .await;
-    assert_eq!((r.outcome, r.text()), (Outcome::Ok, "Hello, Ada!"));
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "Hello, Ada!"));
     assert_eq!(r.details, Some(json!({"length": 3})));
 
     // It never overwrites, and refuses bad names.
@@ -436,13 +436,13 @@ async fn rho_plugin_new_makes_a_crate_of_its_own_anywhere_that_builds_loads_and_
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         loop {
             let r = host.call("greet", json!({"name": "Ada"})).await;
-            if r.text() == want {
+            if &*r.text() == want {
                 return;
             }
             assert!(
                 std::time::Instant::now() < deadline,
                 "never answered {want:?}: {}",
-                r.text()
+                &*r.text()
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
