@@ -439,6 +439,12 @@ impl Host {
         self.inner.runner.run(call, gate, answerer, options).await
     }
 
+    /// How long a tool's question to the user may stay open
+    /// ([`RunnerConfig::ask_timeout`](crate::RunnerConfig::ask_timeout)).
+    pub fn ask_timeout(&self) -> std::time::Duration {
+        self.inner.runner.ask_timeout()
+    }
+
     /// The tools served now, by name.
     pub fn tools(&self) -> Vec<ToolSpec> {
         self.inner.registry.tools()

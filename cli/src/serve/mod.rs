@@ -4,6 +4,7 @@
 //! Nothing but protocol frames reaches stdout: the protocol gets a private duplicate of fd 1 and
 //! fd 1 itself is pointed at stderr, so a plugin that prints (in process) cannot corrupt the stream.
 
+mod asking;
 mod logging;
 mod mcp;
 mod meta_tools;

@@ -18,6 +18,7 @@ use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio_stream::StreamExt;
 
+use super::asking::{ElicitAnswerer, Parked, RunningCall, Step};
 use super::logging::{self, SessionLevel};
 use super::mcp::{mcp_result, mcp_tool};
 use super::meta_tools;
@@ -40,6 +41,8 @@ pub struct RhoServer {
     meta_tools: bool,
     /// The least level of log lines this session is sent.
     log_level: SessionLevel,
+    /// Calls parked on their tool's question (2026-07-28), shared by every session.
+    parked: Parked,
 }
 
 /// What a call sends its client before its answer, in order.
@@ -141,6 +144,7 @@ impl RhoServer {
             calls: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             meta_tools: serve.meta_tools,
             log_level: SessionLevel::default(),
+            parked: Parked::default(),
         };
         announce_changes(host, server.audience.clone());
         server
@@ -181,25 +185,18 @@ impl RhoServer {
         context: &RequestContext<RoleServer>,
         answers: Option<&rmcp::model::InputResponses>,
     ) -> Result<Asking, InputRequiredResult> {
-        let modern = context
-            .meta
-            .protocol_version()
-            .is_some_and(|v| v.to_string().as_str() >= "2026-07-28");
-        if !modern {
-            let can = context
-                .peer
-                .peer_info()
-                .is_some_and(|info| info.capabilities.elicitation.is_some());
-            return Ok(if can { Asking::Request } else { Asking::Cannot });
+        if !modern(context) {
+            return Ok(if can_elicit(context) {
+                Asking::Request
+            } else {
+                Asking::Cannot
+            });
         }
         if let Some(answer) = answers.and_then(|a| a.get(APPROVAL_KEY)) {
             let approved = answer["action"] == "accept" && answer["content"]["approve"] == true;
             return Ok(Asking::Answered(approved));
         }
-        let can = context
-            .meta
-            .client_capabilities()
-            .is_some_and(|caps| caps.elicitation.is_some());
+        let can = can_elicit(context);
         let hints = self
             .host
             .tools()
@@ -248,6 +245,12 @@ impl RhoServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> CallToolResponse {
+        // The retry of a round whose tool asked (2026-07-28): the answer goes to the parked
+        // call, which goes on.
+        if let Some(mut running) = self.parked.claim(request.request_state.as_deref()) {
+            running.answer(request.input_responses.as_ref());
+            return self.drive(running, &context).await;
+        }
         // The server's own counter: request ids `1` and `"1"` are different requests.
         let n = self
             .calls
@@ -348,7 +351,7 @@ impl RhoServer {
             .get("traceparent")
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let options = CallOptions {
+        let mut options = CallOptions {
             cancel: Some(context.ct.clone()),
             traceparent,
             gate: Some(gate),
@@ -360,7 +363,7 @@ impl RhoServer {
             turn = self.turns.clone().acquire_owned() => turn.ok(),
             () = context.ct.cancelled() => None,
         };
-        let Some(_turn) = turn else {
+        let Some(turn) = turn else {
             return CallToolResponse::Complete(mcp_result(
                 &ToolResult::failed(
                     &call.id,
@@ -371,7 +374,32 @@ impl RhoServer {
                 self.max_result_bytes,
             ));
         };
-        let result = self.host.call_with(&call, &options).await;
+        // A tool's questions: a 2026-07-28 client that can elicit is asked by input-required
+        // rounds (the call runs in a task of its own, parked between them); a 2025-era one by
+        // `elicitation/create`; any other is declined.
+        let response = if modern(&context) && can_elicit(&context) {
+            let host = self.host.clone();
+            let running = RunningCall::start(
+                move |answerer, cancel| async move {
+                    let options = CallOptions {
+                        answerer: Some(answerer),
+                        cancel: Some(cancel),
+                        ..options
+                    };
+                    host.call_with(&call, &options).await
+                },
+                Box::new(turn),
+            );
+            self.drive(running, &context).await
+        } else {
+            options.answerer = Some(Arc::new(ElicitAnswerer {
+                peer: context.peer.clone(),
+                can: can_elicit(&context),
+            }));
+            let result = self.host.call_with(&call, &options).await;
+            drop(turn);
+            CallToolResponse::Complete(mcp_result(&result, self.max_result_bytes))
+        };
         if let Some((ended, mut forwarder, dropped)) = notes {
             let _ = ended.send(());
             // Bounded: a client that does not read cannot hold the answer forever; what is not
@@ -386,7 +414,51 @@ impl RhoServer {
                 tracing::warn!(call = %call_id, dropped, "notifications dropped (more than 1024 unsent; the journal has every line)");
             }
         }
-        CallToolResponse::Complete(mcp_result(&result, self.max_result_bytes))
+        response
+    }
+
+    /// Runs a 2026-07-28 call to its end or its tool's next question: the end is the answer;
+    /// a question parks the call and is the answer (`InputRequiredResult`, the parked call's
+    /// state in its `requestState`).
+    async fn drive(
+        &self,
+        mut running: RunningCall,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        match running.next(&context.ct).await {
+            Step::Done(result) => {
+                CallToolResponse::Complete(mcp_result(&result, self.max_result_bytes))
+            }
+            Step::Asks(mut input_required) => {
+                let state = self.parked.park(running, self.host.ask_timeout());
+                input_required.request_state = Some(state);
+                CallToolResponse::InputRequired(input_required)
+            }
+        }
+    }
+}
+
+/// Whether `context`'s request is of the 2026-07-28 revision or later.
+fn modern(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .meta
+        .protocol_version()
+        .is_some_and(|v| v.to_string().as_str() >= "2026-07-28")
+}
+
+/// Whether the client of `context`'s request declared elicitation: in the request (2026-07-28)
+/// or at its session's start (2025 era).
+fn can_elicit(context: &RequestContext<RoleServer>) -> bool {
+    if modern(context) {
+        context
+            .meta
+            .client_capabilities()
+            .is_some_and(|caps| caps.elicitation.is_some())
+    } else {
+        context
+            .peer
+            .peer_info()
+            .is_some_and(|info| info.capabilities.elicitation.is_some())
     }
 }
 

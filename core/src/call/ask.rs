@@ -80,3 +80,23 @@ pub(crate) struct Asked {
     /// Where the reply goes (dropped unanswered: the tool reads `Cancelled`).
     pub reply: oneshot::Sender<Reply>,
 }
+
+/// `reply` as the tool reads it: an accepted answer that does not fit the question's schema
+/// (or a schema that is not one) becomes `Cancelled`, naming why. Run off the runtime's threads:
+/// the schema is the tool's.
+pub(crate) fn checked(question: &Question, reply: Reply) -> Reply {
+    let Reply::Accepted(answer) = reply else {
+        return reply;
+    };
+    if let Some(problem) = rho_protocol::schema_cost_problem(&question.schema) {
+        return Reply::Cancelled(format!("the question's schema {problem}"));
+    }
+    match crate::call::validate::SchemaValidator::new(&question.schema, "the question's schema is")
+    {
+        Ok(validator) if validator.fits(&answer) => Reply::Accepted(answer),
+        Ok(_) => Reply::Cancelled(format!(
+            "the answer does not fit the question's schema: {answer}"
+        )),
+        Err(why) => Reply::Cancelled(why),
+    }
+}

@@ -115,10 +115,13 @@ impl Asking {
         let call = call.clone();
         tracing::debug!(call = %call.id, tool = %call.name, "the tool asks its user");
         let reply = Box::pin(async move {
-            match catch(|| answerer.answer(&question, &call)).await {
+            let reply = match catch(|| answerer.answer(&question, &call)).await {
                 Ok(reply) => reply,
-                Err(caught) => Reply::Cancelled(caught.describe("the host's answerer")),
-            }
+                Err(caught) => return Reply::Cancelled(caught.describe("the host's answerer")),
+            };
+            tokio::task::spawn_blocking(move || crate::call::ask::checked(&question, reply))
+                .await
+                .unwrap_or_else(|_| Reply::Cancelled("checking the answer failed".into()))
         });
         Asking {
             reply,
@@ -351,6 +354,11 @@ impl ToolRunner {
                 return self.stop.in_flight.load(Ordering::Acquire) == 0;
             }
         }
+    }
+
+    /// How long a tool's question may stay open ([`RunnerConfig::ask_timeout`]).
+    pub fn ask_timeout(&self) -> Duration {
+        self.config.ask_timeout
     }
 
     /// Calls in flight now (started, end event not yet published).

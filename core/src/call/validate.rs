@@ -42,6 +42,11 @@ impl SchemaValidator {
             .map_err(|e| format!("{subject} not a valid JSON Schema: {e}"))
     }
 
+    /// Whether `value` fits the schema.
+    pub fn fits(&self, value: &Value) -> bool {
+        self.validator.is_valid(value)
+    }
+
     /// Checks `value`; the error text names each offending field and what was expected, in words
     /// a model can act on.
     pub fn check(&self, tool: &str, value: &Value, checked: Checked) -> Result<(), String> {

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use rho_plugin_api::{Answer, Ctx, JsonSchema, LogLevel, Tool, ToolError, export_plugin};
+use rho_plugin_api::{
+    Answer, Block, Ctx, JsonSchema, LogLevel, Question, Reply, Tool, ToolError, export_plugin, json,
+};
 use serde::Deserialize;
 
 /// No arguments.
@@ -44,6 +46,133 @@ fn with_logging(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
     Ok(Answer::text("Logging tool completed"))
 }
 
+/// A WAV file of 8 silent samples (8 kHz, 8-bit mono): the smallest audio a client can play.
+fn silent_wav() -> Vec<u8> {
+    let samples = [0x80u8; 8];
+    let mut wav = Vec::new();
+    wav.extend_from_slice(b"RIFF");
+    wav.extend_from_slice(&(36 + samples.len() as u32).to_le_bytes());
+    wav.extend_from_slice(b"WAVEfmt ");
+    wav.extend_from_slice(&16u32.to_le_bytes()); // fmt chunk size
+    wav.extend_from_slice(&1u16.to_le_bytes()); // PCM
+    wav.extend_from_slice(&1u16.to_le_bytes()); // mono
+    wav.extend_from_slice(&8000u32.to_le_bytes()); // sample rate
+    wav.extend_from_slice(&8000u32.to_le_bytes()); // byte rate
+    wav.extend_from_slice(&1u16.to_le_bytes()); // block align
+    wav.extend_from_slice(&8u16.to_le_bytes()); // bits per sample
+    wav.extend_from_slice(b"data");
+    wav.extend_from_slice(&(samples.len() as u32).to_le_bytes());
+    wav.extend_from_slice(&samples);
+    wav
+}
+
+fn audio_content(_args: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    Ok(Answer::blocks(vec![Block::audio(
+        "audio/wav",
+        silent_wav(),
+    )]))
+}
+
+fn embedded_resource(_args: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    Ok(Answer::blocks(vec![Block::resource_text(
+        "test://embedded-resource",
+        "text/plain",
+        "This is an embedded resource content.",
+    )]))
+}
+
+fn multiple_content_types(_args: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    Ok(Answer::blocks(vec![
+        Block::text("Multiple content types test:"),
+        Block::image("image/png", RED_PIXEL),
+        Block::resource_text(
+            "test://mixed-content-resource",
+            "application/json",
+            r#"{"test":"data","value":123}"#,
+        ),
+    ]))
+}
+
+/// Arguments of `test_elicitation`.
+#[derive(Deserialize, JsonSchema)]
+pub struct ElicitationArgs {
+    /// The message to show the user.
+    pub message: String,
+}
+
+/// The reply as the suite's tools describe it.
+fn described(reply: &Reply) -> String {
+    match reply {
+        Reply::Accepted(content) => format!("action=accept, content={content}"),
+        Reply::Declined(why) => format!("action=decline ({why})"),
+        Reply::Cancelled(why) => format!("action=cancel ({why})"),
+    }
+}
+
+fn elicitation(args: ElicitationArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "username": {"type": "string", "description": "User's response"},
+            "email": {"type": "string", "description": "User's email address"},
+        },
+        "required": ["username", "email"],
+    });
+    let reply = ctx.ask(Question::new(args.message, schema));
+    Ok(Answer::text(format!(
+        "User response: {}",
+        described(&reply)
+    )))
+}
+
+fn elicitation_defaults(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "default": "John Doe"},
+            "age": {"type": "integer", "default": 30},
+            "score": {"type": "number", "default": 95.5},
+            "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+            "verified": {"type": "boolean", "default": true},
+        },
+    });
+    let reply = ctx.ask(Question::new("Please review your details", schema));
+    Ok(Answer::text(format!(
+        "Elicitation completed: {}",
+        described(&reply)
+    )))
+}
+
+fn elicitation_enums(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+            "titledSingle": {"type": "string", "oneOf": [
+                {"const": "value1", "title": "First Option"},
+                {"const": "value2", "title": "Second Option"},
+                {"const": "value3", "title": "Third Option"},
+            ]},
+            "legacyEnum": {
+                "type": "string",
+                "enum": ["opt1", "opt2", "opt3"],
+                "enumNames": ["Option One", "Option Two", "Option Three"],
+            },
+            "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+            "titledMulti": {"type": "array", "items": {"anyOf": [
+                {"const": "value1", "title": "First Choice"},
+                {"const": "value2", "title": "Second Choice"},
+                {"const": "value3", "title": "Third Choice"},
+            ]}},
+        },
+    });
+    let reply = ctx.ask(Question::new("Please choose", schema));
+    Ok(Answer::text(format!(
+        "Elicitation completed: {}",
+        described(&reply)
+    )))
+}
+
 fn error_handling(_args: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     Err(ToolError::new(
         "This tool intentionally returns an error for testing",
@@ -68,4 +197,37 @@ export_plugin! {
     Tool::new("test_error_handling", "Always fails.", error_handling)
         .read_only(true)
         .open_world(false),
+    Tool::new("test_audio_content", "Answers a short silent WAV.", audio_content)
+        .read_only(true)
+        .idempotent(true)
+        .open_world(false),
+    Tool::new("test_embedded_resource", "Answers an embedded text resource.", embedded_resource)
+        .read_only(true)
+        .idempotent(true)
+        .open_world(false),
+    Tool::new(
+        "test_multiple_content_types",
+        "Answers text, an image and an embedded resource, in that order.",
+        multiple_content_types,
+    )
+    .read_only(true)
+    .idempotent(true)
+    .open_world(false),
+    Tool::new("test_elicitation", "Asks the user for a username and an email.", elicitation)
+        .read_only(true)
+        .open_world(false),
+    Tool::new(
+        "test_elicitation_sep1034_defaults",
+        "Asks the user with a default for each primitive type.",
+        elicitation_defaults,
+    )
+    .read_only(true)
+    .open_world(false),
+    Tool::new(
+        "test_elicitation_sep1330_enums",
+        "Asks the user with the five kinds of enum.",
+        elicitation_enums,
+    )
+    .read_only(true)
+    .open_world(false),
 }
