@@ -5,7 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use rho_plugin_api::{Answer, Ctx, JsonSchema, LogLevel, Tool, ToolError, export_plugin, json};
+use rho_plugin_api::{
+    Answer, Block, Ctx, JsonSchema, LogLevel, Question, Reply, ResourceLink, Tool, ToolError,
+    export_plugin, json,
+};
 use serde::{Deserialize, Serialize};
 
 /// Arguments of `panic`.
@@ -253,6 +256,64 @@ pub fn unschema(_args: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
 }
 
 /// Answers what the host told the call: its time left (ms) and trace context.
+/// Arguments of `ask`.
+#[derive(Deserialize, JsonSchema)]
+pub struct AskArgs {
+    /// The question.
+    pub message: String,
+    /// The answer's JSON Schema (default: a yes-or-no `confirm`).
+    #[serde(default)]
+    pub schema: Option<rho_plugin_api::Value>,
+    /// How many times to ask it (default 1).
+    #[serde(default)]
+    pub times: Option<u32>,
+}
+
+/// Asks the user, then answers each reply and the time left after it, as JSON.
+fn ask(args: AskArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    let question = match args.schema {
+        Some(schema) => Question::new(args.message, schema),
+        None => Question::confirm(args.message),
+    };
+    let before = ctx.time_left().map(|left| left.as_millis() as u64);
+    let replies: Vec<_> = (0..args.times.unwrap_or(1))
+        .map(|_| {
+            let (kind, value) = match ctx.ask(question.clone()) {
+                Reply::Accepted(answer) => ("accepted", answer),
+                Reply::Declined(why) => ("declined", json!(why)),
+                Reply::Cancelled(why) => ("cancelled", json!(why)),
+            };
+            let left = ctx.time_left().map(|left| left.as_millis() as u64);
+            json!({"reply": kind, "value": value, "time_left_ms": left, "cancelled": ctx.is_cancelled()})
+        })
+        .collect();
+    Ok(Answer::text(
+        json!({"time_left_ms_before": before, "replies": replies}).to_string(),
+    ))
+}
+
+/// Answers one block of each kind, in a fixed order: text, audio, an embedded text resource, an
+/// image, an embedded blob, a link, text.
+fn blocks(_args: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    Ok(Answer::blocks(vec![
+        Block::text("first"),
+        Block::audio("audio/wav", b"RIFF-not-really".to_vec()),
+        Block::resource_text("file:///notes.txt", "text/plain", "a note"),
+        Block::image("image/png", vec![0x89, b'P', b'N', b'G']),
+        Block::resource_blob(
+            "file:///data.bin",
+            "application/octet-stream",
+            vec![0, 1, 2, 255],
+        ),
+        Block::Link(
+            ResourceLink::new("file:///big.log", "big.log")
+                .with_mime_type("text/plain")
+                .with_description("the whole log"),
+        ),
+        Block::text("last"),
+    ]))
+}
+
 pub fn call_info(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
     let left = ctx.time_left().map(|left| left.as_millis() as u64);
     Ok(Answer::text(
@@ -285,6 +346,10 @@ export_plugin! {
     Tool::new("updates", "Sends count partial updates, then answers.", updates),
     Tool::new("print", "Prints the text on stdout and stderr, then answers.", print),
     Tool::new("log_levels", "Logs one line at debug, info, warning and error.", log_levels),
+    Tool::new("ask", "Asks the user (times times), then answers the replies and the time left.", ask)
+        .read_only(true)
+        .timeout_ms(3000),
+    Tool::new("blocks", "Answers text, audio, resources, an image and a link, in order.", blocks).read_only(true),
     Tool::new("alloc", "Allocates and touches that many MiB.", alloc),
     Tool::new("fail", "Answers with an error with details.", fail),
     Tool::new("wide_details", "Answers with details listing that many numbers.", wide_details),
