@@ -140,8 +140,8 @@ struct ClientTarget {
     _server: Option<HttpServer>,
 }
 
-fn client_target(transport: &str, ask: bool, name: &str) -> ClientTarget {
-    let dir = plugins(&["echo"]);
+fn client_target(transport: &str, ask: bool, name: &str, served: &[&str]) -> ClientTarget {
+    let dir = plugins(served);
     let journal = dir.path().join(format!("../http-{name}.jsonl"));
     let config = ask.then(|| {
         let config = dir.path().join(format!("../http-{name}.toml"));
@@ -383,7 +383,7 @@ fn both_spec_eras_see_a_reload_as_a_list_change_over_stdio_and_http() {
     for (mode, requirement, name, version) in PYTHON_ERAS {
         let sdk = python_sdk(requirement, name);
         for transport in ["stdio", "http"] {
-            let served = client_target(transport, false, "listen");
+            let served = client_target(transport, false, "listen", &["echo"]);
             let mut client = Command::new("python3");
             client
                 .arg(workspace_dir().join("tests/python/listen.py"))
@@ -409,7 +409,7 @@ fn both_spec_eras_get_an_ask_approved_or_declined_by_their_user_over_stdio_and_h
     for (mode, requirement, name, version) in PYTHON_ERAS {
         let sdk = python_sdk(requirement, name);
         for transport in ["stdio", "http"] {
-            let served = client_target(transport, true, "ask");
+            let served = client_target(transport, true, "ask", &["echo"]);
             let mut client = Command::new("python3");
             client
                 .arg(workspace_dir().join("tests/python/ask.py"))
@@ -425,6 +425,62 @@ fn both_spec_eras_get_an_ask_approved_or_declined_by_their_user_over_stdio_and_h
             assert_eq!(
                 report["second"],
                 json!(["the user declined the call of `echo`", true]),
+                "{context}"
+            );
+        }
+    }
+}
+
+#[test]
+fn both_spec_eras_answer_a_tools_question_and_read_its_blocks_over_stdio_and_http() {
+    use base64::Engine;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    for (mode, requirement, name, version) in PYTHON_ERAS {
+        let sdk = python_sdk(requirement, name);
+        for transport in ["stdio", "http"] {
+            let served = client_target(transport, false, "tool-asks", &["faults"]);
+            let mut client = Command::new("python3");
+            client
+                .arg(workspace_dir().join("tests/python/tool_asks.py"))
+                .args([mode, transport, &served.target])
+                .arg(served.dir.path())
+                .env("PYTHONPATH", &sdk);
+            let report = client_report(client, &format!("{mode} over {transport}"));
+            let context = format!("{mode} over {transport}: {report}");
+            assert_eq!(report["version"], version, "{context}");
+            let asked = report["asked"].as_array().unwrap();
+            assert_eq!(asked.len(), 2, "{context}");
+            assert_eq!(asked[0]["message"], "Delete 3 files?", "{context}");
+            assert_eq!(
+                asked[0]["schema"]["properties"]["confirm"]["type"], "boolean",
+                "{context}"
+            );
+            let reply = |which: &str| report[which]["replies"][0].clone();
+            assert_eq!(reply("first")["reply"], "accepted", "{context}");
+            assert_eq!(
+                reply("first")["value"],
+                json!({"confirm": true}),
+                "{context}"
+            );
+            assert_eq!(reply("second")["reply"], "declined", "{context}");
+            assert_eq!(reply("second")["value"], "the user declined", "{context}");
+            assert_eq!(reply("unable")["reply"], "declined", "{context}");
+            assert_eq!(
+                reply("unable")["value"],
+                "this client cannot ask its user (it declared no elicitation)",
+                "{context}"
+            );
+            assert_eq!(
+                report["blocks"],
+                json!([
+                    {"type": "text", "text": "first"},
+                    {"type": "audio", "mime": "audio/wav", "data": b64(b"RIFF-not-really")},
+                    {"type": "resource", "uri": "file:///notes.txt", "mime": "text/plain", "text": "a note", "blob": null},
+                    {"type": "image", "mime": "image/png", "data": b64(&[0x89, b'P', b'N', b'G'])},
+                    {"type": "resource", "uri": "file:///data.bin", "mime": "application/octet-stream", "text": null, "blob": b64(&[0, 1, 2, 255])},
+                    {"type": "resource_link", "uri": "file:///big.log", "name": "big.log", "description": "the whole log"},
+                    {"type": "text", "text": "last"},
+                ]),
                 "{context}"
             );
         }
@@ -1269,7 +1325,7 @@ fn the_typescript_sdk_in_both_eras_sees_a_reload_and_gets_an_ask_answered_over_s
     let picture = rho_tests::plugin_lib("picture");
     for (mode, version) in [("auto", "2026-07-28"), ("legacy", "2025-11-25")] {
         for transport in ["stdio", "http"] {
-            let served = client_target(transport, true, "ts");
+            let served = client_target(transport, true, "ts", &["echo"]);
             let mut client = Command::new("node");
             client
                 .arg(&installed_script)
