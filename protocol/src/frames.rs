@@ -130,16 +130,16 @@ pub struct BlockFrameHead {
 pub trait Announce: Sized {
     /// The most heads one answer keeps.
     const LIMIT: usize;
-    /// What it is, plural, for errors ("image heads").
+    /// What a list of them is, for errors ("a list of image heads").
     const WHAT: &'static str;
     /// The length of its blob.
-    fn len(&self) -> usize;
+    fn blob_len(&self) -> usize;
 }
 
 impl Announce for ImageHead {
     const LIMIT: usize = crate::answer::MAX_IMAGES;
     const WHAT: &'static str = "a list of image heads";
-    fn len(&self) -> usize {
+    fn blob_len(&self) -> usize {
         self.len
     }
 }
@@ -147,7 +147,7 @@ impl Announce for ImageHead {
 impl Announce for BlockFrameHead {
     const LIMIT: usize = crate::answer::MAX_BLOCKS;
     const WHAT: &'static str = "a list of block heads";
-    fn len(&self) -> usize {
+    fn blob_len(&self) -> usize {
         self.len
     }
 }
@@ -183,7 +183,7 @@ impl<H: Announce> Announced<H> {
     pub fn new(heads: Vec<H>) -> Self {
         let total_len = heads
             .iter()
-            .try_fold(0usize, |sum, h| sum.checked_add(h.len()));
+            .try_fold(0usize, |sum, h| sum.checked_add(h.blob_len()));
         Announced {
             count: heads.len(),
             heads,
@@ -238,7 +238,9 @@ impl<'de, H: Announce + Deserialize<'de>> Deserialize<'de> for Announced<H> {
                 let mut heads = Announced::default();
                 while let Some(head) = seq.next_element::<H>()? {
                     heads.count += 1;
-                    heads.total_len = heads.total_len.and_then(|sum| sum.checked_add(head.len()));
+                    heads.total_len = heads
+                        .total_len
+                        .and_then(|sum| sum.checked_add(head.blob_len()));
                     if heads.heads.len() < H::LIMIT {
                         heads.heads.push(head);
                     }

@@ -141,7 +141,7 @@ async fn structured_answers_are_checked_and_long_results_cut_in_process_and_isol
         assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
         assert_eq!(r.structured, Some(json!({"n": 3, "words": "3 things"})));
         assert_eq!(
-            serde_json::from_str::<Value>(&*r.text()).unwrap(),
+            serde_json::from_str::<Value>(&r.text()).unwrap(),
             json!({"n": 3, "words": "3 things"}),
             "the text is the structured data's JSON"
         );
@@ -233,7 +233,7 @@ async fn a_call_is_told_its_time_left_and_trace_context_in_process_and_isolated(
                     .call_with(&call("c", "call_info", json!({})), &options)
                     .await;
                 assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
-                serde_json::from_str::<Value>(&*r.text()).unwrap()
+                serde_json::from_str::<Value>(&r.text()).unwrap()
             }
         };
         let info = told(Some(TRACEPARENT)).await;

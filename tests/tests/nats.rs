@@ -352,7 +352,7 @@ async fn until(secs: u64, what: &str, mut ready: impl FnMut() -> bool) {
 async fn node_of_call(host: &Host) -> String {
     let result = host.call("call_info", json!({})).await;
     assert_eq!(result.outcome, rho_runtime::Outcome::Ok, "{result:?}");
-    let info: serde_json::Value = serde_json::from_str(&*result.text()).unwrap();
+    let info: serde_json::Value = serde_json::from_str(&result.text()).unwrap();
     info["call_id"]
         .as_str()
         .unwrap()
