@@ -229,6 +229,7 @@ mod tests {
         let config = parse(block).unwrap_or_else(|e| panic!("{e}"));
         config.check().unwrap();
         assert_eq!(config.host.runner.load_wait_ms, 2000);
+        assert_eq!(config.host.runner.ask_timeout_ms, 600_000);
         assert_eq!(config.serve.session_idle_ms, 60_000);
         assert_eq!(config.nats, rho_bridge_nats::NatsConfig::default());
     }
@@ -337,6 +338,7 @@ mod tests {
         grants = { read = ["/srv/data"], network = true }
         [runner]
         default_timeout_ms = 5000
+        ask_timeout_ms = 90000
         keep_details = { up_to = 4096 }
         [timeouts]
         spin = 500
@@ -390,6 +392,10 @@ mod tests {
         let defaults = Config::default();
         assert_ne!(config.host.plugins, defaults.host.plugins);
         assert_ne!(config.host.runner, defaults.host.runner);
+        assert_eq!(
+            config.host.runner_config().ask_timeout,
+            std::time::Duration::from_secs(90)
+        );
         assert_ne!(config.host.timeouts, defaults.host.timeouts);
         assert_ne!(config.host.quarantine, defaults.host.quarantine);
         assert_ne!(config.host.workers, defaults.host.workers);

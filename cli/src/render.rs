@@ -5,7 +5,8 @@ use rho_runtime::{Output, ToolResult};
 use serde_json::{Value, json};
 
 /// `rho call --json`: {"outcome", "text", "images": [{"mime_type", "bytes", "sha256"}],
-/// "details", "duration_ms"}.
+/// "details", "duration_ms"}, and for an answer of blocks "content": its audio, resources and
+/// links summarized in order, as events show them.
 pub fn result_json(result: &ToolResult) -> Value {
     let images: Vec<Value> = result
         .output
@@ -26,7 +27,12 @@ pub fn result_json(result: &ToolResult) -> Value {
         "details": result.details,
         "duration_ms": result.duration.as_secs_f64() * 1000.0,
     });
-    // Only when there: structured content, and the whole text of a result cut at its limit.
+    // Only when there: other content, structured content, and the whole text of a result cut
+    // at its limit.
+    let content = OutputView::from(&result.output).content;
+    if !content.is_empty() {
+        value["content"] = json!(content);
+    }
     if let Some(structured) = &result.structured {
         value["structured"] = structured.clone();
     }

@@ -149,6 +149,9 @@ pub struct RunnerSettings {
     /// How long plugin files still loading are waited for (see [`RunnerConfig::load_wait`]),
     /// milliseconds.
     pub load_wait_ms: u64,
+    /// How long a tool's question to the user may stay open (see
+    /// [`RunnerConfig::ask_timeout`]), milliseconds.
+    pub ask_timeout_ms: u64,
 }
 
 impl Default for RunnerSettings {
@@ -165,6 +168,7 @@ impl Default for RunnerSettings {
             max_result_bytes: runner.max_result_bytes,
             call_order: agent.call_order,
             load_wait_ms: crate::millis::of(runner.load_wait),
+            ask_timeout_ms: crate::millis::of(runner.ask_timeout),
         }
     }
 }
@@ -247,6 +251,7 @@ impl HostConfig {
             within("runner.max_result_bytes", bytes as u64, 1, 1 << 30)?;
         }
         within("runner.load_wait_ms", r.load_wait_ms, 0, MAX_TIMEOUT_MS)?;
+        within("runner.ask_timeout_ms", r.ask_timeout_ms, 1, MAX_TIMEOUT_MS)?;
         for (tool, ms) in &self.timeouts {
             within(&format!("timeouts.{tool}"), *ms, 1, MAX_TIMEOUT_MS)?;
         }
@@ -348,6 +353,7 @@ impl HostConfig {
             max_tool_timeout: Duration::from_millis(self.runner.max_tool_timeout_ms),
             max_result_bytes: self.runner.max_result_bytes,
             load_wait: Duration::from_millis(self.runner.load_wait_ms),
+            ask_timeout: Duration::from_millis(self.runner.ask_timeout_ms),
             ..RunnerConfig::default()
         }
     }

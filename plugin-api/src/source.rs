@@ -16,6 +16,8 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const FILES: &[(&str, &str)] = &[
     ("Cargo.toml", include_str!("../Cargo.toml")),
     ("src/answer.rs", include_str!("answer.rs")),
+    ("src/ask.rs", include_str!("ask.rs")),
+    ("src/content.rs", include_str!("content.rs")),
     ("src/ctx.rs", include_str!("ctx.rs")),
     ("src/declare.rs", include_str!("declare.rs")),
     ("src/ffi.rs", include_str!("ffi.rs")),

@@ -99,6 +99,10 @@ pub const MAX_IMAGES: usize = 256;
 /// The most blocks one answer of blocks may carry.
 pub const MAX_BLOCKS: usize = 1024;
 
+/// The largest head of one block (its URI, name, title, description and mime type, as JSON
+/// text): the text events keep of a block is its head.
+pub const MAX_BLOCK_HEAD_BYTES: usize = 16 << 10;
+
 /// The largest question a tool may ask: bytes of its message and its schema's JSON text
 /// together. A larger one is declined, with a reason naming the bound.
 pub const MAX_QUESTION_BYTES: usize = 256 << 10;
@@ -152,9 +156,12 @@ pub fn check_limits(tool: &str, answer: &rho_plugin_api::Answer) -> Result<(), F
     if count > MAX_IMAGES {
         return Err(too_many_images(tool, count));
     }
-    let blocks = answer.output.blocks().len();
-    if blocks > MAX_BLOCKS {
-        return Err(too_many_blocks(tool, blocks));
+    let blocks = answer.output.blocks();
+    if blocks.len() > MAX_BLOCKS {
+        return Err(too_many_blocks(tool, blocks.len()));
+    }
+    for block in blocks {
+        check_head(tool, &block.head())?;
     }
     for (what, value) in [
         ("details", &answer.details),
@@ -225,6 +232,7 @@ pub fn blocks(
     }
     let mut content = Vec::with_capacity(count);
     for (head, payload) in parts {
+        check_head(tool, &head)?;
         let block = Block::from_parts(head, payload).map_err(|why| {
             Failure::Crash(CrashReason::Formatted(format!(
                 "tool `{tool}` answered with a broken block: {why}"
@@ -233,6 +241,18 @@ pub fn blocks(
         content.push(block);
     }
     Ok(Output::Blocks(content))
+}
+
+/// The error of a block head over [`MAX_BLOCK_HEAD_BYTES`].
+fn check_head(tool: &str, head: &BlockHead) -> Result<(), Failure> {
+    let bytes = serde_json::to_vec(head).map_or(usize::MAX, |text| text.len());
+    if bytes > MAX_BLOCK_HEAD_BYTES {
+        return Err(Failure::Tool(ToolError::new(format!(
+            "tool `{tool}` answered with a block whose head (URI, names, mime type) is {bytes} \
+             bytes; a block's head may be at most {MAX_BLOCK_HEAD_BYTES} bytes"
+        ))));
+    }
+    Ok(())
 }
 
 /// The failure of `kind` with `message`; `details` (already decoded) belong to errors only.
@@ -249,5 +269,52 @@ pub fn failure(
         FailureKind::Panic => Failure::Crash(CrashReason::Formatted(message)),
         FailureKind::UnknownTool => Failure::UnknownTool(message),
         FailureKind::InvalidArguments => Failure::InvalidArguments(message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rho_plugin_api::ResourceLink;
+
+    fn text_of(failure: Failure) -> String {
+        match failure {
+            Failure::Tool(e) => format!("error: {}", e.message),
+            Failure::Crash(reason) => format!("crash: {}", crate::outcome::crash_text(&reason)),
+            other => format!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn blocks_are_held_to_their_count_heads_and_payloads() {
+        let link = |uri: String| BlockHead::Link(ResourceLink::new(uri, "n"));
+        // Whole and in order.
+        let parts = vec![
+            (BlockHead::Text, b"hi".to_vec()),
+            (link("file:///a".into()), Vec::new()),
+        ];
+        let output = blocks("t", 2, parts).unwrap();
+        assert_eq!(output.blocks().len(), 2);
+        assert_eq!(output.text(), "hi");
+        // Too many: refused before any block is assembled.
+        let err = blocks("t", MAX_BLOCKS + 1, Vec::new()).unwrap_err();
+        assert!(text_of(err).contains("1025 blocks"));
+        // A head too large (a 20 KiB URI): the tool's error.
+        let err = blocks("t", 1, vec![(link("x".repeat(20 << 10)), Vec::new())]).unwrap_err();
+        assert!(
+            text_of(err).starts_with("error: "),
+            "a head's size is the tool's error"
+        );
+        // Text that is not UTF-8, a link with a payload: the plugin's broken contract.
+        let err = blocks("t", 1, vec![(BlockHead::Text, vec![0xff])]).unwrap_err();
+        assert!(text_of(err).contains("not UTF-8"));
+        let err = blocks("t", 1, vec![(link("file:///a".into()), vec![1])]).unwrap_err();
+        assert!(text_of(err).contains("carries 1 bytes"));
+        // A host-made answer is held to the same head bound.
+        let answer = rho_plugin_api::Answer::blocks(vec![Block::Link(ResourceLink::new(
+            "y".repeat(20 << 10),
+            "n",
+        ))]);
+        assert!(check_limits("t", &answer).is_err());
     }
 }

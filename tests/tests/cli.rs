@@ -113,6 +113,23 @@ fn call_json_outcomes_and_exit_statuses() {
     assert!(r["duration_ms"].as_f64().unwrap() >= 0.0);
     assert_eq!(r["images"], json!([]));
     assert_eq!(r["details"], Value::Null);
+    assert!(r.get("content").is_none(), "{r}");
+    // An answer of blocks: its text, its image, and the rest summarized in order.
+    let out = rho(&["call", "blocks", "--plugins", p, "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_of(&out);
+    assert_eq!(r["text"], "first\nlast", "{r}");
+    assert_eq!(r["images"][0]["bytes"], 4, "{r}");
+    assert_eq!(
+        r["content"],
+        json!([
+            {"type": "audio", "mime_type": "audio/wav", "bytes": 15},
+            {"type": "resource", "uri": "file:///notes.txt", "mime_type": "text/plain", "bytes": 6},
+            {"type": "resource", "uri": "file:///data.bin", "mime_type": "application/octet-stream", "bytes": 4},
+            {"type": "link", "uri": "file:///big.log", "name": "big.log"},
+        ]),
+        "{r}"
+    );
 
     let out = rho(&[
         "call",

@@ -18,6 +18,7 @@ use rho_plugin_api::{Question, Reply};
 use tokio::sync::oneshot;
 
 use crate::call::gate::ToolCall;
+use crate::call::panic::catch;
 
 /// Answers the questions tools ask their user in the middle of a call (a person at a terminal,
 /// an MCP client's elicitation). Implemented by every async closure
@@ -79,6 +80,71 @@ pub(crate) struct Asked {
     pub question: Question,
     /// Where the reply goes (dropped unanswered: the tool reads `Cancelled`).
     pub reply: oneshot::Sender<Reply>,
+}
+
+/// A call's questions on their way to its answerer.
+pub(crate) struct Questions {
+    pub(crate) pending: tokio::sync::mpsc::UnboundedReceiver<Asked>,
+    pub(crate) answerer: Arc<dyn Answerer>,
+}
+
+/// The question open now.
+pub(crate) struct Asking {
+    reply: std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send>>,
+    to: oneshot::Sender<Reply>,
+    asked_at: tokio::time::Instant,
+}
+
+impl Asking {
+    /// Asks `answerer` the question of `asked` (a panic in it cancels the question).
+    pub(crate) fn start(asked: Asked, answerer: Arc<dyn Answerer>, call: &ToolCall) -> Asking {
+        let Asked {
+            question,
+            reply: to,
+        } = asked;
+        let call = call.clone();
+        tracing::debug!(call = %call.id, tool = %call.name, "the tool asks its user");
+        let reply = Box::pin(async move {
+            let reply = match catch(|| answerer.answer(&question, &call)).await {
+                Ok(reply) => reply,
+                Err(caught) => return Reply::Cancelled(caught.describe("the host's answerer")),
+            };
+            tokio::task::spawn_blocking(move || crate::call::ask::checked(&question, reply))
+                .await
+                .unwrap_or_else(|_| Reply::Cancelled("checking the answer failed".into()))
+        });
+        Asking {
+            reply,
+            to,
+            asked_at: tokio::time::Instant::now(),
+        }
+    }
+
+    /// The reply of the question open in `asking` (pending while none is).
+    pub(crate) async fn reply(asking: &mut Option<Asking>) -> Reply {
+        match asking {
+            Some(open) => (&mut open.reply).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Hands `reply` to the tool, the call's `deadline` moved later by the time the question
+    /// was open first (`move_to` tells the tool's context, so the tool reads the moved one with
+    /// its reply); the moved deadline.
+    pub(crate) fn finish(
+        self,
+        reply: Reply,
+        deadline: Option<tokio::time::Instant>,
+        move_to: impl FnOnce(std::time::Instant),
+    ) -> Option<tokio::time::Instant> {
+        let waited = self.asked_at.elapsed();
+        let moved = deadline.and_then(|at| at.checked_add(waited));
+        if let Some(moved) = moved {
+            move_to(moved.into_std());
+        }
+        let _ = self.to.send(reply);
+        moved
+    }
 }
 
 /// `reply` as the tool reads it: an accepted answer that does not fit the question's schema

@@ -8,4 +8,5 @@ pub(crate) mod json;
 pub(crate) mod panic;
 pub(crate) mod rules;
 pub(crate) mod runner;
+pub(crate) mod sender;
 pub(crate) mod validate;

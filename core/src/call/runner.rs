@@ -16,10 +16,11 @@ use tokio_util::task::TaskTracker;
 use crate::bus::Bus;
 use crate::bus::event_type::EventType;
 use crate::bus::events::{EventKind, OutputView, event_text};
-use crate::call::ask::{Answerer, Asked};
+use crate::call::ask::{Answerer, Asking, Questions};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 use crate::call::invoke::{Failure, LogHook, ToolCtx, is_valid_traceparent};
 use crate::call::panic::{catch, payload_message};
+use crate::call::sender::{EndsOnDrop, Sender};
 use crate::registry::{ResolvedTool, ToolRegistry};
 use rho_protocol::{
     CrashReason, Outcome, ToolResult, crash_text, cut_output, timeout_text, to_result, with_text,
@@ -68,146 +69,6 @@ impl Default for RunnerConfig {
             max_result_bytes: None,
             load_wait: DEFAULT_LOAD_WAIT,
             ask_timeout: Duration::from_secs(600),
-        }
-    }
-}
-
-/// The longest partial update published, bytes: a plugin cannot make the host write (journal,
-/// subscribers, clients) without bound by sending huge updates.
-pub const MAX_UPDATE_BYTES: usize = 64 << 10;
-
-/// `text` (an update or a log line: `what`), cut at [`MAX_UPDATE_BYTES`] with a note.
-fn bounded(text: &str, what: &str) -> String {
-    if text.len() <= MAX_UPDATE_BYTES {
-        return text.to_owned();
-    }
-    let at = (0..=MAX_UPDATE_BYTES)
-        .rev()
-        .find(|&i| text.is_char_boundary(i))
-        .unwrap_or(0);
-    format!(
-        "{}... [rho: {what} cut from {} bytes]",
-        &text[..at],
-        text.len()
-    )
-}
-
-/// A call's questions on their way to its answerer.
-struct Questions {
-    pending: tokio::sync::mpsc::UnboundedReceiver<Asked>,
-    answerer: Arc<dyn Answerer>,
-}
-
-/// The question open now.
-struct Asking {
-    reply: std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send>>,
-    to: oneshot::Sender<Reply>,
-    asked_at: tokio::time::Instant,
-}
-
-impl Asking {
-    /// Asks `answerer` the question of `asked` (a panic in it cancels the question).
-    fn start(asked: Asked, answerer: Arc<dyn Answerer>, call: &ToolCall) -> Asking {
-        let Asked {
-            question,
-            reply: to,
-        } = asked;
-        let call = call.clone();
-        tracing::debug!(call = %call.id, tool = %call.name, "the tool asks its user");
-        let reply = Box::pin(async move {
-            let reply = match catch(|| answerer.answer(&question, &call)).await {
-                Ok(reply) => reply,
-                Err(caught) => return Reply::Cancelled(caught.describe("the host's answerer")),
-            };
-            tokio::task::spawn_blocking(move || crate::call::ask::checked(&question, reply))
-                .await
-                .unwrap_or_else(|_| Reply::Cancelled("checking the answer failed".into()))
-        });
-        Asking {
-            reply,
-            to,
-            asked_at: tokio::time::Instant::now(),
-        }
-    }
-
-    /// The reply of the question open in `asking` (pending while none is).
-    async fn reply(asking: &mut Option<Asking>) -> Reply {
-        match asking {
-            Some(open) => (&mut open.reply).await,
-            None => std::future::pending().await,
-        }
-    }
-
-    /// Hands `reply` to the tool, the call's `deadline` moved later by the time the question
-    /// was open (the tool reads the moved one); the moved deadline.
-    fn finish(
-        self,
-        reply: Reply,
-        deadline: Option<tokio::time::Instant>,
-        ctx: &ToolCtx,
-    ) -> Option<tokio::time::Instant> {
-        let waited = self.asked_at.elapsed();
-        let moved = deadline.and_then(|at| at.checked_add(waited));
-        if let Some(moved) = moved {
-            ctx.move_deadline(moved.into_std());
-        }
-        let _ = self.to.send(reply);
-        moved
-    }
-}
-
-/// Marks a call ended when dropped (see [`Sender`]).
-struct EndsOnDrop(Arc<std::sync::Mutex<bool>>);
-
-impl Drop for EndsOnDrop {
-    fn drop(&mut self) {
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
-    }
-}
-
-/// What a running tool sends beside its answer (partial updates, log lines), on their way to the
-/// call's hook and the bus: bounded, and dropped once the call has ended.
-#[derive(Clone)]
-struct Sender {
-    ended: Arc<std::sync::Mutex<bool>>,
-    bus: Bus,
-    session: Option<String>,
-    call: Arc<ToolCall>,
-}
-
-impl Sender {
-    /// `text` (a `what`), cut at [`MAX_UPDATE_BYTES`], to `hook` and, when someone subscribes to
-    /// `kind`, as the event `event` makes of it; nothing once the call has ended. The hook is the
-    /// host's, not the tool's: its panic is logged, never the tool's crash.
-    fn send(
-        &self,
-        kind: EventType,
-        what: &str,
-        text: &str,
-        hook: Option<&dyn Fn(&str)>,
-        event: impl FnOnce(&ToolCall, String) -> EventKind,
-    ) {
-        let ended = self
-            .ended
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let wanted = self.bus.wants(kind);
-        if *ended || !wanted && hook.is_none() {
-            return;
-        }
-        let text = bounded(text, what);
-        if let Some(hook) = hook {
-            let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(&text)));
-            if called.is_err() {
-                tracing::error!(call = %self.call.id, "the call's {what} hook panicked");
-            }
-        }
-        if wanted {
-            self.bus
-                .publish(self.session.as_deref(), event(&self.call, text));
         }
     }
 }
@@ -269,7 +130,8 @@ impl Drop for InFlight {
     }
 }
 
-/// Receives one call's partial updates, in order, each cut at [`MAX_UPDATE_BYTES`]: see
+/// Receives one call's partial updates, in order, each cut at
+/// [`MAX_UPDATE_BYTES`](crate::MAX_UPDATE_BYTES): see
 /// [`CallOptions::on_update`].
 pub type UpdateHook = Arc<dyn Fn(&str) + Send + Sync>;
 
@@ -783,7 +645,7 @@ impl ToolRunner {
                 }
                 reply = Asking::reply(&mut asking), if asking.is_some() => {
                     if let Some(open) = asking.take() {
-                        deadline = open.finish(reply, deadline, ctx);
+                        deadline = open.finish(reply, deadline, |at| ctx.move_deadline(at));
                     }
                     timer_armed = deadline.is_some();
                     if let Some(deadline) = deadline {
@@ -796,7 +658,7 @@ impl ToolRunner {
                         self.config.ask_timeout.as_secs()
                     );
                     if let Some(open) = asking.take() {
-                        deadline = open.finish(Reply::Cancelled(text), deadline, ctx);
+                        deadline = open.finish(Reply::Cancelled(text), deadline, |at| ctx.move_deadline(at));
                     }
                     timer_armed = deadline.is_some();
                     if let Some(deadline) = deadline {
