@@ -63,19 +63,7 @@ pub fn mcp_result(result: &ToolResult, max_bytes: usize) -> CallToolResult {
             dropped.push(format!("an image of {} bytes", image.bytes.len()));
         }
     }
-    let mut fits = |value: Option<&Value>, what: &str| {
-        let value = value?;
-        let size = value.to_string().len();
-        if size <= left {
-            left -= size;
-            Some(value.clone())
-        } else {
-            dropped.push(format!("{what} of {size} bytes"));
-            None
-        }
-    };
-    let structured = fits(result.structured.as_ref(), "structured content");
-    let details = fits(result.details.as_ref(), "details");
+    let (structured, details) = json_parts(result, &mut left, &mut dropped);
     let text = match (&result.structured, result.text()) {
         (Some(data), text) if text.is_empty() => std::borrow::Cow::Owned(data.to_string()),
         (_, text) => text,
@@ -170,19 +158,7 @@ fn blocks_result(result: &ToolResult, max_bytes: usize) -> CallToolResult {
             }
         });
     }
-    let mut fits = |value: Option<&Value>, what: &str| {
-        let value = value?;
-        let size = value.to_string().len();
-        if size <= left {
-            left -= size;
-            Some(value.clone())
-        } else {
-            dropped.push(format!("{what} of {size} bytes"));
-            None
-        }
-    };
-    let structured = fits(result.structured.as_ref(), "structured content");
-    let details = fits(result.details.as_ref(), "details");
+    let (structured, details) = json_parts(result, &mut left, &mut dropped);
     let cut = !dropped.is_empty();
     if cut {
         content.push(Content::text(format!(
@@ -192,6 +168,29 @@ fn blocks_result(result: &ToolResult, max_bytes: usize) -> CallToolResult {
         )));
     }
     finish(result, content, structured, details, cut)
+}
+
+/// The structured content and details of `result` that fit in what is `left` of the budget
+/// (the rest named in `dropped`), in that order.
+fn json_parts(
+    result: &ToolResult,
+    left: &mut usize,
+    dropped: &mut Vec<String>,
+) -> (Option<Value>, Option<Value>) {
+    let mut fits = |value: Option<&Value>, what: &str| {
+        let value = value?;
+        let size = value.to_string().len();
+        if size <= *left {
+            *left -= size;
+            Some(value.clone())
+        } else {
+            dropped.push(format!("{what} of {size} bytes"));
+            None
+        }
+    };
+    let structured = fits(result.structured.as_ref(), "structured content");
+    let details = fits(result.details.as_ref(), "details");
+    (structured, details)
 }
 
 /// The result of `content` with its structured content, details and rho's `_meta`.
