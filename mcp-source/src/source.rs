@@ -1,0 +1,584 @@
+//! [`McpSource`]: one MCP server over stdio as a supervised tool source.
+//!
+//! The source starts the server (a process group of its own, a cleared environment but for the
+//! keys its entry lists, its stderr kept, bounded), initializes it within
+//! [`McpServer::start_timeout_ms`], lists its tools and offers them to the host's registry. It then
+//! watches the process: an exit (or a broken connection) takes the server down, its calls in
+//! flight end `crashed` naming the server and how it ended, and calls made while it is down end
+//! at once `unavailable`, saying when it comes back; it is restarted after a backoff that doubles
+//! from 0.5 s to 30 s and starts over only once a server has stayed up for a minute. Its tools
+//! stay listed while it is down (their calls fail fast), and its `tools/list_changed` makes the
+//! source list them again.
+//!
+//! A call whose timeout passed (or that was cancelled) sends the server `notifications/cancelled`
+//! (the call's request future is dropped); a second later the source pings the server with a
+//! 5 s deadline: a server that does not answer is hung, and is killed and restarted, its other
+//! calls ending `crashed` with a text naming the tool that hung. A server busy with a long call
+//! still answers pings, and is not declared hung.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rho_runtime::{
+    Failure, Question, RemoteCall, RemoteSource, RemoteTool, RemoteToolEntry, Reply, ToolCtx,
+    ToolSource,
+};
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, ElicitRequestParams,
+    ElicitResult, ElicitationAction, Implementation, NumberOrString, PingRequest,
+    ProgressNotificationParam, ProgressToken, RequestMetaObject,
+};
+use rmcp::service::{NotificationContext, RequestContext, RunningService};
+use rmcp::{ClientHandler, ErrorData as McpError, Peer, RoleClient, ServiceExt};
+use serde_json::Value;
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::{Notify, mpsc, watch};
+
+use crate::config::McpServer;
+use crate::convert;
+
+/// The first wait before a restart; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+/// The longest wait before a restart.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long a server must stay up for the backoff to start over.
+const SUSTAINED: Duration = Duration::from_secs(60);
+/// How long after a call was given up the server is pinged, and how long it has to answer.
+const PING_AFTER: Duration = Duration::from_secs(1);
+const PING_DEADLINE: Duration = Duration::from_secs(5);
+/// How many of the server's last stderr lines are kept, and how long each may be.
+const STDERR_LINES: usize = 64;
+const STDERR_LINE_BYTES: usize = 1024;
+
+/// An MCP server as a tool source of a host: `HostBuilder::source(name, McpSource::new(server))`.
+pub struct McpSource {
+    server: McpServer,
+}
+
+impl McpSource {
+    /// The source of `server`.
+    pub fn new(server: McpServer) -> McpSource {
+        McpSource { server }
+    }
+}
+
+impl ToolSource for McpSource {
+    fn run(self: Box<Self>, source: RemoteSource) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(supervise(self.server, source))
+    }
+}
+
+/// One running server process: its peer, and how it ended once it has.
+struct Process {
+    peer: Peer<RoleClient>,
+    /// `Some(how it ended)` once it has.
+    ended: watch::Receiver<Option<String>>,
+}
+
+/// What the source's calls, its client handler and its supervisor share.
+struct Shared {
+    name: String,
+    /// The process serving now; `None` while down, with why and when it comes back.
+    up: Mutex<Result<Arc<Process>, String>>,
+    /// The calls in flight, by their progress token.
+    calls: Mutex<BTreeMap<u64, ToolCtx>>,
+    next_call: AtomicU64,
+    /// The server said its tool list changed.
+    relist: Notify,
+    /// A call was given up (its tool's name): check the server is not hung.
+    abandoned: mpsc::UnboundedSender<String>,
+    /// The server's last stderr lines.
+    stderr: Mutex<std::collections::VecDeque<String>>,
+    /// How the running server broke the protocol on its stdout, once it has.
+    broke: Arc<Mutex<Option<String>>>,
+}
+
+impl Shared {
+    fn up(&self) -> Result<Arc<Process>, String> {
+        self.up
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_up(&self, up: Result<Arc<Process>, String>) {
+        *self.up.lock().unwrap_or_else(PoisonError::into_inner) = up;
+    }
+
+    /// The one call in flight, if exactly one is (a log line or a question the server sends
+    /// belongs to it); else the newest, for questions.
+    fn current(&self, only: bool) -> Option<ToolCtx> {
+        let calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        if only && calls.len() != 1 {
+            return None;
+        }
+        calls.values().next_back().cloned()
+    }
+
+    fn call_of(&self, token: &ProgressToken) -> Option<ToolCtx> {
+        let n = match &token.0 {
+            NumberOrString::Number(n) => u64::try_from(*n).ok()?,
+            NumberOrString::String(s) => s.parse().ok()?,
+        };
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&n)
+            .cloned()
+    }
+
+    /// The server's last stderr line, for texts that say how it ended.
+    fn last_words(&self) -> String {
+        let stderr = self.stderr.lock().unwrap_or_else(PoisonError::into_inner);
+        match stderr.back() {
+            Some(line) => format!(" (its last words: {line})"),
+            None => String::new(),
+        }
+    }
+}
+
+/// Starts, watches and restarts `server`, offering its tools through `source`, until the host
+/// drops this future.
+async fn supervise(server: McpServer, source: RemoteSource) {
+    let (abandoned, mut given_up) = mpsc::unbounded_channel();
+    let shared = Arc::new(Shared {
+        name: server.name.clone(),
+        up: Mutex::new(Err("starting".into())),
+        calls: Mutex::default(),
+        next_call: AtomicU64::new(1),
+        relist: Notify::new(),
+        abandoned,
+        stderr: Mutex::default(),
+        broke: Arc::default(),
+    });
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let started = Instant::now();
+        let why = match start(&server, &shared).await {
+            Ok((running, mut child, exited)) => {
+                let peer = running.peer().clone();
+                let process = Arc::new(Process {
+                    peer: peer.clone(),
+                    ended: exited.subscribe(),
+                });
+                offer(&peer, &shared, &source, &server).await;
+                shared.set_up(Ok(process));
+                let why = serve(
+                    &running,
+                    &mut child,
+                    &shared,
+                    &source,
+                    &server,
+                    &mut given_up,
+                )
+                .await;
+                // Down first: calls from now on fail fast; then the group goes.
+                shared.set_up(Err(why.clone()));
+                kill_group(&child);
+                let status = child.wait().await;
+                let ended = match (&why[..], status) {
+                    ("", Ok(status)) => format!("exited ({status})"),
+                    _ => why.clone(),
+                };
+                let _ = exited.send(Some(format!("{ended}{}", shared.last_words())));
+                drop(running);
+                ended
+            }
+            Err(why) => why,
+        };
+        if started.elapsed() >= SUSTAINED {
+            backoff = FIRST_BACKOFF;
+        }
+        let down = format!(
+            "mcp server `{}` is down ({why}); restarting in {} ms",
+            server.name,
+            backoff.as_millis()
+        );
+        tracing::warn!(server = %server.name, "{down}");
+        source.bus().publish(
+            None,
+            rho_runtime::EventKind::Warning {
+                subject: format!("mcp:{}", server.name),
+                message: down.clone(),
+            },
+        );
+        shared.set_up(Err(down));
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Starts the server and initializes it within the entry's bound: the running client, the
+/// process, and where to say how it ended.
+async fn start(
+    server: &McpServer,
+    shared: &Arc<Shared>,
+) -> Result<
+    (
+        RunningService<RoleClient, Handler>,
+        tokio::process::Child,
+        watch::Sender<Option<String>>,
+    ),
+    String,
+> {
+    let mut command = tokio::process::Command::new(&server.command);
+    command
+        .args(&server.args)
+        .env_clear()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    for key in std::iter::once("PATH").chain(server.env.iter().map(String::as_str)) {
+        if let Some(value) = std::env::var_os(key) {
+            command.env(key, value);
+        }
+    }
+    if let Some(cwd) = &server.cwd {
+        command.current_dir(cwd);
+    }
+    // A process group of its own (killed whole), and it dies with the host.
+    // SAFETY: `setsid` and `prctl` are async-signal-safe and touch only the child.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setsid();
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("`{}` could not be started: {e}", server.command))?;
+    let (Some(stdout), Some(stdin), Some(stderr)) =
+        (child.stdout.take(), child.stdin.take(), child.stderr.take())
+    else {
+        return Err("its standard streams could not be opened".into());
+    };
+    keep_stderr(stderr, shared.clone());
+    *shared.broke.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    let stdout = crate::stdout::checked(stdout, shared.broke.clone());
+    let handler = Handler {
+        shared: shared.clone(),
+    };
+    let (exited, _) = watch::channel(None);
+    let serving = tokio::time::timeout(server.start_timeout(), handler.serve((stdout, stdin)));
+    match serving.await {
+        Ok(Ok(running)) => Ok((running, child, exited)),
+        Ok(Err(e)) => {
+            kill_group(&child);
+            let status = child
+                .wait()
+                .await
+                .map(|s| s.to_string())
+                .unwrap_or_default();
+            Err(format!(
+                "it did not initialize ({e}; {status}){}",
+                shared.last_words()
+            ))
+        }
+        Err(_) => {
+            kill_group(&child);
+            Err(format!(
+                "it did not initialize within {} ms",
+                server.start_timeout_ms
+            ))
+        }
+    }
+}
+
+/// Reads the server's stderr into the last [`STDERR_LINES`] lines, each cut at
+/// [`STDERR_LINE_BYTES`]; a flood costs that much and no more.
+fn keep_stderr(stderr: tokio::process::ChildStderr, shared: Arc<Shared>) {
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stderr).split(b'\n');
+        while let Ok(Some(line)) = lines.next_segment().await {
+            let text = String::from_utf8_lossy(&line[..line.len().min(STDERR_LINE_BYTES)]);
+            tracing::debug!(server = %shared.name, "stderr: {text}");
+            let mut kept = shared.stderr.lock().unwrap_or_else(PoisonError::into_inner);
+            if kept.len() == STDERR_LINES {
+                kept.pop_front();
+            }
+            kept.push_back(text.into_owned());
+        }
+    });
+}
+
+/// Kills the server's whole process group.
+fn kill_group(child: &tokio::process::Child) {
+    if let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) {
+        // SAFETY: a signal to the group this source started (setsid made the pid its id).
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Lists the server's tools and offers them.
+async fn offer(
+    peer: &Peer<RoleClient>,
+    shared: &Arc<Shared>,
+    source: &RemoteSource,
+    server: &McpServer,
+) {
+    let tools = match peer.list_all_tools().await {
+        Ok(tools) => tools,
+        Err(e) => {
+            tracing::warn!(server = %server.name, "listing its tools failed: {e}");
+            return;
+        }
+    };
+    let entries = tools
+        .iter()
+        .map(|tool| RemoteToolEntry {
+            spec: convert::spec(&server.name, tool, server.tools.get(tool.name.as_ref())),
+            origin: format!("mcp:{}", server.name),
+            tool: Arc::new(McpTool {
+                shared: shared.clone(),
+                name: tool.name.to_string(),
+            }),
+        })
+        .collect();
+    for refused in source.set_tools(entries) {
+        tracing::warn!(server = %server.name, "{refused}");
+        source.bus().publish(
+            None,
+            rho_runtime::EventKind::Warning {
+                subject: format!("mcp:{}", server.name),
+                message: refused,
+            },
+        );
+    }
+}
+
+/// Serves until the server goes: its exit, its connection closing, or a hang found after a
+/// call was given up. Returns why (empty: it exited; the caller reads the status).
+async fn serve(
+    running: &RunningService<RoleClient, Handler>,
+    child: &mut tokio::process::Child,
+    shared: &Arc<Shared>,
+    source: &RemoteSource,
+    server: &McpServer,
+    given_up: &mut mpsc::UnboundedReceiver<String>,
+) -> String {
+    let peer = running.peer().clone();
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                return match status {
+                    Ok(status) => format!("exited ({status})"),
+                    Err(e) => format!("could not be waited for: {e}"),
+                };
+            }
+            () = closed(&peer) => {
+                let broke = shared.broke.lock().unwrap_or_else(PoisonError::into_inner).take();
+                return broke.unwrap_or_else(|| "closed its connection".into());
+            }
+            () = shared.relist.notified() => offer(&peer, shared, source, server).await,
+            Some(tool) = given_up.recv() => {
+                tokio::time::sleep(PING_AFTER).await;
+                let ping = ClientRequest::PingRequest(PingRequest {
+                    method: Default::default(),
+                    extensions: Default::default(),
+                });
+                let answered = tokio::time::timeout(PING_DEADLINE, peer.send_request(ping)).await;
+                if !matches!(answered, Ok(Ok(_))) {
+                    return format!(
+                        "hung: tool `{tool}` was given up and the server did not answer a ping \
+                         within {} ms; killed and restarted",
+                        PING_DEADLINE.as_millis()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Resolves once the peer's connection is closed.
+async fn closed(peer: &Peer<RoleClient>) {
+    loop {
+        if peer.is_transport_closed() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One tool of the server, as the registry calls it.
+struct McpTool {
+    shared: Arc<Shared>,
+    name: String,
+}
+
+/// Takes a call out of the calls in flight when it ends, and reports it given up when it ends
+/// before its answer.
+struct InFlight {
+    shared: Arc<Shared>,
+    n: u64,
+    tool: String,
+    answered: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.shared
+            .calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.n);
+        if !self.answered {
+            let _ = self.shared.abandoned.send(self.tool.clone());
+        }
+    }
+}
+
+impl RemoteTool for McpTool {
+    fn call(&self, args: Arc<Value>, ctx: ToolCtx) -> RemoteCall {
+        let shared = self.shared.clone();
+        let name = self.name.clone();
+        Box::pin(async move {
+            let process = shared.up().map_err(Failure::Unavailable)?;
+            let n = shared.next_call.fetch_add(1, Ordering::Relaxed);
+            shared
+                .calls
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(n, ctx.clone());
+            let mut in_flight = InFlight {
+                shared: shared.clone(),
+                n,
+                tool: name.clone(),
+                answered: false,
+            };
+            let mut params = CallToolRequestParams::new(name.clone());
+            if let Value::Object(map) = &*args {
+                params = params.with_arguments(map.clone());
+            }
+            let mut meta = RequestMetaObject::with_progress_token(ProgressToken(
+                NumberOrString::Number(i64::try_from(n).unwrap_or(i64::MAX)),
+            ));
+            if let Some(traceparent) = ctx.traceparent() {
+                meta.0
+                    .insert("traceparent".into(), Value::String(traceparent.into()));
+            }
+            params.meta = Some(meta);
+            let result = process.peer.call_tool(params).await;
+            in_flight.answered = true;
+            match result {
+                Ok(result) => convert::answer(&shared.name, result),
+                // The server answered the request with an error: the tool's error.
+                Err(rmcp::ServiceError::McpError(error)) => {
+                    Err(Failure::Tool(rho_runtime::ToolError::new(format!(
+                        "mcp server `{}` refused the call of `{name}`: {}",
+                        shared.name, error.message
+                    ))))
+                }
+                Err(e) => {
+                    // How the server ended, once its supervisor has seen it (a moment).
+                    let mut ended = process.ended.clone();
+                    let how = tokio::time::timeout(
+                        Duration::from_secs(2),
+                        ended.wait_for(Option::is_some),
+                    )
+                    .await
+                    .ok()
+                    .and_then(|seen| seen.ok().and_then(|how| how.clone()));
+                    Err(Failure::crashed(match how {
+                        Some(how) => format!(
+                            "mcp server `{}` {how} during the call of `{name}`",
+                            shared.name
+                        ),
+                        None => format!(
+                            "mcp server `{}` failed the call of `{name}`: {e}",
+                            shared.name
+                        ),
+                    }))
+                }
+            }
+        })
+    }
+}
+
+/// The client side of the connection: progress, log lines and questions to the calls they
+/// belong to, list changes to the supervisor.
+#[derive(Clone)]
+struct Handler {
+    shared: Arc<Shared>,
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        let capabilities = ClientCapabilities::builder().enable_elicitation().build();
+        ClientConfig::new(
+            capabilities,
+            Implementation::new("rho", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(ctx) = self.shared.call_of(&params.progress_token) {
+            let text = match (&params.message, params.total) {
+                (Some(message), _) => message.clone(),
+                (None, Some(total)) => format!("{}/{total}", params.progress),
+                (None, None) => params.progress.to_string(),
+            };
+            ctx.update(&text);
+        }
+    }
+
+    #[allow(deprecated)] // MCP logging: see `crate::logs`.
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let (level, text) = crate::logs::line(&params);
+        match self.shared.current(true) {
+            Some(ctx) => ctx.log(level, &text),
+            None => tracing::info!(server = %self.shared.name, "log: {text}"),
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.shared.relist.notify_one();
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, McpError> {
+        let ElicitRequestParams::FormElicitationParams {
+            message,
+            requested_schema,
+            ..
+        } = request
+        else {
+            return Ok(declined());
+        };
+        let Some(ctx) = self.shared.current(false) else {
+            return Ok(declined());
+        };
+        let schema = serde_json::to_value(&requested_schema).unwrap_or_default();
+        let (action, content) = match ctx.ask(Question::new(message, schema)).await {
+            Reply::Accepted(answer) => (ElicitationAction::Accept, Some(answer)),
+            Reply::Declined(_) => (ElicitationAction::Decline, None),
+            Reply::Cancelled(_) => (ElicitationAction::Cancel, None),
+        };
+        let mut result = declined();
+        result.action = action;
+        result.content = content;
+        Ok(result)
+    }
+}
+
+fn declined() -> ElicitResult {
+    ElicitResult::new(ElicitationAction::Decline)
+}

@@ -1,0 +1,264 @@
+//! An MCP server as a supervised tool source (`rho-mcp-source`), with a real server of the
+//! project's own written with the official Python SDK (`tests/python/mcp_server.py`): its tools
+//! serve beside with their origin; progress, images, log lines and questions map; a crash
+//! mid-call is `crashed` naming the exit, calls while it is down are `unavailable` at once, and
+//! it comes back; a hung server is found by a ping after a timeout and restarted; a server that
+//! cannot start is retried with a growing backoff.
+#![allow(clippy::unwrap_used)] // test helpers fail loudly
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rho_mcp_source::{McpServer, McpSource};
+use rho_runtime::{
+    BusItem, CallOptions, EventKind, Host, Outcome, Question, Reply, RunnerConfig, ToolCall,
+};
+use rho_tests::{call, python_sdk, workspace_dir};
+use serde_json::json;
+use tokio_stream::StreamExt;
+
+/// The test server, started through `env` so it finds the SDK (the source clears the rest of
+/// the environment).
+fn server(extra: &[&str]) -> McpServer {
+    let sdk = python_sdk("mcp>=1.9,<2", "mcp1");
+    let script = workspace_dir().join("tests/python/mcp_server.py");
+    let mut args = vec![
+        format!("PYTHONPATH={}", sdk.display()),
+        "python3".into(),
+        script.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    McpServer::command("misbehaving", "env", args)
+}
+
+/// A host over the test server, once its tools are listed.
+async fn host_over(server: McpServer, runner: RunnerConfig) -> Host {
+    let (host, _) = Host::builder()
+        .source("mcp:misbehaving", McpSource::new(server))
+        .runner(runner)
+        .build()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !host.tools().iter().any(|t| t.name == "echo") {
+        assert!(Instant::now() < deadline, "the server's tools never came");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    host
+}
+
+/// Calls `echo` until it answers (the server is back), within `within`.
+async fn until_back(host: &Host, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let r = host.call("echo", json!({"text": "back"})).await;
+        if r.outcome == Outcome::Ok {
+            return started.elapsed();
+        }
+        assert_eq!(r.outcome, Outcome::Unavailable, "{}", r.text());
+        assert!(started.elapsed() < within, "the server never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_tools_serve_with_their_origin_progress_images_logs_and_questions() {
+    let host = host_over(server(&[]), RunnerConfig::default()).await;
+    let mut events = host.subscribe();
+    let echo = host.tools().into_iter().find(|t| t.name == "echo").unwrap();
+    assert_eq!(echo.plugin.as_deref(), Some("mcp:misbehaving"));
+    // FastMCP declares an output schema (`{"result": ...}`) and answers structured content:
+    // rho's rule for a tool with a schema is that its text is that content's JSON.
+    let r = host.call("echo", json!({"text": "hi"})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.structured, Some(json!({"result": "hi"})));
+    assert_eq!(r.text(), r#"{"result":"hi"}"#);
+
+    // Arguments are checked against the server's schema before the call.
+    let r = host.call("echo", json!({"text": 5})).await;
+    assert_eq!(r.outcome, Outcome::InvalidArguments, "{}", r.text());
+
+    let updates = Arc::new(Mutex::new(Vec::new()));
+    let options = CallOptions {
+        on_update: Some({
+            let updates = updates.clone();
+            Arc::new(move |u: &str| updates.lock().unwrap().push(u.to_owned()))
+        }),
+        ..CallOptions::default()
+    };
+    let r = host
+        .call_with(&call("s", "slow", json!({"ms": 300})), &options)
+        .await;
+    assert_eq!(r.structured, Some(json!({"result": "slept 300 ms"})));
+    assert_eq!(*updates.lock().unwrap(), ["step 1", "step 2", "step 3"]);
+
+    let r = host.call("image", json!({})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.output.images()[0].mime_type, "image/png");
+    assert_eq!(r.output.images()[0].bytes, b"\x89PNG\r\n\x1a\nfake");
+
+    let r = host.call("log", json!({})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    let mut lines = Vec::new();
+    while let Ok(Some(item)) = tokio::time::timeout(Duration::from_millis(300), events.next()).await
+    {
+        if let BusItem::Event(e) = item
+            && let EventKind::ToolExecutionLog { message, level, .. } = &e.kind
+        {
+            lines.push(format!("{level}: {message}"));
+        }
+    }
+    assert_eq!(lines, ["info: an info line", "warning: a warning line"]);
+
+    // The server's question goes to the call's answerer.
+    let answerer = |q: Question, _c: ToolCall| async move {
+        assert_eq!(q.message, "Sure?");
+        Reply::Accepted(json!({"confirm": true}))
+    };
+    let options = CallOptions {
+        answerer: Some(Arc::new(answerer)),
+        ..CallOptions::default()
+    };
+    let r = host
+        .call_with(&call("a", "ask", json!({"message": "Sure?"})), &options)
+        .await;
+    assert_eq!(r.structured, Some(json!({"result": "accepted: True"})));
+    // Without anyone to ask, the server is told no.
+    let r = host.call("ask", json!({"message": "Sure?"})).await;
+    assert_eq!(r.structured, Some(json!({"result": "decline"})));
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_mid_call_is_crashed_calls_while_down_are_unavailable_and_it_comes_back() {
+    let host = host_over(server(&[]), RunnerConfig::default()).await;
+    let r = host.call("crash", json!({})).await;
+    assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
+    let text = r.text();
+    assert!(text.contains("mcp server `misbehaving`"), "{text}");
+    assert!(text.contains("exit status: 7"), "{text}");
+    assert!(
+        text.contains("crashing on purpose"),
+        "its last words: {text}"
+    );
+    // Down: the next call fails at once, saying when it comes back.
+    let started = Instant::now();
+    let r = host.call("echo", json!({"text": "x"})).await;
+    assert_eq!(r.outcome, Outcome::Unavailable, "{}", r.text());
+    assert!(r.text().contains("restarting in"), "{}", r.text());
+    assert!(started.elapsed() < Duration::from_millis(200));
+    until_back(&host, Duration::from_secs(30)).await;
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_server_is_found_by_a_ping_after_a_timeout_and_restarted() {
+    let mut runner = RunnerConfig::default();
+    runner
+        .timeout_overrides
+        .insert("hang".into(), Duration::from_millis(500));
+    runner
+        .timeout_overrides
+        .insert("slow".into(), Duration::from_millis(500));
+    let host = host_over(server(&[]), runner).await;
+    let mut events = host.subscribe();
+    // A long call that times out on a server that still answers pings: not hung.
+    let r = host.call("slow", json!({"ms": 3000})).await;
+    assert_eq!(r.outcome, Outcome::TimedOut, "{}", r.text());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let r = host.call("echo", json!({"text": "still here"})).await;
+    assert_eq!(r.structured, Some(json!({"result": "still here"})));
+    // A call that blocks the server: timed out at once, then the server is found hung.
+    let started = Instant::now();
+    let r = host.call("hang", json!({})).await;
+    assert_eq!(r.outcome, Outcome::TimedOut, "{}", r.text());
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let warning = loop {
+        let Ok(Some(item)) = tokio::time::timeout(Duration::from_secs(20), events.next()).await
+        else {
+            panic!("no warning that the server hung");
+        };
+        if let BusItem::Event(e) = item
+            && let EventKind::Warning { message, .. } = &e.kind
+        {
+            break message.clone();
+        }
+    };
+    assert!(warning.contains("hung: tool `hang`"), "{warning}");
+    until_back(&host, Duration::from_secs(30)).await;
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_start_is_retried_with_a_growing_backoff() {
+    let (host, _) = Host::builder()
+        .source(
+            "mcp:misbehaving",
+            McpSource::new(server(&["exit_at_start"])),
+        )
+        .build()
+        .await
+        .unwrap();
+    let mut events = host.subscribe();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let Ok(Some(item)) = tokio::time::timeout(Duration::from_secs(30), events.next()).await
+        else {
+            panic!("too few restarts: {seen:?}");
+        };
+        if let BusItem::Event(e) = item
+            && let EventKind::Warning { message, .. } = &e.kind
+        {
+            seen.push((Instant::now(), message.clone()));
+        }
+    }
+    for (_, message) in &seen {
+        assert!(message.contains("refusing to start"), "{message}");
+    }
+    assert!(seen[0].1.contains("restarting in 500 ms"), "{}", seen[0].1);
+    assert!(seen[1].1.contains("restarting in 1000 ms"), "{}", seen[1].1);
+    assert!(seen[2].1.contains("restarting in 2000 ms"), "{}", seen[2].1);
+    let gap = seen[2].0 - seen[1].0;
+    assert!(gap >= Duration::from_millis(1000), "{gap:?}");
+    assert!(host.tools().is_empty());
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_on_stdout_restarts_the_server_and_an_answer_over_16_mib_is_an_error() {
+    let host = host_over(server(&[]), RunnerConfig::default()).await;
+    // An answer over rmcp's bound: that call ends `error` saying why, the server keeps serving.
+    let started = Instant::now();
+    let r = host.call("big", json!({"bytes": 20_000_000})).await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Error,
+        "{}",
+        &r.text()[..r.text().len().min(300)]
+    );
+    assert!(
+        r.text()
+            .contains("an MCP message may be at most 16777216 bytes"),
+        "{}",
+        r.text()
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let r = host.call("echo", json!({"text": "after"})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    // A flood of stderr costs its bounded tail and nothing else.
+    let r = host.call("flood_stderr", json!({"lines": 10000})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    // A line that is not MCP: a protocol failure, the call in flight `crashed` naming the
+    // server, and it is restarted.
+    let r = host.call("garbage", json!({})).await;
+    assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
+    assert!(
+        r.text()
+            .contains("mcp server `misbehaving` wrote what is not MCP on its stdout"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("this is not json-rpc"), "{}", r.text());
+    until_back(&host, Duration::from_secs(30)).await;
+    host.shutdown().await;
+}
