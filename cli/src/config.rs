@@ -62,17 +62,30 @@ pub struct Config {
     /// `[[remote]]`: other hosts' tools served too, in rank order after the plugin directories
     /// (rho-bridge-nats).
     pub remote: Vec<RemoteConfig>,
+    /// `[[mcp]]`: MCP servers whose tools are served too (rho-mcp-source).
+    pub mcp: Vec<rho_mcp_source::McpServer>,
 }
 
 /// The sections the parts `rho` links read, besides the host's.
-const PARTS: [&str; 3] = ["serve", "nats", "remote"];
+const PARTS: [&str; 4] = ["serve", "nats", "remote", "mcp"];
 
 impl Config {
     /// Checks every section's ranges and names.
     pub fn check(&self) -> Result<(), ConfigError> {
         self.host.check()?;
         self.serve.check()?;
-        self.nats.check()
+        self.nats.check()?;
+        let mut names = std::collections::BTreeSet::new();
+        for server in &self.mcp {
+            server.check()?;
+            if !names.insert(&server.name) {
+                return Err(ConfigError {
+                    key: format!("mcp.{}", server.name),
+                    problem: "two servers have this name".into(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Makes every relative path of every section relative to `base`, the file's directory.
@@ -82,6 +95,9 @@ impl Config {
         self.nats.resolve_paths(base);
         for remote in &mut self.remote {
             remote.resolve_paths(base);
+        }
+        for server in &mut self.mcp {
+            server.resolve_paths(base);
         }
     }
 }
@@ -123,12 +139,14 @@ pub fn parse(text: &str) -> Result<Config, String> {
     let serve = section(&mut table, "serve", text)?;
     let nats = section(&mut table, "nats", text)?;
     let remote = section(&mut table, "remote", text)?;
+    let mcp = section(&mut table, "mcp", text)?;
     let host = deserialize(Spanned::new(span, table), text)?;
     Ok(Config {
         host,
         serve,
         nats,
         remote,
+        mcp,
     })
 }
 
@@ -368,6 +386,14 @@ mod tests {
         [[remote]]
         nats = "nats://10.0.0.2:4222"
         token_file = "/etc/rho/token"
+        [[mcp]]
+        name = "everything"
+        command = "npx"
+        args = ["-y", "@modelcontextprotocol/server-everything"]
+        env = ["HOME"]
+        cwd = "/srv/mcp"
+        start_timeout_ms = 60000
+        tools.echo = { read_only = true, title = "Echo", timeout_ms = 5000 }
     "#;
 
     /// `config` as a `rho.toml` text, each section serialised by its own type.
@@ -382,6 +408,7 @@ mod tests {
             "remote".into(),
             toml::Value::try_from(&config.remote).unwrap(),
         );
+        table.insert("mcp".into(), toml::Value::try_from(&config.mcp).unwrap());
         toml::to_string(&table).unwrap()
     }
 
@@ -403,6 +430,8 @@ mod tests {
         assert_ne!(config.serve, defaults.serve);
         assert_ne!(config.nats, defaults.nats);
         assert_ne!(config.remote, defaults.remote);
+        assert_ne!(config.mcp, defaults.mcp);
+        assert_eq!(config.mcp[0].tools["echo"].read_only, Some(true));
         let text = to_toml(&config);
         let again = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         assert_eq!(again, config, "{text}");
@@ -482,7 +511,8 @@ mod tests {
         let path = dir.path().join("rho.toml");
         let text = "[serve]\njournal = \"j.jsonl\"\ntoken_file = \"t\"\n\
                     [nats]\nnkey_file = \"n\"\ncredentials = \"c\"\n\
-                    [[remote]]\nnats = \"nats://x\"\nnkey_file = \"rn\"\n";
+                    [[remote]]\nnats = \"nats://x\"\nnkey_file = \"rn\"\n\
+                    [[mcp]]\nname = \"m\"\ncommand = \"x\"\ncwd = \"srv\"\n";
         std::fs::write(&path, text).unwrap();
         let config = load(&path).unwrap();
         let at = |name: &str| Some(dir.path().join(name));
@@ -491,5 +521,20 @@ mod tests {
         assert_eq!(config.nats.nkey_file, at("n"));
         assert_eq!(config.nats.credentials, at("c"));
         assert_eq!(config.remote[0].nkey_file, at("rn"));
+        assert_eq!(config.mcp[0].cwd, at("srv"));
+    }
+
+    #[test]
+    fn mcp_servers_are_checked() {
+        let err = parse("[[mcp]]\nname = \"a b\"\ncommand = \"x\"\n")
+            .unwrap()
+            .check()
+            .unwrap_err();
+        assert_eq!(err.key, "mcp.name");
+        let two =
+            "[[mcp]]\nname = \"a\"\ncommand = \"x\"\n[[mcp]]\nname = \"a\"\ncommand = \"y\"\n";
+        assert_eq!(parse(two).unwrap().check().unwrap_err().key, "mcp.a");
+        let err = parse("[[mcp]]\nname = \"a\"\ncommand = \"x\"\nenvs = []\n").unwrap_err();
+        assert!(err.contains("envs"), "{err}");
     }
 }

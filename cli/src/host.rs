@@ -46,6 +46,12 @@ pub struct PluginFlags {
     /// cleared but for PATH, LANG, LC_ALL, TZ and RUST_LOG).
     #[arg(long = "grant-env", value_name = "KEY")]
     pub grant_env: Vec<String>,
+    /// Serve the tools of an MCP server started by this command line too (repeat for several;
+    /// added to the config file's `[[mcp]]`), e.g. `--mcp 'npx -y
+    /// @modelcontextprotocol/server-everything'`; `NAME=COMMAND` names it. It runs with your
+    /// user's rights (no sandbox yet) and sees only PATH of your environment.
+    #[arg(long = "mcp", value_name = "COMMAND")]
+    pub mcp: Vec<String>,
 }
 
 impl PluginFlags {
@@ -101,11 +107,24 @@ fn with_flags(
     run: Option<&RunFlags>,
 ) -> Result<Config, String> {
     let mut whole = config.clone();
+    for line in &plugins.mcp {
+        let server = rho_mcp_source::McpServer::from_command_line(line)
+            .ok_or_else(|| "--mcp: an empty command line".to_owned())?;
+        server.check().map_err(|e| format!("--mcp {line:?}: {e}"))?;
+        if whole.mcp.iter().any(|s| s.name == server.name) {
+            return Err(format!(
+                "--mcp {line:?}: a server named `{}` is already configured",
+                server.name
+            ));
+        }
+        whole.mcp.push(server);
+    }
+    let has_mcp = !whole.mcp.is_empty();
     let config = &mut whole.host;
     if !plugins.plugins.is_empty() {
         config.plugins = plugins.plugins.iter().map(PluginSource::new).collect();
     }
-    if config.plugins.is_empty() {
+    if config.plugins.is_empty() && !has_mcp {
         return Err(
             "no plugin directory: pass --plugins DIR or list [[plugins]] in rho.toml".into(),
         );
@@ -172,7 +191,50 @@ pub async fn build(
         host.shutdown().await;
         return Err(ExitCode::from(1));
     }
+    add_mcp_servers(&host, &config.mcp).await;
     Ok((host, config))
+}
+
+/// Starts a source for each MCP server and waits, at most each one's start bound, until each has
+/// listed its tools or failed its first start (said on stderr, one line each: it is retried).
+async fn add_mcp_servers(host: &Host, servers: &[rho_mcp_source::McpServer]) {
+    use rho_runtime::{BusItem, EventKind};
+    use tokio_stream::StreamExt;
+    if servers.is_empty() {
+        return;
+    }
+    let mut events = host.subscribe();
+    let mut waiting: std::collections::BTreeSet<String> =
+        servers.iter().map(|s| format!("mcp:{}", s.name)).collect();
+    for server in servers {
+        host.add_source(
+            &format!("mcp:{}", server.name),
+            rho_mcp_source::McpSource::new(server.clone()),
+        );
+    }
+    let longest = servers
+        .iter()
+        .map(|s| s.start_timeout())
+        .max()
+        .unwrap_or_default();
+    let deadline = tokio::time::Instant::now() + longest + std::time::Duration::from_secs(1);
+    while !waiting.is_empty() {
+        let Ok(Some(item)) = tokio::time::timeout_at(deadline, events.next()).await else {
+            break;
+        };
+        match item {
+            BusItem::Event(event) => match &event.kind {
+                EventKind::RemoteToolsChanged { source, .. } => {
+                    waiting.remove(source);
+                }
+                EventKind::Warning { subject, message } if waiting.remove(subject) => {
+                    eprintln!("rho: {}", crate::render::terminal_safe(message));
+                }
+                _ => {}
+            },
+            _ => continue,
+        }
+    }
 }
 
 /// SIGTERM as a stream, or the line saying why it cannot be handled.

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use rho_runtime::ConfigError;
 use serde::{Deserialize, Serialize};
 
 /// One MCP server run over stdio as a tool source: the command that starts it, what of the
@@ -86,22 +87,57 @@ impl McpServer {
         }
     }
 
-    /// A server from a command line (`npx -y @modelcontextprotocol/server-everything`), split at
-    /// white space, named after its last word's last path segment (`server-everything`) unless
-    /// `name` is given; `None` for a blank line.
-    pub fn from_command_line(line: &str, name: Option<&str>) -> Option<McpServer> {
+    /// A server from a command line, split at white space: `NAME=COMMAND ARGS...` names it, else
+    /// it is named after the package or script it runs (`npx -y
+    /// @modelcontextprotocol/server-everything` is `server-everything`, `uvx mcp-server-fetch`
+    /// is `mcp-server-fetch`, `python3 /srv/tools.py` is `tools`); `None` for a blank line.
+    ///
+    /// ```
+    /// use rho_mcp_source::McpServer;
+    /// let s = McpServer::from_command_line("npx -y @modelcontextprotocol/server-everything").unwrap();
+    /// assert_eq!((s.name.as_str(), s.command.as_str()), ("server-everything", "npx"));
+    /// let s = McpServer::from_command_line("fs=npx -y @modelcontextprotocol/server-filesystem /").unwrap();
+    /// assert_eq!((s.name.as_str(), s.args.len()), ("fs", 3));
+    /// ```
+    pub fn from_command_line(line: &str) -> Option<McpServer> {
+        let line = line.trim();
+        let (name, line) = match line.split_once('=') {
+            Some((name, rest))
+                if !name.is_empty()
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') =>
+            {
+                (Some(name.to_owned()), rest)
+            }
+            _ => (None, line),
+        };
         let mut words = line.split_whitespace();
         let command = words.next()?;
         let args: Vec<&str> = words.collect();
-        let last = args.last().copied().unwrap_or(command);
-        let derived: String = last
+        let runs = args
+            .iter()
+            .rev()
+            .find(|w| {
+                !w.starts_with('-') && !w.contains('=') && (w.contains('/') || w.contains('@'))
+            })
+            .or_else(|| {
+                args.iter()
+                    .find(|w| !w.starts_with('-') && !w.contains('='))
+            })
+            .copied()
+            .unwrap_or(command);
+        let derived: String = runs
             .rsplit('/')
             .next()
-            .unwrap_or(last)
+            .unwrap_or(runs)
             .split('@')
             .find(|part| !part.is_empty())
+            .and_then(|part| part.split('.').next())
+            .filter(|part| !part.is_empty())
             .unwrap_or("mcp")
             .chars()
+            .take(64)
             .map(|c| {
                 if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
                     c
@@ -110,7 +146,7 @@ impl McpServer {
                 }
             })
             .collect();
-        Some(McpServer::command(name.unwrap_or(&derived), command, args))
+        Some(McpServer::command(&name.unwrap_or(derived), command, args))
     }
 
     /// How long starting and initializing may take.
@@ -118,8 +154,9 @@ impl McpServer {
         Duration::from_millis(self.start_timeout_ms)
     }
 
-    /// Why this entry cannot serve, in one line naming the key; `None` when it can.
-    pub fn problem(&self) -> Option<String> {
+    /// Checks the entry: its name (1 to 64 letters, digits, `-` or `_`), a command, the start
+    /// bound (100 ms to 10 minutes); an error names the key.
+    pub fn check(&self) -> Result<(), ConfigError> {
         let name_ok = !self.name.is_empty()
             && self.name.len() <= 64
             && self
@@ -127,21 +164,33 @@ impl McpServer {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
         if !name_ok {
-            return Some(format!(
-                "`mcp.name`: {:?} must be 1 to 64 letters, digits, `-` or `_`",
-                self.name
-            ));
+            return Err(ConfigError {
+                key: "mcp.name".into(),
+                problem: format!(
+                    "{:?} must be 1 to 64 letters, digits, `-` or `_`",
+                    self.name
+                ),
+            });
         }
         if self.command.trim().is_empty() {
-            return Some(format!("`mcp.command` of `{}` is empty", self.name));
+            return Err(ConfigError {
+                key: format!("mcp.{}.command", self.name),
+                problem: "empty".into(),
+            });
         }
-        if !(100..=600_000).contains(&self.start_timeout_ms) {
-            return Some(format!(
-                "`mcp.start_timeout_ms` of `{}`: {} is outside 100..=600000",
-                self.name, self.start_timeout_ms
-            ));
+        ConfigError::check_range(
+            &format!("mcp.{}.start_timeout_ms", self.name),
+            self.start_timeout_ms,
+            100,
+            600_000,
+        )
+    }
+
+    /// Makes the entry's relative paths (its `cwd`) relative to `base`, its file's directory.
+    pub fn resolve_paths(&mut self, base: &std::path::Path) {
+        if let Some(cwd) = &mut self.cwd {
+            rho_runtime::resolve_path(base, cwd);
         }
-        None
     }
 }
 
@@ -151,19 +200,24 @@ mod tests {
 
     #[test]
     fn a_command_line_names_its_server() {
-        let s =
-            McpServer::from_command_line("npx -y @modelcontextprotocol/server-everything", None)
-                .unwrap();
+        let name = |line: &str| McpServer::from_command_line(line).unwrap().name;
         assert_eq!(
-            (s.name.as_str(), s.command.as_str()),
-            ("server-everything", "npx")
+            name("npx -y @modelcontextprotocol/server-everything@2.1.0"),
+            "server-everything"
         );
+        assert_eq!(name("uvx mcp-server-fetch"), "mcp-server-fetch");
+        assert_eq!(
+            name("env PYTHONPATH=/x python3 /srv/tools.py --fast 3"),
+            "tools"
+        );
+        assert_eq!(name("mine=python3 /srv/tools.py"), "mine");
+        assert_eq!(name("./server"), "server");
+        let s =
+            McpServer::from_command_line("npx -y @modelcontextprotocol/server-everything").unwrap();
         assert_eq!(s.args, ["-y", "@modelcontextprotocol/server-everything"]);
-        let s = McpServer::from_command_line("python3 /srv/my server.py", Some("mine")).unwrap();
-        assert_eq!(s.name, "mine");
-        assert!(McpServer::from_command_line("   ", None).is_none());
-        assert!(s.problem().is_none());
+        assert!(McpServer::from_command_line("   ").is_none());
+        assert!(s.check().is_ok());
         let bad = McpServer::command("a b", "x", Vec::<String>::new());
-        assert!(bad.problem().unwrap().contains("mcp.name"));
+        assert_eq!(bad.check().unwrap_err().key, "mcp.name");
     }
 }

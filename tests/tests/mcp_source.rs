@@ -262,3 +262,113 @@ async fn garbage_on_stdout_restarts_the_server_and_an_answer_over_16_mib_is_an_e
     until_back(&host, Duration::from_secs(30)).await;
     host.shutdown().await;
 }
+
+/// The test server's command line, as `--mcp` takes it.
+fn command_line() -> String {
+    let server = server(&[]);
+    std::iter::once(server.command)
+        .chain(server.args)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn rho_serve_lists_and_calls_a_plugins_tools_and_an_mcp_servers_beside_them() {
+    let dir = rho_tests::plugin_dir(&["echo"]);
+    let mut client = std::process::Command::new("python3");
+    client
+        .arg(workspace_dir().join("tests/python/serve_mcp.py"))
+        .arg(rho_tests::rho_bin())
+        .arg(dir.path())
+        .arg(command_line())
+        .env("PYTHONPATH", python_sdk("mcp>=1.9,<2", "mcp1"));
+    let report = rho_tests::client_report(client, "serve --mcp");
+    let tools: Vec<&str> = report["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    for name in ["echo", "big", "slow", "crash", "ask"] {
+        assert!(tools.contains(&name), "{report}");
+    }
+    assert_eq!(
+        report["echo"], "from the plugin",
+        "the plugin ranks first: {report}"
+    );
+    assert_eq!(report["big"], json!({"result": "bbbbb"}), "{report}");
+    assert_eq!(report["big_outcome"], "ok", "{report}");
+}
+
+#[test]
+fn rho_call_runs_an_mcp_servers_tool_and_says_when_it_cannot_start() {
+    let out = std::process::Command::new(rho_tests::rho_bin())
+        .args([
+            "call",
+            "big",
+            r#"{"bytes": 3}"#,
+            "--json",
+            "--mcp",
+            &command_line(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["structured"], json!({"result": "bbb"}), "{r}");
+    let out = std::process::Command::new(rho_tests::rho_bin())
+        .args([
+            "call",
+            "big",
+            "{}",
+            "--mcp",
+            &format!("{} exit_at_start", command_line()),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("mcp server `mcp_server` is down"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("refusing to start"), "{stderr}");
+    assert!(stderr.contains("unknown tool `big`"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_served_by_a_plugin_and_a_server_goes_to_the_plugin_and_the_clash_is_reported() {
+    let dir = rho_tests::plugin_dir(&["echo"]);
+    let (host, _) = Host::builder()
+        .plugin_dir(dir.path(), rho_runtime::DirOptions::default())
+        .build()
+        .await
+        .unwrap();
+    let mut events = host.subscribe();
+    host.add_source("mcp:misbehaving", McpSource::new(server(&[])));
+    let conflict = loop {
+        let Ok(Some(item)) = tokio::time::timeout(Duration::from_secs(60), events.next()).await
+        else {
+            panic!("no conflict reported");
+        };
+        if let BusItem::Event(e) = item
+            && let EventKind::ToolNameConflict {
+                tool,
+                kept,
+                ignored,
+            } = &e.kind
+        {
+            break (tool.clone(), kept.clone(), ignored.clone());
+        }
+    };
+    assert_eq!(conflict.0, "echo");
+    assert!(conflict.1.contains("echo@0.1.0"), "{conflict:?}");
+    assert!(conflict.2.contains("mcp:misbehaving"), "{conflict:?}");
+    let r = host.call("echo", json!({"text": "plugin"})).await;
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "plugin"));
+    host.shutdown().await;
+}
