@@ -25,7 +25,7 @@
 
 mod config;
 mod convert;
-mod logs;
+pub mod logs;
 mod source;
 mod stdout;
 

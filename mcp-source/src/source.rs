@@ -511,7 +511,8 @@ struct Handler {
 
 impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
-        let capabilities = ClientCapabilities::builder().enable_elicitation().build();
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(Default::default());
         ClientConfig::new(
             capabilities,
             Implementation::new("rho", env!("CARGO_PKG_VERSION")),

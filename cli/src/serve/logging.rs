@@ -8,8 +8,9 @@
 
 use std::sync::{Mutex, PoisonError};
 
+use rho_mcp_source::logs::{from_mcp, to_mcp};
 use rho_runtime::LogLevel;
-use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, RequestMetaObject};
+use rmcp::model::{LoggingMessageNotificationParam, RequestMetaObject};
 use rmcp::{Peer, RoleServer};
 
 /// The least level of log lines a session is sent: none until its client sets one
@@ -38,40 +39,12 @@ impl SessionLevel {
 
 /// The level a request asks for its own log lines (`_meta`, 2026-07-28), if it asks.
 pub fn requested(meta: &RequestMetaObject) -> Option<LogLevel> {
-    meta.log_level().map(level_of)
-}
-
-/// rho's level of MCP's (the same eight).
-pub fn level_of(level: LoggingLevel) -> LogLevel {
-    match level {
-        LoggingLevel::Debug => LogLevel::Debug,
-        LoggingLevel::Info => LogLevel::Info,
-        LoggingLevel::Notice => LogLevel::Notice,
-        LoggingLevel::Warning => LogLevel::Warning,
-        LoggingLevel::Error => LogLevel::Error,
-        LoggingLevel::Critical => LogLevel::Critical,
-        LoggingLevel::Alert => LogLevel::Alert,
-        LoggingLevel::Emergency => LogLevel::Emergency,
-    }
-}
-
-/// MCP's level of rho's.
-fn mcp_level(level: LogLevel) -> LoggingLevel {
-    match level {
-        LogLevel::Debug => LoggingLevel::Debug,
-        LogLevel::Info => LoggingLevel::Info,
-        LogLevel::Notice => LoggingLevel::Notice,
-        LogLevel::Warning => LoggingLevel::Warning,
-        LogLevel::Error => LoggingLevel::Error,
-        LogLevel::Critical => LoggingLevel::Critical,
-        LogLevel::Alert => LoggingLevel::Alert,
-        LogLevel::Emergency => LoggingLevel::Emergency,
-    }
+    meta.log_level().map(from_mcp)
 }
 
 /// Sends `line` of tool `tool` at `level` to the client of `peer` (the tool's name as `logger`).
 pub async fn notify(peer: &Peer<RoleServer>, tool: &str, level: LogLevel, line: String) {
-    let note = LoggingMessageNotificationParam::new(mcp_level(level), line.into())
+    let note = LoggingMessageNotificationParam::new(to_mcp(level), line.into())
         .with_logger(tool.to_owned());
     let _ = peer.notify_logging_message(note).await;
 }

@@ -524,7 +524,8 @@ impl ServerHandler for RhoServer {
         request: rmcp::model::SetLevelRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.log_level.set(logging::level_of(request.level));
+        self.log_level
+            .set(rho_mcp_source::logs::from_mcp(request.level));
         Ok(())
     }
 
