@@ -19,7 +19,6 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -28,11 +27,12 @@ use rho_runtime::{
     ToolSource,
 };
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, ElicitRequestParams,
-    ElicitResult, ElicitationAction, Implementation, NumberOrString, PingRequest,
-    ProgressNotificationParam, ProgressToken, RequestMetaObject,
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
+    ClientConfig, ClientRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
+    Implementation, NumberOrString, PingRequest, ProgressNotificationParam, ProgressToken,
+    RequestMetaObject, ServerResult,
 };
-use rmcp::service::{NotificationContext, RequestContext, RunningService};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData as McpError, Peer, RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
@@ -50,6 +50,8 @@ const SUSTAINED: Duration = Duration::from_secs(60);
 /// How long after a call was given up the server is pinged, and how long it has to answer.
 const PING_AFTER: Duration = Duration::from_secs(1);
 const PING_DEADLINE: Duration = Duration::from_secs(5);
+/// How many progress notes of calls not yet registered are kept.
+const EARLY_PROGRESS: usize = 64;
 /// How many of the server's last stderr lines are kept, and how long each may be.
 const STDERR_LINES: usize = 64;
 const STDERR_LINE_BYTES: usize = 1024;
@@ -84,9 +86,11 @@ struct Shared {
     name: String,
     /// The process serving now; `None` while down, with why and when it comes back.
     up: Mutex<Result<Arc<Process>, String>>,
-    /// The calls in flight, by their progress token.
-    calls: Mutex<BTreeMap<u64, ToolCtx>>,
-    next_call: AtomicU64,
+    /// The calls in flight, by the progress token rmcp gave their request.
+    calls: Mutex<BTreeMap<String, ToolCtx>>,
+    /// Progress that came before its call was registered (rmcp names a request's token only once
+    /// it is sent): a few, briefly.
+    early: Mutex<std::collections::VecDeque<(String, String)>>,
     /// The server said its tool list changed.
     relist: Notify,
     /// A call was given up (its tool's name): check the server is not hung.
@@ -119,16 +123,43 @@ impl Shared {
         calls.values().next_back().cloned()
     }
 
-    fn call_of(&self, token: &ProgressToken) -> Option<ToolCtx> {
-        let n = match &token.0 {
-            NumberOrString::Number(n) => u64::try_from(*n).ok()?,
-            NumberOrString::String(s) => s.parse().ok()?,
-        };
+    /// Registers the call of `token`, handing it the progress that came before.
+    fn register(&self, token: &str, ctx: &ToolCtx) {
         self.calls
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&n)
-            .cloned()
+            .insert(token.to_owned(), ctx.clone());
+        let early: Vec<String> = {
+            let mut early = self.early.lock().unwrap_or_else(PoisonError::into_inner);
+            let (mine, others) = early.drain(..).partition(|(t, _)| t == token);
+            *early = others;
+            mine.into_iter().map(|(_, text)| text).collect()
+        };
+        for text in early {
+            ctx.update(&text);
+        }
+    }
+
+    /// Hands `text` to the call of `token`, or keeps it for a call about to be registered (the
+    /// last [`EARLY_PROGRESS`]).
+    fn progress(&self, token: &ProgressToken, text: String) {
+        let token = token_key(token);
+        let ctx = self
+            .calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&token)
+            .cloned();
+        match ctx {
+            Some(ctx) => ctx.update(&text),
+            None => {
+                let mut early = self.early.lock().unwrap_or_else(PoisonError::into_inner);
+                if early.len() == EARLY_PROGRESS {
+                    early.pop_front();
+                }
+                early.push_back((token, text));
+            }
+        }
     }
 
     /// The server's last stderr line, for texts that say how it ended.
@@ -147,9 +178,9 @@ async fn supervise(server: McpServer, source: RemoteSource) {
     let (abandoned, mut given_up) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
         name: server.name.clone(),
-        up: Mutex::new(Err("starting".into())),
+        up: Mutex::new(Err(format!("mcp server `{}` is starting", server.name))),
         calls: Mutex::default(),
-        next_call: AtomicU64::new(1),
+        early: Mutex::default(),
         relist: Notify::new(),
         abandoned,
         stderr: Mutex::default(),
@@ -165,8 +196,9 @@ async fn supervise(server: McpServer, source: RemoteSource) {
                     peer: peer.clone(),
                     ended: exited.subscribe(),
                 });
-                offer(&peer, &shared, &source, &server).await;
+                // Up before its tools are offered: a caller that saw them can call them.
                 shared.set_up(Ok(process));
+                offer(&peer, &shared, &source, &server).await;
                 let why = serve(
                     &running,
                     &mut child,
@@ -413,13 +445,14 @@ struct McpTool {
     name: String,
 }
 
-/// Takes a call out of the calls in flight when it ends, and reports it given up when it ends
-/// before its answer.
+/// Takes a call out of the calls in flight when it ends; ended before its answer (its timeout,
+/// a cancellation), it tells the server (`notifications/cancelled`) and has the supervisor check
+/// the server still answers.
 struct InFlight {
     shared: Arc<Shared>,
-    n: u64,
+    token: String,
+    request: Option<(Peer<RoleClient>, rmcp::model::RequestId)>,
     tool: String,
-    answered: bool,
 }
 
 impl Drop for InFlight {
@@ -428,10 +461,27 @@ impl Drop for InFlight {
             .calls
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.n);
-        if !self.answered {
+            .remove(&self.token);
+        if let Some((peer, id)) = self.request.take() {
             let _ = self.shared.abandoned.send(self.tool.clone());
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let cancelled = CancelledNotificationParam::new(
+                        Some(id),
+                        Some("the host gave up on the call".into()),
+                    );
+                    let _ = peer.notify_cancelled(cancelled).await;
+                });
+            }
         }
+    }
+}
+
+/// A progress token as the calls' map keys it.
+fn token_key(token: &ProgressToken) -> String {
+    match &token.0 {
+        NumberOrString::Number(n) => n.to_string(),
+        NumberOrString::String(s) => format!("s:{s}"),
     }
 }
 
@@ -441,34 +491,44 @@ impl RemoteTool for McpTool {
         let name = self.name.clone();
         Box::pin(async move {
             let process = shared.up().map_err(Failure::Unavailable)?;
-            let n = shared.next_call.fetch_add(1, Ordering::Relaxed);
-            shared
-                .calls
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(n, ctx.clone());
-            let mut in_flight = InFlight {
-                shared: shared.clone(),
-                n,
-                tool: name.clone(),
-                answered: false,
-            };
             let mut params = CallToolRequestParams::new(name.clone());
             if let Value::Object(map) = &*args {
                 params = params.with_arguments(map.clone());
             }
-            let mut meta = RequestMetaObject::with_progress_token(ProgressToken(
-                NumberOrString::Number(i64::try_from(n).unwrap_or(i64::MAX)),
-            ));
             if let Some(traceparent) = ctx.traceparent() {
+                let mut meta = RequestMetaObject::default();
                 meta.0
                     .insert("traceparent".into(), Value::String(traceparent.into()));
+                params.meta = Some(meta);
             }
-            params.meta = Some(meta);
-            let result = process.peer.call_tool(params).await;
-            in_flight.answered = true;
+            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+            let sent = process
+                .peer
+                .send_cancellable_request(request, PeerRequestOptions::no_options())
+                .await;
+            let result = match sent {
+                Ok(handle) => {
+                    let token = token_key(&handle.progress_token);
+                    shared.register(&token, &ctx);
+                    let mut in_flight = InFlight {
+                        shared: shared.clone(),
+                        token,
+                        request: Some((process.peer.clone(), handle.id.clone())),
+                        tool: name.clone(),
+                    };
+                    let result = handle.await_response().await;
+                    in_flight.request = None;
+                    result
+                }
+                Err(e) => Err(e),
+            };
             match result {
-                Ok(result) => convert::answer(&shared.name, result),
+                Ok(ServerResult::CallToolResult(result)) => convert::answer(&shared.name, result),
+                Ok(other) => Err(Failure::crashed(format!(
+                    "mcp server `{}` answered the call of `{name}` with what is not a tool's \
+                     result: {other:?}",
+                    shared.name
+                ))),
                 // The server answered the request with an error: the tool's error.
                 Err(rmcp::ServiceError::McpError(error)) => {
                     Err(Failure::Tool(rho_runtime::ToolError::new(format!(
@@ -524,14 +584,12 @@ impl ClientHandler for Handler {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        if let Some(ctx) = self.shared.call_of(&params.progress_token) {
-            let text = match (&params.message, params.total) {
-                (Some(message), _) => message.clone(),
-                (None, Some(total)) => format!("{}/{total}", params.progress),
-                (None, None) => params.progress.to_string(),
-            };
-            ctx.update(&text);
-        }
+        let text = match (&params.message, params.total) {
+            (Some(message), _) => message.clone(),
+            (None, Some(total)) => format!("{}/{total}", params.progress),
+            (None, None) => params.progress.to_string(),
+        };
+        self.shared.progress(&params.progress_token, text);
     }
 
     #[allow(deprecated)] // MCP logging: see `crate::logs`.

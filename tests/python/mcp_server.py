@@ -90,6 +90,13 @@ async def ask(message: str, ctx: Context) -> str:
     return result.action
 
 @mcp.tool()
+def traceparent(ctx: Context) -> str:
+    """Answers the traceparent of its request's _meta ("none" without one)."""
+    meta = ctx.request_context.meta
+    extra = (meta.model_extra or {}) if meta else {}
+    return extra.get("traceparent", "none")
+
+@mcp.tool()
 async def log(ctx: Context) -> str:
     """Logs at info and warning."""
     await ctx.info("an info line")

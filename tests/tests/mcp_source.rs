@@ -74,6 +74,22 @@ async fn a_servers_tools_serve_with_their_origin_progress_images_logs_and_questi
     assert_eq!(r.structured, Some(json!({"result": "hi"})));
     assert_eq!(r.text(), r#"{"result":"hi"}"#);
 
+    // The call's trace context reaches the server in `_meta.traceparent`.
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let options = CallOptions {
+        traceparent: Some(traceparent.into()),
+        ..CallOptions::default()
+    };
+    let r = host
+        .call_with(&call("t", "traceparent", json!({})), &options)
+        .await;
+    assert_eq!(
+        r.structured,
+        Some(json!({"result": traceparent})),
+        "{}",
+        r.text()
+    );
+
     // Arguments are checked against the server's schema before the call.
     let r = host.call("echo", json!({"text": 5})).await;
     assert_eq!(r.outcome, Outcome::InvalidArguments, "{}", r.text());
@@ -370,5 +386,75 @@ async fn a_name_served_by_a_plugin_and_a_server_goes_to_the_plugin_and_the_clash
     assert!(conflict.2.contains("mcp:misbehaving"), "{conflict:?}");
     let r = host.call("echo", json!({"text": "plugin"})).await;
     assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "plugin"));
+    host.shutdown().await;
+}
+
+/// `@modelcontextprotocol/server-everything` from npm (pinned in `tests/mcp-servers`), installed
+/// into the target directory: its tools listed with their origin, `echo` answered, a long
+/// operation's progress as updates, its image and its resource links as rho's content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_everything_server_from_npm_serves_through_rho() {
+    let servers = rho_tests::npm_project("mcp-servers");
+    let bin = servers.join("node_modules/.bin/mcp-server-everything");
+    let everything = McpServer::command("everything", bin.to_str().unwrap(), Vec::<String>::new());
+    let (host, _) = Host::builder()
+        .source("mcp:everything", McpSource::new(everything))
+        .build()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !host.tools().iter().any(|t| t.name == "echo") {
+        assert!(
+            Instant::now() < deadline,
+            "server-everything's tools never came"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let tools = host.tools();
+    let echo = tools.iter().find(|t| t.name == "echo").unwrap();
+    assert_eq!(echo.plugin.as_deref(), Some("mcp:everything"));
+    for name in [
+        "get-tiny-image",
+        "trigger-long-running-operation",
+        "get-resource-links",
+    ] {
+        assert!(tools.iter().any(|t| t.name == name), "{name} missing");
+    }
+    let r = host.call("echo", json!({"message": "hi"})).await;
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "Echo: hi"));
+
+    let updates = Arc::new(Mutex::new(Vec::new()));
+    let options = CallOptions {
+        on_update: Some({
+            let updates = updates.clone();
+            Arc::new(move |u: &str| updates.lock().unwrap().push(u.to_owned()))
+        }),
+        ..CallOptions::default()
+    };
+    let long = call(
+        "l",
+        "trigger-long-running-operation",
+        json!({"duration": 1, "steps": 3}),
+    );
+    let r = host.call_with(&long, &options).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    let updates = updates.lock().unwrap().clone();
+    assert_eq!(updates.len(), 3, "{updates:?}");
+
+    let r = host.call("get-tiny-image", json!({})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    let image = r.output.images()[0].clone();
+    assert_eq!(image.mime_type, "image/png");
+    assert!(image.bytes.starts_with(b"\x89PNG"), "decoded from base64");
+
+    let r = host.call("get-resource-links", json!({"count": 2})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    let links = r
+        .output
+        .blocks()
+        .iter()
+        .filter(|b| matches!(b, rho_runtime::Block::Link(_)))
+        .count();
+    assert_eq!(links, 2, "{:?}", r.output);
     host.shutdown().await;
 }
