@@ -71,14 +71,22 @@ impl Node {
     }
 
     /// Stops serving: says so to the hosts (they drop this node at once), ends the endpoints;
-    /// calls running finish on their own.
+    /// calls running finish on their own. Within 2 s: a node whose server is gone stops without
+    /// saying so (the hosts drop it when its beats stop).
     pub async fn stop(mut self) {
         self.stop.cancel();
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
+        if let Some(mut task) = self.task.take() {
+            // Saying it leaves needs the server: one that is gone cannot hold the node.
+            if tokio::time::timeout(STOP_WITHIN, &mut task).await.is_err() {
+                tracing::warn!("the node's NATS server did not take its leaving within 2 s");
+                task.abort();
+            }
         }
     }
 }
+
+/// How long [`Node::stop`] waits for the node to say it leaves.
+const STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Drop for Node {
     fn drop(&mut self) {

@@ -910,3 +910,28 @@ async fn forged_events_silence_no_host() {
     assert_eq!(after, (first + 1..=last).collect::<Vec<u64>>());
     export.stop().await;
 }
+
+/// A node whose NATS server is gone still stops on SIGTERM, at once (it used to wait for the
+/// server to come back to say it was leaving, for good).
+#[test]
+fn a_node_stops_on_sigterm_when_its_nats_server_is_gone() {
+    let mut server = NatsServer::start();
+    let dir = rho_tests::plugin_dir(&["echo"]);
+    let mut node = NodeProcess::start(&server, dir.path(), "orphan-check");
+    server.stop();
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(node.child.id() as i32, libc::SIGTERM) };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(status) = node.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the node did not stop within 5 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{status}");
+}

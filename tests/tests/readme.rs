@@ -299,7 +299,10 @@ fn finish(mut command: Command, what: &str) -> (Option<i32>, String) {
 
 /// Starts `command` as a server: its input open (a stdio server serves while it is).
 fn start(mut command: Command) -> Child {
+    use std::os::unix::process::CommandExt;
+    // A process group of its own: the shell and what it started are stopped together.
     command
+        .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -316,8 +319,11 @@ fn still_serves_then_stops(mut child: Child, what: &str) {
         let _ = std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr);
         panic!("`{what}` ended ({status}) instead of serving: {stderr}");
     }
-    // SAFETY: signals our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    // The whole group: the shell may not have handed its process over to the command (it ran
+    // as a child of `sh`, which left it running, orphaned, after each run).
+    let group = child.id() as i32;
+    // SAFETY: signals our own child's process group.
+    unsafe { libc::kill(-group, libc::SIGTERM) };
     drop(child.stdin.take());
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {
@@ -335,6 +341,15 @@ fn still_serves_then_stops(mut child: Child, what: &str) {
         status.code() == Some(0) || status.code().is_none(),
         "`{what}`: {status}"
     );
+    // Nothing of it is left.
+    // SAFETY: signal 0 only asks whether the group still has a process.
+    while unsafe { libc::kill(-group, 0) } == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "`{what}` left a process running after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
