@@ -400,6 +400,11 @@ async fn serve(
     loop {
         tokio::select! {
             status = child.wait() => {
+                // A server whose stdout broke the protocol exits once its input is closed: the
+                // broken line is why it went.
+                if let Some(broke) = shared.broke.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                    return broke;
+                }
                 return match status {
                     Ok(status) => format!("exited ({status})"),
                     Err(e) => format!("could not be waited for: {e}"),

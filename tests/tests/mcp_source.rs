@@ -47,6 +47,19 @@ async fn host_over(server: McpServer, runner: RunnerConfig) -> Host {
     host
 }
 
+/// Options whose update hook collects the call's updates, and where they go.
+fn collecting_updates() -> (CallOptions, Arc<Mutex<Vec<String>>>) {
+    let updates = Arc::new(Mutex::new(Vec::new()));
+    let options = CallOptions {
+        on_update: Some({
+            let updates = updates.clone();
+            Arc::new(move |u: &str| updates.lock().unwrap().push(u.to_owned()))
+        }),
+        ..CallOptions::default()
+    };
+    (options, updates)
+}
+
 /// Calls `echo` until it answers (the server is back), within `within`.
 async fn until_back(host: &Host, within: Duration) -> Duration {
     let started = Instant::now();
@@ -94,14 +107,7 @@ async fn a_servers_tools_serve_with_their_origin_progress_images_logs_and_questi
     let r = host.call("echo", json!({"text": 5})).await;
     assert_eq!(r.outcome, Outcome::InvalidArguments, "{}", r.text());
 
-    let updates = Arc::new(Mutex::new(Vec::new()));
-    let options = CallOptions {
-        on_update: Some({
-            let updates = updates.clone();
-            Arc::new(move |u: &str| updates.lock().unwrap().push(u.to_owned()))
-        }),
-        ..CallOptions::default()
-    };
+    let (options, updates) = collecting_updates();
     let r = host
         .call_with(&call("s", "slow", json!({"ms": 300})), &options)
         .await;
@@ -423,14 +429,7 @@ async fn the_reference_everything_server_from_npm_serves_through_rho() {
     let r = host.call("echo", json!({"message": "hi"})).await;
     assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "Echo: hi"));
 
-    let updates = Arc::new(Mutex::new(Vec::new()));
-    let options = CallOptions {
-        on_update: Some({
-            let updates = updates.clone();
-            Arc::new(move |u: &str| updates.lock().unwrap().push(u.to_owned()))
-        }),
-        ..CallOptions::default()
-    };
+    let (options, updates) = collecting_updates();
     let long = call(
         "l",
         "trigger-long-running-operation",
