@@ -8,30 +8,19 @@ use serde_json::{Value, json};
 /// "details", "duration_ms"}, and for an answer of blocks "content": its audio, resources and
 /// links summarized in order, as events show them.
 pub fn result_json(result: &ToolResult) -> Value {
-    let images: Vec<Value> = result
-        .output
-        .images()
-        .iter()
-        .map(|i| {
-            json!({
-                "mime_type": i.mime_type,
-                "bytes": i.bytes.len(),
-                "sha256": rho_runtime::sha256_hex(&i.bytes),
-            })
-        })
-        .collect();
+    // One view of the output: its images hashed once, its other content summarized.
+    let view = OutputView::from(&result.output);
     let mut value = json!({
         "outcome": result.outcome,
         "text": result.text(),
-        "images": images,
+        "images": view.images,
         "details": result.details,
         "duration_ms": result.duration.as_secs_f64() * 1000.0,
     });
     // Only when there: other content, structured content, and the whole text of a result cut
     // at its limit.
-    let content = OutputView::from(&result.output).content;
-    if !content.is_empty() {
-        value["content"] = json!(content);
+    if !view.content.is_empty() {
+        value["content"] = json!(view.content);
     }
     if let Some(structured) = &result.structured {
         value["structured"] = structured.clone();

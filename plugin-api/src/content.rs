@@ -168,6 +168,20 @@ impl Block {
         }
     }
 
+    /// The block's payload, moved out of it (no copy): what [`Block::payload`] borrows.
+    pub fn into_payload(self) -> Vec<u8> {
+        match self {
+            Block::Text(text) => text.into_bytes(),
+            Block::Image(image) => image.bytes,
+            Block::Audio(audio) => audio.bytes,
+            Block::Resource(resource) => match resource.contents {
+                ResourceContents::Text(text) => text.into_bytes(),
+                ResourceContents::Blob(bytes) => bytes,
+            },
+            Block::Link(_) => Vec::new(),
+        }
+    }
+
     /// Everything of the block but its payload.
     pub fn head(&self) -> BlockHead {
         match self {

@@ -271,7 +271,7 @@ fn answer_to_ffi(answer: Answer) -> Result<FfiAnswer3, FfiFailure> {
                 })?;
                 blocks.push(FfiBlock {
                     head_json: head_json.into(),
-                    payload: block_payload(block).into(),
+                    payload: block.into_payload().into(),
                 });
             }
             (FfiOutputKind::Text, String::new(), RVec::new())
@@ -296,21 +296,6 @@ fn answer_to_ffi(answer: Answer) -> Result<FfiAnswer3, FfiFailure> {
         },
         blocks,
     })
-}
-
-/// A block's payload, moved out (no copy).
-fn block_payload(block: crate::Block) -> Vec<u8> {
-    use crate::{Block, ResourceContents};
-    match block {
-        Block::Text(text) => text.into_bytes(),
-        Block::Image(image) => image.bytes,
-        Block::Audio(audio) => audio.bytes,
-        Block::Resource(resource) => match resource.contents {
-            ResourceContents::Text(text) => text.into_bytes(),
-            ResourceContents::Blob(bytes) => bytes,
-        },
-        Block::Link(_) => Vec::new(),
-    }
 }
 
 thread_local! {

@@ -67,9 +67,9 @@ mod tests {
 
     #[test]
     fn reads_and_numbers() {
-        let dir = std::env::temp_dir().join(format!("rho-files-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("a.txt");
+        // Removed when the test ends, whatever its outcome.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.txt");
         std::fs::write(&path, "one\ntwo\nthree\n").unwrap();
         let args = PassageArgs {
             path: path.display().to_string(),
