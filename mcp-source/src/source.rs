@@ -140,10 +140,15 @@ impl Shared {
         }
     }
 
-    /// Hands `text` to the call of `token`, or keeps it for a call about to be registered (the
-    /// last [`EARLY_PROGRESS`]).
-    fn progress(&self, token: &ProgressToken, text: String) {
-        let token = token_key(token);
+    /// Hands a progress notification to the call of its token as an update, or keeps it for a
+    /// call about to be registered (the last [`EARLY_PROGRESS`]).
+    fn progress(&self, params: &ProgressNotificationParam) {
+        let text = match (&params.message, params.total) {
+            (Some(message), _) => message.clone(),
+            (None, Some(total)) => format!("{}/{total}", params.progress),
+            (None, None) => params.progress.to_string(),
+        };
+        let token = token_key(&params.progress_token);
         let ctx = self
             .calls
             .lock()
@@ -292,7 +297,10 @@ async fn start(
     };
     keep_stderr(stderr, shared.clone());
     *shared.broke.lock().unwrap_or_else(PoisonError::into_inner) = None;
-    let stdout = crate::stdout::checked(stdout, shared.broke.clone());
+    let progress = shared.clone();
+    let stdout = crate::stdout::checked(stdout, shared.broke.clone(), move |params| {
+        progress.progress(&params);
+    });
     let handler = Handler {
         shared: shared.clone(),
     };
@@ -567,8 +575,8 @@ impl RemoteTool for McpTool {
     }
 }
 
-/// The client side of the connection: progress, log lines and questions to the calls they
-/// belong to, list changes to the supervisor.
+/// The client side of the connection: log lines and questions to the calls they belong to, list
+/// changes to the supervisor (progress is read on the way in: `crate::stdout`).
 #[derive(Clone)]
 struct Handler {
     shared: Arc<Shared>,
@@ -582,19 +590,6 @@ impl ClientHandler for Handler {
             capabilities,
             Implementation::new("rho", env!("CARGO_PKG_VERSION")),
         )
-    }
-
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        let text = match (&params.message, params.total) {
-            (Some(message), _) => message.clone(),
-            (None, Some(total)) => format!("{}/{total}", params.progress),
-            (None, None) => params.progress.to_string(),
-        };
-        self.shared.progress(&params.progress_token, text);
     }
 
     #[allow(deprecated)] // MCP logging: see `crate::logs`.

@@ -6,9 +6,13 @@
 //! - A line over [`MAX_LINE`] (rmcp's own bound) is not passed on: the request it answers (its
 //!   `id`, read from the line's head) gets an error response instead, saying how large the
 //!   answer was, so that call ends `error` and the server keeps serving.
+//! - A progress notification is handed to its call here, before the next line goes on: rmcp
+//!   handles notifications in tasks of their own, so through it the last progress of a call
+//!   could come after the call's answer (and be lost).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use rmcp::model::ProgressNotificationParam;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
 
 /// The longest line passed on: 16 MiB, rmcp's bound on one message.
@@ -22,6 +26,7 @@ const HEAD: usize = 4096;
 pub(crate) fn checked(
     stdout: tokio::process::ChildStdout,
     ended: Arc<Mutex<Option<String>>>,
+    on_progress: impl Fn(ProgressNotificationParam) + Send + 'static,
 ) -> DuplexStream {
     let (mut to_client, client_end) = tokio::io::duplex(64 << 10);
     tokio::spawn(async move {
@@ -71,6 +76,9 @@ pub(crate) fn checked(
             match first {
                 None => {}
                 Some(b'{' | b'[') => {
+                    if let Some(progress) = progress_of(&line) {
+                        on_progress(progress);
+                    }
                     if !line.ends_with(b"\n") {
                         line.push(b'\n');
                     }
@@ -95,6 +103,23 @@ pub(crate) fn checked(
         }
     });
     client_end
+}
+
+/// The progress notification a line is, if it is one (looked for in its first bytes, parsed only
+/// then: progress notifications are small).
+fn progress_of(line: &[u8]) -> Option<ProgressNotificationParam> {
+    const METHOD: &[u8] = b"\"notifications/progress\"";
+    let head = &line[..line.len().min(512)];
+    if line.len() > 64 << 10 || !head.windows(METHOD.len()).any(|w| w == METHOD) {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct Progress {
+        method: String,
+        params: ProgressNotificationParam,
+    }
+    let progress: Progress = serde_json::from_slice(line).ok()?;
+    (progress.method == "notifications/progress").then_some(progress.params)
 }
 
 /// The error response to the request an over-long line answered, if its head names one.
@@ -144,5 +169,13 @@ mod tests {
         let value: serde_json::Value = serde_json::from_str(&too_large(head, 1).unwrap()).unwrap();
         assert_eq!(value["id"], "a-1");
         assert!(too_large(b"{\"jsonrpc\":\"2.0\",\"result\":", 1).is_none());
+    }
+
+    #[test]
+    fn progress_notifications_are_read_on_the_way() {
+        let line = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":4,"progress":2,"total":3}}"#;
+        let progress = progress_of(line).unwrap();
+        assert_eq!(progress.progress, 2.0);
+        assert!(progress_of(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#).is_none());
     }
 }
