@@ -48,8 +48,9 @@ pub struct PluginFlags {
     pub grant_env: Vec<String>,
     /// Serve the tools of an MCP server started by this command line too (repeat for several;
     /// added to the config file's `[[mcp]]`), e.g. `--mcp 'npx -y
-    /// @modelcontextprotocol/server-everything'`; `NAME=COMMAND` names it. It runs with your
-    /// user's rights (no sandbox yet) and sees only PATH of your environment.
+    /// @modelcontextprotocol/server-everything'`; `NAME=COMMAND` names it. It runs in the
+    /// sandbox isolated plugins run in, with the `--grant-*` grants (a server started by `npx
+    /// -y` of a package not yet installed needs `--grant-network` to fetch it).
     #[arg(long = "mcp", value_name = "COMMAND")]
     pub mcp: Vec<String>,
 }
@@ -118,6 +119,9 @@ fn with_flags(
             ));
         }
         whole.mcp.push(server);
+    }
+    for server in &mut whole.mcp {
+        plugins.widen(&mut server.grants);
     }
     let has_mcp = !whole.mcp.is_empty();
     let config = &mut whole.host;
@@ -191,13 +195,17 @@ pub async fn build(
         host.shutdown().await;
         return Err(ExitCode::from(1));
     }
-    add_mcp_servers(&host, &config.mcp).await;
+    add_mcp_servers(&host, &config.mcp, &config.host.workers).await;
     Ok((host, config))
 }
 
 /// Starts a source for each MCP server and waits, at most each one's start bound, until each has
 /// listed its tools or failed its first start (said on stderr, one line each: it is retried).
-async fn add_mcp_servers(host: &Host, servers: &[rho_mcp_source::McpServer]) {
+async fn add_mcp_servers(
+    host: &Host,
+    servers: &[rho_mcp_source::McpServer],
+    workers: &rho_runtime::WorkerOptions,
+) {
     use rho_runtime::{BusItem, EventKind};
     use tokio_stream::StreamExt;
     if servers.is_empty() {
@@ -209,7 +217,7 @@ async fn add_mcp_servers(host: &Host, servers: &[rho_mcp_source::McpServer]) {
     for server in servers {
         host.add_source(
             &format!("mcp:{}", server.name),
-            rho_mcp_source::McpSource::new(server.clone()),
+            rho_mcp_source::McpSource::new(server.clone()).workers(workers.clone()),
         );
     }
     let longest = servers

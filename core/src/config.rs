@@ -286,6 +286,7 @@ impl HostConfig {
         let l = &w.limits;
         for (key, limit, low) in [
             ("workers.limits.memory_bytes", l.memory_bytes, 16 << 20),
+            ("workers.limits.data_bytes", l.data_bytes, 16 << 20),
             ("workers.limits.cpu_seconds", l.cpu_seconds, 1),
             ("workers.limits.open_files", l.open_files, 16),
             ("workers.limits.processes", l.processes, 1),

@@ -56,6 +56,7 @@ pub use config::{
 };
 pub use host::{Host, HostBuilder, HostError, async_gate_fn, gate_fn};
 pub use isolate::WorkerOptions;
+pub use isolate::command::{SandboxedChild, SandboxedCommand, SpawnError};
 pub use plugin::options::{DirOptions, Isolation};
 pub use plugin::scan::ScanReport;
 pub use plugin::watch::DEFAULT_DEBOUNCE;
@@ -79,4 +80,5 @@ pub use rho_protocol::{
 };
 pub use rho_worker::loader::trust::Trust;
 pub use rho_worker::loader::{PluginInfo, sha256_hex};
+pub use rho_worker::sandbox::host::secure_temp_dir;
 pub use rho_worker::{LoadError, run_if_worker};

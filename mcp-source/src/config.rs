@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rho_runtime::ConfigError;
+use rho_runtime::{ConfigError, Grants, SandboxedCommand, WorkerLimits, WorkerOptions};
 use serde::{Deserialize, Serialize};
 
 /// One MCP server run over stdio as a tool source: the command that starts it, what of the
@@ -25,13 +25,39 @@ pub struct McpServer {
     /// Its arguments.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
-    /// The names of the host's environment variables the server gets (`PATH` always); every
-    /// other variable is cleared.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub env: Vec<String>,
-    /// The directory it starts in (default: the host's).
+    /// What the server may do beyond the sandbox's defaults, as for isolated plugins: paths to
+    /// read and write, the network, the host's environment keys it gets (`env`: by default
+    /// `PATH`, `LANG`, `LC_ALL`, `TZ`, `RUST_LOG`; every other variable is cleared). Child
+    /// processes are always granted to a server.
+    #[serde(default)]
+    pub grants: Grants,
+    /// Read access to the host user's package caches that exist (`~/.npm`, `~/.cache/uv`,
+    /// `~/.cache/pip`), for `npx` and `uvx` of packages already fetched.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub package_caches: bool,
+    /// The directory it starts in, granted to read (default: its private home, a directory of
+    /// its own that is its `HOME` and is removed with the source).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<PathBuf>,
+    /// Run it in the sandbox (default). `false` gives it the host's rights and file system (the
+    /// resource limits still apply, and its process group is killed with it; a process that
+    /// leaves the group can then outlive it): for servers the sandbox cannot run.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub sandbox: bool,
+    /// The writable memory of each of its processes, MiB (`RLIMIT_DATA`: heap and private
+    /// writable mappings; address space only reserved, as V8 reserves gigabytes, does not
+    /// count). Default 4096.
+    #[serde(default = "default_memory_mb")]
+    pub memory_mb: u64,
+    /// Its processes and threads together, at most (default 512: `npx` starts `npm`, `sh` and
+    /// `node`, each with a dozen threads).
+    #[serde(default = "default_processes")]
+    pub processes: u64,
+    /// One server process per call (started for the call, its tools listed from a first one
+    /// kept for listing): for servers that keep no state between calls and may crash or hang
+    /// on some input; a hang or crash then touches that call alone.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub stateless: bool,
     /// How long starting and initializing may take, milliseconds (default 30 s: `npx` of an
     /// installed package takes seconds).
     #[serde(default = "default_start_ms")]
@@ -43,6 +69,26 @@ pub struct McpServer {
 
 fn default_start_ms() -> u64 {
     30_000
+}
+
+fn default_memory_mb() -> u64 {
+    4096
+}
+
+fn default_processes() -> u64 {
+    512
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// What rho says of one tool of a server instead of what the server declares.
@@ -80,8 +126,13 @@ impl McpServer {
             name: name.to_owned(),
             command: command.to_owned(),
             args: args.into_iter().map(Into::into).collect(),
-            env: Vec::new(),
+            grants: Grants::default(),
+            package_caches: false,
             cwd: None,
+            sandbox: true,
+            memory_mb: default_memory_mb(),
+            processes: default_processes(),
+            stateless: false,
             start_timeout_ms: default_start_ms(),
             tools: BTreeMap::new(),
         }
@@ -183,13 +234,55 @@ impl McpServer {
             self.start_timeout_ms,
             100,
             600_000,
+        )?;
+        ConfigError::check_range(
+            &format!("mcp.{}.memory_mb", self.name),
+            self.memory_mb,
+            16,
+            1 << 20,
+        )?;
+        ConfigError::check_range(
+            &format!("mcp.{}.processes", self.name),
+            self.processes,
+            8,
+            1 << 16,
         )
+    }
+
+    /// The options of its sandbox, from `workers` (the worker executable, the identity, the
+    /// start bound) and this entry (grants, limits, the sandbox itself).
+    pub fn sandbox_options(&self, workers: &WorkerOptions) -> WorkerOptions {
+        let mut grants = self.grants.clone();
+        if self.package_caches
+            && let Some(home) = std::env::var_os("HOME").map(PathBuf::from)
+        {
+            grants.read.extend(
+                [".npm", ".cache/uv", ".cache/pip"]
+                    .map(|dir| home.join(dir))
+                    .into_iter()
+                    .filter(|dir| dir.is_dir()),
+            );
+        }
+        WorkerOptions {
+            grants,
+            limits: WorkerLimits {
+                data_bytes: Some(self.memory_mb << 20),
+                processes: Some(self.processes),
+                ..SandboxedCommand::default_limits()
+            },
+            sandbox: self.sandbox,
+            start_timeout: self.start_timeout(),
+            ..workers.clone()
+        }
     }
 
     /// Makes the entry's relative paths (its `cwd`) relative to `base`, its file's directory.
     pub fn resolve_paths(&mut self, base: &std::path::Path) {
         if let Some(cwd) = &mut self.cwd {
             rho_runtime::resolve_path(base, cwd);
+        }
+        for path in self.grants.read.iter_mut().chain(&mut self.grants.write) {
+            rho_runtime::resolve_path(base, path);
         }
     }
 }

@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rho_runtime::{
-    Failure, Question, RemoteCall, RemoteSource, RemoteTool, RemoteToolEntry, Reply, ToolCtx,
-    ToolSource,
+    Failure, Question, RemoteCall, RemoteSource, RemoteTool, RemoteToolEntry, Reply,
+    SandboxedChild, SandboxedCommand, ToolCtx, ToolSource, WorkerOptions,
 };
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
@@ -35,7 +35,6 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData as McpError, Peer, RoleClient, ServiceExt};
 use serde_json::Value;
-use tokio::io::AsyncBufReadExt;
 use tokio::sync::{Notify, mpsc, watch};
 
 use crate::config::McpServer;
@@ -50,6 +49,8 @@ const SUSTAINED: Duration = Duration::from_secs(60);
 /// How long after a call was given up the server is pinged, and how long it has to answer.
 const PING_AFTER: Duration = Duration::from_secs(1);
 const PING_DEADLINE: Duration = Duration::from_secs(5);
+/// How long a server that closed its connection gets to exit on its own before it is killed.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
 /// How many progress notes of calls not yet registered are kept.
 const EARLY_PROGRESS: usize = 64;
 /// How many of the server's last stderr lines are kept, and how long each may be.
@@ -59,18 +60,29 @@ const STDERR_LINE_BYTES: usize = 1024;
 /// An MCP server as a tool source of a host: `HostBuilder::source(name, McpSource::new(server))`.
 pub struct McpSource {
     server: McpServer,
+    workers: WorkerOptions,
 }
 
 impl McpSource {
-    /// The source of `server`.
+    /// The source of `server`, its sandbox started by the default worker executable.
     pub fn new(server: McpServer) -> McpSource {
-        McpSource { server }
+        McpSource {
+            server,
+            workers: WorkerOptions::default(),
+        }
+    }
+
+    /// The host's worker options the server's sandbox takes its worker executable and identity
+    /// from (its grants, limits and start bound are the server entry's).
+    pub fn workers(mut self, workers: WorkerOptions) -> McpSource {
+        self.workers = workers;
+        self
     }
 }
 
 impl ToolSource for McpSource {
     fn run(self: Box<Self>, source: RemoteSource) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-        Box::pin(supervise(self.server, source))
+        Box::pin(supervise(self.server, self.workers, source))
     }
 }
 
@@ -179,7 +191,7 @@ impl Shared {
 
 /// Starts, watches and restarts `server`, offering its tools through `source`, until the host
 /// drops this future.
-async fn supervise(server: McpServer, source: RemoteSource) {
+async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSource) {
     let (abandoned, mut given_up) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
         name: server.name.clone(),
@@ -191,11 +203,28 @@ async fn supervise(server: McpServer, source: RemoteSource) {
         stderr: Mutex::default(),
         broke: Arc::default(),
     });
+    // The server's private home, kept across its restarts (its caches stay warm) and removed
+    // with the source.
+    let home = rho_runtime::secure_temp_dir().and_then(|dir| {
+        tempfile::Builder::new()
+            .prefix(&format!("rho-mcp-{}-", server.name))
+            .tempdir_in(dir)
+    });
+    let home = match home {
+        Ok(home) => home,
+        Err(e) => {
+            let why = format!("mcp server `{}`: no private home for it: {e}", server.name);
+            tracing::error!(server = %server.name, "{why}");
+            shared.set_up(Err(why));
+            return std::future::pending().await;
+        }
+    };
     let mut backoff = FIRST_BACKOFF;
     loop {
         let started = Instant::now();
-        let why = match start(&server, &shared).await {
+        let why = match start(&server, &workers, home.path(), &shared).await {
             Ok((running, mut child, exited)) => {
+                say_sandbox(&server, &child, &source);
                 let peer = running.peer().clone();
                 let process = Arc::new(Process {
                     peer: peer.clone(),
@@ -215,7 +244,7 @@ async fn supervise(server: McpServer, source: RemoteSource) {
                 .await;
                 // Down first: calls from now on fail fast; then the group goes.
                 shared.set_up(Err(why.clone()));
-                kill_group(&child);
+                child.kill();
                 let status = child.wait().await;
                 let ended = match (&why[..], status) {
                     ("", Ok(status)) => format!("exited ({status})"),
@@ -253,42 +282,27 @@ async fn supervise(server: McpServer, source: RemoteSource) {
 /// process, and where to say how it ended.
 async fn start(
     server: &McpServer,
+    workers: &WorkerOptions,
+    home: &std::path::Path,
     shared: &Arc<Shared>,
 ) -> Result<
     (
         RunningService<RoleClient, Handler>,
-        tokio::process::Child,
+        SandboxedChild,
         watch::Sender<Option<String>>,
     ),
     String,
 > {
-    let mut command = tokio::process::Command::new(&server.command);
-    command
-        .args(&server.args)
-        .env_clear()
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    for key in std::iter::once("PATH").chain(server.env.iter().map(String::as_str)) {
-        if let Some(value) = std::env::var_os(key) {
-            command.env(key, value);
-        }
-    }
+    let mut command = SandboxedCommand::new(&server.command)
+        .args(server.args.iter().cloned())
+        .home(home)
+        .options(server.sandbox_options(workers));
     if let Some(cwd) = &server.cwd {
-        command.current_dir(cwd);
-    }
-    // A process group of its own (killed whole), and it dies with the host.
-    // SAFETY: `setsid` and `prctl` are async-signal-safe and touch only the child.
-    unsafe {
-        command.pre_exec(|| {
-            libc::setsid();
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
+        command = command.cwd(cwd);
     }
     let mut child = command
         .spawn()
+        .await
         .map_err(|e| format!("`{}` could not be started: {e}", server.command))?;
     let (Some(stdout), Some(stdin), Some(stderr)) =
         (child.stdout.take(), child.stdin.take(), child.stderr.take())
@@ -309,19 +323,22 @@ async fn start(
     match serving.await {
         Ok(Ok(running)) => Ok((running, child, exited)),
         Ok(Err(e)) => {
-            kill_group(&child);
-            let status = child
-                .wait()
-                .await
-                .map(|s| s.to_string())
-                .unwrap_or_default();
+            // A server that closed its side is ending: its own status says how, if it comes soon.
+            let status = match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
+                Ok(status) => status,
+                Err(_) => {
+                    child.kill();
+                    child.wait().await
+                }
+            };
+            let status = status.map(|s| s.to_string()).unwrap_or_default();
             Err(format!(
                 "it did not initialize ({e}; {status}){}",
                 shared.last_words()
             ))
         }
         Err(_) => {
-            kill_group(&child);
+            child.kill();
             Err(format!(
                 "it did not initialize within {} ms",
                 server.start_timeout_ms
@@ -330,31 +347,45 @@ async fn start(
     }
 }
 
+/// Logs what of the server's sandbox is in force, and warns (an event) of what is missing.
+fn say_sandbox(server: &McpServer, child: &SandboxedChild, source: &RemoteSource) {
+    let report = child.report();
+    tracing::info!(server = %server.name, "sandbox: {report}");
+    if server.sandbox && !report.missing.is_empty() {
+        source.bus().publish(
+            None,
+            rho_runtime::EventKind::Warning {
+                subject: format!("mcp:{}", server.name),
+                message: format!(
+                    "mcp server `{}` runs with part of its sandbox missing: {}",
+                    server.name,
+                    report.missing.join("; ")
+                ),
+            },
+        );
+    }
+}
+
 /// Reads the server's stderr into the last [`STDERR_LINES`] lines, each cut at
 /// [`STDERR_LINE_BYTES`]; a flood costs that much and no more.
-fn keep_stderr(stderr: tokio::process::ChildStderr, shared: Arc<Shared>) {
+fn keep_stderr(mut stderr: mpsc::Receiver<String>, shared: Arc<Shared>) {
     tokio::spawn(async move {
-        let mut lines = tokio::io::BufReader::new(stderr).split(b'\n');
-        while let Ok(Some(line)) = lines.next_segment().await {
-            let text = String::from_utf8_lossy(&line[..line.len().min(STDERR_LINE_BYTES)]);
-            tracing::debug!(server = %shared.name, "stderr: {text}");
+        while let Some(mut line) = stderr.recv().await {
+            if line.len() > STDERR_LINE_BYTES {
+                let mut cut = STDERR_LINE_BYTES;
+                while !line.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                line.truncate(cut);
+            }
+            tracing::debug!(server = %shared.name, "stderr: {line}");
             let mut kept = shared.stderr.lock().unwrap_or_else(PoisonError::into_inner);
             if kept.len() == STDERR_LINES {
                 kept.pop_front();
             }
-            kept.push_back(text.into_owned());
+            kept.push_back(line);
         }
     });
-}
-
-/// Kills the server's whole process group.
-fn kill_group(child: &tokio::process::Child) {
-    if let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) {
-        // SAFETY: a signal to the group this source started (setsid made the pid its id).
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
-    }
 }
 
 /// Lists the server's tools and offers them.
@@ -398,7 +429,7 @@ async fn offer(
 /// call was given up. Returns why (empty: it exited; the caller reads the status).
 async fn serve(
     running: &RunningService<RoleClient, Handler>,
-    child: &mut tokio::process::Child,
+    child: &mut SandboxedChild,
     shared: &Arc<Shared>,
     source: &RemoteSource,
     server: &McpServer,

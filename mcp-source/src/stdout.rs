@@ -24,7 +24,7 @@ const HEAD: usize = 4096;
 /// Pumps `stdout` into the returned stream line by line, checked; the reason the connection
 /// ended goes to `ended` when a line breaks the protocol.
 pub(crate) fn checked(
-    stdout: tokio::process::ChildStdout,
+    stdout: impl tokio::io::AsyncRead + Unpin + Send + 'static,
     ended: Arc<Mutex<Option<String>>>,
     on_progress: impl Fn(ProgressNotificationParam) + Send + 'static,
 ) -> DuplexStream {

@@ -44,6 +44,14 @@ pub const STATUS_FD: i32 = 6;
 /// them (see [`GRANT_FDS`]).
 pub const HANDED_OVER: [i32; 3] = [CANCEL_FD, PLUGIN_FD, STATUS_FD];
 
+/// In a worker started to run a program ([`ToWorker::Exec`]), the fd handed over in
+/// [`CANCEL_FD`]'s place: the reading end of the program's stdin.
+pub const EXEC_STDIN_FD: i32 = CANCEL_FD;
+
+/// In a worker started to run a program ([`ToWorker::Exec`]), the fd handed over in
+/// [`PLUGIN_FD`]'s place: the writing end of the program's stdout.
+pub const EXEC_STDOUT_FD: i32 = PLUGIN_FD;
+
 /// The first of the descriptors of the granted paths (`O_PATH`, one per
 /// [`SandboxSpec::grant_paths`] entry, in its order), handed over after [`HANDED_OVER`]: the
 /// sandbox's Landlock rules and mounts use them, never the paths, and every process of the
@@ -73,6 +81,24 @@ pub enum ToWorker {
         protocol: u32,
         /// The sandbox to enter.
         sandbox: SandboxSpec,
+    },
+    /// The first frame of a worker started to run a program instead of loading a plugin (an MCP
+    /// server): it enters and confines itself as for a plugin, says `Confined`, then replaces
+    /// itself with the program, its stdin and stdout the descriptors handed over as
+    /// [`EXEC_STDIN_FD`] and [`EXEC_STDOUT_FD`], its stderr the worker's. The channel closes at
+    /// the `exec`; a program that cannot be run is reported with `LoadFailed`. The program's
+    /// wait status is reported on [`STATUS_FD`] as a plugin process's is.
+    Exec {
+        /// The host's [`PROTOCOL_VERSION`](crate::PROTOCOL_VERSION).
+        protocol: u32,
+        /// The sandbox to enter (child processes must be granted for the `exec`).
+        sandbox: SandboxSpec,
+        /// The program: a path, or a name looked up on the `PATH` of the worker's environment.
+        program: String,
+        /// Its arguments (without the program's name).
+        args: Vec<String>,
+        /// The directory it starts in (it must be readable in the sandbox).
+        cwd: std::path::PathBuf,
     },
     /// Run one call. The arguments (JSON text) follow as the frame's blob, raw: a large argument
     /// is not escaped into a JSON string and parsed twice.

@@ -11,6 +11,11 @@ use serde::{Deserialize, Serialize};
 pub struct WorkerLimits {
     /// Address space, bytes (`RLIMIT_AS`): an allocation past it fails and the worker aborts.
     pub memory_bytes: Option<u64>,
+    /// Writable private memory of each process, bytes (`RLIMIT_DATA`: the heap and private
+    /// writable mappings; address space only reserved, `PROT_NONE`, does not count). The bound
+    /// for programs whose runtime reserves far more address space than it uses (V8): an
+    /// allocation past it fails. Each process of the sandbox has it on its own.
+    pub data_bytes: Option<u64>,
     /// CPU time over the worker's life, seconds (`RLIMIT_CPU`): past it the kernel kills it and the
     /// pool starts another.
     pub cpu_seconds: Option<u64>,
@@ -27,11 +32,12 @@ pub struct WorkerLimits {
 }
 
 impl Default for WorkerLimits {
-    /// 2 GiB of address space, no CPU limit, 256 open files, 64 processes and threads, files of
+    /// 2 GiB of address space, no bound on writable memory beyond it, no CPU limit, 256 open files, 64 processes and threads, files of
     /// at most 1 GiB, a 64 MiB scratch tmpfs.
     fn default() -> Self {
         WorkerLimits {
             memory_bytes: Some(2 << 30),
+            data_bytes: None,
             cpu_seconds: None,
             open_files: Some(256),
             processes: Some(64),

@@ -752,3 +752,17 @@ pub fn journals_in(dir: &Path) -> Vec<PathBuf> {
     found.sort_by(|a, b| b.cmp(a));
     found.into_iter().map(|(_, path)| path).collect()
 }
+
+/// The lines an MCP client writes on a stdio server to call one tool at once: `initialize` (id
+/// 1, spec 2025-06-18), `notifications/initialized`, and `tools/call` of `tool` (id 2).
+pub fn stdio_call_lines(tool: &str, arguments: serde_json::Value) -> [serde_json::Value; 3] {
+    use serde_json::json;
+    [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "rho-tests", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": tool, "arguments": arguments}}),
+    ]
+}

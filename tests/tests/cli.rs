@@ -651,14 +651,7 @@ fn the_readme_mcp_server_entry_serves_and_ends_with_its_client() {
     {
         use std::io::Write;
         let mut stdin = serve.stdin.take().unwrap();
-        for message in [
-            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": "2025-06-18", "capabilities": {},
-                "clientInfo": {"name": "readme", "version": "1"}}}),
-            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-                "name": "echo", "arguments": {"text": "from the readme"}}}),
-        ] {
+        for message in rho_tests::stdio_call_lines("echo", json!({"text": "from the readme"})) {
             writeln!(stdin, "{message}").unwrap();
         }
         // Closed once the answer is there: reading stdout to its end needs the server to exit.

@@ -17,18 +17,35 @@ use rho_tests::{call, python_sdk, workspace_dir};
 use serde_json::json;
 use tokio_stream::StreamExt;
 
+/// What the test server reads beside the system: the SDK and its script.
+fn server_reads() -> [std::path::PathBuf; 2] {
+    [
+        python_sdk("mcp>=1.9,<2", "mcp1"),
+        workspace_dir().join("tests/python"),
+    ]
+}
+
 /// The test server, started through `env` so it finds the SDK (the source clears the rest of
-/// the environment).
+/// the environment), in the sandbox with read grants on the SDK and its script.
 fn server(extra: &[&str]) -> McpServer {
-    let sdk = python_sdk("mcp>=1.9,<2", "mcp1");
-    let script = workspace_dir().join("tests/python/mcp_server.py");
+    let [sdk, scripts] = server_reads();
     let mut args = vec![
         format!("PYTHONPATH={}", sdk.display()),
         "python3".into(),
-        script.display().to_string(),
+        scripts.join("mcp_server.py").display().to_string(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    McpServer::command("misbehaving", "env", args)
+    let mut server = McpServer::command("misbehaving", "env", args);
+    server.grants.read.extend(server_reads());
+    server
+}
+
+/// The `--grant-read` flags of the test server's reads.
+fn grant_flags() -> Vec<String> {
+    server_reads()
+        .iter()
+        .flat_map(|p| ["--grant-read".to_owned(), p.display().to_string()])
+        .collect()
 }
 
 /// A host over the test server, once its tools are listed.
@@ -60,7 +77,8 @@ fn collecting_updates() -> (CallOptions, Arc<Mutex<Vec<String>>>) {
     (options, updates)
 }
 
-/// Calls `echo` until it answers (the server is back), within `within`.
+/// Calls `echo` until it answers (the server is back), within `within`: meanwhile it is
+/// `unavailable`, or `crashed` when it was in flight on a server found hung.
 async fn until_back(host: &Host, within: Duration) -> Duration {
     let started = Instant::now();
     loop {
@@ -68,7 +86,13 @@ async fn until_back(host: &Host, within: Duration) -> Duration {
         if r.outcome == Outcome::Ok {
             return started.elapsed();
         }
-        assert_eq!(r.outcome, Outcome::Unavailable, "{}", r.text());
+        let hung = r.outcome == Outcome::Crashed && r.text().contains("hung: tool");
+        assert!(
+            r.outcome == Outcome::Unavailable || hung,
+            "{:?}: {}",
+            r.outcome,
+            r.text()
+        );
         assert!(started.elapsed() < within, "the server never came back");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -303,6 +327,7 @@ fn rho_serve_lists_and_calls_a_plugins_tools_and_an_mcp_servers_beside_them() {
         .arg(rho_tests::rho_bin())
         .arg(dir.path())
         .arg(command_line())
+        .args(grant_flags())
         .env("PYTHONPATH", python_sdk("mcp>=1.9,<2", "mcp1"));
     let report = rho_tests::client_report(client, "serve --mcp");
     let tools: Vec<&str> = report["tools"]
@@ -333,6 +358,7 @@ fn rho_call_runs_an_mcp_servers_tool_and_says_when_it_cannot_start() {
             "--mcp",
             &command_line(),
         ])
+        .args(grant_flags())
         .output()
         .unwrap();
     assert_eq!(
@@ -351,6 +377,7 @@ fn rho_call_runs_an_mcp_servers_tool_and_says_when_it_cannot_start() {
             "--mcp",
             &format!("{} exit_at_start", command_line()),
         ])
+        .args(grant_flags())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -402,7 +429,9 @@ async fn a_name_served_by_a_plugin_and_a_server_goes_to_the_plugin_and_the_clash
 async fn the_reference_everything_server_from_npm_serves_through_rho() {
     let servers = rho_tests::npm_project("mcp-servers");
     let bin = servers.join("node_modules/.bin/mcp-server-everything");
-    let everything = McpServer::command("everything", bin.to_str().unwrap(), Vec::<String>::new());
+    let mut everything =
+        McpServer::command("everything", bin.to_str().unwrap(), Vec::<String>::new());
+    everything.grants.read.push(servers);
     let (host, _) = Host::builder()
         .source("mcp:everything", McpSource::new(everything))
         .build()
@@ -456,4 +485,191 @@ async fn the_reference_everything_server_from_npm_serves_through_rho() {
         .count();
     assert_eq!(links, 2, "{:?}", r.output);
     host.shutdown().await;
+}
+
+/// `@modelcontextprotocol/server-filesystem` given `/` (it would serve any file) runs in the
+/// sandbox with a read grant on one directory: a file there is read; a file beside it, outside
+/// the grant, is refused by the sandbox, and so is a write into the granted directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_filesystem_given_root_reads_only_what_its_sandbox_grants() {
+    let servers = rho_tests::npm_project("mcp-servers");
+    // Beside the target directory, not under /tmp (the sandbox's own scratch there).
+    let base = rho_tests::profile_dir().join(format!("mcp-fs-{}", std::process::id()));
+    let (granted, secret) = (base.join("granted"), base.join("secret"));
+    for dir in [&granted, &secret] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(granted.join("open.txt"), "granted text").unwrap();
+    std::fs::write(secret.join("closed.txt"), "secret text").unwrap();
+    let bin = servers.join("node_modules/.bin/mcp-server-filesystem");
+    let mut fs = McpServer::command("fs", bin.to_str().unwrap(), ["/"]);
+    fs.grants.read = vec![servers.clone(), granted.clone()];
+    let (host, _) = Host::builder()
+        .source("mcp:fs", McpSource::new(fs))
+        .build()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !host.tools().iter().any(|t| t.name == "read_text_file") {
+        assert!(
+            Instant::now() < deadline,
+            "server-filesystem's tools never came"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let read = |path: std::path::PathBuf| {
+        let host = &host;
+        async move {
+            host.call(
+                "read_text_file",
+                json!({"path": path.display().to_string()}),
+            )
+            .await
+        }
+    };
+    let r = read(granted.join("open.txt")).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert!(r.text().contains("granted text"), "{}", r.text());
+    let r = read(secret.join("closed.txt")).await;
+    assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
+    assert!(!r.text().contains("secret text"), "{}", r.text());
+    assert!(
+        r.text().contains("EACCES") || r.text().contains("ermission denied"),
+        "refused by the sandbox, not the server: {}",
+        r.text()
+    );
+    let path = granted.join("new.txt").display().to_string();
+    let r = host
+        .call("write_file", json!({"path": path, "content": "x"}))
+        .await;
+    assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
+    assert!(!granted.join("new.txt").exists());
+    host.shutdown().await;
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// The host pids of live processes whose command line holds `token`.
+fn processes_with(token: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if String::from_utf8_lossy(&cmdline).contains(token) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Waits up to 5 s until none of `pids` is alive (a zombie has no command line: it counts as
+/// gone once its parent is gone too, which `/proc/PID` not existing says).
+fn until_gone(pids: &[i32], when: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<i32> = pids
+            .iter()
+            .copied()
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|stat| !stat.contains(") Z "))
+            })
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{when}: processes left: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The server of one run: the test server tagged with `token` on its command line (its children
+/// inherit it), and the processes to find once its `spawn` made 3 children that call `setsid`.
+async fn spawned(host: &Host, token: &str) -> Vec<i32> {
+    let r = host.call("spawn", json!({"count": 3})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    let pids = processes_with(token);
+    assert!(pids.len() >= 4, "the server and its 3 children: {pids:?}");
+    pids
+}
+
+/// No process of a server is left, `setsid` or not, whichever way it ends: a host that shuts
+/// down, a host that is SIGKILLed (`rho serve`), a server killed as hung after a timeout; 20
+/// runs, counted from `/proc`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_process_of_a_server_outlives_it_whichever_way_it_ends() {
+    for run in 0..20 {
+        let token = format!("rho-orphans-{}-{run}", std::process::id());
+        match run % 10 {
+            // The server is found hung after a timeout, killed and restarted.
+            0 => {
+                let mut runner = RunnerConfig::default();
+                runner
+                    .timeout_overrides
+                    .insert("hang".into(), Duration::from_millis(300));
+                let host = host_over(server(&[&token]), runner).await;
+                let pids = spawned(&host, &token).await;
+                let r = host.call("hang", json!({})).await;
+                assert_eq!(r.outcome, Outcome::TimedOut, "{}", r.text());
+                until_back(&host, Duration::from_secs(30)).await;
+                until_gone(&pids, "after the hung server's restart");
+                host.shutdown().await;
+            }
+            // `rho serve` SIGKILLed while its server and the children run.
+            1..=4 => {
+                let pids = sigkilled_serve(&token);
+                until_gone(&pids, "after the host's SIGKILL");
+            }
+            // The host shuts down.
+            _ => {
+                let host = host_over(server(&[&token]), RunnerConfig::default()).await;
+                let pids = spawned(&host, &token).await;
+                host.shutdown().await;
+                drop(host);
+                until_gone(&pids, "after the host's shutdown");
+            }
+        }
+        until_gone(&processes_with(&token), &format!("run {run}"));
+    }
+}
+
+/// Starts `rho serve --mcp` over the test server tagged `token`, has it call `spawn` over MCP on
+/// stdio, SIGKILLs it, and returns the server's processes as they were.
+fn sigkilled_serve(token: &str) -> Vec<i32> {
+    use std::io::{BufRead, Write};
+    let mut serve = std::process::Command::new(rho_tests::rho_bin())
+        .args(["serve", "--mcp", &format!("{} {token}", command_line())])
+        .args(grant_flags())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = serve.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(serve.stdout.take().unwrap());
+    let requests = rho_tests::stdio_call_lines("spawn", json!({"count": 3}));
+    for request in requests {
+        writeln!(stdin, "{request}").unwrap();
+    }
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "rho serve ended");
+        let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == 2 {
+            assert_eq!(message["result"]["isError"], false, "{message}");
+            break;
+        }
+    }
+    let pids = processes_with(token);
+    assert!(pids.len() >= 4, "the server and its 3 children: {pids:?}");
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+    pids
 }

@@ -19,6 +19,7 @@
 #![warn(missing_docs)]
 
 mod error;
+mod exec;
 pub mod grants;
 pub mod loader;
 mod process;

@@ -203,10 +203,7 @@ fn run() -> u8 {
         }
     };
     keep_freed_memory();
-    let (Some(stream), Some(cancel)) = (
-        take_fd(CHANNEL_FD, "channel"),
-        take_fd(CANCEL_FD, "cancel channel"),
-    ) else {
+    let Some(stream) = take_fd(CHANNEL_FD, "channel") else {
         return 2;
     };
     let load_failed = |error: String| {
@@ -214,13 +211,26 @@ fn run() -> u8 {
         0
     };
     // Read unbuffered: nothing past the first frame may be consumed before the sandbox forks.
-    let spec = match read_frame::<ToWorker>(&mut &stream, MAX_FROM_HOST) {
+    let (spec, program) = match read_frame::<ToWorker>(&mut &stream, MAX_FROM_HOST) {
         Ok(Frame {
             message: ToWorker::Start { protocol, sandbox },
             ..
-        }) if protocol == PROTOCOL_VERSION => sandbox,
+        }) if protocol == PROTOCOL_VERSION => (sandbox, None),
         Ok(Frame {
-            message: ToWorker::Start { protocol, .. },
+            message:
+                ToWorker::Exec {
+                    protocol,
+                    sandbox,
+                    program,
+                    args,
+                    cwd,
+                },
+            ..
+        }) if protocol == PROTOCOL_VERSION => {
+            (sandbox, Some(crate::exec::Program { program, args, cwd }))
+        }
+        Ok(Frame {
+            message: ToWorker::Start { protocol, .. } | ToWorker::Exec { protocol, .. },
             ..
         }) => {
             return load_failed(format!(
@@ -241,6 +251,12 @@ fn run() -> u8 {
         // The host died before the parent-death signal was armed.
         return 1;
     }
+    if let Some(program) = program {
+        return crate::exec::run(&stream, &spec, &program);
+    }
+    let Some(cancel) = take_fd(CANCEL_FD, "cancel channel") else {
+        return 2;
+    };
     // Only the plugin process returns from here; the worker and the sandbox's init wait inside
     // and end as it does.
     let mut report = match sandbox::enter(&spec) {

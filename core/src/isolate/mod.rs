@@ -8,6 +8,7 @@
 //! retires the old one, whose busy workers finish their call and exit.
 
 pub(crate) mod channel;
+pub(crate) mod command;
 pub(crate) mod invoke;
 pub(crate) mod pool;
 pub(crate) mod spawn;

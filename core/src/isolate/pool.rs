@@ -57,9 +57,10 @@ impl Worker {
         let head = encode_head(message, blob.len());
         let channel = match message {
             ToWorker::Cancel { .. } => &self.process.cancel,
-            ToWorker::Call { .. } | ToWorker::Start { .. } | ToWorker::Answered { .. } => {
-                self.process.stream.get_ref()
-            }
+            ToWorker::Call { .. }
+            | ToWorker::Start { .. }
+            | ToWorker::Exec { .. }
+            | ToWorker::Answered { .. } => self.process.stream.get_ref(),
         };
         channel.write_all(&[&head, blob]).await
     }

@@ -13,6 +13,7 @@
 //! Processes are spawned from one long-lived thread: `PR_SET_PDEATHSIG` fires when the thread
 //! that created the child ends, and tokio's blocking threads come and go.
 
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
@@ -114,57 +115,27 @@ pub(crate) async fn start(
     shown: &Path,
     label: &str,
 ) -> io::Result<Process> {
-    let (host_end, worker_end) = StdUnixStream::pair()?;
     let (host_cancel, worker_cancel) = StdUnixStream::pair()?;
     let (status_read, status_write) = status_pipe()?;
-    // The worker's other descriptors wait for it on its channel, ahead of any frame: it takes
-    // them before it reads anything else (see `HANDED_OVER`).
-    let handed: Vec<BorrowedFd<'_>> = [
+    let mut env = inherited_env(&options.grants.env);
+    // Inside the sandbox /tmp is the worker's own tmpfs.
+    env.push(("TMPDIR".into(), "/tmp".into()));
+    env.push(("HOME".into(), "/tmp".into()));
+    let handed = [
         worker_cancel.as_fd(),
         payload.plugin.as_fd(),
         status_write.as_fd(),
-    ]
-    .into_iter()
-    .chain(payload.grants.fds.iter().map(|fd| fd.as_fd()))
-    .collect();
-    hand_over(&host_end, &handed)?;
+    ];
+    let (mut child, host_end) = spawn_worker(
+        options,
+        handed,
+        &payload.grants,
+        shown.as_os_str(),
+        env,
+        Stdio::piped(),
+    )
+    .await?;
     drop((worker_cancel, status_write));
-    // Nothing runs between fork and exec (no `pre_exec`), so std spawns with `posix_spawn`, a
-    // vfork: the host's memory is not copied on write, and a large host starts workers as fast
-    // as a small one. The worker makes its own session and arms its parent-death signal.
-    let mut cmd = Command::new(options.worker_executable());
-    cmd.arg(rho_worker::WORKER_ARG)
-        .arg(rho_protocol::PROTOCOL_VERSION.to_string())
-        .arg(shown)
-        .env_clear()
-        .stdin(Stdio::from(OwnedFd::from(worker_end)))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    for key in &options.grants.env {
-        if let Some(value) = std::env::var_os(key) {
-            cmd.env(key, value);
-        }
-    }
-    // Inside the sandbox /tmp is the worker's own tmpfs.
-    cmd.env("TMPDIR", "/tmp").env("HOME", "/tmp");
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let handle = tokio::runtime::Handle::current();
-    let job: Job = Box::new(move || {
-        let _runtime = handle.enter();
-        let spawned = cmd.spawn();
-        // The host's copy of the worker's end of the channel.
-        drop(cmd);
-        let _ = tx.send(spawned);
-    });
-    spawner()
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .send(job)
-        .map_err(|_| io::Error::other("the worker spawner thread is gone"))?;
-    let mut child = rx
-        .await
-        .map_err(|_| io::Error::other("the worker spawner thread dropped the request"))??;
     let pid = child.id().map(|p| p as i32).unwrap_or(0);
     let last_stderr = Arc::new(Mutex::new(None));
     let (marks, stderr_marks) = tokio::sync::watch::channel(0);
@@ -192,9 +163,69 @@ pub(crate) async fn start(
     })
 }
 
+/// The host's values of the environment `keys` that are set (every other variable is cleared).
+pub(crate) fn inherited_env(keys: &[String]) -> Vec<(OsString, OsString)> {
+    keys.iter()
+        .filter_map(|key| Some((key.into(), std::env::var_os(key)?)))
+        .collect()
+}
+
+/// Starts a worker process from the spawner thread: the worker's end of a new channel on its
+/// stdin, carrying `handed` (in [`HANDED_OVER`](rho_protocol::frames::HANDED_OVER) order) and
+/// the grants' descriptors; `env` its whole environment; stderr piped. Returns it and the host's
+/// end of the channel, on which nothing has been sent yet but the descriptors.
+pub(crate) async fn spawn_worker(
+    options: &WorkerOptions,
+    handed: [BorrowedFd<'_>; 3],
+    grants: &ResolvedGrants,
+    shown: &OsStr,
+    env: Vec<(OsString, OsString)>,
+    stdout: Stdio,
+) -> io::Result<(Child, StdUnixStream)> {
+    let (host_end, worker_end) = StdUnixStream::pair()?;
+    // The worker's other descriptors wait for it on its channel, ahead of any frame: it takes
+    // them before it reads anything else (see `HANDED_OVER`).
+    let handed: Vec<BorrowedFd<'_>> = handed
+        .into_iter()
+        .chain(grants.fds.iter().map(|fd| fd.as_fd()))
+        .collect();
+    hand_over(&host_end, &handed)?;
+    // Nothing runs between fork and exec (no `pre_exec`), so std spawns with `posix_spawn`, a
+    // vfork: the host's memory is not copied on write, and a large host starts workers as fast
+    // as a small one. The worker makes its own session and arms its parent-death signal.
+    let mut cmd = Command::new(options.worker_executable());
+    cmd.arg(rho_worker::WORKER_ARG)
+        .arg(rho_protocol::PROTOCOL_VERSION.to_string())
+        .arg(shown)
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::from(OwnedFd::from(worker_end)))
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let handle = tokio::runtime::Handle::current();
+    let job: Job = Box::new(move || {
+        let _runtime = handle.enter();
+        let spawned = cmd.spawn();
+        // The host's copy of the worker's end of the channel.
+        drop(cmd);
+        let _ = tx.send(spawned);
+    });
+    spawner()
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .send(job)
+        .map_err(|_| io::Error::other("the worker spawner thread is gone"))?;
+    let child = rx
+        .await
+        .map_err(|_| io::Error::other("the worker spawner thread dropped the request"))??;
+    Ok((child, host_end))
+}
+
 /// A pipe for [`STATUS_FD`]: the host's reading end (non-blocking, for the runtime) and the end
 /// the worker gets.
-fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two descriptors into `fds`, owned below.
     unsafe {
@@ -297,7 +328,9 @@ const MAX_LINE: usize = 16 << 10;
 
 /// The next line of `reader` (lossy UTF-8), cut at [`MAX_LINE`] bytes with a `...` marker;
 /// `None` at the end.
-async fn capped_line(reader: &mut (impl AsyncBufRead + Unpin)) -> io::Result<Option<String>> {
+pub(crate) async fn capped_line(
+    reader: &mut (impl AsyncBufRead + Unpin),
+) -> io::Result<Option<String>> {
     let mut line = Vec::new();
     let mut cut = false;
     loop {

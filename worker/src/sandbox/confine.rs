@@ -147,11 +147,16 @@ fn apply_limits(limits: &WorkerLimits) -> Result<(), String> {
     };
     set(libc::RLIMIT_CORE, "core dump", Some(0))?;
     set(libc::RLIMIT_AS, "memory", limits.memory_bytes)?;
+    set(libc::RLIMIT_DATA, "writable memory", limits.data_bytes)?;
     set(libc::RLIMIT_CPU, "CPU time", limits.cpu_seconds)?;
     set(libc::RLIMIT_NOFILE, "open files", limits.open_files)?;
     set(libc::RLIMIT_FSIZE, "file size", limits.file_bytes)?;
     // POSIX message queues: kernel memory outside the address space.
-    set(libc::RLIMIT_MSGQUEUE, "message queue", limits.memory_bytes)?;
+    set(
+        libc::RLIMIT_MSGQUEUE,
+        "message queue",
+        limits.memory_bytes.or(limits.data_bytes),
+    )?;
     set(libc::RLIMIT_NPROC, "processes", limits.processes)
 }
 

@@ -318,7 +318,7 @@ fn fail_grant(report: &mut SandboxReport, grant: &GrantPath, why: &str) {
 /// the limit together (16 queues of a sixteenth each); semaphores at the kernel's old defaults.
 /// `Ok(false)` without a memory limit.
 fn bound_ipc(limits: &WorkerLimits) -> Result<bool, String> {
-    let Some(memory) = limits.memory_bytes else {
+    let Some(memory) = limits.memory_bytes.or(limits.data_bytes) else {
         return Ok(false);
     };
     // SAFETY: sysconf has no preconditions.
