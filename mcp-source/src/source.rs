@@ -90,7 +90,25 @@ impl ToolSource for McpSource {
 struct Process {
     peer: Peer<RoleClient>,
     /// `Some(how it ended)` once it has.
-    ended: watch::Receiver<Option<String>>,
+    ended: watch::Receiver<Option<Down>>,
+}
+
+/// How a server process went down.
+#[derive(Clone)]
+struct Down {
+    /// Why, in words (`exited (exit status: 7)`, `hung: ...`), with its last stderr line.
+    why: String,
+    /// The tool whose call it hung in, when it was killed as hung.
+    hung: Option<String>,
+}
+
+impl Down {
+    fn because(why: impl Into<String>) -> Down {
+        Down {
+            why: why.into(),
+            hung: None,
+        }
+    }
 }
 
 /// What the source's calls, its client handler and its supervisor share.
@@ -242,17 +260,17 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
                     &mut given_up,
                 )
                 .await;
-                // Down first: calls from now on fail fast; then the group goes.
-                shared.set_up(Err(why.clone()));
+                // Down first: calls from now on fail fast; then the sandbox goes.
+                shared.set_up(Err(why.why.clone()));
                 child.kill();
-                let status = child.wait().await;
-                let ended = match (&why[..], status) {
-                    ("", Ok(status)) => format!("exited ({status})"),
-                    _ => why.clone(),
-                };
-                let _ = exited.send(Some(format!("{ended}{}", shared.last_words())));
+                let _ = child.wait().await;
+                let said = why.why.clone();
+                let _ = exited.send(Some(Down {
+                    why: format!("{said}{}", shared.last_words()),
+                    hung: why.hung,
+                }));
                 drop(running);
-                ended
+                said
             }
             Err(why) => why,
         };
@@ -289,7 +307,7 @@ async fn start(
     (
         RunningService<RoleClient, Handler>,
         SandboxedChild,
-        watch::Sender<Option<String>>,
+        watch::Sender<Option<Down>>,
     ),
     String,
 > {
@@ -426,7 +444,7 @@ async fn offer(
 }
 
 /// Serves until the server goes: its exit, its connection closing, or a hang found after a
-/// call was given up. Returns why (empty: it exited; the caller reads the status).
+/// call was given up. Returns why.
 async fn serve(
     running: &RunningService<RoleClient, Handler>,
     child: &mut SandboxedChild,
@@ -434,7 +452,7 @@ async fn serve(
     source: &RemoteSource,
     server: &McpServer,
     given_up: &mut mpsc::UnboundedReceiver<String>,
-) -> String {
+) -> Down {
     let peer = running.peer().clone();
     loop {
         tokio::select! {
@@ -442,16 +460,16 @@ async fn serve(
                 // A server whose stdout broke the protocol exits once its input is closed: the
                 // broken line is why it went.
                 if let Some(broke) = shared.broke.lock().unwrap_or_else(PoisonError::into_inner).take() {
-                    return broke;
+                    return Down::because(broke);
                 }
-                return match status {
+                return Down::because(match status {
                     Ok(status) => format!("exited ({status})"),
                     Err(e) => format!("could not be waited for: {e}"),
-                };
+                });
             }
             () = closed(&peer) => {
                 let broke = shared.broke.lock().unwrap_or_else(PoisonError::into_inner).take();
-                return broke.unwrap_or_else(|| "closed its connection".into());
+                return Down::because(broke.unwrap_or_else(|| "closed its connection".into()));
             }
             () = shared.relist.notified() => offer(&peer, shared, source, server).await,
             Some(tool) = given_up.recv() => {
@@ -462,11 +480,14 @@ async fn serve(
                 });
                 let answered = tokio::time::timeout(PING_DEADLINE, peer.send_request(ping)).await;
                 if !matches!(answered, Ok(Ok(_))) {
-                    return format!(
-                        "hung: tool `{tool}` was given up and the server did not answer a ping \
-                         within {} ms; killed and restarted",
-                        PING_DEADLINE.as_millis()
-                    );
+                    return Down {
+                        why: format!(
+                            "hung: tool `{tool}` was given up and the server did not answer a \
+                             ping within {} ms; killed and restarted",
+                            PING_DEADLINE.as_millis()
+                        ),
+                        hung: Some(tool),
+                    };
                 }
             }
         }
@@ -589,17 +610,24 @@ impl RemoteTool for McpTool {
                     )
                     .await
                     .ok()
-                    .and_then(|seen| seen.ok().and_then(|how| how.clone()));
-                    Err(Failure::crashed(match how {
-                        Some(how) => format!(
-                            "mcp server `{}` {how} during the call of `{name}`",
-                            shared.name
-                        ),
-                        None => format!(
+                    .and_then(|seen| seen.ok().and_then(|down| down.clone()));
+                    Err(match how {
+                        Some(Down { why, hung }) => {
+                            let text = format!(
+                                "mcp server `{}` {why} during the call of `{name}`",
+                                shared.name
+                            );
+                            // A call ended by another tool's hang: that tool is charged.
+                            match hung.filter(|hung| *hung != name) {
+                                Some(hung) => Failure::crashed_by(hung, text),
+                                None => Failure::crashed(text),
+                            }
+                        }
+                        None => Failure::crashed(format!(
                             "mcp server `{}` failed the call of `{name}`: {e}",
                             shared.name
-                        ),
-                    }))
+                        )),
+                    })
                 }
             }
         })

@@ -237,6 +237,16 @@ impl Failure {
     pub fn crashed(text: impl Into<String>) -> Failure {
         Failure::Crash(CrashReason::Formatted(text.into()))
     }
+
+    /// A crash another tool of the same origin caused (`by`: it hung, and the process serving
+    /// both was restarted): outcome `crashed`, the text as the call's error, and the crash
+    /// counted against `by` in the host's health, not against the tool of this call.
+    pub fn crashed_by(by: impl Into<String>, text: impl Into<String>) -> Failure {
+        Failure::Crash(CrashReason::CausedBy {
+            by: by.into(),
+            text: text.into(),
+        })
+    }
 }
 
 /// Why a call's task ended abnormally, as the loop knows it. Built from host data only: nothing
@@ -253,13 +263,20 @@ pub enum CrashReason {
     ProcessDied(String),
     /// The process running the tool broke the protocol: the text says how.
     Protocol(String),
+    /// Another tool of the same origin caused it (see [`Failure::crashed_by`]).
+    CausedBy {
+        /// The tool that caused it, counted against.
+        by: String,
+        /// What happened, the call's error.
+        text: String,
+    },
 }
 
 /// The error text of a call whose task ended abnormally. A crash the task formatted itself reads
 /// as that text.
 pub fn crash_text(reason: &CrashReason) -> String {
     match reason {
-        CrashReason::Formatted(text) => text.clone(),
+        CrashReason::Formatted(text) | CrashReason::CausedBy { text, .. } => text.clone(),
         CrashReason::NonStringPanic => "the tool's task panicked with a non-string payload".into(),
         CrashReason::Aborted => "the tool's task was aborted before it answered".into(),
         CrashReason::ProcessDied(how) => format!("the plugin's worker process died: {how}"),

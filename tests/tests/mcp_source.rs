@@ -214,11 +214,27 @@ async fn a_hung_server_is_found_by_a_ping_after_a_timeout_and_restarted() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let r = host.call("echo", json!({"text": "still here"})).await;
     assert_eq!(r.structured, Some(json!({"result": "still here"})));
-    // A call that blocks the server: timed out at once, then the server is found hung.
+    // A call that blocks the server: timed out at once, then the server is found hung. Two
+    // calls of `echo` stuck behind it end `crashed`, naming the hang, and are charged to `hang`:
+    // its timeout and those two crashes quarantine it (3 within the window), not `echo`.
     let started = Instant::now();
+    let stuck: Vec<_> = (0..2)
+        .map(|_| {
+            let host = host.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                host.call("echo", json!({"text": "stuck"})).await
+            })
+        })
+        .collect();
     let r = host.call("hang", json!({})).await;
     assert_eq!(r.outcome, Outcome::TimedOut, "{}", r.text());
     assert!(started.elapsed() < Duration::from_secs(2));
+    for call in stuck {
+        let r = call.await.unwrap();
+        assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
+        assert!(r.text().contains("hung: tool `hang`"), "{}", r.text());
+    }
     let warning = loop {
         let Ok(Some(item)) = tokio::time::timeout(Duration::from_secs(20), events.next()).await
         else {
@@ -232,6 +248,9 @@ async fn a_hung_server_is_found_by_a_ping_after_a_timeout_and_restarted() {
     };
     assert!(warning.contains("hung: tool `hang`"), "{warning}");
     until_back(&host, Duration::from_secs(30)).await;
+    let r = host.call("hang", json!({})).await;
+    assert_eq!(r.outcome, Outcome::Quarantined, "{}", r.text());
+    assert!(r.text().contains("2 crash(es) and 1 timeout(s)"), "{}", r.text());
     host.shutdown().await;
 }
 

@@ -342,24 +342,22 @@ impl ToolRunner {
                     .await
             }
         };
-        let mut result = match &resolved {
-            _ if self.stop.token.is_cancelled() => ToolResult::failed(
-                &call.id,
-                &call.name,
-                Outcome::Error,
-                self.stop.text(&call.name),
-            ),
-            None => ToolResult::failed(
-                &call.id,
-                &call.name,
-                Outcome::UnknownTool,
-                self.unknown_text(&call.name),
-            ),
+        let (mut result, caused_by) = match &resolved {
+            _ if self.stop.token.is_cancelled() => {
+                let text = self.stop.text(&call.name);
+                let stopped = ToolResult::failed(&call.id, &call.name, Outcome::Error, text);
+                (stopped, None)
+            }
+            None => {
+                let text = self.unknown_text(&call.name);
+                let unknown = ToolResult::failed(&call.id, &call.name, Outcome::UnknownTool, text);
+                (unknown, None)
+            }
             Some(tool) => self.execute(call, tool, gate, answerer, options).await,
         };
         result.duration = started.elapsed();
         if let Some(tool) = &resolved {
-            self.registry.record(tool, &result);
+            self.registry.record(tool, &result, caused_by.as_deref());
         }
         // The view (a copy of the text, a hash of each image) is built only for someone who reads
         // it: a subscriber or sink of end events, or the store of recent images.
@@ -418,8 +416,11 @@ impl ToolRunner {
         gate: &Arc<dyn Gate>,
         answerer: &Arc<dyn Answerer>,
         options: &CallOptions,
-    ) -> ToolResult {
-        let fail = |outcome, text: String| ToolResult::failed(&call.id, &call.name, outcome, text);
+    ) -> (ToolResult, Option<String>) {
+        let fail = |outcome, text: String| {
+            let failed = ToolResult::failed(&call.id, &call.name, outcome, text);
+            (failed, None)
+        };
         if let Some(reason) = self.registry.quarantined(tool) {
             return fail(Outcome::Quarantined, reason);
         }
@@ -503,13 +504,13 @@ impl ToolRunner {
             pending: questions,
             answerer: answerer.clone(),
         };
-        let result = self
+        let ended_as = self
             .supervise(call, tool, options, task, running_rx, questions, &ctx)
             .await;
         *ended
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
-        result
+        ended_as
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -596,7 +597,7 @@ impl ToolRunner {
         mut running_rx: oneshot::Receiver<Instant>,
         mut questions: Questions,
         ctx: &ToolCtx,
-    ) -> ToolResult {
+    ) -> (ToolResult, Option<String>) {
         let session = options.session_id.as_deref();
         let timeout = self.timeout_for(tool);
         let cancelled = async {
@@ -690,6 +691,7 @@ impl ToolRunner {
             }
         };
         let mut structured = None;
+        let mut caused_by = None;
         let (outcome, output, details) = match end {
             Ok(TaskEnd::Blocked(reason)) => (Outcome::Blocked, Output::Text(reason), None),
             Ok(TaskEnd::GateCrashed(text)) => (Outcome::Crashed, Output::Text(text), None),
@@ -721,6 +723,9 @@ impl ToolRunner {
                     (Outcome::Error, Output::Text(text), reply.details)
                 }
                 Failure::Crash(reason) => {
+                    if let CrashReason::CausedBy { by, .. } = &reason {
+                        caused_by = Some(by.clone());
+                    }
                     (Outcome::Crashed, Output::Text(crash_text(&reason)), None)
                 }
                 Failure::InvalidArguments(text) => (
@@ -750,7 +755,7 @@ impl ToolRunner {
             Some(limit) => cut_output(&call.name, output, limit),
             None => (output, None),
         };
-        ToolResult {
+        let result = ToolResult {
             call_id: call.id.clone(),
             tool: call.name.clone(),
             outcome,
@@ -759,7 +764,8 @@ impl ToolRunner {
             details,
             full_text,
             duration: Duration::ZERO,
-        }
+        };
+        (result, caused_by)
     }
 
     /// Turns the task's join result into its end, reading nothing of a foreign panic payload but

@@ -173,30 +173,41 @@ impl Health {
             .map(|(_, reason)| reason.clone())
     }
 
-    /// Records the end of a call of `tool` of `generation`.
+    /// Records the end of a call of `tool` of `generation`: counted in its figures, and a crash or
+    /// timeout charged to it (see [`Health::charge`]) unless `charged` is `false` (another tool
+    /// caused it, and is charged instead).
     pub fn record(
         &mut self,
         policy: &QuarantinePolicy,
         tool: &ToolKey<'_>,
         end: &CallEnd<'_>,
+        charged: bool,
     ) -> Change {
+        let CallEnd {
+            outcome, duration, ..
+        } = *end;
+        let Some(entry) = self.entry(tool) else {
+            return Change::None;
+        };
+        entry.tally.count(outcome, duration.as_secs_f64() * 1000.0);
+        if !charged {
+            return Change::None;
+        }
+        self.charge(policy, tool, end)
+    }
+
+    /// The entry of `tool`, made if new, started over for a new generation.
+    fn entry(&mut self, tool: &ToolKey<'_>) -> Option<&mut Entry> {
         let ToolKey {
             tool,
             origin,
             generation,
         } = *tool;
-        let CallEnd {
-            outcome,
-            duration,
-            text,
-        } = *end;
         // No allocation for a tool already known (every call but its first).
         if !self.entries.contains_key(tool) {
             self.entries.insert(tool.to_owned(), Default::default());
         }
-        let Some(entry) = self.entries.get_mut(tool) else {
-            return Change::None;
-        };
+        let entry = self.entries.get_mut(tool)?;
         if entry.generation != generation {
             entry.generation = generation;
             entry.failures.clear();
@@ -207,10 +218,26 @@ impl Health {
         if entry.tally.stats.origin != *origin {
             entry.tally.stats.origin = origin.clone();
         }
-        entry.tally.count(outcome, duration.as_secs_f64() * 1000.0);
+        Some(entry)
+    }
+
+    /// Charges a crash or timeout (`end`) to `tool` without counting a call of it: quarantine
+    /// after [`QuarantinePolicy::max_failures`] within its window. Other outcomes charge nothing.
+    pub fn charge(
+        &mut self,
+        policy: &QuarantinePolicy,
+        tool: &ToolKey<'_>,
+        end: &CallEnd<'_>,
+    ) -> Change {
+        let CallEnd { outcome, text, .. } = *end;
+        let (name, origin, generation) = (tool.tool, tool.origin, tool.generation);
         if !matches!(outcome, Outcome::Crashed | Outcome::TimedOut) || policy.max_failures == 0 {
             return Change::None;
         }
+        let Some(entry) = self.entry(tool) else {
+            return Change::None;
+        };
+        let tool = name;
         let now = Instant::now();
         entry.failures.push_back((now, outcome));
         entry.last_failure = format!("{outcome}: {text}");
@@ -407,7 +434,8 @@ mod tests {
                     outcome: Outcome::Crashed,
                     duration: d,
                     text: "boom"
-                }
+                },
+                true
             ),
             Change::None
         );
@@ -423,7 +451,8 @@ mod tests {
                     outcome: Outcome::Ok,
                     duration: d,
                     text: ""
-                }
+                },
+                true
             ),
             Change::None
         );
@@ -439,7 +468,8 @@ mod tests {
                     outcome: Outcome::TimedOut,
                     duration: d,
                     text: "slow"
-                }
+                },
+                true
             ),
             Change::None
         );
@@ -455,6 +485,7 @@ mod tests {
                 duration: d,
                 text: "bang",
             },
+            true,
         ) else {
             panic!("not quarantined");
         };

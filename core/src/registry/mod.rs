@@ -411,34 +411,50 @@ impl ToolRegistry {
     }
 
     /// Records how a call of `tool` ended (the seed's `watch`): counts, durations, and quarantine
-    /// after repeated crashes or timeouts.
-    pub(crate) fn record(&self, tool: &ResolvedTool, result: &ToolResult) {
+    /// after repeated crashes or timeouts. A crash `caused_by` another tool of the same origin
+    /// (it hung, and the process serving both was restarted) is charged to that tool instead.
+    pub(crate) fn record(&self, tool: &ResolvedTool, result: &ToolResult, caused_by: Option<&str>) {
         let policy = *self
             .inner
             .policy
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        let key = ToolKey {
-            tool: &tool.spec.name,
-            origin: &tool.origin,
-            generation: tool.generation,
-        };
+        let culprit = caused_by
+            .and_then(|by| self.lookup(by))
+            .filter(|culprit| culprit.origin == tool.origin);
+        fn key(tool: &ResolvedTool) -> ToolKey<'_> {
+            ToolKey {
+                tool: &tool.spec.name,
+                origin: &tool.origin,
+                generation: tool.generation,
+            }
+        }
+        let text = result.text();
         let end = CallEnd {
             outcome: result.outcome,
             duration: result.duration,
-            text: &result.text(),
+            text: &text,
         };
-        let change = self.health().record(&policy, &key, &end);
-        if let Change::Quarantined(reason) = change {
-            tracing::warn!(tool = %tool.spec.name, %reason, "tool quarantined");
-            self.inner.bus.publish(
-                None,
-                EventKind::ToolQuarantined {
-                    tool: tool.spec.name.clone(),
-                    origin: tool.origin.to_string(),
-                    reason,
-                },
-            );
+        let changes = {
+            let mut health = self.health();
+            let own = health.record(&policy, &key(tool), &end, culprit.is_none());
+            let charged = culprit
+                .as_ref()
+                .map(|culprit| (culprit, health.charge(&policy, &key(culprit), &end)));
+            [Some((tool, own)), charged]
+        };
+        for (tool, change) in changes.into_iter().flatten() {
+            if let Change::Quarantined(reason) = change {
+                tracing::warn!(tool = %tool.spec.name, %reason, "tool quarantined");
+                self.inner.bus.publish(
+                    None,
+                    EventKind::ToolQuarantined {
+                        tool: tool.spec.name.clone(),
+                        origin: tool.origin.to_string(),
+                        reason,
+                    },
+                );
+            }
         }
     }
 
