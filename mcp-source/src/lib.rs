@@ -17,12 +17,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! See [`McpSource`] for the supervision's rules. Not yet in this version: the sandbox of
-//! isolated plugins around the server's process, Streamable HTTP servers, and one process per
-//! call (`stateless`): a stdio server runs with the host's user's rights, as in other agent
-//! hosts.
+//! The server runs in the sandbox of isolated plugins ([`rho_runtime::SandboxedCommand`]), deny
+//! by default, with its entry's grants ([`McpServer::grants`]). See [`McpSource`] for the
+//! supervision's rules, and [`McpServer::stateless`] for one server process per call.
 #![warn(missing_docs)]
 
+mod call;
 mod config;
 mod convert;
 pub mod logs;

@@ -1,7 +1,9 @@
 //! [`McpSource`]: one MCP server over stdio as a supervised tool source.
 //!
-//! The source starts the server (a process group of its own, a cleared environment but for the
-//! keys its entry lists, its stderr kept, bounded), initializes it within
+//! The source starts the server in the sandbox of isolated plugins
+//! ([`SandboxedCommand`]: its whole process tree in a PID namespace of its own, a cleared
+//! environment but for the keys its grants list, `HOME` a private directory kept across its
+//! restarts and removed with the source, its stderr kept, bounded), initializes it within
 //! [`McpServer::start_timeout_ms`], lists its tools and offers them to the host's registry. It then
 //! watches the process: an exit (or a broken connection) takes the server down, its calls in
 //! flight end `crashed` naming the server and how it ended, and calls made while it is down end
@@ -14,7 +16,12 @@
 //! (the call's request future is dropped); a second later the source pings the server with a
 //! 5 s deadline: a server that does not answer is hung, and is killed and restarted, its other
 //! calls ending `crashed` with a text naming the tool that hung. A server busy with a long call
-//! still answers pings, and is not declared hung.
+//! still answers pings, and is not declared hung. Its calls that were in flight are charged to
+//! the tool that hung ([`Failure::crashed_by`]), not to their own tools.
+//!
+//! With [`McpServer::stateless`] each call starts a server process of its own (`crate::call`),
+//! ended with the call: a crash or a hang touches that call alone, and needs no restart. The
+//! process the source keeps lists the tools.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -23,19 +30,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rho_runtime::{
-    Failure, Question, RemoteCall, RemoteSource, RemoteTool, RemoteToolEntry, Reply,
-    SandboxedChild, SandboxedCommand, ToolCtx, ToolSource, WorkerOptions,
+    Failure, Question, RemoteSource, RemoteToolEntry, Reply, SandboxedChild, SandboxedCommand,
+    ToolCtx, ToolSource, WorkerOptions,
 };
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
-    ClientConfig, ClientRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
-    Implementation, NumberOrString, PingRequest, ProgressNotificationParam, ProgressToken,
-    RequestMetaObject, ServerResult,
+    ClientCapabilities, ClientConfig, ClientRequest, ElicitRequestParams, ElicitResult,
+    ElicitationAction, Implementation, PingRequest, ProgressNotificationParam,
 };
-use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RunningService};
+use rmcp::service::{NotificationContext, RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData as McpError, Peer, RoleClient, ServiceExt};
-use serde_json::Value;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::config::McpServer;
 use crate::convert;
@@ -87,19 +91,19 @@ impl ToolSource for McpSource {
 }
 
 /// One running server process: its peer, and how it ended once it has.
-struct Process {
-    peer: Peer<RoleClient>,
+pub(crate) struct Process {
+    pub peer: Peer<RoleClient>,
     /// `Some(how it ended)` once it has.
-    ended: watch::Receiver<Option<Down>>,
+    pub ended: watch::Receiver<Option<Down>>,
 }
 
 /// How a server process went down.
 #[derive(Clone)]
-struct Down {
+pub(crate) struct Down {
     /// Why, in words (`exited (exit status: 7)`, `hung: ...`), with its last stderr line.
-    why: String,
+    pub why: String,
     /// The tool whose call it hung in, when it was killed as hung.
-    hung: Option<String>,
+    pub hung: Option<String>,
 }
 
 impl Down {
@@ -112,27 +116,47 @@ impl Down {
 }
 
 /// What the source's calls, its client handler and its supervisor share.
-struct Shared {
-    name: String,
+pub(crate) struct Shared {
+    pub name: String,
     /// The process serving now; `None` while down, with why and when it comes back.
     up: Mutex<Result<Arc<Process>, String>>,
     /// The calls in flight, by the progress token rmcp gave their request.
-    calls: Mutex<BTreeMap<String, ToolCtx>>,
+    pub calls: Mutex<BTreeMap<String, ToolCtx>>,
     /// Progress that came before its call was registered (rmcp names a request's token only once
     /// it is sent): a few, briefly.
     early: Mutex<std::collections::VecDeque<(String, String)>>,
     /// The server said its tool list changed.
     relist: Notify,
     /// A call was given up (its tool's name): check the server is not hung.
-    abandoned: mpsc::UnboundedSender<String>,
+    pub abandoned: mpsc::UnboundedSender<String>,
     /// The server's last stderr lines.
     stderr: Mutex<std::collections::VecDeque<String>>,
     /// How the running server broke the protocol on its stdout, once it has.
     broke: Arc<Mutex<Option<String>>>,
+    /// `stateless = true`: how each call starts a server process of its own.
+    pub per_call: Option<Arc<PerCall>>,
 }
 
 impl Shared {
-    fn up(&self) -> Result<Arc<Process>, String> {
+    fn new(
+        name: &str,
+        abandoned: mpsc::UnboundedSender<String>,
+        per_call: Option<Arc<PerCall>>,
+    ) -> Arc<Shared> {
+        Arc::new(Shared {
+            name: name.to_owned(),
+            up: Mutex::new(Err(format!("mcp server `{name}` is starting"))),
+            calls: Mutex::default(),
+            early: Mutex::default(),
+            relist: Notify::new(),
+            abandoned,
+            stderr: Mutex::default(),
+            broke: Arc::default(),
+            per_call,
+        })
+    }
+
+    pub fn up(&self) -> Result<Arc<Process>, String> {
         self.up
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -154,7 +178,7 @@ impl Shared {
     }
 
     /// Registers the call of `token`, handing it the progress that came before.
-    fn register(&self, token: &str, ctx: &ToolCtx) {
+    pub fn register(&self, token: &str, ctx: &ToolCtx) {
         self.calls
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -178,7 +202,7 @@ impl Shared {
             (None, Some(total)) => format!("{}/{total}", params.progress),
             (None, None) => params.progress.to_string(),
         };
-        let token = token_key(&params.progress_token);
+        let token = crate::call::token_key(&params.progress_token);
         let ctx = self
             .calls
             .lock()
@@ -197,6 +221,14 @@ impl Shared {
         }
     }
 
+    /// How the running server broke the protocol on its stdout, taken, if it has.
+    fn take_broke(&self) -> Option<String> {
+        self.broke
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
     /// The server's last stderr line, for texts that say how it ended.
     fn last_words(&self) -> String {
         let stderr = self.stderr.lock().unwrap_or_else(PoisonError::into_inner);
@@ -211,16 +243,6 @@ impl Shared {
 /// drops this future.
 async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSource) {
     let (abandoned, mut given_up) = mpsc::unbounded_channel();
-    let shared = Arc::new(Shared {
-        name: server.name.clone(),
-        up: Mutex::new(Err(format!("mcp server `{}` is starting", server.name))),
-        calls: Mutex::default(),
-        early: Mutex::default(),
-        relist: Notify::new(),
-        abandoned,
-        stderr: Mutex::default(),
-        broke: Arc::default(),
-    });
     // The server's private home, kept across its restarts (its caches stay warm) and removed
     // with the source.
     let home = rho_runtime::secure_temp_dir().and_then(|dir| {
@@ -233,10 +255,24 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
         Err(e) => {
             let why = format!("mcp server `{}`: no private home for it: {e}", server.name);
             tracing::error!(server = %server.name, "{why}");
-            shared.set_up(Err(why));
-            return std::future::pending().await;
+            source.bus().publish(
+                None,
+                rho_runtime::EventKind::Warning {
+                    subject: format!("mcp:{}", server.name),
+                    message: why,
+                },
+            );
+            return;
         }
     };
+    let per_call = server.stateless.then(|| {
+        Arc::new(PerCall {
+            server: server.clone(),
+            workers: workers.clone(),
+            home: home.path().to_owned(),
+        })
+    });
+    let shared = Shared::new(&server.name, abandoned, per_call);
     let mut backoff = FIRST_BACKOFF;
     loop {
         let started = Instant::now();
@@ -425,7 +461,7 @@ async fn offer(
         .map(|tool| RemoteToolEntry {
             spec: convert::spec(&server.name, tool, server.tools.get(tool.name.as_ref())),
             origin: format!("mcp:{}", server.name),
-            tool: Arc::new(McpTool {
+            tool: Arc::new(crate::call::McpTool {
                 shared: shared.clone(),
                 name: tool.name.to_string(),
             }),
@@ -459,13 +495,7 @@ async fn serve(
             status = child.wait() => {
                 // A server whose stdout broke the protocol exits once its input is closed: the
                 // broken line is why it went.
-                if let Some(broke) = shared.broke.lock().unwrap_or_else(PoisonError::into_inner).take() {
-                    return Down::because(broke);
-                }
-                return Down::because(match status {
-                    Ok(status) => format!("exited ({status})"),
-                    Err(e) => format!("could not be waited for: {e}"),
-                });
+                return Down::because(exit_why(shared, status));
             }
             () = closed(&peer) => {
                 let broke = shared.broke.lock().unwrap_or_else(PoisonError::into_inner).take();
@@ -494,6 +524,69 @@ async fn serve(
     }
 }
 
+/// Why a server process that exited went: the protocol it broke on its stdout, else its status.
+/// A server whose stdout broke the protocol exits once its input is closed: the broken line is
+/// why it went.
+fn exit_why(shared: &Shared, status: std::io::Result<std::process::ExitStatus>) -> String {
+    if let Some(broke) = shared.take_broke() {
+        return broke;
+    }
+    match status {
+        Ok(status) => format!("exited ({status})"),
+        Err(e) => format!("could not be waited for: {e}"),
+    }
+}
+
+/// `stateless = true`: what a call needs to start a server process of its own.
+pub(crate) struct PerCall {
+    server: McpServer,
+    workers: WorkerOptions,
+    home: std::path::PathBuf,
+}
+
+impl PerCall {
+    /// Starts and initializes a server process for one call: it, the calls and progress of its
+    /// own, and the sender that ends it (dropped, it ends too: a call given up ends its process).
+    pub async fn start(
+        &self,
+        source: &Shared,
+    ) -> Result<(Process, Arc<Shared>, oneshot::Sender<()>), Failure> {
+        let name = &self.server.name;
+        // No hang check: the process ends with its call.
+        let (abandoned, _) = mpsc::unbounded_channel();
+        let own = Shared::new(name, abandoned, None);
+        let (running, mut child, exited) = start(&self.server, &self.workers, &self.home, &own)
+            .await
+            .map_err(|why| {
+                let text = format!("mcp server `{name}` could not start for the call: {why}");
+                tracing::warn!(server = %source.name, "{text}");
+                Failure::Unavailable(text)
+            })?;
+        let process = Process {
+            peer: running.peer().clone(),
+            ended: exited.subscribe(),
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let watched = own.clone();
+        tokio::spawn(async move {
+            let exit = tokio::select! {
+                status = child.wait() => Some(exit_why(&watched, status)),
+                _ = stopped => None,
+            };
+            child.kill();
+            let _ = child.wait().await;
+            if let Some(why) = exit {
+                let _ = exited.send(Some(Down::because(format!(
+                    "{why}{}",
+                    watched.last_words()
+                ))));
+            }
+            drop(running);
+        });
+        Ok((process, own, stop))
+    }
+}
+
 /// Resolves once the peer's connection is closed.
 async fn closed(peer: &Peer<RoleClient>) {
     loop {
@@ -501,136 +594,6 @@ async fn closed(peer: &Peer<RoleClient>) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// One tool of the server, as the registry calls it.
-struct McpTool {
-    shared: Arc<Shared>,
-    name: String,
-}
-
-/// Takes a call out of the calls in flight when it ends; ended before its answer (its timeout,
-/// a cancellation), it tells the server (`notifications/cancelled`) and has the supervisor check
-/// the server still answers.
-struct InFlight {
-    shared: Arc<Shared>,
-    token: String,
-    request: Option<(Peer<RoleClient>, rmcp::model::RequestId)>,
-    tool: String,
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.shared
-            .calls
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.token);
-        if let Some((peer, id)) = self.request.take() {
-            let _ = self.shared.abandoned.send(self.tool.clone());
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move {
-                    let cancelled = CancelledNotificationParam::new(
-                        Some(id),
-                        Some("the host gave up on the call".into()),
-                    );
-                    let _ = peer.notify_cancelled(cancelled).await;
-                });
-            }
-        }
-    }
-}
-
-/// A progress token as the calls' map keys it.
-fn token_key(token: &ProgressToken) -> String {
-    match &token.0 {
-        NumberOrString::Number(n) => n.to_string(),
-        NumberOrString::String(s) => format!("s:{s}"),
-    }
-}
-
-impl RemoteTool for McpTool {
-    fn call(&self, args: Arc<Value>, ctx: ToolCtx) -> RemoteCall {
-        let shared = self.shared.clone();
-        let name = self.name.clone();
-        Box::pin(async move {
-            let process = shared.up().map_err(Failure::Unavailable)?;
-            let mut params = CallToolRequestParams::new(name.clone());
-            if let Value::Object(map) = &*args {
-                params = params.with_arguments(map.clone());
-            }
-            if let Some(traceparent) = ctx.traceparent() {
-                let mut meta = RequestMetaObject::default();
-                meta.0
-                    .insert("traceparent".into(), Value::String(traceparent.into()));
-                params.meta = Some(meta);
-            }
-            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-            let sent = process
-                .peer
-                .send_cancellable_request(request, PeerRequestOptions::no_options())
-                .await;
-            let result = match sent {
-                Ok(handle) => {
-                    let token = token_key(&handle.progress_token);
-                    shared.register(&token, &ctx);
-                    let mut in_flight = InFlight {
-                        shared: shared.clone(),
-                        token,
-                        request: Some((process.peer.clone(), handle.id.clone())),
-                        tool: name.clone(),
-                    };
-                    let result = handle.await_response().await;
-                    in_flight.request = None;
-                    result
-                }
-                Err(e) => Err(e),
-            };
-            match result {
-                Ok(ServerResult::CallToolResult(result)) => convert::answer(&shared.name, result),
-                Ok(other) => Err(Failure::crashed(format!(
-                    "mcp server `{}` answered the call of `{name}` with what is not a tool's \
-                     result: {other:?}",
-                    shared.name
-                ))),
-                // The server answered the request with an error: the tool's error.
-                Err(rmcp::ServiceError::McpError(error)) => {
-                    Err(Failure::Tool(rho_runtime::ToolError::new(format!(
-                        "mcp server `{}` refused the call of `{name}`: {}",
-                        shared.name, error.message
-                    ))))
-                }
-                Err(e) => {
-                    // How the server ended, once its supervisor has seen it (a moment).
-                    let mut ended = process.ended.clone();
-                    let how = tokio::time::timeout(
-                        Duration::from_secs(2),
-                        ended.wait_for(Option::is_some),
-                    )
-                    .await
-                    .ok()
-                    .and_then(|seen| seen.ok().and_then(|down| down.clone()));
-                    Err(match how {
-                        Some(Down { why, hung }) => {
-                            let text = format!(
-                                "mcp server `{}` {why} during the call of `{name}`",
-                                shared.name
-                            );
-                            // A call ended by another tool's hang: that tool is charged.
-                            match hung.filter(|hung| *hung != name) {
-                                Some(hung) => Failure::crashed_by(hung, text),
-                                None => Failure::crashed(text),
-                            }
-                        }
-                        None => Failure::crashed(format!(
-                            "mcp server `{}` failed the call of `{name}`: {e}",
-                            shared.name
-                        )),
-                    })
-                }
-            }
-        })
     }
 }
 

@@ -3,7 +3,8 @@ misbehaves on request (run as a tool source by tests/tests/mcp_source.rs).
 
 Usage: mcp_server.py [exit_at_start]. Its tools: echo, slow (progress), image, crash (exits 7),
 hang (blocks its event loop: no answer, no ping), garbage (writes what is not MCP on stdout),
-flood_stderr, big, spawn (children that call setsid and sleep), ask (elicitation), log."""
+flood_stderr, big, spawn (children that call setsid and sleep), ask (elicitation), log, count
+(how many calls of it this process has served)."""
 import asyncio, os, sys, time
 
 if sys.argv[1:] == ["exit_at_start"]:
@@ -32,6 +33,15 @@ async def slow(ms: int, ctx: Context) -> str:
 def image() -> Image:
     """A tiny PNG."""
     return Image(data=b"\x89PNG\r\n\x1a\nfake", format="png")
+
+calls_counted = 0
+
+@mcp.tool()
+def count() -> int:
+    """Answers how many calls of it this server process has served, this one included."""
+    global calls_counted
+    calls_counted += 1
+    return calls_counted
 
 @mcp.tool()
 def crash() -> str:

@@ -250,7 +250,11 @@ async fn a_hung_server_is_found_by_a_ping_after_a_timeout_and_restarted() {
     until_back(&host, Duration::from_secs(30)).await;
     let r = host.call("hang", json!({})).await;
     assert_eq!(r.outcome, Outcome::Quarantined, "{}", r.text());
-    assert!(r.text().contains("2 crash(es) and 1 timeout(s)"), "{}", r.text());
+    assert!(
+        r.text().contains("2 crash(es) and 1 timeout(s)"),
+        "{}",
+        r.text()
+    );
     host.shutdown().await;
 }
 
@@ -503,6 +507,34 @@ async fn the_reference_everything_server_from_npm_serves_through_rho() {
         .filter(|b| matches!(b, rho_runtime::Block::Link(_)))
         .count();
     assert_eq!(links, 2, "{:?}", r.output);
+    host.shutdown().await;
+}
+
+/// `stateless = true`: each call has a server process of its own, so no state carries over, a
+/// crash ends that call alone (naming the exit), and a hung call's process goes with its timeout:
+/// the next call needs no restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_server_runs_one_process_per_call() {
+    let mut stateless = server(&[]);
+    stateless.stateless = true;
+    let mut runner = RunnerConfig::default();
+    runner
+        .timeout_overrides
+        .insert("hang".into(), Duration::from_millis(300));
+    let host = host_over(stateless, runner).await;
+    for _ in 0..3 {
+        let r = host.call("count", json!({})).await;
+        assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+        assert_eq!(r.structured, Some(json!({"result": 1})), "{}", r.text());
+    }
+    let r = host.call("crash", json!({})).await;
+    assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
+    assert!(r.text().contains("exit status: 7"), "{}", r.text());
+    assert!(r.text().contains("crashing on purpose"), "{}", r.text());
+    let r = host.call("hang", json!({})).await;
+    assert_eq!(r.outcome, Outcome::TimedOut, "{}", r.text());
+    let r = host.call("echo", json!({"text": "at once"})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
     host.shutdown().await;
 }
 
