@@ -235,8 +235,17 @@ async fn add_mcp_servers(
                 EventKind::RemoteToolsChanged { source, .. } => {
                     waiting.remove(source);
                 }
-                EventKind::Warning { subject, message } if waiting.remove(subject) => {
-                    eprintln!("rho: {}", crate::render::terminal_safe(message));
+                EventKind::SourceStateChanged {
+                    source,
+                    state: rho_runtime::SourceState::Restarting | rho_runtime::SourceState::Down,
+                    retry_in_ms,
+                    message,
+                    ..
+                } if waiting.remove(source) => {
+                    let retry = retry_in_ms
+                        .map(|ms| format!("; restarting in {ms} ms"))
+                        .unwrap_or_default();
+                    eprintln!("rho: {}{retry}", crate::render::terminal_safe(message));
                 }
                 _ => {}
             },

@@ -379,6 +379,22 @@ pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
             _ if *behind == 0 => format!("export to {exporter}: caught up at seq {confirmed}"),
             _ => format!("export to {exporter}: {behind} events behind, seq {confirmed} confirmed"),
         },
+        EventKind::SourceStateChanged {
+            source,
+            kind,
+            state,
+            retry_in_ms,
+            message,
+        } => {
+            let mut s = format!("{source} ({kind}): {state}");
+            if let Some(ms) = retry_in_ms {
+                s.push_str(&format!(" in {:.1} s", *ms as f64 / 1000.0));
+            }
+            if !message.is_empty() {
+                s.push_str(&format!(": {message}"));
+            }
+            s
+        }
         // A kind newer than this view: its type name says what it is.
         other => other.type_name().to_owned(),
     };

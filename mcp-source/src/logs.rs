@@ -41,11 +41,13 @@ pub fn to_mcp(level: LogLevel) -> LoggingLevel {
     }
 }
 
-/// The level and text of a log message (its data as text: a string as it is, else its JSON).
-pub(crate) fn line(params: &LoggingMessageNotificationParam) -> (LogLevel, String) {
-    let text = match &params.data {
-        Value::String(s) => s.clone(),
+/// The level and text of a log message's params (its data as text: a string as it is, else
+/// its JSON); `None` when they are not a log message's.
+pub(crate) fn line(params: Value) -> Option<(LogLevel, String)> {
+    let params: LoggingMessageNotificationParam = serde_json::from_value(params).ok()?;
+    let text = match params.data {
+        Value::String(s) => s,
         other => other.to_string(),
     };
-    (from_mcp(params.level), text)
+    Some((from_mcp(params.level), text))
 }

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use rho_runtime::{
     Failure, Question, RemoteSource, RemoteToolEntry, Reply, SandboxedChild, SandboxedCommand,
-    ToolCtx, ToolSource, WorkerOptions,
+    SourceState, ToolCtx, ToolSource, WorkerOptions,
 };
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientRequest, ElicitRequestParams, ElicitResult,
@@ -43,7 +43,10 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::config::McpServer;
 use crate::convert;
+use crate::stdout::Notice;
 
+/// The kind of source this is, as its state events say.
+const KIND: &str = "mcp stdio";
 /// The first wait before a restart; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// The longest wait before a restart.
@@ -229,6 +232,15 @@ impl Shared {
             .take()
     }
 
+    /// Hands a log line of the server's to the one call in flight, if exactly one is (it is that
+    /// call's), else to the host's log.
+    fn log(&self, level: rho_runtime::LogLevel, text: &str) {
+        match self.current(true) {
+            Some(ctx) => ctx.log(level, text),
+            None => tracing::info!(server = %self.name, "log: {text}"),
+        }
+    }
+
     /// The server's last stderr line, for texts that say how it ended.
     fn last_words(&self) -> String {
         let stderr = self.stderr.lock().unwrap_or_else(PoisonError::into_inner);
@@ -255,13 +267,7 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
         Err(e) => {
             let why = format!("mcp server `{}`: no private home for it: {e}", server.name);
             tracing::error!(server = %server.name, "{why}");
-            source.bus().publish(
-                None,
-                rho_runtime::EventKind::Warning {
-                    subject: format!("mcp:{}", server.name),
-                    message: why,
-                },
-            );
+            source.set_state(KIND, SourceState::Down, None, why);
             return;
         }
     };
@@ -276,6 +282,7 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
     let mut backoff = FIRST_BACKOFF;
     loop {
         let started = Instant::now();
+        source.set_state(KIND, SourceState::Starting, None, "");
         let why = match start(&server, &workers, home.path(), &shared).await {
             Ok((running, mut child, exited)) => {
                 say_sandbox(&server, &child, &source);
@@ -287,6 +294,7 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
                 // Up before its tools are offered: a caller that saw them can call them.
                 shared.set_up(Ok(process));
                 offer(&peer, &shared, &source, &server).await;
+                source.set_state(KIND, SourceState::Serving, None, "");
                 let why = serve(
                     &running,
                     &mut child,
@@ -313,20 +321,13 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
         if started.elapsed() >= SUSTAINED {
             backoff = FIRST_BACKOFF;
         }
-        let down = format!(
-            "mcp server `{}` is down ({why}); restarting in {} ms",
-            server.name,
+        let down = format!("mcp server `{}` is down ({why})", server.name);
+        tracing::warn!(server = %server.name, "{down}; restarting in {} ms", backoff.as_millis());
+        source.set_state(KIND, SourceState::Restarting, Some(backoff), &down);
+        shared.set_up(Err(format!(
+            "{down}; restarting in {} ms",
             backoff.as_millis()
-        );
-        tracing::warn!(server = %server.name, "{down}");
-        source.bus().publish(
-            None,
-            rho_runtime::EventKind::Warning {
-                subject: format!("mcp:{}", server.name),
-                message: down.clone(),
-            },
-        );
-        shared.set_up(Err(down));
+        )));
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
@@ -365,9 +366,10 @@ async fn start(
     };
     keep_stderr(stderr, shared.clone());
     *shared.broke.lock().unwrap_or_else(PoisonError::into_inner) = None;
-    let progress = shared.clone();
-    let stdout = crate::stdout::checked(stdout, shared.broke.clone(), move |params| {
-        progress.progress(&params);
+    let notices = shared.clone();
+    let stdout = crate::stdout::checked(stdout, shared.broke.clone(), move |notice| match notice {
+        Notice::Progress(params) => notices.progress(&params),
+        Notice::Log(level, text) => notices.log(level, &text),
     });
     let handler = Handler {
         shared: shared.clone(),
@@ -612,19 +614,6 @@ impl ClientHandler for Handler {
             capabilities,
             Implementation::new("rho", env!("CARGO_PKG_VERSION")),
         )
-    }
-
-    #[allow(deprecated)] // MCP logging: see `crate::logs`.
-    async fn on_logging_message(
-        &self,
-        params: rmcp::model::LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        let (level, text) = crate::logs::line(&params);
-        match self.shared.current(true) {
-            Some(ctx) => ctx.log(level, &text),
-            None => tracing::info!(server = %self.shared.name, "log: {text}"),
-        }
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {

@@ -6,12 +6,13 @@
 //! - A line over [`MAX_LINE`] (rmcp's own bound) is not passed on: the request it answers (its
 //!   `id`, read from the line's head) gets an error response instead, saying how large the
 //!   answer was, so that call ends `error` and the server keeps serving.
-//! - A progress notification is handed to its call here, before the next line goes on: rmcp
-//!   handles notifications in tasks of their own, so through it the last progress of a call
-//!   could come after the call's answer (and be lost).
+//! - A progress or log notification is handed to its call here, before the next line goes on:
+//!   rmcp handles notifications in tasks of their own, so through it the last progress or log
+//!   line of a call could come after the call's answer (and be lost).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use rho_runtime::LogLevel;
 use rmcp::model::ProgressNotificationParam;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
 
@@ -21,12 +22,20 @@ pub(crate) const MAX_LINE: usize = 16 << 20;
 /// How much of an over-long line is kept to find its `id`.
 const HEAD: usize = 4096;
 
+/// A notification of the server's that is handed on as it is read.
+pub(crate) enum Notice {
+    /// `notifications/progress`.
+    Progress(ProgressNotificationParam),
+    /// `notifications/message`: a log line, its level and text.
+    Log(LogLevel, String),
+}
+
 /// Pumps `stdout` into the returned stream line by line, checked; the reason the connection
 /// ended goes to `ended` when a line breaks the protocol.
 pub(crate) fn checked(
     stdout: impl tokio::io::AsyncRead + Unpin + Send + 'static,
     ended: Arc<Mutex<Option<String>>>,
-    on_progress: impl Fn(ProgressNotificationParam) + Send + 'static,
+    on_notice: impl Fn(Notice) + Send + 'static,
 ) -> DuplexStream {
     let (mut to_client, client_end) = tokio::io::duplex(64 << 10);
     tokio::spawn(async move {
@@ -76,8 +85,8 @@ pub(crate) fn checked(
             match first {
                 None => {}
                 Some(b'{' | b'[') => {
-                    if let Some(progress) = progress_of(&line) {
-                        on_progress(progress);
+                    if let Some(notice) = notice_of(&line) {
+                        on_notice(notice);
                     }
                     if !line.ends_with(b"\n") {
                         line.push(b'\n');
@@ -105,21 +114,30 @@ pub(crate) fn checked(
     client_end
 }
 
-/// The progress notification a line is, if it is one (looked for in its first bytes, parsed only
-/// then: progress notifications are small).
-fn progress_of(line: &[u8]) -> Option<ProgressNotificationParam> {
-    const METHOD: &[u8] = b"\"notifications/progress\"";
+/// The progress or log notification a line is, if it is one (looked for in its first bytes,
+/// parsed only then: such notifications are small).
+fn notice_of(line: &[u8]) -> Option<Notice> {
+    const PROGRESS: &[u8] = b"\"notifications/progress\"";
+    const LOG: &[u8] = b"\"notifications/message\"";
     let head = &line[..line.len().min(512)];
-    if line.len() > 64 << 10 || !head.windows(METHOD.len()).any(|w| w == METHOD) {
+    let has = |method: &[u8]| head.windows(method.len()).any(|w| w == method);
+    if line.len() > 64 << 10 || !(has(PROGRESS) || has(LOG)) {
         return None;
     }
     #[derive(serde::Deserialize)]
-    struct Progress {
+    struct Notification {
         method: String,
-        params: ProgressNotificationParam,
+        params: serde_json::Value,
     }
-    let progress: Progress = serde_json::from_slice(line).ok()?;
-    (progress.method == "notifications/progress").then_some(progress.params)
+    let notification: Notification = serde_json::from_slice(line).ok()?;
+    let params = notification.params;
+    match notification.method.as_str() {
+        "notifications/progress" => serde_json::from_value(params).ok().map(Notice::Progress),
+        "notifications/message" => {
+            crate::logs::line(params).map(|(level, text)| Notice::Log(level, text))
+        }
+        _ => None,
+    }
 }
 
 /// The error response to the request an over-long line answered, if its head names one.
@@ -172,10 +190,14 @@ mod tests {
     }
 
     #[test]
-    fn progress_notifications_are_read_on_the_way() {
+    fn progress_and_log_notifications_are_read_on_the_way() {
         let line = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":4,"progress":2,"total":3}}"#;
-        let progress = progress_of(line).unwrap();
+        let Some(Notice::Progress(progress)) = notice_of(line) else {
+            panic!("not progress");
+        };
         assert_eq!(progress.progress, 2.0);
-        assert!(progress_of(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#).is_none());
+        let line = br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}"#;
+        assert!(matches!(notice_of(line), Some(Notice::Log(LogLevel::Info, text)) if text == "hi"));
+        assert!(notice_of(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#).is_none());
     }
 }

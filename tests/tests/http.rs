@@ -1251,6 +1251,14 @@ fn the_live_page_shows_calls_images_and_quarantines_and_every_event_once_after_a
         std::os::unix::fs::PermissionsExt::from_mode(0o600),
     )
     .unwrap();
+    // An MCP server beside the plugins: the page shows it as a source, serving.
+    let sdk = rho_tests::python_sdk("mcp>=1.9,<2", "mcp1");
+    let scripts = workspace_dir().join("tests/python");
+    let mcp = format!(
+        "env PYTHONPATH={} python3 {}",
+        sdk.display(),
+        scripts.join("mcp_server.py").display()
+    );
     let server = HttpServer::start(
         dir.path(),
         &[
@@ -1259,6 +1267,12 @@ fn the_live_page_shows_calls_images_and_quarantines_and_every_event_once_after_a
             "--web",
             "--token-file",
             token_file.to_str().unwrap(),
+            "--mcp",
+            &mcp,
+            "--grant-read",
+            sdk.to_str().unwrap(),
+            "--grant-read",
+            scripts.to_str().unwrap(),
         ],
         &journal,
     );
@@ -1272,6 +1286,11 @@ fn the_live_page_shows_calls_images_and_quarantines_and_every_event_once_after_a
     browser.open(&format!("http://{}/?token={token}", server.addr));
     browser.until(
         "return document.getElementById('state').textContent === 'live';",
+        Duration::from_secs(10),
+    );
+    browser.until(
+        "const row = document.querySelector('#sources tr[data-source=\"mcp:mcp_server\"]');
+         return !!row && row.dataset.state === 'serving' && row.textContent.includes('mcp stdio');",
         Duration::from_secs(10),
     );
     // A call with an image: in the page within a second of its end, its image loaded.

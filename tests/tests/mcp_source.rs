@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use rho_mcp_source::{McpServer, McpSource};
 use rho_runtime::{
-    BusItem, CallOptions, EventKind, Host, Outcome, Question, Reply, RunnerConfig, ToolCall,
+    BusItem, CallOptions, EventKind, Host, Outcome, Question, Reply, RunnerConfig, SourceState,
+    ToolCall,
 };
 use rho_tests::{call, python_sdk, workspace_dir};
 use serde_json::json;
@@ -238,10 +239,14 @@ async fn a_hung_server_is_found_by_a_ping_after_a_timeout_and_restarted() {
     let warning = loop {
         let Ok(Some(item)) = tokio::time::timeout(Duration::from_secs(20), events.next()).await
         else {
-            panic!("no warning that the server hung");
+            panic!("no state change saying the server hung");
         };
         if let BusItem::Event(e) = item
-            && let EventKind::Warning { message, .. } = &e.kind
+            && let EventKind::SourceStateChanged {
+                state: SourceState::Restarting,
+                message,
+                ..
+            } = &e.kind
         {
             break message.clone();
         }
@@ -260,35 +265,54 @@ async fn a_hung_server_is_found_by_a_ping_after_a_timeout_and_restarted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_cannot_start_is_retried_with_a_growing_backoff() {
+    let journal = tempfile::NamedTempFile::new().unwrap();
     let (host, _) = Host::builder()
         .source(
             "mcp:misbehaving",
             McpSource::new(server(&["exit_at_start"])),
         )
+        .journal(journal.path())
         .build()
         .await
         .unwrap();
-    let mut events = host.subscribe();
-    let mut seen = Vec::new();
-    while seen.len() < 3 {
-        let Ok(Some(item)) = tokio::time::timeout(Duration::from_secs(30), events.next()).await
-        else {
-            panic!("too few restarts: {seen:?}");
-        };
-        if let BusItem::Event(e) = item
-            && let EventKind::Warning { message, .. } = &e.kind
-        {
-            seen.push((Instant::now(), message.clone()));
+    // The journal's record of the source's states: starting, restarting (with the backoff),
+    // starting again, ...
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let restarts = loop {
+        let states: Vec<(u64, SourceState, Option<u64>, String)> =
+            rho_runtime::read_range(journal.path(), 0, None)
+                .unwrap()
+                .into_iter()
+                .filter_map(|e| match e.kind {
+                    EventKind::SourceStateChanged {
+                        state,
+                        retry_in_ms,
+                        message,
+                        ..
+                    } => Some((e.ts_ms, state, retry_in_ms, message)),
+                    _ => None,
+                })
+                .collect();
+        let restarts: Vec<_> = states
+            .iter()
+            .filter(|(_, state, ..)| *state == SourceState::Restarting)
+            .cloned()
+            .collect();
+        if restarts.len() >= 3 {
+            assert_eq!(states[0].1, SourceState::Starting, "{states:?}");
+            break restarts;
         }
-    }
-    for (_, message) in &seen {
+        assert!(Instant::now() < deadline, "too few restarts: {states:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for (_, _, _, message) in &restarts {
         assert!(message.contains("refusing to start"), "{message}");
     }
-    assert!(seen[0].1.contains("restarting in 500 ms"), "{}", seen[0].1);
-    assert!(seen[1].1.contains("restarting in 1000 ms"), "{}", seen[1].1);
-    assert!(seen[2].1.contains("restarting in 2000 ms"), "{}", seen[2].1);
-    let gap = seen[2].0 - seen[1].0;
-    assert!(gap >= Duration::from_millis(1000), "{gap:?}");
+    let backoffs: Vec<Option<u64>> = restarts.iter().map(|r| r.2).collect();
+    assert_eq!(backoffs[..3], [Some(500), Some(1000), Some(2000)]);
+    // Each attempt waited its backoff (and the start of python) before the next.
+    assert!(restarts[1].0 - restarts[0].0 >= 500, "{restarts:?}");
+    assert!(restarts[2].0 - restarts[1].0 >= 1000, "{restarts:?}");
     assert!(host.tools().is_empty());
     host.shutdown().await;
 }

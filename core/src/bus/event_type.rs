@@ -62,6 +62,8 @@ pub enum EventType {
     ExportStatus,
     /// A warning about the host's health.
     Warning,
+    /// A tool source's state changed (starting, serving, restarting, down).
+    SourceStateChanged,
 }
 
 /// Text that is no event type, with the types there are.
@@ -74,7 +76,7 @@ pub struct UnknownEventType {
 
 impl EventType {
     /// Every type, in the order of their variants.
-    pub const ALL: [EventType; 21] = [
+    pub const ALL: [EventType; 22] = [
         EventType::AgentStart,
         EventType::AgentEnd,
         EventType::TurnStart,
@@ -96,6 +98,7 @@ impl EventType {
         EventType::RemoteToolsChanged,
         EventType::ExportStatus,
         EventType::Warning,
+        EventType::SourceStateChanged,
     ];
 
     /// Its place in [`EventType::ALL`].
@@ -125,6 +128,7 @@ impl EventType {
             EventType::ToolQuarantined => "tool_quarantined",
             EventType::ToolRestored => "tool_restored",
             EventType::RemoteToolsChanged => "remote_tools_changed",
+            EventType::SourceStateChanged => "source_state_changed",
             EventType::ExportStatus => "export_status",
             EventType::Warning => "warning",
         }

@@ -361,6 +361,22 @@ pub enum EventKind {
         /// Tools no longer offered.
         removed: Vec<String>,
     },
+    /// A tool source's state changed: an MCP server starting, serving, restarting after a
+    /// backoff, or down for good.
+    SourceStateChanged {
+        /// The source (`mcp:everything`).
+        source: String,
+        /// Its kind, as the source names it (`mcp stdio`).
+        kind: String,
+        /// Its state now.
+        state: SourceState,
+        /// While restarting: in how many milliseconds it is tried again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_in_ms: Option<u64>,
+        /// Why, in words: how it went down, what it is waiting for (empty while serving).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        message: String,
+    },
     /// How far an exporter of this bus (the NATS bridge) has got: published when it loses or
     /// regains its destination, and every few seconds while it is behind.
     ExportStatus {
@@ -413,6 +429,7 @@ impl EventKind {
             EventKind::ToolQuarantined { .. } => EventType::ToolQuarantined,
             EventKind::ToolRestored { .. } => EventType::ToolRestored,
             EventKind::RemoteToolsChanged { .. } => EventType::RemoteToolsChanged,
+            EventKind::SourceStateChanged { .. } => EventType::SourceStateChanged,
             EventKind::ExportStatus { .. } => EventType::ExportStatus,
             EventKind::Warning { .. } => EventType::Warning,
         }
@@ -517,5 +534,33 @@ mod tests {
             json!({"seq": 1, "ts_ms": 0, "type": "agent_start"})
         );
         assert_eq!(start.kind.type_name(), "agent_start");
+    }
+}
+
+/// The state of a tool source that runs something (an MCP server), as `source_state_changed`
+/// events say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceState {
+    /// Starting and initializing; its tools are not offered yet (or still those of before).
+    Starting,
+    /// Up: its tools serve.
+    Serving,
+    /// Down, tried again after a backoff (the event's `retry_in_ms`): its calls end
+    /// `unavailable` meanwhile.
+    Restarting,
+    /// Down and not tried again (the event's message says why).
+    Down,
+}
+
+impl std::fmt::Display for SourceState {
+    /// `starting`, `serving`, `restarting`, `down`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SourceState::Starting => "starting",
+            SourceState::Serving => "serving",
+            SourceState::Restarting => "restarting",
+            SourceState::Down => "down",
+        })
     }
 }

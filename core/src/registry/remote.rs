@@ -26,7 +26,7 @@ use rho_plugin_api::Answer;
 use serde_json::Value;
 
 use crate::bus::Bus;
-use crate::bus::events::EventKind;
+use crate::bus::events::{EventKind, SourceState};
 use crate::call::invoke::{CallFuture, Failure, Invoke, ToolCtx};
 use crate::registry::{ResolvedTool, SourceId, ToolRegistry};
 use rho_protocol::ToolSpec;
@@ -74,11 +74,11 @@ struct SourceInner {
     registry: ToolRegistry,
     id: SourceId,
     /// The generation of each (tool, origin) offered so far: the same origin keeps its tally.
-    state: Mutex<SourceState>,
+    state: Mutex<Offered>,
 }
 
 #[derive(Default)]
-struct SourceState {
+struct Offered {
     generations: HashMap<(String, String), u64>,
     /// What is offered now: tool name -> origin.
     offered: BTreeMap<String, String>,
@@ -104,6 +104,28 @@ impl RemoteSource {
     /// The host's bus, for a source's own warnings.
     pub fn bus(&self) -> &Bus {
         self.inner.registry.bus()
+    }
+
+    /// Says the source's state changed: a `source_state_changed` event with its name, `kind`
+    /// (how the source names its kind: `mcp stdio`), the state, when it is tried again (while
+    /// restarting) and why (how it went down; empty while serving).
+    pub fn set_state(
+        &self,
+        kind: &str,
+        state: SourceState,
+        retry_in: Option<std::time::Duration>,
+        message: impl Into<String>,
+    ) {
+        self.bus().publish(
+            None,
+            EventKind::SourceStateChanged {
+                source: self.inner.name.clone(),
+                kind: kind.to_owned(),
+                state,
+                retry_in_ms: retry_in.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                message: message.into(),
+            },
+        );
     }
 
     /// Replaces the tools this source offers (empty: none). A tool whose name is not a tool name
