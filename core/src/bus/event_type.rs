@@ -183,7 +183,7 @@ mod tests {
             line.starts_with("no event type `tool_execution_ended` (the types: agent_start, "),
             "{line}"
         );
-        assert!(line.ends_with("export_status, warning)"), "{line}");
+        assert!(line.ends_with("warning, source_state_changed)"), "{line}");
         assert!(serde_json::from_str::<EventType>("\"toolexecutionend\"").is_err());
     }
 }
