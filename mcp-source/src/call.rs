@@ -137,6 +137,15 @@ async fn call_on(
                 shared.name, error.message
             ))))
         }
+        // A remote server that cannot be reached: the call did not run there; the supervisor
+        // checks the server at once.
+        Err(e) if shared.remote => {
+            let _ = shared.abandoned.send(name.clone());
+            Err(Failure::Unavailable(format!(
+                "mcp server `{}` could not be reached for the call of `{name}`: {e}",
+                shared.name
+            )))
+        }
         Err(e) => {
             // How the server ended, once its supervisor has seen it (a moment).
             let mut ended = process.ended.clone();

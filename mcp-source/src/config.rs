@@ -7,8 +7,9 @@ use std::time::Duration;
 use rho_runtime::{ConfigError, Grants, SandboxedCommand, WorkerLimits, WorkerOptions};
 use serde::{Deserialize, Serialize};
 
-/// One MCP server run over stdio as a tool source: the command that starts it, what of the
-/// host's environment it gets, and what rho says of its tools beyond what the server declares.
+/// One MCP server as a tool source: the command that starts it (a stdio server, run in the
+/// sandbox) or the URL of a Streamable HTTP server (run elsewhere), what it may do, and what rho
+/// says of its tools beyond what the server declares.
 ///
 /// ```
 /// use rho_mcp_source::McpServer;
@@ -20,8 +21,19 @@ use serde::{Deserialize, Serialize};
 pub struct McpServer {
     /// The server's name: its tools' origin is `mcp:<name>`, and events and views name it so.
     pub name: String,
-    /// The program to start (found on `PATH` when it has no slash).
+    /// The program to start (found on the `PATH` its grants pass when it has no slash); empty
+    /// for a server at [`url`](Self::url).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub command: String,
+    /// A Streamable HTTP server's endpoint (`http://127.0.0.1:3001/mcp`) instead of a command:
+    /// rho neither starts nor confines it, and gives it everything else (supervision by ping,
+    /// reconnection with the backoff, timeouts, accounting). Needs the `http` feature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// A file holding the bearer token sent to the [`url`](Self::url) server; only its owner may
+    /// read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
     /// Its arguments.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
@@ -125,6 +137,8 @@ impl McpServer {
         McpServer {
             name: name.to_owned(),
             command: command.to_owned(),
+            url: None,
+            token_file: None,
             args: args.into_iter().map(Into::into).collect(),
             grants: Grants::default(),
             package_caches: false,
@@ -138,10 +152,26 @@ impl McpServer {
         }
     }
 
+    /// A Streamable HTTP server named `name` at `url`, with the defaults.
+    ///
+    /// ```
+    /// use rho_mcp_source::McpServer;
+    /// let server = McpServer::url("everything", "http://127.0.0.1:3001/mcp");
+    /// assert!(server.check().is_ok());
+    /// ```
+    pub fn url(name: &str, url: &str) -> McpServer {
+        McpServer {
+            url: Some(url.to_owned()),
+            ..McpServer::command(name, "", Vec::<String>::new())
+        }
+    }
+
     /// A server from a command line, split at white space: `NAME=COMMAND ARGS...` names it, else
     /// it is named after the package or script it runs (`npx -y
     /// @modelcontextprotocol/server-everything` is `server-everything`, `uvx mcp-server-fetch`
-    /// is `mcp-server-fetch`, `python3 /srv/tools.py` is `tools`); `None` for a blank line.
+    /// is `mcp-server-fetch`, `python3 /srv/tools.py` is `tools`); `None` for a blank line. A
+    /// line that is an `http://` or `https://` URL is a Streamable HTTP server, named after its
+    /// host and port unless named.
     ///
     /// ```
     /// use rho_mcp_source::McpServer;
@@ -165,6 +195,11 @@ impl McpServer {
         };
         let mut words = line.split_whitespace();
         let command = words.next()?;
+        if command.starts_with("http://") || command.starts_with("https://") {
+            let authority = command.split("://").nth(1).unwrap_or("").split('/').next();
+            let derived = sanitized(authority.unwrap_or("http"));
+            return Some(McpServer::url(&name.unwrap_or(derived), command));
+        }
         let args: Vec<&str> = words.collect();
         let runs = args
             .iter()
@@ -178,7 +213,7 @@ impl McpServer {
             })
             .copied()
             .unwrap_or(command);
-        let derived: String = runs
+        let derived: &str = runs
             .rsplit('/')
             .next()
             .unwrap_or(runs)
@@ -186,18 +221,12 @@ impl McpServer {
             .find(|part| !part.is_empty())
             .and_then(|part| part.split('.').next())
             .filter(|part| !part.is_empty())
-            .unwrap_or("mcp")
-            .chars()
-            .take(64)
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        Some(McpServer::command(&name.unwrap_or(derived), command, args))
+            .unwrap_or("mcp");
+        Some(McpServer::command(
+            &name.unwrap_or(sanitized(derived)),
+            command,
+            args,
+        ))
     }
 
     /// How long starting and initializing may take.
@@ -223,11 +252,37 @@ impl McpServer {
                 ),
             });
         }
-        if self.command.trim().is_empty() {
-            return Err(ConfigError {
-                key: format!("mcp.{}.command", self.name),
-                problem: "empty".into(),
-            });
+        let key = |field: &str| format!("mcp.{}.{field}", self.name);
+        let problem = |field: &str, problem: &str| ConfigError {
+            key: key(field),
+            problem: problem.into(),
+        };
+        match &self.url {
+            None if self.command.trim().is_empty() => {
+                return Err(problem("command", "empty (give a command, or a url)"));
+            }
+            Some(_) if !self.command.is_empty() => {
+                return Err(problem("url", "a server has a command or a url, not both"));
+            }
+            Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                return Err(problem("url", "must start with http:// or https://"));
+            }
+            Some(_) if self.stateless => {
+                return Err(problem(
+                    "stateless",
+                    "only for a server started by a command",
+                ));
+            }
+            Some(_) if !cfg!(feature = "http") => {
+                return Err(problem(
+                    "url",
+                    "this build has no Streamable HTTP client (rho-mcp-source's `http` feature)",
+                ));
+            }
+            None if self.token_file.is_some() => {
+                return Err(problem("token_file", "only for a server at a url"));
+            }
+            _ => {}
         }
         ConfigError::check_range(
             &format!("mcp.{}.start_timeout_ms", self.name),
@@ -276,15 +331,30 @@ impl McpServer {
         }
     }
 
-    /// Makes the entry's relative paths (its `cwd`) relative to `base`, its file's directory.
+    /// Makes the entry's relative paths (its `cwd`, grants and token file) relative to `base`,
+    /// its file's directory.
     pub fn resolve_paths(&mut self, base: &std::path::Path) {
-        if let Some(cwd) = &mut self.cwd {
-            rho_runtime::resolve_path(base, cwd);
+        for path in self.cwd.iter_mut().chain(&mut self.token_file) {
+            rho_runtime::resolve_path(base, path);
         }
         for path in self.grants.read.iter_mut().chain(&mut self.grants.write) {
             rho_runtime::resolve_path(base, path);
         }
     }
+}
+
+/// `text` as a server name: letters, digits, `-` and `_` (others become `_`), at most 64.
+fn sanitized(text: &str) -> String {
+    text.chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -305,6 +375,11 @@ mod tests {
         );
         assert_eq!(name("mine=python3 /srv/tools.py"), "mine");
         assert_eq!(name("./server"), "server");
+        assert_eq!(name("http://127.0.0.1:3001/mcp"), "127_0_0_1_3001");
+        let remote = McpServer::from_command_line("api=https://example.com/mcp").unwrap();
+        assert_eq!(remote.url.as_deref(), Some("https://example.com/mcp"));
+        assert_eq!(remote.name, "api");
+        assert!(remote.command.is_empty() && remote.check().is_ok());
         let s =
             McpServer::from_command_line("npx -y @modelcontextprotocol/server-everything").unwrap();
         assert_eq!(s.args, ["-y", "@modelcontextprotocol/server-everything"]);

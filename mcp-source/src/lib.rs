@@ -25,6 +25,7 @@
 mod call;
 mod config;
 mod convert;
+mod http;
 pub mod logs;
 mod source;
 mod stdout;

@@ -44,10 +44,20 @@ pub fn to_mcp(level: LogLevel) -> LoggingLevel {
 /// The level and text of a log message's params (its data as text: a string as it is, else
 /// its JSON); `None` when they are not a log message's.
 pub(crate) fn line(params: Value) -> Option<(LogLevel, String)> {
-    let params: LoggingMessageNotificationParam = serde_json::from_value(params).ok()?;
+    serde_json::from_value(params).ok().map(line_of)
+}
+
+/// The level and text of a log message (its data as text: a string as it is, else its JSON).
+pub(crate) fn line_of(params: LoggingMessageNotificationParam) -> (LogLevel, String) {
     let text = match params.data {
         Value::String(s) => s,
         other => other.to_string(),
     };
-    Some((from_mcp(params.level), text))
+    (from_mcp(params.level), text)
+}
+
+/// A remote server's log message, as rmcp hands it: to the call it belongs to.
+pub(crate) fn deliver(shared: &crate::source::Shared, params: LoggingMessageNotificationParam) {
+    let (level, text) = line_of(params);
+    shared.log(level, &text);
 }

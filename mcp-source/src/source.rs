@@ -45,8 +45,6 @@ use crate::config::McpServer;
 use crate::convert;
 use crate::stdout::Notice;
 
-/// The kind of source this is, as its state events say.
-const KIND: &str = "mcp stdio";
 /// The first wait before a restart; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// The longest wait before a restart.
@@ -56,6 +54,8 @@ const SUSTAINED: Duration = Duration::from_secs(60);
 /// How long after a call was given up the server is pinged, and how long it has to answer.
 const PING_AFTER: Duration = Duration::from_secs(1);
 const PING_DEADLINE: Duration = Duration::from_secs(5);
+/// How often a remote (HTTP) server is pinged while it serves.
+const HEALTH_EVERY: Duration = Duration::from_secs(5);
 /// How long a server that closed its connection gets to exit on its own before it is killed.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
 /// How many progress notes of calls not yet registered are kept.
@@ -138,6 +138,8 @@ pub(crate) struct Shared {
     broke: Arc<Mutex<Option<String>>>,
     /// `stateless = true`: how each call starts a server process of its own.
     pub per_call: Option<Arc<PerCall>>,
+    /// A Streamable HTTP server: pinged while it serves; its notifications come through rmcp.
+    pub remote: bool,
 }
 
 impl Shared {
@@ -145,6 +147,7 @@ impl Shared {
         name: &str,
         abandoned: mpsc::UnboundedSender<String>,
         per_call: Option<Arc<PerCall>>,
+        remote: bool,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             name: name.to_owned(),
@@ -156,6 +159,7 @@ impl Shared {
             stderr: Mutex::default(),
             broke: Arc::default(),
             per_call,
+            remote,
         })
     }
 
@@ -199,7 +203,7 @@ impl Shared {
 
     /// Hands a progress notification to the call of its token as an update, or keeps it for a
     /// call about to be registered (the last [`EARLY_PROGRESS`]).
-    fn progress(&self, params: &ProgressNotificationParam) {
+    pub fn progress(&self, params: &ProgressNotificationParam) {
         let text = match (&params.message, params.total) {
             (Some(message), _) => message.clone(),
             (None, Some(total)) => format!("{}/{total}", params.progress),
@@ -234,7 +238,7 @@ impl Shared {
 
     /// Hands a log line of the server's to the one call in flight, if exactly one is (it is that
     /// call's), else to the host's log.
-    fn log(&self, level: rho_runtime::LogLevel, text: &str) {
+    pub fn log(&self, level: rho_runtime::LogLevel, text: &str) {
         match self.current(true) {
             Some(ctx) => ctx.log(level, text),
             None => tracing::info!(server = %self.name, "log: {text}"),
@@ -267,7 +271,7 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
         Err(e) => {
             let why = format!("mcp server `{}`: no private home for it: {e}", server.name);
             tracing::error!(server = %server.name, "{why}");
-            source.set_state(KIND, SourceState::Down, None, why);
+            source.set_state("mcp", SourceState::Down, None, why);
             return;
         }
     };
@@ -278,14 +282,29 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
             home: home.path().to_owned(),
         })
     });
-    let shared = Shared::new(&server.name, abandoned, per_call);
+    let shared = Shared::new(&server.name, abandoned, per_call, server.url.is_some());
+    let kind = if server.url.is_some() {
+        "mcp http"
+    } else {
+        "mcp stdio"
+    };
     let mut backoff = FIRST_BACKOFF;
     loop {
         let started = Instant::now();
-        source.set_state(KIND, SourceState::Starting, None, "");
-        let why = match start(&server, &workers, home.path(), &shared).await {
+        source.set_state(kind, SourceState::Starting, None, "");
+        let link = match &server.url {
+            Some(url) => crate::http::connect(&server, url, &shared)
+                .await
+                .map(|running| (running, None, watch::channel(None).0)),
+            None => start(&server, &workers, home.path(), &shared)
+                .await
+                .map(|(running, child, exited)| (running, Some(child), exited)),
+        };
+        let why = match link {
             Ok((running, mut child, exited)) => {
-                say_sandbox(&server, &child, &source);
+                if let Some(child) = &child {
+                    say_sandbox(&server, child, &source);
+                }
                 let peer = running.peer().clone();
                 let process = Arc::new(Process {
                     peer: peer.clone(),
@@ -294,7 +313,7 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
                 // Up before its tools are offered: a caller that saw them can call them.
                 shared.set_up(Ok(process));
                 offer(&peer, &shared, &source, &server).await;
-                source.set_state(KIND, SourceState::Serving, None, "");
+                source.set_state(kind, SourceState::Serving, None, "");
                 let why = serve(
                     &running,
                     &mut child,
@@ -306,8 +325,10 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
                 .await;
                 // Down first: calls from now on fail fast; then the sandbox goes.
                 shared.set_up(Err(why.why.clone()));
-                child.kill();
-                let _ = child.wait().await;
+                if let Some(child) = &mut child {
+                    child.kill();
+                    let _ = child.wait().await;
+                }
                 let said = why.why.clone();
                 let _ = exited.send(Some(Down {
                     why: format!("{said}{}", shared.last_words()),
@@ -323,7 +344,7 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
         }
         let down = format!("mcp server `{}` is down ({why})", server.name);
         tracing::warn!(server = %server.name, "{down}; restarting in {} ms", backoff.as_millis());
-        source.set_state(KIND, SourceState::Restarting, Some(backoff), &down);
+        source.set_state(kind, SourceState::Restarting, Some(backoff), &down);
         shared.set_up(Err(format!(
             "{down}; restarting in {} ms",
             backoff.as_millis()
@@ -485,16 +506,18 @@ async fn offer(
 /// call was given up. Returns why.
 async fn serve(
     running: &RunningService<RoleClient, Handler>,
-    child: &mut SandboxedChild,
+    child: &mut Option<SandboxedChild>,
     shared: &Arc<Shared>,
     source: &RemoteSource,
     server: &McpServer,
     given_up: &mut mpsc::UnboundedReceiver<String>,
 ) -> Down {
     let peer = running.peer().clone();
+    let mut health = tokio::time::interval(HEALTH_EVERY);
+    health.tick().await;
     loop {
         tokio::select! {
-            status = child.wait() => {
+            status = wait_for(child) => {
                 // A server whose stdout broke the protocol exits once its input is closed: the
                 // broken line is why it went.
                 return Down::because(exit_why(shared, status));
@@ -504,25 +527,59 @@ async fn serve(
                 return Down::because(broke.unwrap_or_else(|| "closed its connection".into()));
             }
             () = shared.relist.notified() => offer(&peer, shared, source, server).await,
-            Some(tool) = given_up.recv() => {
-                tokio::time::sleep(PING_AFTER).await;
-                let ping = ClientRequest::PingRequest(PingRequest {
-                    method: Default::default(),
-                    extensions: Default::default(),
-                });
-                let answered = tokio::time::timeout(PING_DEADLINE, peer.send_request(ping)).await;
-                if !matches!(answered, Ok(Ok(_))) {
-                    return Down {
-                        why: format!(
-                            "hung: tool `{tool}` was given up and the server did not answer a \
-                             ping within {} ms; killed and restarted",
-                            PING_DEADLINE.as_millis()
-                        ),
-                        hung: Some(tool),
-                    };
+            _ = health.tick(), if shared.remote => {
+                if !answers_ping(&peer).await {
+                    return Down::because(unreachable());
                 }
             }
+            Some(tool) = given_up.recv() => {
+                // A call given up (or, for a remote server, failed to reach it): is the server
+                // still there? A local one gets a moment to take the cancellation first.
+                if !shared.remote {
+                    tokio::time::sleep(PING_AFTER).await;
+                }
+                if answers_ping(&peer).await {
+                    continue;
+                }
+                if shared.remote {
+                    return Down::because(unreachable());
+                }
+                return Down {
+                    why: format!(
+                        "hung: tool `{tool}` was given up and the server did not answer a \
+                         ping within {} ms; killed and restarted",
+                        PING_DEADLINE.as_millis()
+                    ),
+                    hung: Some(tool),
+                };
+            }
         }
+    }
+}
+
+/// Whether the server answers a ping within [`PING_DEADLINE`].
+async fn answers_ping(peer: &Peer<RoleClient>) -> bool {
+    let ping = ClientRequest::PingRequest(PingRequest {
+        method: Default::default(),
+        extensions: Default::default(),
+    });
+    let answered = tokio::time::timeout(PING_DEADLINE, peer.send_request(ping)).await;
+    matches!(answered, Ok(Ok(_)))
+}
+
+/// Why a remote server is down.
+fn unreachable() -> String {
+    format!(
+        "unreachable: it did not answer a ping within {} ms; reconnecting",
+        PING_DEADLINE.as_millis()
+    )
+}
+
+/// The exit of `child`, if there is one (never, for a remote server).
+async fn wait_for(child: &mut Option<SandboxedChild>) -> std::io::Result<std::process::ExitStatus> {
+    match child {
+        Some(child) => child.wait().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -556,7 +613,7 @@ impl PerCall {
         let name = &self.server.name;
         // No hang check: the process ends with its call.
         let (abandoned, _) = mpsc::unbounded_channel();
-        let own = Shared::new(name, abandoned, None);
+        let own = Shared::new(name, abandoned, None, false);
         let (running, mut child, exited) = start(&self.server, &self.workers, &self.home, &own)
             .await
             .map_err(|why| {
@@ -600,10 +657,11 @@ async fn closed(peer: &Peer<RoleClient>) {
 }
 
 /// The client side of the connection: log lines and questions to the calls they belong to, list
-/// changes to the supervisor (progress is read on the way in: `crate::stdout`).
+/// changes to the supervisor (a stdio server's progress and log lines are read on the way in:
+/// `crate::stdout`; a remote server's come here).
 #[derive(Clone)]
-struct Handler {
-    shared: Arc<Shared>,
+pub(crate) struct Handler {
+    pub shared: Arc<Shared>,
 }
 
 impl ClientHandler for Handler {
@@ -614,6 +672,27 @@ impl ClientHandler for Handler {
             capabilities,
             Implementation::new("rho", env!("CARGO_PKG_VERSION")),
         )
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if self.shared.remote {
+            self.shared.progress(&params);
+        }
+    }
+
+    #[allow(deprecated)] // MCP logging: see `crate::logs`.
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if self.shared.remote {
+            crate::logs::deliver(&self.shared, params);
+        }
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
