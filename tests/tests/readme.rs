@@ -105,6 +105,15 @@ fn table() -> BTreeMap<&'static str, Run> {
                 Serves,
             ),
         ),
+        (
+            "npm install --prefix ~/mcp @modelcontextprotocol/server-filesystem@2026.8.31",
+            Substituted(&[], Exit(0)),
+        ),
+        ("mkdir -p ~/notes", Substituted(&[], Exit(0))),
+        (
+            "rho serve --plugins ~/rho-plugins --mcp \"fs=$HOME/mcp/node_modules/.bin/mcp-server-filesystem $HOME/notes\" --grant-read ~/mcp --grant-read ~/notes",
+            Substituted(&[RHO], Serves),
+        ),
         ("rho plugin new greet", Substituted(&[RHO], Exit(0))),
         (
             "cd greet && cargo test",
@@ -206,6 +215,9 @@ struct Place {
 impl Place {
     fn new() -> Place {
         let home = tempfile::tempdir().unwrap();
+        // As a user's home is: others may enter it (an MCP server run as `nobody` under a root
+        // host reads what its grants name in it).
+        std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let token = home.path().join(".rho-token");
         std::fs::write(&token, "a-token-of-the-readme-test\n").unwrap();
         std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -242,6 +254,8 @@ impl Place {
             .env("HOME", self.home.path())
             .env("CARGO_HOME", cargo_home)
             .env("RUSTUP_HOME", rustup_home)
+            // npm's cache stays the user's own: a package the tests fetched is not fetched again.
+            .env("npm_config_cache", real_home.join(".npm"))
             .env_remove("XDG_STATE_HOME")
             .env_remove("XDG_DATA_HOME")
             .env_remove("XDG_RUNTIME_DIR");

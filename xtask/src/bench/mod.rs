@@ -7,6 +7,7 @@ mod inproc;
 pub mod instructions;
 mod isolated;
 pub mod mcp;
+mod mcp_source;
 mod nats;
 mod reload;
 
@@ -296,6 +297,7 @@ const GROUPS: &[&[&str]] = &[
     &["sandbox"],
     &["self_exec"],
     &["mcp_call"],
+    &["mcp_source"],
     &["mem_plugin"],
     &["bus"],
     &["nats"],
@@ -389,8 +391,12 @@ pub fn exec(
     if wanted("self_exec") {
         figures.extend(runtime.block_on(isolated::self_exec_cost(&ctx))?);
     }
-    if wanted("mcp") {
+    let only_sources = !only.is_empty() && only.iter().all(|o| o.starts_with("mcp_source"));
+    if wanted("mcp") && !only_sources {
         figures.extend(runtime.block_on(mcp::figures(&ctx))?);
+    }
+    if wanted("mcp_source") {
+        figures.extend(runtime.block_on(mcp_source::figures(&ctx))?);
     }
     if wanted("mem_plugin") {
         figures.extend(inproc::memory(&ctx)?);
