@@ -390,10 +390,20 @@ mod tests {
         name = "everything"
         command = "npx"
         args = ["-y", "@modelcontextprotocol/server-everything"]
-        env = ["HOME"]
+        grants = { read = ["/srv/mcp"], network = true, env = ["PATH", "HOME"] }
+        package_caches = true
         cwd = "/srv/mcp"
+        memory_mb = 2048
+        processes = 256
+        stateless = true
+        sandbox = false
         start_timeout_ms = 60000
         tools.echo = { read_only = true, title = "Echo", timeout_ms = 5000 }
+
+        [[mcp]]
+        name = "remote"
+        url = "https://example.com/mcp"
+        token_file = "/srv/mcp/token"
     "#;
 
     /// `config` as a `rho.toml` text, each section serialised by its own type.

@@ -4,7 +4,8 @@ misbehaves on request (run as a tool source by tests/tests/mcp_source.rs).
 Usage: mcp_server.py [exit_at_start]. Its tools: echo, slow (progress), image, crash (exits 7),
 hang (blocks its event loop: no answer, no ping), garbage (writes what is not MCP on stdout),
 flood_stderr, big, spawn (children that call setsid and sleep), ask (elicitation), log, count
-(how many calls of it this process has served)."""
+(how many calls of it this process has served), grow (adds the tool `grown` and says the list
+changed)."""
 import asyncio, os, sys, time
 
 if sys.argv[1:] == ["exit_at_start"]:
@@ -35,6 +36,16 @@ def image() -> Image:
     return Image(data=b"\x89PNG\r\n\x1a\nfake", format="png")
 
 calls_counted = 0
+
+@mcp.tool()
+async def grow(ctx: Context) -> str:
+    """Adds the tool `grown` and tells the client its tool list changed."""
+    def grown() -> str:
+        """A tool added while the server runs."""
+        return "grown"
+    mcp.add_tool(grown)
+    await ctx.session.send_tool_list_changed()
+    return "grew"
 
 @mcp.tool()
 def count() -> int:

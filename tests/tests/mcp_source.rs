@@ -195,6 +195,44 @@ async fn a_crash_mid_call_is_crashed_calls_while_down_are_unavailable_and_it_com
     assert!(r.text().contains("restarting in"), "{}", r.text());
     assert!(started.elapsed() < Duration::from_millis(200));
     until_back(&host, Duration::from_secs(30)).await;
+    // Two more crashes of `crash` quarantine it (3 within the window); `echo` keeps serving.
+    for _ in 0..2 {
+        let r = host.call("crash", json!({})).await;
+        assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
+        until_back(&host, Duration::from_secs(30)).await;
+    }
+    let r = host.call("crash", json!({})).await;
+    assert_eq!(r.outcome, Outcome::Quarantined, "{}", r.text());
+    assert!(r.text().contains("3 crash(es)"), "{}", r.text());
+    let r = host.call("echo", json!({"text": "still"})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    host.shutdown().await;
+}
+
+/// The server's `notifications/tools/list_changed` makes the source list its tools again: the
+/// new tool serves, and the registry says what changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_list_changed_swaps_its_tools_in_the_registry() {
+    let host = host_over(server(&[]), RunnerConfig::default()).await;
+    let mut events = host.subscribe();
+    assert!(!host.tools().iter().any(|t| t.name == "grown"));
+    let r = host.call("grow", json!({})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    let added = loop {
+        let Ok(Some(item)) = tokio::time::timeout(Duration::from_secs(20), events.next()).await
+        else {
+            panic!("no remote_tools_changed after the server's list_changed");
+        };
+        if let BusItem::Event(e) = item
+            && let EventKind::RemoteToolsChanged { added, .. } = &e.kind
+        {
+            break added.clone();
+        }
+    };
+    assert!(added.iter().any(|a| a.starts_with("grown")), "{added:?}");
+    let r = host.call("grown", json!({})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.structured, Some(json!({"result": "grown"})));
     host.shutdown().await;
 }
 
@@ -392,6 +430,10 @@ fn rho_serve_lists_and_calls_a_plugins_tools_and_an_mcp_servers_beside_them() {
     );
     assert_eq!(report["big"], json!({"result": "bbbbb"}), "{report}");
     assert_eq!(report["big_outcome"], "ok", "{report}");
+    assert_eq!(
+        report["grown"], "grown",
+        "rho's list_changed followed: {report}"
+    );
 }
 
 #[test]
