@@ -7,14 +7,14 @@ use std::time::Duration;
 use rho_runtime::{Answer, Failure, RemoteCall, RemoteTool, ToolCtx};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
-    NumberOrString, ProgressToken, RequestMetaObject, ServerResult,
+    RequestMetaObject, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleClient};
 use serde_json::Value;
 
 use crate::convert;
-use crate::source::{Down, Process, Shared};
+use crate::shared::{Down, Process, Shared, token_key};
 
 /// One tool of the server, as the registry calls it.
 pub(crate) struct McpTool {
@@ -51,14 +51,6 @@ impl Drop for InFlight {
                 });
             }
         }
-    }
-}
-
-/// A progress token as the calls' map keys it.
-pub(crate) fn token_key(token: &ProgressToken) -> String {
-    match &token.0 {
-        NumberOrString::Number(n) => n.to_string(),
-        NumberOrString::String(s) => format!("s:{s}"),
     }
 }
 

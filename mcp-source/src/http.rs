@@ -8,7 +8,8 @@ use rmcp::RoleClient;
 use rmcp::service::RunningService;
 
 use crate::config::McpServer;
-use crate::source::{Handler, Shared};
+use crate::handler::Handler;
+use crate::shared::Shared;
 
 /// Connects to the server at `url` and initializes the session within the entry's bound.
 #[cfg(feature = "http")]

@@ -25,8 +25,10 @@
 mod call;
 mod config;
 mod convert;
+mod handler;
 mod http;
 pub mod logs;
+mod shared;
 mod source;
 mod stdout;
 

@@ -55,9 +55,3 @@ pub(crate) fn line_of(params: LoggingMessageNotificationParam) -> (LogLevel, Str
     };
     (from_mcp(params.level), text)
 }
-
-/// A remote server's log message, as rmcp hands it: to the call it belongs to.
-pub(crate) fn deliver(shared: &crate::source::Shared, params: LoggingMessageNotificationParam) {
-    let (level, text) = line_of(params);
-    shared.log(level, &text);
-}

@@ -23,26 +23,24 @@
 //! ended with the call: a crash or a hang touches that call alone, and needs no restart. The
 //! process the source keeps lists the tools.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use rho_runtime::{
-    Failure, Question, RemoteSource, RemoteToolEntry, Reply, SandboxedChild, SandboxedCommand,
-    SourceState, ToolCtx, ToolSource, WorkerOptions,
+    Failure, RemoteSource, RemoteToolEntry, SandboxedChild, SandboxedCommand, SourceState,
+    ToolSource, WorkerOptions,
 };
-use rmcp::model::{
-    ClientCapabilities, ClientConfig, ClientRequest, ElicitRequestParams, ElicitResult,
-    ElicitationAction, Implementation, PingRequest, ProgressNotificationParam,
-};
-use rmcp::service::{NotificationContext, RequestContext, RunningService};
-use rmcp::{ClientHandler, ErrorData as McpError, Peer, RoleClient, ServiceExt};
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use rmcp::model::{ClientRequest, PingRequest};
+use rmcp::service::RunningService;
+use rmcp::{Peer, RoleClient, ServiceExt};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::McpServer;
 use crate::convert;
+use crate::handler::Handler;
+use crate::shared::{CallProcess, Down, PerCall, Process, Shared};
 use crate::stdout::Notice;
 
 /// The first wait before a restart; it doubles up to [`MAX_BACKOFF`].
@@ -58,8 +56,6 @@ const PING_DEADLINE: Duration = Duration::from_secs(5);
 const HEALTH_EVERY: Duration = Duration::from_secs(5);
 /// How long a server that closed its connection gets to exit on its own before it is killed.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
-/// How many progress notes of calls not yet registered are kept.
-const EARLY_PROGRESS: usize = 64;
 /// How many of the server's last stderr lines are kept, and how long each may be.
 const STDERR_LINES: usize = 64;
 const STDERR_LINE_BYTES: usize = 1024;
@@ -93,168 +89,6 @@ impl ToolSource for McpSource {
     }
 }
 
-/// One running server process: its peer, and how it ended once it has.
-pub(crate) struct Process {
-    pub peer: Peer<RoleClient>,
-    /// `Some(how it ended)` once it has.
-    pub ended: watch::Receiver<Option<Down>>,
-}
-
-/// How a server process went down.
-#[derive(Clone)]
-pub(crate) struct Down {
-    /// Why, in words (`exited (exit status: 7)`, `hung: ...`), with its last stderr line.
-    pub why: String,
-    /// The tool whose call it hung in, when it was killed as hung.
-    pub hung: Option<String>,
-}
-
-impl Down {
-    fn because(why: impl Into<String>) -> Down {
-        Down {
-            why: why.into(),
-            hung: None,
-        }
-    }
-}
-
-/// What the source's calls, its client handler and its supervisor share.
-pub(crate) struct Shared {
-    pub name: String,
-    /// The process serving now; `None` while down, with why and when it comes back.
-    up: Mutex<Result<Arc<Process>, String>>,
-    /// The calls in flight, by the progress token rmcp gave their request.
-    pub calls: Mutex<BTreeMap<String, ToolCtx>>,
-    /// Progress that came before its call was registered (rmcp names a request's token only once
-    /// it is sent): a few, briefly.
-    early: Mutex<std::collections::VecDeque<(String, String)>>,
-    /// The server said its tool list changed.
-    relist: Notify,
-    /// A call was given up (its tool's name): check the server is not hung.
-    pub abandoned: mpsc::UnboundedSender<String>,
-    /// The server's last stderr lines.
-    stderr: Mutex<std::collections::VecDeque<String>>,
-    /// How the running server broke the protocol on its stdout, once it has.
-    broke: Arc<Mutex<Option<String>>>,
-    /// `stateless = true`: how each call starts a server process of its own.
-    pub per_call: Option<Arc<PerCall>>,
-    /// A Streamable HTTP server: pinged while it serves; its notifications come through rmcp.
-    pub remote: bool,
-}
-
-impl Shared {
-    fn new(
-        name: &str,
-        abandoned: mpsc::UnboundedSender<String>,
-        per_call: Option<Arc<PerCall>>,
-        remote: bool,
-    ) -> Arc<Shared> {
-        Arc::new(Shared {
-            name: name.to_owned(),
-            up: Mutex::new(Err(format!("mcp server `{name}` is starting"))),
-            calls: Mutex::default(),
-            early: Mutex::default(),
-            relist: Notify::new(),
-            abandoned,
-            stderr: Mutex::default(),
-            broke: Arc::default(),
-            per_call,
-            remote,
-        })
-    }
-
-    pub fn up(&self) -> Result<Arc<Process>, String> {
-        self.up
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    fn set_up(&self, up: Result<Arc<Process>, String>) {
-        *self.up.lock().unwrap_or_else(PoisonError::into_inner) = up;
-    }
-
-    /// The one call in flight, if exactly one is (a log line or a question the server sends
-    /// belongs to it); else the newest, for questions.
-    fn current(&self, only: bool) -> Option<ToolCtx> {
-        let calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
-        if only && calls.len() != 1 {
-            return None;
-        }
-        calls.values().next_back().cloned()
-    }
-
-    /// Registers the call of `token`, handing it the progress that came before.
-    pub fn register(&self, token: &str, ctx: &ToolCtx) {
-        self.calls
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(token.to_owned(), ctx.clone());
-        let early: Vec<String> = {
-            let mut early = self.early.lock().unwrap_or_else(PoisonError::into_inner);
-            let (mine, others) = early.drain(..).partition(|(t, _)| t == token);
-            *early = others;
-            mine.into_iter().map(|(_, text)| text).collect()
-        };
-        for text in early {
-            ctx.update(&text);
-        }
-    }
-
-    /// Hands a progress notification to the call of its token as an update, or keeps it for a
-    /// call about to be registered (the last [`EARLY_PROGRESS`]).
-    pub fn progress(&self, params: &ProgressNotificationParam) {
-        let text = match (&params.message, params.total) {
-            (Some(message), _) => message.clone(),
-            (None, Some(total)) => format!("{}/{total}", params.progress),
-            (None, None) => params.progress.to_string(),
-        };
-        let token = crate::call::token_key(&params.progress_token);
-        let ctx = self
-            .calls
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&token)
-            .cloned();
-        match ctx {
-            Some(ctx) => ctx.update(&text),
-            None => {
-                let mut early = self.early.lock().unwrap_or_else(PoisonError::into_inner);
-                if early.len() == EARLY_PROGRESS {
-                    early.pop_front();
-                }
-                early.push_back((token, text));
-            }
-        }
-    }
-
-    /// How the running server broke the protocol on its stdout, taken, if it has.
-    fn take_broke(&self) -> Option<String> {
-        self.broke
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-    }
-
-    /// Hands a log line of the server's to the one call in flight, if exactly one is (it is that
-    /// call's), else to the host's log.
-    pub fn log(&self, level: rho_runtime::LogLevel, text: &str) {
-        match self.current(true) {
-            Some(ctx) => ctx.log(level, text),
-            None => tracing::info!(server = %self.name, "log: {text}"),
-        }
-    }
-
-    /// The server's last stderr line, for texts that say how it ended.
-    fn last_words(&self) -> String {
-        let stderr = self.stderr.lock().unwrap_or_else(PoisonError::into_inner);
-        match stderr.back() {
-            Some(line) => format!(" (its last words: {line})"),
-            None => String::new(),
-        }
-    }
-}
-
 /// Starts, watches and restarts `server`, offering its tools through `source`, until the host
 /// drops this future.
 async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSource) {
@@ -275,8 +109,8 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
             return;
         }
     };
-    let per_call = server.stateless.then(|| {
-        Arc::new(PerCall {
+    let per_call = server.stateless.then(|| -> Arc<dyn PerCall> {
+        Arc::new(ProcessPerCall {
             server: server.clone(),
             workers: workers.clone(),
             home: home.path().to_owned(),
@@ -597,19 +431,24 @@ fn exit_why(shared: &Shared, status: std::io::Result<std::process::ExitStatus>) 
 }
 
 /// `stateless = true`: what a call needs to start a server process of its own.
-pub(crate) struct PerCall {
+struct ProcessPerCall {
     server: McpServer,
     workers: WorkerOptions,
     home: std::path::PathBuf,
 }
 
-impl PerCall {
-    /// Starts and initializes a server process for one call: it, the calls and progress of its
-    /// own, and the sender that ends it (dropped, it ends too: a call given up ends its process).
-    pub async fn start(
-        &self,
-        source: &Shared,
-    ) -> Result<(Process, Arc<Shared>, oneshot::Sender<()>), Failure> {
+impl PerCall for ProcessPerCall {
+    fn start<'a>(
+        &'a self,
+        source: &'a Shared,
+    ) -> Pin<Box<dyn Future<Output = Result<CallProcess, Failure>> + Send + 'a>> {
+        Box::pin(self.start_one(source))
+    }
+}
+
+impl ProcessPerCall {
+    /// Starts and initializes a server process for one call (a call given up ends it).
+    async fn start_one(&self, source: &Shared) -> Result<CallProcess, Failure> {
         let name = &self.server.name;
         // No hang check: the process ends with its call.
         let (abandoned, _) = mpsc::unbounded_channel();
@@ -654,80 +493,4 @@ async fn closed(peer: &Peer<RoleClient>) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// The client side of the connection: log lines and questions to the calls they belong to, list
-/// changes to the supervisor (a stdio server's progress and log lines are read on the way in:
-/// `crate::stdout`; a remote server's come here).
-#[derive(Clone)]
-pub(crate) struct Handler {
-    pub shared: Arc<Shared>,
-}
-
-impl ClientHandler for Handler {
-    fn get_info(&self) -> ClientConfig {
-        let mut capabilities = ClientCapabilities::default();
-        capabilities.elicitation = Some(Default::default());
-        ClientConfig::new(
-            capabilities,
-            Implementation::new("rho", env!("CARGO_PKG_VERSION")),
-        )
-    }
-
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        if self.shared.remote {
-            self.shared.progress(&params);
-        }
-    }
-
-    #[allow(deprecated)] // MCP logging: see `crate::logs`.
-    async fn on_logging_message(
-        &self,
-        params: rmcp::model::LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        if self.shared.remote {
-            crate::logs::deliver(&self.shared, params);
-        }
-    }
-
-    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.shared.relist.notify_one();
-    }
-
-    async fn create_elicitation(
-        &self,
-        request: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
-    ) -> Result<ElicitResult, McpError> {
-        let ElicitRequestParams::FormElicitationParams {
-            message,
-            requested_schema,
-            ..
-        } = request
-        else {
-            return Ok(declined());
-        };
-        let Some(ctx) = self.shared.current(false) else {
-            return Ok(declined());
-        };
-        let schema = serde_json::to_value(&requested_schema).unwrap_or_default();
-        let (action, content) = match ctx.ask(Question::new(message, schema)).await {
-            Reply::Accepted(answer) => (ElicitationAction::Accept, Some(answer)),
-            Reply::Declined(_) => (ElicitationAction::Decline, None),
-            Reply::Cancelled(_) => (ElicitationAction::Cancel, None),
-        };
-        let mut result = declined();
-        result.action = action;
-        result.content = content;
-        Ok(result)
-    }
-}
-
-fn declined() -> ElicitResult {
-    ElicitResult::new(ElicitationAction::Decline)
 }
