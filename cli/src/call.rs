@@ -149,6 +149,8 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
     *IN_FLIGHT
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    // Its sources (MCP servers) stopped and cleaned up before the process exits.
+    host.shutdown().await;
     report(&result, &args, out)
 }
 

@@ -37,6 +37,8 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
     }
     // `print` says "no tools" for an empty list: that is a result, not a failure.
     if !args.watch {
+        // Its sources (MCP servers) stopped and cleaned up before the process exits.
+        host.shutdown().await;
         return ExitCode::SUCCESS;
     }
     let mut events = host.subscribe_filtered(rho_runtime::Filter::default().types([

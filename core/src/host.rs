@@ -375,22 +375,25 @@ fn start_source(
 }
 
 impl Inner {
-    /// Stops the remote sources' tasks (their tools stay until the registry goes).
-    fn stop_sources(&self) {
-        for task in self
+    /// Stops the remote sources' tasks (their tools stay until the registry goes); returns them,
+    /// to be awaited.
+    fn stop_sources(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        let tasks: Vec<_> = self
             .sources
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .drain(..)
-        {
+            .collect();
+        for task in &tasks {
             task.abort();
         }
+        tasks
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.stop_sources();
+        let _ = self.stop_sources();
         // Calls in flight end at once (each still with its end event); the directories'
         // workers stop with their pools.
         self.runner.stop("the host was dropped");
@@ -531,7 +534,11 @@ impl Host {
     pub async fn shutdown_because(&self, reason: &str) {
         let inner = &self.inner;
         inner.runner.stop(reason);
-        inner.stop_sources();
+        // The sources' futures dropped before this returns: what they hold (an MCP server's
+        // sandbox, its private home) is gone with them, not left to a runtime that may exit.
+        for task in inner.stop_sources() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+        }
         if !inner.runner.stopped(Duration::from_secs(2)).await {
             tracing::warn!(in_flight = inner.runner.in_flight(), "calls still running");
         }

@@ -94,10 +94,15 @@ impl ToolSource for McpSource {
 async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSource) {
     let (abandoned, mut given_up) = mpsc::unbounded_channel();
     // The server's private home, kept across its restarts (its caches stay warm) and removed
-    // with the source.
+    // with the source; homes of hosts that died without removing theirs go first.
     let home = rho_runtime::secure_temp_dir().and_then(|dir| {
+        sweep_stale_homes(&dir);
         tempfile::Builder::new()
-            .prefix(&format!("rho-mcp-{}-", server.name))
+            .prefix(&format!(
+                "{HOME_PREFIX}{}-{}-",
+                std::process::id(),
+                server.name
+            ))
             .tempdir_in(dir)
     });
     let home = match home {
@@ -185,6 +190,45 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
         )));
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// The start of a private home's name: `rho-mcp-<host pid>-<server>-<random>`.
+const HOME_PREFIX: &str = "rho-mcp-";
+
+/// Removes the private homes in `dir` of hosts no longer running (killed, or ended before their
+/// sources were dropped), this user's only.
+fn sweep_stale_homes(dir: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(HOME_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let path = entry.path();
+        // SAFETY: signal 0 only asks whether the process exists.
+        let gone = pid > 0
+            && unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        // A root host handed its servers' homes to the sandbox's user (`nobody`).
+        let mine = std::fs::symlink_metadata(&path)
+            .is_ok_and(|m| m.is_dir() && (m.uid() == me || me == 0));
+        if gone && mine {
+            match std::fs::remove_dir_all(&path) {
+                Ok(()) => tracing::debug!(home = %path.display(), "removed a stale server home"),
+                Err(e) => tracing::warn!(home = %path.display(), "a stale server home: {e}"),
+            }
+        }
     }
 }
 

@@ -595,6 +595,7 @@ async fn spawned(host: &Host, token: &str) -> Vec<i32> {
 /// runs, counted from `/proc`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_process_of_a_server_outlives_it_whichever_way_it_ends() {
+    let mut killed_hosts = Vec::new();
     for run in 0..20 {
         let token = format!("rho-orphans-{}-{run}", std::process::id());
         match run % 10 {
@@ -614,25 +615,48 @@ async fn no_process_of_a_server_outlives_it_whichever_way_it_ends() {
             }
             // `rho serve` SIGKILLed while its server and the children run.
             1..=4 => {
-                let pids = sigkilled_serve(&token);
+                let (pids, host_pid) = sigkilled_serve(&token);
                 until_gone(&pids, "after the host's SIGKILL");
+                killed_hosts.push(host_pid);
             }
-            // The host shuts down.
+            // The host shuts down: its server's private home is gone when that returns.
             _ => {
-                let host = host_over(server(&[&token]), RunnerConfig::default()).await;
+                let mut tagged = server(&[&token]);
+                tagged.name = format!("orphans{run}");
+                let host = host_over(tagged, RunnerConfig::default()).await;
                 let pids = spawned(&host, &token).await;
+                let home = format!("rho-mcp-{}-orphans{run}-", std::process::id());
+                assert_eq!(homes_named(&home).len(), 1, "{home}");
                 host.shutdown().await;
+                assert_eq!(homes_named(&home), Vec::<String>::new());
                 drop(host);
                 until_gone(&pids, "after the host's shutdown");
             }
         }
         until_gone(&processes_with(&token), &format!("run {run}"));
     }
+    // The homes the SIGKILLed hosts could not remove went when later sources started.
+    for pid in killed_hosts {
+        assert_eq!(
+            homes_named(&format!("rho-mcp-{pid}-")),
+            Vec::<String>::new()
+        );
+    }
+}
+
+/// The servers' private homes in the temporary directory whose names start with `prefix`.
+fn homes_named(prefix: &str) -> Vec<String> {
+    std::fs::read_dir(rho_runtime::secure_temp_dir().unwrap())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(prefix))
+        .collect()
 }
 
 /// Starts `rho serve --mcp` over the test server tagged `token`, has it call `spawn` over MCP on
-/// stdio, SIGKILLs it, and returns the server's processes as they were.
-fn sigkilled_serve(token: &str) -> Vec<i32> {
+/// stdio, SIGKILLs it, and returns the server's processes as they were, and the host's pid.
+fn sigkilled_serve(token: &str) -> (Vec<i32>, u32) {
     use std::io::{BufRead, Write};
     let mut serve = std::process::Command::new(rho_tests::rho_bin())
         .args(["serve", "--mcp", &format!("{} {token}", command_line())])
@@ -660,7 +684,8 @@ fn sigkilled_serve(token: &str) -> Vec<i32> {
     }
     let pids = processes_with(token);
     assert!(pids.len() >= 4, "the server and its 3 children: {pids:?}");
+    let host_pid = serve.id();
     serve.kill().unwrap();
     serve.wait().unwrap();
-    pids
+    (pids, host_pid)
 }
