@@ -5,8 +5,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+#[cfg(not(target_arch = "wasm32"))]
 use abi_stable::std_types::RStr;
 
+#[cfg(not(target_arch = "wasm32"))]
 use crate::ffi::{FfiCallInfo, FfiCtx, FfiHost, FfiReplyKind};
 use crate::{LogLevel, Question, Reply};
 
@@ -37,7 +39,11 @@ pub struct Ctx {
 enum Inner {
     /// A context from a host; valid only while the call runs (tools only ever see `&Ctx`). A
     /// host of interface 3 or later offers its functions too.
+    #[cfg(not(target_arch = "wasm32"))]
     Host(FfiCtx<'static>, Option<FfiHost<'static>>),
+    /// A component's call: the host's functions are the world's `host` imports.
+    #[cfg(target_arch = "wasm32")]
+    Component { call_id: String },
     /// A context without a host, for tests.
     Detached {
         call_id: String,
@@ -51,7 +57,25 @@ enum Inner {
 }
 
 impl Ctx {
+    /// A component's context for the duration of `f`. Not for plugin authors.
+    #[cfg(target_arch = "wasm32")]
+    #[doc(hidden)]
+    pub fn with_component<R>(info: crate::wasm::CallInfo, f: impl FnOnce(&Ctx) -> R) -> R {
+        let deadline = info
+            .time_left_ms
+            .and_then(|ms| Instant::now().checked_add(Duration::from_millis(ms)));
+        let ctx = Ctx {
+            inner: Inner::Component {
+                call_id: info.call_id,
+            },
+            deadline: Mutex::new(deadline),
+            traceparent: Cow::Owned(info.traceparent),
+        };
+        f(&ctx)
+    }
+
     /// Wraps a host's context for the duration of `f`. Not for plugin authors.
+    #[cfg(not(target_arch = "wasm32"))]
     #[doc(hidden)]
     pub fn with_host<R>(
         ffi: FfiCtx<'_>,
@@ -158,7 +182,10 @@ impl Ctx {
     /// The call's id, as the model gave it.
     pub fn call_id(&self) -> &str {
         match &self.inner {
+            #[cfg(not(target_arch = "wasm32"))]
             Inner::Host(ffi, _) => ffi.call_id.as_str(),
+            #[cfg(target_arch = "wasm32")]
+            Inner::Component { call_id } => call_id,
             Inner::Detached { call_id, .. } => call_id,
         }
     }
@@ -168,7 +195,10 @@ impl Ctx {
     /// busy after the host has moved on.
     pub fn is_cancelled(&self) -> bool {
         match &self.inner {
+            #[cfg(not(target_arch = "wasm32"))]
             Inner::Host(ffi, _) => ffi.is_cancelled(),
+            #[cfg(target_arch = "wasm32")]
+            Inner::Component { .. } => crate::wasm::is_cancelled(),
             Inner::Detached { cancelled, .. } => cancelled.load(Ordering::Relaxed),
         }
     }
@@ -177,7 +207,10 @@ impl Ctx {
     /// `tool_execution_update`; it is not part of the answer.
     pub fn update(&self, partial: impl AsRef<str>) {
         match &self.inner {
+            #[cfg(not(target_arch = "wasm32"))]
             Inner::Host(ffi, _) => (ffi.send_update)(ffi.sink, RStr::from_str(partial.as_ref())),
+            #[cfg(target_arch = "wasm32")]
+            Inner::Component { .. } => crate::wasm::update(partial.as_ref()),
             Inner::Detached { updates, .. } => {
                 if let Ok(mut updates) = updates.lock() {
                     updates.push(partial.as_ref().to_owned());
@@ -198,10 +231,14 @@ impl Ctx {
     /// ```
     pub fn log(&self, level: LogLevel, line: impl AsRef<str>) {
         match &self.inner {
+            #[cfg(not(target_arch = "wasm32"))]
             Inner::Host(_, Some(host)) => {
                 (host.fns.log())(host.sink, level as u8, RStr::from_str(line.as_ref()))
             }
+            #[cfg(not(target_arch = "wasm32"))]
             Inner::Host(_, None) => {}
+            #[cfg(target_arch = "wasm32")]
+            Inner::Component { .. } => crate::wasm::log(level, line.as_ref()),
             Inner::Detached { logs, .. } => {
                 if let Ok(mut logs) = logs.lock() {
                     logs.push((level, line.as_ref().to_owned()));
@@ -229,6 +266,15 @@ impl Ctx {
     /// ```
     pub fn ask(&self, question: Question) -> Reply {
         match &self.inner {
+            #[cfg(target_arch = "wasm32")]
+            Inner::Component { .. } => {
+                let (reply, left) = crate::wasm::ask(&question);
+                self.set_deadline(
+                    left.and_then(|ms| Instant::now().checked_add(Duration::from_millis(ms))),
+                );
+                reply
+            }
+            #[cfg(not(target_arch = "wasm32"))]
             Inner::Host(_, Some(host)) => {
                 let Some(ask) = host.fns.ask() else {
                     return Reply::Declined(
@@ -256,6 +302,7 @@ impl Ctx {
                     FfiReplyKind::Cancelled => Reply::Cancelled(text),
                 }
             }
+            #[cfg(not(target_arch = "wasm32"))]
             Inner::Host(_, None) => Reply::Declined(
                 "this host cannot ask its user (it is older than interface 3)".into(),
             ),
@@ -276,7 +323,7 @@ impl Ctx {
     pub fn asked(&self) -> Vec<Question> {
         match &self.inner {
             Inner::Detached { asked, .. } => asked.lock().map(|a| a.clone()).unwrap_or_default(),
-            Inner::Host(..) => Vec::new(),
+            _ => Vec::new(),
         }
     }
 
@@ -284,7 +331,7 @@ impl Ctx {
     pub fn sent_logs(&self) -> Vec<(LogLevel, String)> {
         match &self.inner {
             Inner::Detached { logs, .. } => logs.lock().map(|l| l.clone()).unwrap_or_default(),
-            Inner::Host(..) => Vec::new(),
+            _ => Vec::new(),
         }
     }
 
@@ -301,7 +348,7 @@ impl Ctx {
             Inner::Detached { updates, .. } => {
                 updates.lock().map(|u| u.clone()).unwrap_or_default()
             }
-            Inner::Host(..) => Vec::new(),
+            _ => Vec::new(),
         }
     }
 }

@@ -39,12 +39,16 @@ mod ask;
 mod content;
 mod ctx;
 pub mod declare;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod ffi;
 #[doc(hidden)]
 pub mod glue;
 mod log;
 pub mod source;
 mod tool;
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+pub mod wasm;
 
 pub use answer::{
     Answer, Image, MAX_DETAILS_DEPTH, Output, ToolError, details_depth, drop_details,
@@ -85,6 +89,26 @@ pub use {schemars, serde, serde_json};
 #[macro_export]
 macro_rules! export_plugin {
     (@module $tools:expr) => {
+        $crate::__export_module!($tools);
+    };
+    (capabilities: $caps:expr, tools: [$($tool:expr),* $(,)?] $(,)?) => {
+        $crate::export_plugin!(@module
+            $crate::glue::PluginTools::new(::std::vec![$($tool),*]).with_capabilities($caps)
+        );
+    };
+    ($($tool:expr),* $(,)?) => {
+        $crate::export_plugin!(@module
+            $crate::glue::PluginTools::new(::std::vec![$($tool),*])
+        );
+    };
+}
+
+/// The entry points of a native plugin (`export_plugin!`'s expansion for a `cdylib`).
+#[cfg(not(target_arch = "wasm32"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_module {
+    ($tools:expr) => {
         #[doc(hidden)]
         fn __rho_plugin_tools() -> &'static $crate::glue::PluginTools {
             static TOOLS: ::std::sync::OnceLock<$crate::glue::PluginTools> =
@@ -128,7 +152,13 @@ macro_rules! export_plugin {
             ctx: $crate::ffi::FfiCtx<'_>,
             info: $crate::ffi::FfiCallInfo<'_>,
         ) -> $crate::ffi::FfiOutcome2 {
-            $crate::glue::call_with(__rho_plugin_tools, tool, args_json, ctx, ::std::option::Option::Some(info))
+            $crate::glue::call_with(
+                __rho_plugin_tools,
+                tool,
+                args_json,
+                ctx,
+                ::std::option::Option::Some(info),
+            )
         }
 
         #[doc(hidden)]
@@ -139,7 +169,14 @@ macro_rules! export_plugin {
             info: $crate::ffi::FfiCallInfo<'_>,
             host: $crate::ffi::FfiHost<'_>,
         ) -> $crate::ffi::FfiOutcome3 {
-            $crate::glue::call_host(__rho_plugin_tools, tool, args_json, ctx, ::std::option::Option::Some(info), ::std::option::Option::Some(host))
+            $crate::glue::call_host(
+                __rho_plugin_tools,
+                tool,
+                args_json,
+                ctx,
+                ::std::option::Option::Some(info),
+                ::std::option::Option::Some(host),
+            )
         }
 
         #[doc(hidden)]
@@ -162,20 +199,55 @@ macro_rules! export_plugin {
         #[doc(hidden)]
         #[unsafe(export_name = "_1as_0lib_1header_0root_bmodule_bloader")]
         pub static __RHO_PLUGIN_ROOT: $crate::glue::abi_stable::library::LibHeader = unsafe {
-            $crate::glue::abi_stable::library::LibHeader::from_constructor::<$crate::ffi::PluginModRef>(
+            $crate::glue::abi_stable::library::LibHeader::from_constructor::<
+                $crate::ffi::PluginModRef,
+            >(
                 __rho_plugin_root,
                 $crate::glue::abi_stable::library::CheckTypeLayout::Yes,
             )
         };
     };
-    (capabilities: $caps:expr, tools: [$($tool:expr),* $(,)?] $(,)?) => {
-        $crate::export_plugin!(@module
-            $crate::glue::PluginTools::new(::std::vec![$($tool),*]).with_capabilities($caps)
-        );
-    };
-    ($($tool:expr),* $(,)?) => {
-        $crate::export_plugin!(@module
-            $crate::glue::PluginTools::new(::std::vec![$($tool),*])
-        );
+}
+
+/// The exports of a component (`export_plugin!`'s expansion for `wasm32`): the `tools`
+/// interface of the `rho:plugin` world.
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_module {
+    ($tools:expr) => {
+        #[doc(hidden)]
+        fn __rho_plugin_tools() -> &'static $crate::glue::PluginTools {
+            static TOOLS: ::std::sync::OnceLock<$crate::glue::PluginTools> =
+                ::std::sync::OnceLock::new();
+            TOOLS.get_or_init(|| $tools)
+        }
+
+        #[doc(hidden)]
+        struct __RhoPlugin;
+
+        impl $crate::wasm::Guest for __RhoPlugin {
+            fn describe() -> ::std::result::Result<$crate::wasm::WitPluginInfo, ::std::string::String> {
+                $crate::wasm::describe(
+                    ::std::env!("CARGO_PKG_NAME"),
+                    ::std::env!("CARGO_PKG_VERSION"),
+                    __rho_plugin_tools,
+                )
+            }
+
+            fn declare() -> ::std::result::Result<::std::string::String, ::std::string::String> {
+                $crate::wasm::declare(__rho_plugin_tools)
+            }
+
+            fn call(
+                tool: ::std::string::String,
+                args_json: ::std::string::String,
+                info: $crate::wasm::CallInfo,
+            ) -> ::std::result::Result<$crate::wasm::WitAnswer, $crate::wasm::WitFailure> {
+                $crate::wasm::call(__rho_plugin_tools, tool, args_json, info)
+            }
+        }
+
+        $crate::wasm::bindings::__rho_wit_export!(__RhoPlugin with_types_in $crate::wasm::bindings);
     };
 }

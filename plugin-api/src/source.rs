@@ -1,5 +1,5 @@
-//! This crate's own source, as it was built into the program that holds it: its manifest and
-//! every file under `src/`. `rho plugin new` writes it out (once per version, into rho's data
+//! This crate's own source, as it was built into the program that holds it: its manifest,
+//! every file under `src/` and its WIT world (`wit/`). `rho plugin new` writes it out (once per version, into rho's data
 //! directory) so that a new plugin crate builds against exactly the API `rho` speaks, before the
 //! crate is on crates.io and wherever `rho` was built.
 //!
@@ -26,7 +26,12 @@ pub const FILES: &[(&str, &str)] = &[
     ("src/log.rs", include_str!("log.rs")),
     ("src/source.rs", include_str!("source.rs")),
     ("src/tool.rs", include_str!("tool.rs")),
+    ("src/wasm.rs", include_str!("wasm.rs")),
+    ("wit/plugin.wit", include_str!("../wit/plugin.wit")),
 ];
+
+/// The WIT world a component plugin implements (`wit/plugin.wit`): hosts bind the same text.
+pub const WIT: &str = include_str!("../wit/plugin.wit");
 
 #[cfg(test)]
 mod tests {
@@ -42,7 +47,11 @@ mod tests {
             .map(|e| format!("src/{}", e.file_name().to_string_lossy()))
             .collect();
         on_disk.sort();
-        let carried: Vec<String> = FILES[1..].iter().map(|(p, _)| (*p).to_owned()).collect();
+        let carried: Vec<String> = FILES[1..]
+            .iter()
+            .map(|(p, _)| (*p).to_owned())
+            .filter(|p| p.starts_with("src/"))
+            .collect();
         assert_eq!(carried, on_disk);
     }
 }
