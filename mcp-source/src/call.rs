@@ -14,7 +14,7 @@ use rmcp::{Peer, RoleClient};
 use serde_json::Value;
 
 use crate::convert;
-use crate::shared::{Down, Process, Shared, token_key};
+use crate::shared::{Down, GivenUp, Process, Shared, token_key};
 
 /// One tool of the server, as the registry calls it.
 pub(crate) struct McpTool {
@@ -30,6 +30,7 @@ struct InFlight {
     token: String,
     request: Option<(Peer<RoleClient>, rmcp::model::RequestId)>,
     tool: String,
+    since: std::time::Instant,
 }
 
 impl Drop for InFlight {
@@ -40,7 +41,10 @@ impl Drop for InFlight {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&self.token);
         if let Some((peer, id)) = self.request.take() {
-            let _ = self.shared.abandoned.send(self.tool.clone());
+            let _ = self.shared.abandoned.send(GivenUp {
+                tool: self.tool.clone(),
+                since: self.since,
+            });
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(async move {
                     let cancelled = CancelledNotificationParam::new(
@@ -95,6 +99,7 @@ async fn call_on(
         params.meta = Some(meta);
     }
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let since = std::time::Instant::now();
     let sent = process
         .peer
         .send_cancellable_request(request, PeerRequestOptions::no_options())
@@ -102,12 +107,13 @@ async fn call_on(
     let result = match sent {
         Ok(handle) => {
             let token = token_key(&handle.progress_token);
-            shared.register(&token, ctx);
+            shared.register(&token, &name, since, ctx);
             let mut in_flight = InFlight {
                 shared: shared.clone(),
                 token,
                 request: Some((process.peer.clone(), handle.id.clone())),
                 tool: name.clone(),
+                since,
             };
             let result = handle.await_response().await;
             in_flight.request = None;
@@ -129,12 +135,26 @@ async fn call_on(
                 shared.name, error.message
             ))))
         }
-        // A remote server that cannot be reached: the call did not run there; the supervisor
-        // checks the server at once.
-        Err(e) if shared.remote => {
-            let _ = shared.abandoned.send(name.clone());
+        // A remote server the request could not be sent to: the call did not run there; the
+        // supervisor checks the server at once.
+        Err(e @ rmcp::ServiceError::TransportSend(_)) if shared.remote => {
+            let _ = shared.abandoned.send(GivenUp {
+                tool: name.clone(),
+                since,
+            });
             Err(Failure::Unavailable(format!(
                 "mcp server `{}` could not be reached for the call of `{name}`: {e}",
+                shared.name
+            )))
+        }
+        // Sent, then lost (its stream broke): the tool may have run; the server is checked.
+        Err(e) if shared.remote => {
+            let _ = shared.abandoned.send(GivenUp {
+                tool: name.clone(),
+                since,
+            });
+            Err(Failure::crashed(format!(
+                "mcp server `{}` lost the call of `{name}` (it may have run): {e}",
                 shared.name
             )))
         }

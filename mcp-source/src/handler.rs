@@ -71,7 +71,7 @@ impl ClientHandler for Handler {
         else {
             return Ok(declined());
         };
-        let Some(ctx) = self.shared.current(false) else {
+        let Some(ctx) = self.shared.current() else {
             return Ok(declined());
         };
         let schema = serde_json::to_value(&requested_schema).unwrap_or_default();

@@ -5,11 +5,28 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use rho_runtime::{Failure, ToolCtx};
 use rmcp::model::{NumberOrString, ProgressNotificationParam, ProgressToken};
 use rmcp::{Peer, RoleClient};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
+
+/// A call in flight on a server.
+pub(crate) struct InFlightCall {
+    pub ctx: ToolCtx,
+    /// Its tool.
+    pub tool: String,
+    /// When it was sent.
+    pub since: Instant,
+}
+
+/// A call given up before its answer (its timeout, a cancellation): its tool and when it was
+/// sent, to find the call a hung server is stuck in (the oldest).
+pub(crate) struct GivenUp {
+    pub tool: String,
+    pub since: Instant,
+}
 
 /// How many progress notes of calls not yet registered are kept.
 const EARLY_PROGRESS: usize = 64;
@@ -59,14 +76,14 @@ pub(crate) struct Shared {
     /// The process serving now; `None` while down, with why and when it comes back.
     pub up: Mutex<Result<Arc<Process>, String>>,
     /// The calls in flight, by the progress token rmcp gave their request.
-    pub calls: Mutex<BTreeMap<String, ToolCtx>>,
+    pub calls: Mutex<BTreeMap<String, InFlightCall>>,
     /// Progress that came before its call was registered (rmcp names a request's token only once
     /// it is sent): a few, briefly.
     pub early: Mutex<std::collections::VecDeque<(String, String)>>,
     /// The server said its tool list changed.
     pub relist: Notify,
-    /// A call was given up (its tool's name): check the server is not hung.
-    pub abandoned: mpsc::UnboundedSender<String>,
+    /// A call was given up: check the server is not hung.
+    pub abandoned: mpsc::UnboundedSender<GivenUp>,
     /// The server's last stderr lines.
     pub stderr: Mutex<std::collections::VecDeque<String>>,
     /// How the running server broke the protocol on its stdout, once it has.
@@ -80,7 +97,7 @@ pub(crate) struct Shared {
 impl Shared {
     pub fn new(
         name: &str,
-        abandoned: mpsc::UnboundedSender<String>,
+        abandoned: mpsc::UnboundedSender<GivenUp>,
         per_call: Option<Arc<dyn PerCall>>,
         remote: bool,
     ) -> Arc<Shared> {
@@ -109,22 +126,40 @@ impl Shared {
         *self.up.lock().unwrap_or_else(PoisonError::into_inner) = up;
     }
 
-    /// The one call in flight, if exactly one is (a log line or a question the server sends
-    /// belongs to it); else the newest, for questions.
-    pub fn current(&self, only: bool) -> Option<ToolCtx> {
+    /// The one call in flight, if exactly one is: a log line or a question the server sends
+    /// belongs to it (with several, a question could reach another caller than the one it is
+    /// for, so none does).
+    pub fn current(&self) -> Option<ToolCtx> {
         let calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
-        if only && calls.len() != 1 {
+        if calls.len() != 1 {
             return None;
         }
-        calls.values().next_back().cloned()
+        calls.values().next().map(|call| call.ctx.clone())
     }
 
-    /// Registers the call of `token`, handing it the progress that came before.
-    pub fn register(&self, token: &str, ctx: &ToolCtx) {
+    /// The tool of the oldest call in flight, and since when, if any.
+    pub fn oldest(&self) -> Option<(String, Instant)> {
+        let calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        calls
+            .values()
+            .min_by_key(|call| call.since)
+            .map(|call| (call.tool.clone(), call.since))
+    }
+
+    /// Registers the call of `token` (of `tool`, sent at `since`), handing it the progress that
+    /// came before.
+    pub fn register(&self, token: &str, tool: &str, since: Instant, ctx: &ToolCtx) {
         self.calls
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(token.to_owned(), ctx.clone());
+            .insert(
+                token.to_owned(),
+                InFlightCall {
+                    ctx: ctx.clone(),
+                    tool: tool.to_owned(),
+                    since,
+                },
+            );
         let early: Vec<String> = {
             let mut early = self.early.lock().unwrap_or_else(PoisonError::into_inner);
             let (mine, others) = early.drain(..).partition(|(t, _)| t == token);
@@ -150,7 +185,7 @@ impl Shared {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&token)
-            .cloned();
+            .map(|call| call.ctx.clone());
         match ctx {
             Some(ctx) => ctx.update(&text),
             None => {
@@ -174,7 +209,7 @@ impl Shared {
     /// Hands a log line of the server's to the one call in flight, if exactly one is (it is that
     /// call's), else to the host's log.
     pub fn log(&self, level: rho_runtime::LogLevel, text: &str) {
-        match self.current(true) {
+        match self.current() {
             Some(ctx) => ctx.log(level, text),
             None => tracing::info!(server = %self.name, "log: {text}"),
         }

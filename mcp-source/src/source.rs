@@ -15,9 +15,11 @@
 //! A call whose timeout passed (or that was cancelled) sends the server `notifications/cancelled`
 //! (the call's request future is dropped); a second later the source pings the server with a
 //! 5 s deadline: a server that does not answer is hung, and is killed and restarted, its other
-//! calls ending `crashed` with a text naming the tool that hung. A server busy with a long call
-//! still answers pings, and is not declared hung. Its calls that were in flight are charged to
-//! the tool that hung ([`Failure::crashed_by`]), not to their own tools.
+//! calls ending `crashed` with a text naming the tool it was stuck in. A server busy with a long
+//! call that still answers pings is not declared hung (a server whose tools block its only
+//! thread answers none). The tool it was stuck in is the one of the oldest call in flight (a
+//! stuck server takes its calls in order); the other calls in flight are charged to it
+//! ([`Failure::crashed_by`]), not to their own tools.
 //!
 //! With [`McpServer::stateless`] each call starts a server process of its own (`crate::call`),
 //! ended with the call: a crash or a hang touches that call alone, and needs no restart. The
@@ -40,7 +42,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::config::McpServer;
 use crate::convert;
 use crate::handler::Handler;
-use crate::shared::{CallProcess, Down, PerCall, Process, Shared};
+use crate::shared::{CallProcess, Down, GivenUp, PerCall, Process, Shared};
 use crate::stdout::Notice;
 
 /// The first wait before a restart; it doubles up to [`MAX_BACKOFF`].
@@ -151,17 +153,23 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
                 });
                 // Up before its tools are offered: a caller that saw them can call them.
                 shared.set_up(Ok(process));
-                offer(&peer, &shared, &source, &server).await;
-                source.set_state(kind, SourceState::Serving, None, "");
-                let why = serve(
-                    &running,
-                    &mut child,
-                    &shared,
-                    &source,
-                    &server,
-                    &mut given_up,
-                )
-                .await;
+                // Calls given up on an earlier process are not this one's to check.
+                while given_up.try_recv().is_ok() {}
+                let why = match offer(&peer, &shared, &source, &server).await {
+                    Err(why) => Down::because(why),
+                    Ok(()) => {
+                        source.set_state(kind, SourceState::Serving, None, "");
+                        serve(
+                            &running,
+                            &mut child,
+                            &shared,
+                            &source,
+                            &server,
+                            &mut given_up,
+                        )
+                        .await
+                    }
+                };
                 // Down first: calls from now on fail fast; then the sandbox goes.
                 shared.set_up(Err(why.why.clone()));
                 if let Some(child) = &mut child {
@@ -349,12 +357,21 @@ async fn offer(
     shared: &Arc<Shared>,
     source: &RemoteSource,
     server: &McpServer,
-) {
-    let tools = match peer.list_all_tools().await {
-        Ok(tools) => tools,
-        Err(e) => {
+) -> Result<(), String> {
+    // Bounded as its start is: a server that never answers (or pages its list without end)
+    // must not hold the supervisor, which watches its exit and its hangs.
+    let listed = tokio::time::timeout(server.start_timeout(), peer.list_all_tools()).await;
+    let tools = match listed {
+        Ok(Ok(tools)) => tools,
+        Ok(Err(e)) => {
             tracing::warn!(server = %server.name, "listing its tools failed: {e}");
-            return;
+            return Ok(());
+        }
+        Err(_) => {
+            return Err(format!(
+                "hung: it did not list its tools within {} ms; killed and restarted",
+                server.start_timeout_ms
+            ));
         }
     };
     let entries = tools
@@ -378,6 +395,7 @@ async fn offer(
             },
         );
     }
+    Ok(())
 }
 
 /// Serves until the server goes: its exit, its connection closing, or a hang found after a
@@ -388,7 +406,7 @@ async fn serve(
     shared: &Arc<Shared>,
     source: &RemoteSource,
     server: &McpServer,
-    given_up: &mut mpsc::UnboundedReceiver<String>,
+    given_up: &mut mpsc::UnboundedReceiver<GivenUp>,
 ) -> Down {
     let peer = running.peer().clone();
     let mut health = tokio::time::interval(HEALTH_EVERY);
@@ -404,13 +422,17 @@ async fn serve(
                 let broke = shared.broke.lock().unwrap_or_else(PoisonError::into_inner).take();
                 return Down::because(broke.unwrap_or_else(|| "closed its connection".into()));
             }
-            () = shared.relist.notified() => offer(&peer, shared, source, server).await,
+            () = shared.relist.notified() => {
+                if let Err(why) = offer(&peer, shared, source, server).await {
+                    return Down::because(why);
+                }
+            }
             _ = health.tick(), if shared.remote => {
                 if !answers_ping(&peer).await {
                     return Down::because(unreachable());
                 }
             }
-            Some(tool) = given_up.recv() => {
+            Some(given_up) = given_up.recv() => {
                 // A call given up (or, for a remote server, failed to reach it): is the server
                 // still there? A local one gets a moment to take the cancellation first.
                 if !shared.remote {
@@ -422,13 +444,19 @@ async fn serve(
                 if shared.remote {
                     return Down::because(unreachable());
                 }
+                // A server stuck in a call serves its calls in order: the oldest call in flight
+                // (the one given up, or one sent before it) is the one it is stuck in.
+                let culprit = match shared.oldest() {
+                    Some((tool, since)) if since < given_up.since => tool,
+                    _ => given_up.tool,
+                };
                 return Down {
                     why: format!(
-                        "hung: tool `{tool}` was given up and the server did not answer a \
-                         ping within {} ms; killed and restarted",
+                        "hung: stuck in a call of tool `{culprit}` (a call was given up and the \
+                         server did not answer a ping within {} ms); killed and restarted",
                         PING_DEADLINE.as_millis()
                     ),
-                    hung: Some(tool),
+                    hung: Some(culprit),
                 };
             }
         }

@@ -3,9 +3,11 @@
 //! - A line that is not a JSON-RPC message (its first byte past white space is not `{` or `[`)
 //!   is a protocol failure: the connection ends there, so the supervisor restarts the server and
 //!   its calls in flight end `crashed`, the reason naming the line.
-//! - A line over [`MAX_LINE`] (rmcp's own bound) is not passed on: the request it answers (its
-//!   `id`, read from the line's head) gets an error response instead, saying how large the
-//!   answer was, so that call ends `error` and the server keeps serving.
+//! - A line over [`MAX_LINE`] (rmcp's own bound) is not passed on: the request it answers (the
+//!   message's top-level `id`, found by a scan of the whole line that keeps nothing of it, before
+//!   or after the result: SDKs write it either side) gets an error response instead, saying how
+//!   large the answer was, so that call ends `error` and the server keeps serving. A line whose
+//!   id cannot be read is a protocol failure.
 //! - A progress or log notification is handed to its call here, before the next line goes on:
 //!   rmcp handles notifications in tasks of their own, so through it the last progress or log
 //!   line of a call could come after the call's answer (and be lost).
@@ -18,9 +20,6 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
 
 /// The longest line passed on: 16 MiB, rmcp's bound on one message.
 pub(crate) const MAX_LINE: usize = 16 << 20;
-
-/// How much of an over-long line is kept to find its `id`.
-const HEAD: usize = 4096;
 
 /// A notification of the server's that is handed on as it is read.
 pub(crate) enum Notice {
@@ -45,6 +44,7 @@ pub(crate) fn checked(
             line.clear();
             let mut total = 0usize;
             let mut over = false;
+            let mut id = IdScanner::default();
             // One line, keeping at most MAX_LINE bytes (then only its head).
             let done = loop {
                 let buf = match reader.fill_buf().await {
@@ -61,12 +61,13 @@ pub(crate) fn checked(
                 total = total.saturating_add(take);
                 if !over && total > MAX_LINE {
                     over = true;
-                    line.truncate(HEAD);
+                    id.feed(&line);
+                    line.clear();
                 }
-                if !over {
+                if over {
+                    id.feed(&buf[..take]);
+                } else {
                     line.extend_from_slice(&buf[..take]);
-                } else if line.len() < HEAD {
-                    line.extend_from_slice(&buf[..take.min(HEAD - line.len())]);
                 }
                 reader.consume(take);
                 if newline {
@@ -74,8 +75,17 @@ pub(crate) fn checked(
                 }
             };
             if over {
-                if let Some(error) = too_large(&line, total)
-                    && to_client.write_all(error.as_bytes()).await.is_err()
+                let Some(id) = id.found() else {
+                    *ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(format!(
+                        "wrote a message of {total} bytes, over the {MAX_LINE} an MCP message may \
+                         have, whose id could not be read"
+                    ));
+                    return;
+                };
+                if to_client
+                    .write_all(too_large(&id, total).as_bytes())
+                    .await
+                    .is_err()
                 {
                     return;
                 }
@@ -140,31 +150,132 @@ fn notice_of(line: &[u8]) -> Option<Notice> {
     }
 }
 
-/// The error response to the request an over-long line answered, if its head names one.
-fn too_large(head: &[u8], total: usize) -> Option<String> {
-    let text = String::from_utf8_lossy(head);
-    let at = text.find("\"id\"")? + 4;
-    let rest = text[at..].trim_start().strip_prefix(':')?.trim_start();
-    let id: String = if let Some(quoted) = rest.strip_prefix('"') {
-        let end = quoted.find('"')?;
-        serde_json::to_string(&quoted[..end]).ok()?
-    } else {
-        let digits: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_digit() || *c == '-')
-            .collect();
-        if digits.is_empty() {
-            return None;
-        }
-        digits
-    };
+/// The error response to request `id` (its JSON) whose answer was `total` bytes.
+fn too_large(id: &str, total: usize) -> String {
     let message = format!(
         "the server's answer is {total} bytes; an MCP message may be at most {MAX_LINE} bytes"
     );
     let error = serde_json::json!({"code": -32603, "message": message});
-    Some(format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{error}}}\n"
-    ))
+    format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{error}}}\n")
+}
+
+/// Finds the top-level `"id"` of a JSON message fed in pieces, keeping only the id: strings,
+/// escapes and nesting are followed, so an `"id"` inside the result is not taken for it.
+#[derive(Default)]
+struct IdScanner {
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+    /// At depth 1, the next string is a key.
+    expect_key: bool,
+    /// The key being read at depth 1 (`None`: not a key, or longer than `id`).
+    key: Option<Vec<u8>>,
+    /// The last key at depth 1 was `id`: its value comes after the `:`.
+    id_key: bool,
+    /// The id's JSON as read so far, while it is read.
+    value: Option<Vec<u8>>,
+    /// The id's JSON, once read whole; `Err` once the scan cannot tell.
+    found: Option<Result<String, ()>>,
+}
+
+/// The longest id kept.
+const MAX_ID: usize = 256;
+
+impl IdScanner {
+    fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if self.found.is_some() {
+                return;
+            }
+            if let Some(value) = &mut self.value {
+                if value.len() >= MAX_ID {
+                    self.found = Some(Err(()));
+                    return;
+                }
+                let quoted = value.first() == Some(&b'"');
+                if quoted {
+                    value.push(b);
+                    if self.escaped {
+                        self.escaped = false;
+                    } else if b == b'\\' {
+                        self.escaped = true;
+                    } else if b == b'"' && value.len() > 1 {
+                        self.finish();
+                    }
+                    continue;
+                }
+                if value.is_empty() && b.is_ascii_whitespace() {
+                    continue;
+                }
+                if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.' | b'"') {
+                    value.push(b);
+                    continue;
+                }
+                self.finish();
+                // The byte that ended the value is structure: read it as such below.
+            }
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                } else if b == b'\\' {
+                    self.escaped = true;
+                } else if b == b'"' {
+                    self.in_string = false;
+                    if let Some(key) = self.key.take() {
+                        self.id_key = key == b"id";
+                    }
+                    continue;
+                }
+                if let Some(key) = &mut self.key {
+                    key.push(b);
+                    if key.len() > 2 {
+                        self.key = None;
+                    }
+                }
+                continue;
+            }
+            match b {
+                b'"' => {
+                    self.in_string = true;
+                    if self.depth == 1 && self.expect_key {
+                        self.key = Some(Vec::new());
+                        self.expect_key = false;
+                    }
+                }
+                b'{' | b'[' => {
+                    self.depth += 1;
+                    self.expect_key = self.depth == 1 && b == b'{';
+                }
+                b'}' | b']' => self.depth = self.depth.saturating_sub(1),
+                b',' if self.depth == 1 => {
+                    self.expect_key = true;
+                    self.id_key = false;
+                }
+                b':' if self.depth == 1 && self.id_key => {
+                    self.id_key = false;
+                    self.value = Some(Vec::new());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The id read so far is whole.
+    fn finish(&mut self) {
+        let value = self.value.take().unwrap_or_default();
+        self.found = Some(match String::from_utf8(value) {
+            Ok(id) if !id.is_empty() => Ok(id),
+            _ => Err(()),
+        });
+    }
+
+    /// The id's JSON, if the scan found one.
+    fn found(mut self) -> Option<String> {
+        if self.value.is_some() && self.found.is_none() {
+            self.finish();
+        }
+        self.found.and_then(Result::ok)
+    }
 }
 
 #[cfg(test)]
@@ -173,20 +284,32 @@ mod tests {
 
     #[test]
     fn an_over_long_answer_is_an_error_to_its_request() {
-        let head = br#"{"jsonrpc":"2.0","id":17,"result":{"content":[{"type":"text","text":"bbbb"#;
-        let error = too_large(head, 20_000_000).unwrap();
-        let value: serde_json::Value = serde_json::from_str(&error).unwrap();
-        assert_eq!(value["id"], 17);
+        let scan = |parts: &[&[u8]]| {
+            let mut id = IdScanner::default();
+            for part in parts {
+                id.feed(part);
+            }
+            id.found()
+        };
+        // Python's SDK writes the id first, TypeScript's last, after the result; an id nested in
+        // the result is not the message's; pieces may cut anywhere.
+        let first = br#"{"jsonrpc":"2.0","id":17,"result":{"content":[{"type":"text","text":"bbbb"#;
+        assert_eq!(scan(&[first]).as_deref(), Some("17"));
+        let last = br#"{"result":{"structuredContent":{"id":3,"x":"a\"id\":9"}},"jsonrpc":"2.0","id":"a-1"}"#;
+        assert_eq!(scan(&[last]).as_deref(), Some("\"a-1\""));
+        assert_eq!(
+            scan(&[&last[..40], &last[40..]]).as_deref(),
+            Some("\"a-1\"")
+        );
+        assert_eq!(scan(&[br#"{"jsonrpc":"2.0","result":{"id":4}}"#]), None);
+        let error: serde_json::Value = serde_json::from_str(&too_large("17", 20_000_000)).unwrap();
+        assert_eq!(error["id"], 17);
         assert!(
-            value["error"]["message"]
+            error["error"]["message"]
                 .as_str()
                 .unwrap()
                 .contains("20000000 bytes")
         );
-        let head = br#"{"id": "a-1", "jsonrpc":"2.0","result":{}"#;
-        let value: serde_json::Value = serde_json::from_str(&too_large(head, 1).unwrap()).unwrap();
-        assert_eq!(value["id"], "a-1");
-        assert!(too_large(b"{\"jsonrpc\":\"2.0\",\"result\":", 1).is_none());
     }
 
     #[test]

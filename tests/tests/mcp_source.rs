@@ -87,7 +87,8 @@ async fn until_back(host: &Host, within: Duration) -> Duration {
         if r.outcome == Outcome::Ok {
             return started.elapsed();
         }
-        let hung = r.outcome == Outcome::Crashed && r.text().contains("hung: tool");
+        let hung =
+            r.outcome == Outcome::Crashed && r.text().contains("hung: stuck in a call of tool");
         assert!(
             r.outcome == Outcome::Unavailable || hung,
             "{:?}: {}",
@@ -272,7 +273,11 @@ async fn a_hung_server_is_found_by_a_ping_after_a_timeout_and_restarted() {
     for call in stuck {
         let r = call.await.unwrap();
         assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
-        assert!(r.text().contains("hung: tool `hang`"), "{}", r.text());
+        assert!(
+            r.text().contains("hung: stuck in a call of tool `hang`"),
+            "{}",
+            r.text()
+        );
     }
     let warning = loop {
         let Ok(Some(item)) = tokio::time::timeout(Duration::from_secs(20), events.next()).await
@@ -289,12 +294,41 @@ async fn a_hung_server_is_found_by_a_ping_after_a_timeout_and_restarted() {
             break message.clone();
         }
     };
-    assert!(warning.contains("hung: tool `hang`"), "{warning}");
+    assert!(
+        warning.contains("hung: stuck in a call of tool `hang`"),
+        "{warning}"
+    );
     until_back(&host, Duration::from_secs(30)).await;
     let r = host.call("hang", json!({})).await;
     assert_eq!(r.outcome, Outcome::Quarantined, "{}", r.text());
     assert!(
         r.text().contains("2 crash(es) and 1 timeout(s)"),
+        "{}",
+        r.text()
+    );
+    host.shutdown().await;
+}
+
+/// A server stuck in one call (`hang`, sent first) is found hung when a later call (`count`)
+/// times out: the tool it is stuck in is the oldest call's, not the one given up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hang_is_blamed_on_the_call_the_server_is_stuck_in_not_the_one_given_up() {
+    let mut runner = RunnerConfig::default();
+    runner
+        .timeout_overrides
+        .insert("count".into(), Duration::from_millis(300));
+    let host = host_over(server(&[]), runner).await;
+    let stuck = {
+        let host = host.clone();
+        tokio::spawn(async move { host.call("hang", json!({})).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = host.call("count", json!({})).await;
+    assert_eq!(r.outcome, Outcome::TimedOut, "{}", r.text());
+    let r = stuck.await.unwrap();
+    assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
+    assert!(
+        r.text().contains("stuck in a call of tool `hang`"),
         "{}",
         r.text()
     );
