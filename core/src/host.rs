@@ -536,8 +536,9 @@ impl Host {
         inner.runner.stop(reason);
         // The sources' futures dropped before this returns: what they hold (an MCP server's
         // sandbox, its private home) is gone with them, not left to a runtime that may exit.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
         for task in inner.stop_sources() {
-            let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+            let _ = tokio::time::timeout_at(deadline, task).await;
         }
         if !inner.runner.stopped(Duration::from_secs(2)).await {
             tracing::warn!(in_flight = inner.runner.in_flight(), "calls still running");

@@ -135,19 +135,23 @@ async fn call_on(
                 shared.name, error.message
             ))))
         }
-        // A remote server the request could not be sent to: the call did not run there; the
-        // supervisor checks the server at once.
-        Err(e @ rmcp::ServiceError::TransportSend(_)) if shared.remote => {
+        // A remote server whose connection failed (the request could not be sent, or the
+        // transport closed): `unavailable`, saying the tool may have run if the request had
+        // reached it before; the supervisor checks the server at once.
+        Err(e @ (rmcp::ServiceError::TransportSend(_) | rmcp::ServiceError::TransportClosed))
+            if shared.remote =>
+        {
             let _ = shared.abandoned.send(GivenUp {
                 tool: name.clone(),
                 since,
             });
             Err(Failure::Unavailable(format!(
-                "mcp server `{}` could not be reached for the call of `{name}`: {e}",
+                "mcp server `{}` could not be reached for the call of `{name}` ({e}; had the \
+                 request reached it before its connection failed, the tool may have run)",
                 shared.name
             )))
         }
-        // Sent, then lost (its stream broke): the tool may have run; the server is checked.
+        // Any other failure of the exchange: the tool may have run; the server is checked.
         Err(e) if shared.remote => {
             let _ = shared.abandoned.send(GivenUp {
                 tool: name.clone(),

@@ -26,6 +26,7 @@
 //! process the source keeps lists the tools.
 
 use std::future::Future;
+use std::os::unix::fs::DirBuilderExt;
 use std::pin::Pin;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
@@ -97,17 +98,7 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
     let (abandoned, mut given_up) = mpsc::unbounded_channel();
     // The server's private home, kept across its restarts (its caches stay warm) and removed
     // with the source; homes of hosts that died without removing theirs go first.
-    let home = rho_runtime::secure_temp_dir().and_then(|dir| {
-        sweep_stale_homes(&dir);
-        tempfile::Builder::new()
-            .prefix(&format!(
-                "{HOME_PREFIX}{}-{}-",
-                std::process::id(),
-                server.name
-            ))
-            .tempdir_in(dir)
-    });
-    let home = match home {
+    let home = match PrivateHome::new(&server.name) {
         Ok(home) => home,
         Err(e) => {
             let why = format!("mcp server `{}`: no private home for it: {e}", server.name);
@@ -201,42 +192,102 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
     }
 }
 
-/// The start of a private home's name: `rho-mcp-<host pid>-<server>-<random>`.
+/// The start of a private home's name: `rho-mcp-<host pid>-<server>-<random>`, beside its lock
+/// file (the same name and `.lock`), which the source holds locked (`flock`) while it runs.
 const HOME_PREFIX: &str = "rho-mcp-";
 
-/// Removes the private homes in `dir` of hosts no longer running (killed, or ended before their
-/// sources were dropped), this user's only.
+/// A server's private home and its lock, in the secure temporary directory; both removed when
+/// dropped. The lock file is made and locked before the home: a home without a held lock is
+/// never one in the making.
+struct PrivateHome {
+    dir: std::path::PathBuf,
+    lock: std::path::PathBuf,
+    /// Holds the `flock` for as long as the home is in use.
+    _held: std::fs::File,
+}
+
+impl PrivateHome {
+    fn new(server: &str) -> std::io::Result<PrivateHome> {
+        let temp = rho_runtime::secure_temp_dir()?;
+        sweep_stale_homes(&temp);
+        let (held, lock) = tempfile::Builder::new()
+            .prefix(&format!("{HOME_PREFIX}{}-{server}-", std::process::id()))
+            .suffix(".lock")
+            .tempfile_in(&temp)?
+            .keep()
+            .map_err(|e| e.error)?;
+        if !try_lock(&held) {
+            return Err(std::io::Error::other("its lock is held by another process"));
+        }
+        let dir = home_of(&lock);
+        let made = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+        if let Err(e) = made {
+            let _ = std::fs::remove_file(&lock);
+            return Err(e);
+        }
+        Ok(PrivateHome {
+            dir,
+            lock,
+            _held: held,
+        })
+    }
+
+    fn path(&self) -> &std::path::Path {
+        &self.dir
+    }
+}
+
+impl Drop for PrivateHome {
+    /// The home, then its lock file; the lock itself is let go last.
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            tracing::warn!(home = %self.dir.display(), "removing a server's home: {e}");
+        }
+        let _ = std::fs::remove_file(&self.lock);
+    }
+}
+
+/// The home a lock file (`NAME.lock`) stands for (`NAME`).
+fn home_of(lock: &std::path::Path) -> std::path::PathBuf {
+    lock.with_extension("")
+}
+
+/// Takes the exclusive `flock` of `file` without waiting; whether it was free.
+fn try_lock(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor the caller owns.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// Removes the private homes in `dir` no source holds any more: their lock file's `flock` is
+/// free (its host died, or ended before its sources were dropped: any PID namespace sharing
+/// `dir`), or they have no lock file at all.
 fn sweep_stale_homes(dir: &std::path::Path) {
-    use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
     for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(HOME_PREFIX))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<i32>().ok())
-        else {
+        let path = entry.path();
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
             continue;
         };
-        let path = entry.path();
-        // SAFETY: signal 0 only asks whether the process exists.
-        let gone = pid > 0
-            && unsafe { libc::kill(pid, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        // A root host handed its servers' homes to the sandbox's user (`nobody`).
-        let mine = std::fs::symlink_metadata(&path)
-            .is_ok_and(|m| m.is_dir() && (m.uid() == me || me == 0));
-        if gone && mine {
-            match std::fs::remove_dir_all(&path) {
-                Ok(()) => tracing::debug!(home = %path.display(), "removed a stale server home"),
-                Err(e) => tracing::warn!(home = %path.display(), "a stale server home: {e}"),
+        if !name.starts_with(HOME_PREFIX) || !name.ends_with(".lock") {
+            continue;
+        }
+        let Ok(file) = std::fs::OpenOptions::new().read(true).open(&path) else {
+            continue;
+        };
+        if !try_lock(&file) {
+            continue;
+        }
+        let home = home_of(&path);
+        if std::fs::symlink_metadata(&home).is_ok_and(|m| m.is_dir()) {
+            match std::fs::remove_dir_all(&home) {
+                Ok(()) => tracing::debug!(home = %home.display(), "removed a stale server home"),
+                Err(e) => tracing::warn!(home = %home.display(), "a stale server home: {e}"),
             }
         }
+        let _ = std::fs::remove_file(&path);
     }
 }
 

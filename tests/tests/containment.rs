@@ -331,3 +331,59 @@ async fn shared_memory_and_message_queues_are_bounded_by_the_memory_limit() {
     assert!(!report.is_empty());
     host.shutdown().await;
 }
+
+/// A program in the sandbox (`SandboxedCommand`: an MCP server) has no address-space limit (V8
+/// reserves gigabytes it never uses): memory `RLIMIT_DATA` does not count is closed to it.
+/// Shared anonymous mappings are refused (`EPERM`) and `/dev/zero` is read-only (a shared
+/// writable mapping of it is such memory too); private memory is bounded by `memory_mb`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_program_has_no_memory_its_data_limit_does_not_count() {
+    use tokio::io::AsyncReadExt;
+    let script = r#"
+import mmap, os
+try:
+    mmap.mmap(-1, 1 << 20)
+    print("shared: mapped")
+except OSError as e:
+    print("shared: refused", e.errno)
+try:
+    open("/dev/zero", "r+b")
+    print("zero: writable")
+except OSError as e:
+    print("zero: refused", e.errno)
+try:
+    block = bytearray(64 << 20)
+    print("private 64 MiB: ok")
+    block = bytearray(256 << 20)
+    print("private 256 MiB: ok")
+except MemoryError:
+    print("private 256 MiB: refused")
+"#;
+    let options = rho_runtime::WorkerOptions {
+        limits: WorkerLimits {
+            data_bytes: Some(128 << 20),
+            ..rho_runtime::SandboxedCommand::default_limits()
+        },
+        ..rho_runtime::WorkerOptions::default()
+    };
+    let mut child = rho_runtime::SandboxedCommand::new("python3")
+        .args(["-c", script])
+        .options(options)
+        .spawn()
+        .await
+        .unwrap();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .await
+        .unwrap();
+    let status = child.wait().await.unwrap();
+    assert!(status.success(), "{status}: {out}");
+    assert!(out.contains("shared: refused 1"), "{out}");
+    assert!(out.contains("zero: refused 13"), "{out}");
+    assert!(out.contains("private 64 MiB: ok"), "{out}");
+    assert!(out.contains("private 256 MiB: refused"), "{out}");
+}

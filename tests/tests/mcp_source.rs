@@ -660,7 +660,8 @@ async fn no_process_of_a_server_outlives_it_whichever_way_it_ends() {
                 let host = host_over(tagged, RunnerConfig::default()).await;
                 let pids = spawned(&host, &token).await;
                 let home = format!("rho-mcp-{}-orphans{run}-", std::process::id());
-                assert_eq!(homes_named(&home).len(), 1, "{home}");
+                // The home and its lock file.
+                assert_eq!(homes_named(&home).len(), 2, "{home}");
                 host.shutdown().await;
                 assert_eq!(homes_named(&home), Vec::<String>::new());
                 drop(host);
@@ -678,7 +679,8 @@ async fn no_process_of_a_server_outlives_it_whichever_way_it_ends() {
     }
 }
 
-/// The servers' private homes in the temporary directory whose names start with `prefix`.
+/// The servers' private homes and their lock files in the temporary directory whose names start
+/// with `prefix`.
 fn homes_named(prefix: &str) -> Vec<String> {
     std::fs::read_dir(rho_runtime::secure_temp_dir().unwrap())
         .unwrap()

@@ -126,7 +126,9 @@ impl SandboxedCommand {
     }
 
     /// A directory of the program's own, its `HOME`: granted to write, and handed to the user
-    /// the sandbox runs as (`nobody` under a root host) when it is not theirs.
+    /// the sandbox runs as (`nobody` under a root host) when it is not theirs. Give one no
+    /// other user can rename or replace (as under a private temporary directory): its parents
+    /// are taken as they are.
     pub fn home(mut self, dir: impl Into<PathBuf>) -> SandboxedCommand {
         self.home = Some(dir.into());
         self
@@ -215,10 +217,14 @@ impl SandboxedCommand {
         let bound = self.options.start_timeout;
         let mut channel = tokio::io::BufReader::new(channel);
         let started = tokio::time::timeout(bound, async {
+            let mut confined = false;
             loop {
                 match read_frame_async::<FromWorker>(&mut channel, 1 << 20).await {
                     Ok(frame) => match frame.message {
-                        FromWorker::Confined { sandbox, .. } => sandboxed.report = sandbox,
+                        FromWorker::Confined { sandbox, .. } => {
+                            sandboxed.report = sandbox;
+                            confined = true;
+                        }
                         FromWorker::LoadFailed { error } => {
                             return Err(SpawnError::Refused(error));
                         }
@@ -228,8 +234,14 @@ impl SandboxedCommand {
                             ));
                         }
                     },
-                    // The channel closes at the `exec`.
-                    Err(rho_protocol::frames::FrameError::Closed) => return Ok(()),
+                    // The channel closes at the `exec`, after `Confined`; before it, the
+                    // sandbox's setup died.
+                    Err(rho_protocol::frames::FrameError::Closed) if confined => return Ok(()),
+                    Err(rho_protocol::frames::FrameError::Closed) => {
+                        return Err(SpawnError::Refused(
+                            "its sandbox ended before it was in force".into(),
+                        ));
+                    }
                     Err(e) => return Err(SpawnError::Refused(e.to_string())),
                 }
             }
@@ -244,15 +256,22 @@ impl SandboxedCommand {
     }
 }
 
-/// Makes `dir` belong to `uid`:`gid` (not following a link) if it does not already.
+/// Makes `dir` belong to `uid`:`gid` if it does not already, through a descriptor of the
+/// directory opened without following a link in its last component (`O_NOFOLLOW`): what is
+/// checked is what is changed.
 fn hand_to(dir: &Path, uid: u32, gid: u32) -> io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::symlink_metadata(dir)?;
-    if !meta.is_dir() {
-        return Err(io::Error::other("not a directory"));
-    }
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)?;
+    let meta = opened.metadata()?;
     if (meta.uid(), meta.gid()) != (uid, gid) {
-        std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
+        // SAFETY: fchown on a descriptor this function owns.
+        if unsafe { libc::fchown(opened.as_raw_fd(), uid, gid) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
     }
     Ok(())
 }

@@ -419,9 +419,13 @@ impl ToolRegistry {
             .policy
             .read()
             .unwrap_or_else(PoisonError::into_inner);
+        // Another tool of the same origin caused it: charged to that one. One that cannot be
+        // found as such (refused, delisted, another origin's now) is charged nothing: never
+        // this call's tool.
         let culprit = caused_by
             .and_then(|by| self.lookup(by))
             .filter(|culprit| culprit.origin == tool.origin);
+        let charge_own = caused_by.is_none();
         fn key(tool: &ResolvedTool) -> ToolKey<'_> {
             ToolKey {
                 tool: &tool.spec.name,
@@ -437,7 +441,7 @@ impl ToolRegistry {
         };
         let changes = {
             let mut health = self.health();
-            let own = health.record(&policy, &key(tool), &end, culprit.is_none());
+            let own = health.record(&policy, &key(tool), &end, charge_own);
             let charged = culprit
                 .as_ref()
                 .map(|culprit| (culprit, health.charge(&policy, &key(culprit), &end)));

@@ -53,7 +53,7 @@ pub(crate) fn confine(spec: &SandboxSpec, report: &mut SandboxReport) {
     } else {
         report.missing.push(os_error("no_new_privs"));
     }
-    match seccomp(&spec.grants) {
+    match seccomp(&spec.grants, &spec.limits) {
         Ok(()) => report.seccomp = true,
         Err(e) => report.missing.push(format!("seccomp: {e}")),
     }
@@ -183,8 +183,15 @@ fn landlock(spec: &SandboxSpec, report: &mut SandboxReport) {
             }
         }
         for device in DEVICES {
+            // Without an address-space limit, a writable shared mapping of /dev/zero would be
+            // memory `RLIMIT_DATA` does not count: read-only then.
+            let access = if *device == "/dev/zero" && spec.limits.memory_bytes.is_none() {
+                AccessFs::ReadFile.into()
+            } else {
+                file_rw
+            };
             if let Ok(fd) = PathFd::new(device) {
-                created = created.add_rule(PathBeneath::new(fd, file_rw))?;
+                created = created.add_rule(PathBeneath::new(fd, access))?;
             }
         }
         // The granted paths as the host opened them: the rules hold on those inodes, wherever
@@ -304,7 +311,7 @@ const PROCESS_CALLS: &[libc::c_long] = &[
     libc::SYS_execveat,
 ];
 
-fn seccomp(grants: &Grants) -> Result<(), String> {
+fn seccomp(grants: &Grants, limits: &WorkerLimits) -> Result<(), String> {
     use seccompiler::{
         BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
         SeccompRule, TargetArch,
@@ -345,6 +352,15 @@ fn seccomp(grants: &Grants) -> Result<(), String> {
         clone.push(rule(vec![masked(0, libc::CLONE_THREAD as u64, 0)?])?);
     }
     rules.insert(libc::SYS_clone, clone);
+    // Without an address-space limit (a long-lived program bounded by `RLIMIT_DATA`), shared
+    // anonymous memory is memory that limit does not count: refused.
+    if limits.memory_bytes.is_none() {
+        let shared_anonymous = (libc::MAP_SHARED | libc::MAP_ANONYMOUS) as u64;
+        rules.insert(
+            libc::SYS_mmap,
+            vec![rule(vec![masked(3, shared_anonymous, shared_anonymous)?])?],
+        );
+    }
     // Sockets of the families a tool's network needs (inside its own network namespace unless
     // granted); unix sockets, which reach the host's services by path, only with the network.
     let mut families = vec![
