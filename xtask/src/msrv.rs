@@ -1,6 +1,9 @@
-//! `cargo xtask msrv`: the `rust-version` the workspace declares, checked against what its
-//! locked dependencies declare ([4/13]): the workspace's own can be no lower than the highest
-//! of theirs, or `cargo install --locked` on that toolchain fails in a dependency. And the one
+//! `cargo xtask msrv`: the `rust-version` each crate of the workspace declares, checked against
+//! what the locked dependencies it builds with declare ([4/13]): a crate's own can be no lower
+//! than the highest of theirs (normal and build dependencies, transitively), or `cargo install
+//! --locked` on that toolchain fails in a dependency. Most crates inherit the workspace's; one
+//! that needs a newer Rust for a dependency of its own (`rho-runtime-wasm`: wasmtime) declares
+//! it, and the crates below it keep theirs. And the one
 //! manifest that inherits nothing (`plugin-api`'s, which `rho` carries as it is) says what the
 //! workspace's root manifest says: `[workspace.package]`, its dependencies' entries in
 //! `[workspace.dependencies]`, `[workspace.lints]`.
@@ -18,36 +21,84 @@ pub fn run(workspace: &Path) -> Result<(), String> {
     // The whole graph: every platform's dependencies, as Cargo.lock holds them.
     let metadata = rho_devkit::cargo_metadata(&workspace.join("Cargo.toml"), false)
         .map_err(|e| e.to_string())?;
-    let (needed, by) = needed(&metadata).ok_or("no locked dependency declares a rust-version")?;
-    let declared = declared(&metadata)?;
-    println!(
-        "locked dependencies need Rust {} ({by}); the workspace declares {}",
-        show(needed),
-        show(declared)
-    );
     let (root, api) = manifests(workspace)?;
     let disagree = disagreements(&root, &api);
     if !disagree.is_empty() {
         return Err(disagree.join("\n"));
     }
-    if declared < needed {
-        return Err(format!(
-            "Cargo.toml: rust-version {} is lower than {} that {by} needs",
-            show(declared),
-            show(needed)
-        ));
+    let mut problems = Vec::new();
+    for own in packages(&metadata).filter(|p| p["source"].is_null()) {
+        let (Some(name), Some(id)) = (own["name"].as_str(), own["id"].as_str()) else {
+            continue;
+        };
+        // A crate that declares none (the workspace-hack, test fixtures) claims nothing.
+        let Some(declared) = own["rust_version"].as_str().and_then(parse) else {
+            continue;
+        };
+        let closure = built_with(&metadata, id);
+        let Some((needed, by)) = needed(
+            packages(&metadata).filter(|p| p["id"].as_str().is_some_and(|id| closure.contains(id))),
+        ) else {
+            continue;
+        };
+        println!(
+            "{name}: its locked dependencies need Rust {} ({by}); it declares {}",
+            show(needed),
+            show(declared)
+        );
+        if declared < needed {
+            problems.push(format!(
+                "{name}: rust-version {} is lower than {} that {by} needs",
+                show(declared),
+                show(needed)
+            ));
+        }
     }
-    Ok(())
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+/// The ids of the packages the package `id` builds with: its normal and build dependencies,
+/// transitively (dev-dependencies build only its tests).
+fn built_with<'m>(metadata: &'m Value, id: &'m str) -> std::collections::BTreeSet<&'m str> {
+    let nodes: std::collections::BTreeMap<&str, &Value> = metadata["resolve"]["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| Some((n["id"].as_str()?, n)))
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut next = vec![id];
+    while let Some(at) = next.pop() {
+        let Some(node) = nodes.get(at) else { continue };
+        for dep in node["deps"].as_array().into_iter().flatten() {
+            let kinds = dep["dep_kinds"].as_array();
+            let builds = kinds
+                .into_iter()
+                .flatten()
+                .any(|k| k["kind"].as_str() != Some("dev"));
+            if let Some(pkg) = dep["pkg"].as_str()
+                && builds
+                && seen.insert(pkg)
+            {
+                next.push(pkg);
+            }
+        }
+    }
+    seen
 }
 
 fn packages(metadata: &Value) -> impl Iterator<Item = &Value> {
     metadata["packages"].as_array().into_iter().flatten()
 }
 
-/// The highest `rust-version` among packages from a registry, with the package (`name version`)
-/// that declares it.
-fn needed(metadata: &Value) -> Option<(Version, String)> {
-    packages(metadata)
+/// The highest `rust-version` among `packages` from a registry, with the package (`name
+/// version`) that declares it.
+fn needed<'m>(packages: impl Iterator<Item = &'m Value>) -> Option<(Version, String)> {
+    packages
         .filter(|p| !p["source"].is_null())
         .filter_map(|p| {
             let version = parse(p["rust_version"].as_str()?)?;
@@ -57,15 +108,6 @@ fn needed(metadata: &Value) -> Option<(Version, String)> {
             ))
         })
         .max_by_key(|(version, _)| *version)
-}
-
-/// The lowest `rust-version` among the workspace's own packages (each inherits the workspace's).
-fn declared(metadata: &Value) -> Result<Version, String> {
-    packages(metadata)
-        .filter(|p| p["source"].is_null())
-        .filter_map(|p| parse(p["rust_version"].as_str()?))
-        .min()
-        .ok_or_else(|| "no package of the workspace declares a rust-version".into())
 }
 
 /// Where `plugin-api/Cargo.toml`, which inherits nothing, says otherwise than the workspace's
@@ -180,8 +222,10 @@ mod tests {
             {"name": "c", "version": "2.0.0", "source": "registry", "rust_version": null},
             {"name": "mine", "version": "0.1.0", "source": null, "rust_version": "1.88"},
         ]});
-        assert_eq!(needed(&metadata), Some(([1, 89, 0], "b 0.51.0".into())));
-        assert_eq!(declared(&metadata), Ok([1, 88, 0]));
+        assert_eq!(
+            needed(packages(&metadata)),
+            Some(([1, 89, 0], "b 0.51.0".into()))
+        );
         assert_eq!(show([1, 89, 0]), "1.89");
         assert_eq!(parse("1.x"), None);
     }
