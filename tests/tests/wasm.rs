@@ -169,3 +169,44 @@ async fn a_components_updates_logs_questions_and_blocks_reach_the_host() {
     assert_eq!(r.output.text(), "first\nlast", "{:?}", r.output);
     host.shutdown().await;
 }
+
+/// A component reaches the files its grants name, at their own paths, and nothing else: the
+/// `files` plugin reads a passage under its read grant, and is refused a file beside it that its
+/// native build would read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_reads_what_its_grants_name_and_nothing_else() {
+    let base = tempfile::tempdir().unwrap();
+    let (granted, other) = (base.path().join("granted"), base.path().join("other"));
+    for dir in [&granted, &other] {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::write(dir.join("a.txt"), "one\ntwo\n").unwrap();
+    }
+    let grants = rho_runtime::Grants {
+        read: vec![granted.clone()],
+        ..rho_runtime::Grants::default()
+    };
+    let (host, _) = Host::builder()
+        .source(
+            "wasm:files",
+            WasmSource::file(component("files")).grants(grants),
+        )
+        .build()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while host.tools().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the component's tools never came"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let read = |dir: &std::path::Path| json!({"path": dir.join("a.txt").display().to_string(), "start_line": 1, "end_line": 2});
+    let r = host.call("read_passage", read(&granted)).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(r.text(), "1 | one\n2 | two\n");
+    let r = host.call("read_passage", read(&other)).await;
+    assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
+    assert!(r.text().contains("cannot read"), "{}", r.text());
+    host.shutdown().await;
+}

@@ -10,13 +10,13 @@ use rho_runtime::plugin_api::declare::Declaration;
 use rho_runtime::plugin_api::{
     Answer, Block, BlockHead, Image, LogLevel, Output, Question, Reply, ToolError,
 };
-use rho_runtime::{Failure, ToolCtx, ToolSpec};
+use rho_runtime::{Failure, Grants, ToolCtx, ToolSpec};
 use rho_worker::loader::load::{RawTool, check_tools};
 use serde_json::Value;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 mod bindings {
     wasmtime::component::bindgen!({ world: "plugin", path: "wit" });
@@ -67,8 +67,8 @@ impl Default for WasmLimits {
     }
 }
 
-/// The wasmtime engine components run in, and the linker of what they may import (WASI p2,
-/// nothing granted, and the world's `host` interface). Cheap to clone.
+/// The wasmtime engine components run in, and the linker of what they may import (WASI p2, as
+/// each component's grants allow, and the world's `host` interface). Cheap to clone.
 #[derive(Clone)]
 pub struct WasmEngine {
     inner: Arc<EngineInner>,
@@ -112,8 +112,14 @@ impl WasmEngine {
     }
 
     /// Compiles the component in `bytes` (shown as `file` in messages), checks it implements
-    /// the world, and reads its description and declaration.
-    pub fn load(&self, file: &Path, bytes: &[u8]) -> Result<WasmPlugin, WasmError> {
+    /// the world, and reads its description and declaration. Its calls get `grants` (see
+    /// [`WasmPlugin`]); it describes itself with none.
+    pub fn load(
+        &self,
+        file: &Path,
+        bytes: &[u8],
+        grants: &Grants,
+    ) -> Result<WasmPlugin, WasmError> {
         let shown = file.display().to_string();
         let failed = |reason: String| WasmError::Load {
             file: shown.clone(),
@@ -127,7 +133,7 @@ impl WasmEngine {
             .instantiate_pre(&component)
             .and_then(PluginPre::new)
             .map_err(|e| failed(format!("{e:#}")))?;
-        let mut store = self.store(None);
+        let mut store = self.store(None, &Grants::default()).map_err(failed)?;
         let deadline = Instant::now() + LOAD_BOUND;
         store.epoch_deadline_callback(move |_| {
             if Instant::now() >= deadline {
@@ -178,14 +184,41 @@ impl WasmEngine {
                 version: info.version,
                 tools,
                 rejected,
+                grants: grants.clone(),
             }),
         })
     }
 
-    /// A store for one instance: nothing granted, stderr kept, memory bounded.
-    fn store(&self, ctx: Option<ToolCtx>) -> Store<CallState> {
+    /// A store for one instance: `grants` as WASI gives them (each granted path preopened at
+    /// its own path, read-only or read-write; the granted environment keys with the host's
+    /// values; sockets only with the network), stderr kept, memory bounded.
+    fn store(&self, ctx: Option<ToolCtx>, grants: &Grants) -> Result<Store<CallState>, String> {
         let stderr = MemoryOutputPipe::new(STDERR_KEPT);
-        let wasi = WasiCtxBuilder::new().stderr(stderr.clone()).build();
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stderr(stderr.clone());
+        for (paths, perms) in [
+            (&grants.read, FsPerms::ReadOnly),
+            (&grants.write, FsPerms::ReadWrite),
+        ] {
+            for path in paths {
+                let shown = path.to_string_lossy();
+                wasi.preopened_dir(path, &shown, perms)
+                    .map_err(|e| format!("the grant of {shown}: {e:#}"))?;
+            }
+        }
+        for key in &grants.env {
+            if let Ok(value) = std::env::var(key) {
+                wasi.env(key, value);
+            }
+        }
+        if grants.network {
+            wasi.inherit_network().allow_ip_name_lookup(true);
+        } else {
+            wasi.allow_tcp(false)
+                .allow_udp(false)
+                .allow_ip_name_lookup(false);
+        }
+        let wasi = wasi.build();
         let limits = StoreLimitsBuilder::new()
             .memory_size(self.inner.limits.memory_bytes)
             .build();
@@ -202,11 +235,12 @@ impl WasmEngine {
         );
         store.limiter(|state| &mut state.limits);
         store.set_epoch_deadline(1);
-        store
+        Ok(store)
     }
 }
 
-/// A loaded component: its tools as specs, ready to call. Cheap to clone.
+/// A loaded component: its tools as specs, ready to call, each call with the component's grants
+/// (files by WASI preopens at their own paths, environment keys, the network). Cheap to clone.
 #[derive(Clone)]
 pub struct WasmPlugin {
     inner: Arc<PluginInner>,
@@ -219,6 +253,7 @@ struct PluginInner {
     version: String,
     tools: Vec<ToolSpec>,
     rejected: Vec<String>,
+    grants: Grants,
 }
 
 impl WasmPlugin {
@@ -265,7 +300,11 @@ impl WasmPlugin {
                 .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
             traceparent: ctx.traceparent().unwrap_or_default().to_owned(),
         };
-        let mut store = self.inner.engine.store(Some(ctx));
+        let mut store = self
+            .inner
+            .engine
+            .store(Some(ctx), &self.inner.grants)
+            .map_err(Failure::crashed)?;
         // Each tick: stop the instance once the call is given up or its deadline has passed
         // (a question's wait moves the deadline).
         store.epoch_deadline_callback(|store| {

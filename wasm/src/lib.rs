@@ -2,8 +2,10 @@
 //! `export_plugin!` is a component of the `rho:plugin@3.0.0` world (`wit/plugin.wit`, the same
 //! text as `rho_plugin_api::source::WIT`), run here by wasmtime.
 //!
-//! A component is sandboxed by construction: it reaches nothing but what the host links into it.
-//! Each call runs in a fresh instance of the pre-instantiated component (no state carries from
+//! A component is sandboxed by construction: it reaches nothing but what the host links into it,
+//! WASI with the source's grants (granted paths preopened at their own paths, read-only or
+//! read-write; the granted environment keys; sockets only with the network). Each call runs in a
+//! fresh instance of the pre-instantiated component (no state carries from
 //! one call to the next), on a blocking thread, with its memory bounded, and is stopped at its
 //! deadline or cancellation by epoch interruption (the instance is discarded); a trap ends the
 //! call `crashed`, naming the trap and the component's last words on stderr.

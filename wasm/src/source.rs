@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use rho_runtime::{EventKind, RemoteCall, RemoteSource, RemoteTool, RemoteToolEntry, ToolCtx};
+use rho_runtime::{
+    EventKind, Grants, RemoteCall, RemoteSource, RemoteTool, RemoteToolEntry, ToolCtx,
+};
 use rho_runtime::{ToolSource, plugin_api::Value};
 
 use crate::engine::{WasmEngine, WasmLimits, WasmPlugin};
@@ -16,6 +18,7 @@ use crate::engine::{WasmEngine, WasmLimits, WasmPlugin};
 pub struct WasmSource {
     file: PathBuf,
     engine: Option<WasmEngine>,
+    grants: Grants,
 }
 
 impl WasmSource {
@@ -24,7 +27,15 @@ impl WasmSource {
         WasmSource {
             file: file.into(),
             engine: None,
+            grants: Grants::default(),
         }
+    }
+
+    /// What its calls may reach beyond computing: granted paths (preopened at their own
+    /// paths), environment keys, the network. Default: nothing but the default keys.
+    pub fn grants(mut self, grants: Grants) -> WasmSource {
+        self.grants = grants;
+        self
     }
 
     /// The same, run by `engine` (engines are shared by the components they run).
@@ -47,7 +58,7 @@ impl ToolSource for WasmSource {
                     file: self.file.display().to_string(),
                     reason: e.to_string(),
                 })?;
-                engine.load(&self.file, &bytes)
+                engine.load(&self.file, &bytes, &self.grants)
             })
             .await;
             let plugin = match loaded {
