@@ -42,8 +42,13 @@ fn component(name: &str) -> PathBuf {
 
 /// A host serving the component of plugin crate `name`, once its tools are listed.
 async fn host_of(name: &str, runner: RunnerConfig) -> Host {
+    host_serving(name, WasmSource::file(component(name)), runner).await
+}
+
+/// A host serving `source` (as `wasm:NAME`), once its tools are listed.
+async fn host_serving(name: &str, source: WasmSource, runner: RunnerConfig) -> Host {
     let (host, _) = Host::builder()
-        .source(&format!("wasm:{name}"), WasmSource::file(component(name)))
+        .source(&format!("wasm:{name}"), source)
         .runner(runner)
         .build()
         .await
