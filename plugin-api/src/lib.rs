@@ -89,7 +89,14 @@ pub use {schemars, serde, serde_json};
 #[macro_export]
 macro_rules! export_plugin {
     (@module $tools:expr) => {
-        $crate::__export_module!($tools);
+        #[doc(hidden)]
+        fn __rho_plugin_tools() -> &'static $crate::glue::PluginTools {
+            static TOOLS: ::std::sync::OnceLock<$crate::glue::PluginTools> =
+                ::std::sync::OnceLock::new();
+            TOOLS.get_or_init(|| $tools)
+        }
+
+        $crate::__export_module!();
     };
     (capabilities: $caps:expr, tools: [$($tool:expr),* $(,)?] $(,)?) => {
         $crate::export_plugin!(@module
@@ -108,14 +115,7 @@ macro_rules! export_plugin {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __export_module {
-    ($tools:expr) => {
-        #[doc(hidden)]
-        fn __rho_plugin_tools() -> &'static $crate::glue::PluginTools {
-            static TOOLS: ::std::sync::OnceLock<$crate::glue::PluginTools> =
-                ::std::sync::OnceLock::new();
-            TOOLS.get_or_init(|| $tools)
-        }
-
+    () => {
         #[doc(hidden)]
         extern "C" fn __rho_plugin_describe() -> $crate::glue::abi_stable::std_types::RResult<
             $crate::ffi::FfiPluginInfo,
@@ -215,14 +215,7 @@ macro_rules! __export_module {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __export_module {
-    ($tools:expr) => {
-        #[doc(hidden)]
-        fn __rho_plugin_tools() -> &'static $crate::glue::PluginTools {
-            static TOOLS: ::std::sync::OnceLock<$crate::glue::PluginTools> =
-                ::std::sync::OnceLock::new();
-            TOOLS.get_or_init(|| $tools)
-        }
-
+    () => {
         #[doc(hidden)]
         struct __RhoPlugin;
 

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The packages the tests need built: every plugin, the `rho` binary and the isolated worker.
 const PACKAGES: &[&str] = &[
@@ -765,4 +765,25 @@ pub fn stdio_call_lines(tool: &str, arguments: serde_json::Value) -> [serde_json
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
             "name": tool, "arguments": arguments}}),
     ]
+}
+
+/// Call options whose update hook collects the call's updates, and where they go.
+pub fn collecting_updates() -> (rho_runtime::CallOptions, Arc<Mutex<Vec<String>>>) {
+    let updates = Arc::new(Mutex::new(Vec::new()));
+    let hook = updates.clone();
+    let options = rho_runtime::CallOptions {
+        on_update: Some(Arc::new(move |u: &str| {
+            hook.lock().expect("updates").push(u.to_owned())
+        })),
+        ..rho_runtime::CallOptions::default()
+    };
+    (options, updates)
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
 }

@@ -3,26 +3,12 @@
 //! directory) as rho tool sources: over stdio in the sandbox, and over Streamable HTTP.
 #![allow(clippy::unwrap_used)] // test helpers fail loudly
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rho_mcp_source::{McpServer, McpSource};
-use rho_runtime::{CallOptions, Host, Outcome};
-use rho_tests::call;
+use rho_runtime::{Host, Outcome};
+use rho_tests::{call, collecting_updates, free_port};
 use serde_json::json;
-
-/// Options whose update hook collects the call's updates, and where they go.
-fn collecting_updates() -> (CallOptions, Arc<Mutex<Vec<String>>>) {
-    let updates = Arc::new(Mutex::new(Vec::new()));
-    let options = CallOptions {
-        on_update: Some({
-            let updates = updates.clone();
-            Arc::new(move |u: &str| updates.lock().unwrap().push(u.to_owned()))
-        }),
-        ..CallOptions::default()
-    };
-    (options, updates)
-}
 
 /// A host over `server`, once its tool `tool` is listed.
 async fn host_with(server: McpServer, tool: &str) -> Host {
@@ -143,15 +129,6 @@ async fn server_filesystem_given_root_reads_only_what_its_sandbox_grants() {
     assert!(!granted.join("new.txt").exists());
     host.shutdown().await;
     std::fs::remove_dir_all(&base).unwrap();
-}
-
-/// A free loopback port.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// server-everything serving Streamable HTTP on `port` (a process of the test's: rho neither

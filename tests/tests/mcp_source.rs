@@ -6,7 +6,7 @@
 //! cannot start is retried with a growing backoff.
 #![allow(clippy::unwrap_used)] // test helpers fail loudly
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rho_mcp_source::{McpServer, McpSource};
@@ -14,7 +14,7 @@ use rho_runtime::{
     BusItem, CallOptions, EventKind, Host, Outcome, Question, Reply, RunnerConfig, SourceState,
     ToolCall,
 };
-use rho_tests::{call, python_sdk, workspace_dir};
+use rho_tests::{call, collecting_updates, python_sdk, workspace_dir};
 use serde_json::json;
 use tokio_stream::StreamExt;
 
@@ -63,19 +63,6 @@ async fn host_over(server: McpServer, runner: RunnerConfig) -> Host {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     host
-}
-
-/// Options whose update hook collects the call's updates, and where they go.
-fn collecting_updates() -> (CallOptions, Arc<Mutex<Vec<String>>>) {
-    let updates = Arc::new(Mutex::new(Vec::new()));
-    let options = CallOptions {
-        on_update: Some({
-            let updates = updates.clone();
-            Arc::new(move |u: &str| updates.lock().unwrap().push(u.to_owned()))
-        }),
-        ..CallOptions::default()
-    };
-    (options, updates)
 }
 
 /// Calls `echo` until it answers (the server is back), within `within`: meanwhile it is

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rho_tests::{NatsServer, install, plugin_lib, rho_bin, workspace_dir};
+use rho_tests::{NatsServer, free_port, install, plugin_lib, rho_bin, workspace_dir};
 
 /// What a README command must do.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -191,15 +191,6 @@ fn readme_commands() -> Vec<(String, Option<i32>)> {
         commands.push((command.to_owned(), status));
     }
     commands
-}
-
-/// A free loopback port.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Where this test runs commands: a temporary HOME (with `~/.rho-token` and `~/rho-plugins`),

@@ -190,22 +190,8 @@ async fn a_component_reads_what_its_grants_name_and_nothing_else() {
         read: vec![granted.clone()],
         ..rho_runtime::Grants::default()
     };
-    let (host, _) = Host::builder()
-        .source(
-            "wasm:files",
-            WasmSource::file(component("files")).grants(grants),
-        )
-        .build()
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while host.tools().is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the component's tools never came"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let source = WasmSource::file(component("files")).grants(grants);
+    let host = host_serving("files", source, RunnerConfig::default()).await;
     let read = |dir: &std::path::Path| json!({"path": dir.join("a.txt").display().to_string(), "start_line": 1, "end_line": 2});
     let r = host.call("read_passage", read(&granted)).await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
