@@ -147,6 +147,13 @@ impl HttpEverything {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
+        // Listening before the host tries it: under load node takes seconds to start, and the
+        // source's backoff (up to 30 s between tries) would stretch the wait past any deadline.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "node never listened on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
         HttpEverything(child)
     }
 }
@@ -168,7 +175,7 @@ async fn a_streamable_http_server_serves_and_is_unavailable_at_once_while_down()
     let url = format!("http://127.0.0.1:{port}/mcp");
     let everything = HttpEverything::start(&servers, port);
     let mut remote = McpServer::url("everything", &url);
-    // node takes a moment to listen: the source retries with its backoff meanwhile.
+    // Initializing may take a while on a loaded machine.
     remote.start_timeout_ms = 10_000;
     let host = host_with(remote, "echo").await;
     let echo = host.tools().into_iter().find(|t| t.name == "echo").unwrap();
