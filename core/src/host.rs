@@ -45,6 +45,7 @@ use crate::call::invoke::Tool;
 use crate::call::rules::{Asker, GateRule, RuleGate};
 use crate::call::runner::{CallOptions, RunnerConfig, ToolRunner};
 use crate::config::HostConfig;
+use crate::plugin::component::ComponentEngine;
 use crate::plugin::dir::PluginDir;
 use crate::plugin::options::DirOptions;
 use crate::plugin::scan::ScanReport;
@@ -114,6 +115,7 @@ pub struct HostBuilder {
     tools: Vec<Arc<dyn Tool>>,
     bus: Option<Bus>,
     sources: Vec<(String, Box<dyn ToolSource>)>,
+    components: Option<Arc<dyn ComponentEngine>>,
 }
 
 impl HostBuilder {
@@ -129,6 +131,14 @@ impl HostBuilder {
     /// order they are added: the first to offer a tool name serves it.
     pub fn plugin_dir(mut self, dir: impl AsRef<Path>, options: DirOptions) -> Self {
         self.dirs.push((dir.as_ref().to_owned(), options));
+        self
+    }
+
+    /// Loads the `.wasm` files of every plugin directory as components with `engine`
+    /// (`rho_runtime_wasm::WasmEngine`); without one they are not plugins. See
+    /// [`ComponentEngine`] for what a component shares with a native plugin and what not.
+    pub fn components(mut self, engine: impl ComponentEngine) -> Self {
+        self.components = Some(Arc::new(engine));
         self
     }
 
@@ -244,7 +254,12 @@ impl HostBuilder {
         let mut scans = Vec::new();
         for (path, options) in self.dirs {
             let (dir, scanning) = registry
-                .add_plugin_dir(&path, options, self.runner.load_wait)
+                .add_plugin_dir(
+                    &path,
+                    options,
+                    self.components.clone(),
+                    self.runner.load_wait,
+                )
                 .await?;
             dirs.push(dir);
             scans.push(scanning);
@@ -418,6 +433,7 @@ impl Host {
             tools: Vec::new(),
             bus: None,
             sources: Vec::new(),
+            components: None,
         }
     }
 

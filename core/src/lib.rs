@@ -57,6 +57,7 @@ pub use config::{
 pub use host::{Host, HostBuilder, HostError, async_gate_fn, gate_fn};
 pub use isolate::WorkerOptions;
 pub use isolate::command::{SandboxedChild, SandboxedCommand, SpawnError};
+pub use plugin::component::{ComponentEngine, LoadedComponent};
 pub use plugin::options::{DirOptions, Isolation};
 pub use plugin::scan::ScanReport;
 pub use plugin::watch::DEFAULT_DEBOUNCE;
@@ -76,7 +77,7 @@ pub use rho_protocol as protocol;
 pub use rho_protocol::details::{parse_within, text_depth};
 pub use rho_protocol::{
     CrashReason, Failure, Grants, Identity, MAX_DETAILS_BYTES, MAX_GRANTS, MAX_IMAGES, Outcome,
-    SandboxReport, ToolResult, ToolSpec, WorkerLimits,
+    SandboxReport, ToolResult, ToolSpec, WasmSandbox, WorkerLimits,
 };
 pub use rho_worker::loader::trust::Trust;
 pub use rho_worker::loader::{PluginInfo, sha256_hex};

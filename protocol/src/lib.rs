@@ -35,7 +35,7 @@ pub use outcome::{
     CrashReason, Failure, Outcome, Reply, ToolResult, crash_text, cut_output, timeout_text,
     to_result, with_text,
 };
-pub use sandbox::{Identity, NOBODY, SandboxReport, WorkerLimits};
+pub use sandbox::{Identity, NOBODY, SandboxReport, WasmSandbox, WorkerLimits};
 pub use spec::{MAX_SCHEMA_BYTES, MAX_SCHEMA_PATTERNS, ToolSpec, schema_cost_problem};
 
 /// The version of the host <-> worker protocol. A host and a worker check each other's before

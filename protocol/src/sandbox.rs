@@ -128,6 +128,26 @@ pub struct SandboxReport {
     pub grants: Vec<String>,
     /// What could not be set up, one line each.
     pub missing: Vec<String>,
+    /// A WebAssembly component's sandbox (then the process fields above say nothing: it runs in
+    /// the host's process, confined by the engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wasm: Option<WasmSandbox>,
+}
+
+/// What confines a WebAssembly component: it reaches nothing but what the engine links into it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WasmSandbox {
+    /// The linear memory of one instance, bytes (past it, growth fails).
+    pub memory_bytes: u64,
+    /// The fuel of one call (instructions, roughly), if bounded.
+    pub fuel: Option<u64>,
+    /// The size of the in-memory scratch directory at `/tmp`, bytes (0: none).
+    pub scratch_bytes: u64,
+    /// Sockets are allowed (the network grant).
+    pub network: bool,
+    /// The environment keys it sees.
+    pub env: Vec<String>,
 }
 
 impl SandboxReport {
@@ -141,6 +161,9 @@ impl fmt::Display for SandboxReport {
     /// One line: `uid 65534, user+pid+mount+net namespaces, fresh /proc, Landlock ABI 7, seccomp,
     /// no_new_privs, no capabilities`, then what is missing.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(wasm) = &self.wasm {
+            return write!(f, "{wasm}");
+        }
         let mut parts = vec![format!("uid {}", self.uid)];
         let ns: Vec<&str> = [
             (self.user_ns, "user"),
@@ -185,6 +208,30 @@ impl fmt::Display for SandboxReport {
             write!(f, "; missing: {}", self.missing.join("; "))?;
         }
         Ok(())
+    }
+}
+
+impl fmt::Display for WasmSandbox {
+    /// One line: `wasm component: memory 256 MiB, scratch 16 MiB, no network, no environment`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mib = |bytes: u64| format!("{} MiB", bytes >> 20);
+        write!(f, "wasm component: memory {}", mib(self.memory_bytes))?;
+        if let Some(fuel) = self.fuel {
+            write!(f, ", fuel {fuel}")?;
+        }
+        if self.scratch_bytes > 0 {
+            write!(f, ", scratch {}", mib(self.scratch_bytes))?;
+        }
+        f.write_str(if self.network {
+            ", network"
+        } else {
+            ", no network"
+        })?;
+        if self.env.is_empty() {
+            f.write_str(", no environment")
+        } else {
+            write!(f, ", environment {}", self.env.join(" "))
+        }
     }
 }
 

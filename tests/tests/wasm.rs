@@ -1,78 +1,177 @@
-//! [7/13] Wasm components, as far as they go today: the example plugins and the fault plugin,
-//! built by these tests for `wasm32-wasip2` from the same crates as their native builds, served
-//! in a host by `rho-runtime-wasm`'s `WasmSource`: the same answers as native; a trap (a panic)
-//! is `crashed` with the panic's message; an endless loop is `timed_out` at its timeout and the
-//! next call answers; a memory bomb is `crashed` at the limit; updates, log lines, questions,
-//! blocks and errors with details map.
+//! [7/13] Wasm components: the example plugins and the fault plugin, built by these tests for
+//! `wasm32-wasip2` from the same crates as their native builds, loaded as `.wasm` files from
+//! plugin directories beside native libraries: the same answers as native; a trap (a panic) is
+//! `crashed` with the panic's message and counted against the plugin; an endless loop is
+//! `timed_out` at its timeout and the next call answers; a memory bomb is `crashed` at the limit;
+//! fuel runs out; grants are the directory's (files, writes, the network); updates, log lines,
+//! questions, blocks and errors with details map; hot reload under a stream of calls loses none;
+//! a compile cache on disk is used across engines and refused when others can write it.
 #![allow(clippy::unwrap_used)] // test helpers fail loudly
 
-use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rho_runtime::plugin_api::{LogLevel, Question, Reply};
-use rho_runtime::{CallOptions, Host, Outcome, RunnerConfig, ToolCall};
-use rho_runtime_wasm::WasmSource;
-use rho_tests::{call, plugin_dir, workspace_dir};
+use rho_runtime::{
+    CallOptions, DirOptions, EventKind, Grants, Host, Isolation, Outcome, RunnerConfig, ScanReport,
+    ToolCall, WorkerOptions,
+};
+use rho_runtime_wasm::{WasmEngine, WasmLimits};
+use rho_tests::{call, install, install_bytes, wait_for, workspace_dir};
 use serde_json::json;
 
-/// The component of plugin crate `name`, built once per test process (the target added with
-/// rustup when missing).
-fn component(name: &str) -> PathBuf {
-    static BUILT: OnceLock<Mutex<()>> = OnceLock::new();
-    let _one = BUILT.get_or_init(Mutex::default).lock().unwrap();
+/// The component of plugin crate `name` built with `RHO_FAULTS_TAG` = `tag` (or unset), copied
+/// to `to`. Stripped release builds, as users ship them (with debug information a component is
+/// fifteen times the size, and takes that much longer to read and compile). Builds are serialized in this process (the target added with rustup when
+/// missing).
+fn build_component(name: &str, tag: Option<&str>, to: &Path) {
+    static BUILDING: OnceLock<Mutex<()>> = OnceLock::new();
+    let _one = BUILDING.get_or_init(Mutex::default).lock().unwrap();
     let target = rho_tests::built().parent().unwrap().to_owned();
-    let file = target
-        .join("wasm32-wasip2/debug")
-        .join(format!("{name}.wasm"));
     let added = std::process::Command::new("rustup")
         .args(["target", "add", "wasm32-wasip2"])
         .output()
         .unwrap();
     assert!(added.status.success(), "rustup target add wasm32-wasip2");
-    let status = std::process::Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--target", "wasm32-wasip2", "-p", name])
+    let mut build = std::process::Command::new(env!("CARGO"));
+    build
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "-p",
+            name,
+        ])
+        .args(["--config", "profile.release.strip=true"])
+        .args(["--config", "profile.release.debug=false"])
         .env("CARGO_TARGET_DIR", &target)
-        .current_dir(workspace_dir())
-        .status()
-        .unwrap();
-    assert!(status.success(), "building {name} for wasm32-wasip2");
-    file
+        .current_dir(workspace_dir());
+    match tag {
+        Some(tag) => build.env("RHO_FAULTS_TAG", tag),
+        None => build.env_remove("RHO_FAULTS_TAG"),
+    };
+    assert!(
+        build.status().unwrap().success(),
+        "building {name} for wasm32-wasip2"
+    );
+    let built = target
+        .join("wasm32-wasip2/release")
+        .join(format!("{name}.wasm"));
+    std::fs::copy(built, to).unwrap();
 }
 
-/// A host serving the component of plugin crate `name`, once its tools are listed.
-async fn host_of(name: &str, runner: RunnerConfig) -> Host {
-    host_serving(name, WasmSource::file(component(name)), runner).await
+/// Puts the component of plugin crate `name` into `dir` as `NAME.wasm`.
+fn install_component(dir: &Path, name: &str) -> PathBuf {
+    let to = dir.join(format!("{name}.wasm"));
+    build_component(name, None, &to);
+    to
 }
 
-/// A host serving `source` (as `wasm:NAME`), once its tools are listed.
-async fn host_serving(name: &str, source: WasmSource, runner: RunnerConfig) -> Host {
-    let (host, _) = Host::builder()
-        .source(&format!("wasm:{name}"), source)
-        .runner(runner)
-        .build()
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while host.tools().is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the component's tools never came"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+/// An engine with the default limits.
+fn engine() -> WasmEngine {
+    WasmEngine::new(WasmLimits::default()).unwrap()
+}
+
+/// Isolated directory options (the default) with `grants` for its plugins and components.
+fn granting(grants: Grants) -> DirOptions {
+    DirOptions {
+        isolation: Isolation::Process(WorkerOptions {
+            grants,
+            ..WorkerOptions::default()
+        }),
+        ..DirOptions::default()
     }
-    host
 }
 
+/// How long these tests let a component compile: a debug build of the host compiles a small
+/// component in about a second on this machine, more under load.
+const COMPILE: Duration = Duration::from_secs(60);
+
+/// `runner` with a host that waits for its components to compile before it answers.
+fn patient(runner: RunnerConfig) -> RunnerConfig {
+    RunnerConfig {
+        load_wait: COMPILE,
+        ..runner
+    }
+}
+
+/// A host serving `dir` with `options` (its load timeout [`COMPILE`]), a patient runner, and
+/// what `configure` adds; returns once everything in it has loaded or failed.
+async fn loaded(
+    dir: &Path,
+    options: DirOptions,
+    configure: impl FnOnce(rho_runtime::HostBuilder) -> rho_runtime::HostBuilder,
+) -> (Host, ScanReport) {
+    let options = DirOptions {
+        load_timeout: COMPILE,
+        ..options
+    };
+    let (host, report) = rho_tests::host_with(dir, options, |b| {
+        configure(b.runner(patient(RunnerConfig::default())))
+    })
+    .await;
+    assert!(report.loading.is_empty(), "{:?}", report.loading);
+    (host, report)
+}
+
+/// A host serving `dir` with `options` and `engine` for its components, with `runner`; panics
+/// when anything in it fails to load.
+async fn host_of(
+    dir: &Path,
+    options: DirOptions,
+    engine: WasmEngine,
+    runner: RunnerConfig,
+) -> (Host, ScanReport) {
+    let (host, report) = loaded(dir, options, |b| {
+        b.components(engine).runner(patient(runner))
+    })
+    .await;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    (host, report)
+}
+
+/// A host serving a directory of just the component of `name`, in process.
+async fn component_host(name: &str, runner: RunnerConfig) -> (Host, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    install_component(dir.path(), name);
+    let (host, _) = host_of(dir.path(), DirOptions::in_process(), engine(), runner).await;
+    (host, dir)
+}
+
+/// Native and component builds side by side in one directory each way round: the component
+/// answers as its native build (specs, text, images, structured content), and its load event
+/// says it is a wasm component, not isolated, and what confines it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_example_plugins_as_components_answer_as_their_native_builds() {
-    let native_dir = plugin_dir(&["echo", "picture"]);
-    let native = rho_tests::host(native_dir.path()).await;
-    for (plugin, tool, args) in [
-        ("echo", "echo", json!({"text": "hi there"})),
-        ("picture", "checkerboard", json!({"size": 16})),
+async fn components_load_beside_native_plugins_and_answer_as_their_native_builds() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    install(a.path(), "echo");
+    install_component(a.path(), "picture");
+    install_component(b.path(), "echo");
+    install(b.path(), "picture");
+    let bus = rho_runtime::Bus::default();
+    let mut events = bus.subscribe();
+    let (mixed_a, report_a) = loaded(a.path(), DirOptions::default(), |b| {
+        b.components(engine()).bus(bus.clone())
+    })
+    .await;
+    let (mixed_b, report_b) = host_of(
+        b.path(),
+        DirOptions::default(),
+        engine(),
+        RunnerConfig::default(),
+    )
+    .await;
+    assert_eq!(report_a.loaded.len(), 2, "{report_a:?}");
+    assert_eq!(report_b.loaded.len(), 2, "{report_b:?}");
+    for (tool, args, wasm, native) in [
+        ("echo", json!({"text": "hi there"}), &mixed_b, &mixed_a),
+        ("checkerboard", json!({"size": 16}), &mixed_a, &mixed_b),
     ] {
-        let wasm = host_of(plugin, RunnerConfig::default()).await;
         let spec = wasm.tools().into_iter().find(|t| t.name == tool).unwrap();
         let native_spec = native.tools().into_iter().find(|t| t.name == tool).unwrap();
         assert_eq!(spec.parameters, native_spec.parameters, "{tool}");
@@ -85,21 +184,57 @@ async fn the_example_plugins_as_components_answer_as_their_native_builds() {
         assert_eq!((a.outcome, a.text()), (b.outcome, b.text()), "{tool}");
         assert_eq!(a.output.images(), b.output.images(), "{tool}");
         assert_eq!(a.structured, b.structured, "{tool}");
-        wasm.shutdown().await;
     }
+    // What the journal and the views learn of each: the load events.
+    let mut loaded = std::collections::BTreeMap::new();
+    while loaded.len() < 2 {
+        let e = wait_for(&mut events, Duration::from_secs(5), |e| {
+            matches!(e.kind, EventKind::PluginLoaded { .. })
+        })
+        .await
+        .expect("two plugin_loaded events");
+        if let EventKind::PluginLoaded {
+            plugin,
+            isolated,
+            sandbox,
+            ..
+        } = &e.kind
+        {
+            let sandbox = sandbox.as_ref().map(ToString::to_string);
+            loaded.insert(plugin.clone(), (*isolated, sandbox.unwrap_or_default()));
+        }
+    }
+    let (picture_isolated, picture_sandbox) = &loaded["picture"];
+    let (echo_isolated, echo_sandbox) = &loaded["echo"];
+    assert!(!picture_isolated && *echo_isolated);
+    assert_eq!(
+        picture_sandbox,
+        "wasm component: memory 256 MiB, no network, environment PATH LANG LC_ALL TZ RUST_LOG"
+    );
+    assert!(echo_sandbox.contains("namespaces"), "{echo_sandbox}");
+    mixed_a.shutdown().await;
+    mixed_b.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn faults_in_a_component_end_their_call_and_the_next_call_answers() {
+async fn faults_in_a_component_end_their_call_count_against_it_and_the_next_call_answers() {
     let mut runner = RunnerConfig::default();
     runner
         .timeout_overrides
         .insert("spin".into(), Duration::from_millis(300));
-    let host = host_of("faults", runner).await;
+    let (host, _dir) = component_host("faults", runner).await;
     // A panic aborts the instance: `crashed`, with the panic's message from its stderr.
     let r = host.call("panic", json!({"message": "boom"})).await;
     assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
     assert!(r.text().contains("boom"), "{}", r.text());
+    let stats = host.stats();
+    let panic = stats.iter().find(|s| s.tool == "panic").unwrap();
+    assert_eq!(panic.crashed, 1, "{panic:?}");
+    assert!(
+        panic.origin.to_string().contains("(faults.wasm)"),
+        "{}",
+        panic.origin
+    );
     // An endless loop ignoring cancellation is stopped at its timeout, and the component serves
     // the next call at once (a fresh instance).
     let started = Instant::now();
@@ -120,17 +255,36 @@ async fn faults_in_a_component_end_their_call_and_the_next_call_answers() {
     host.shutdown().await;
 }
 
+/// With fuel, an endless loop ends `crashed` when its fuel is spent, long before its timeout;
+/// a short call is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_spends_its_fuel_is_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    install_component(dir.path(), "faults");
+    let engine = WasmEngine::new(WasmLimits {
+        fuel: Some(50_000_000),
+        ..WasmLimits::default()
+    })
+    .unwrap();
+    let (host, _) = host_of(
+        dir.path(),
+        DirOptions::in_process(),
+        engine,
+        RunnerConfig::default(),
+    )
+    .await;
+    let r = host.call("spin", json!({})).await;
+    assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
+    assert!(r.text().contains("fuel"), "{}", r.text());
+    let r = host.call("nap", json!({"ms": 1})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    host.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_components_updates_logs_questions_and_blocks_reach_the_host() {
-    let host = host_of("faults", RunnerConfig::default()).await;
-    let updates = std::sync::Arc::new(Mutex::new(Vec::new()));
-    let options = CallOptions {
-        on_update: Some({
-            let updates = updates.clone();
-            std::sync::Arc::new(move |u: &str| updates.lock().unwrap().push(u.to_owned()))
-        }),
-        ..CallOptions::default()
-    };
+    let (host, _dir) = component_host("faults", RunnerConfig::default()).await;
+    let (options, updates) = rho_tests::collecting_updates();
     let r = host
         .call_with(
             &call("u", "updates", json!({"count": 3, "interval_ms": 1})),
@@ -144,13 +298,12 @@ async fn a_components_updates_logs_questions_and_blocks_reach_the_host() {
     let r = host.call("log_levels", json!({})).await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
     let mut levels = Vec::new();
-    while let Ok(Some(rho_runtime::BusItem::Event(e))) = tokio::time::timeout(
-        Duration::from_millis(300),
-        tokio_stream::StreamExt::next(&mut events),
-    )
+    while let Some(e) = wait_for(&mut events, Duration::from_millis(300), |e| {
+        matches!(e.kind, EventKind::ToolExecutionLog { .. })
+    })
     .await
     {
-        if let rho_runtime::EventKind::ToolExecutionLog { level, .. } = e.kind {
+        if let EventKind::ToolExecutionLog { level, .. } = e.kind {
             levels.push(level);
         }
     }
@@ -159,7 +312,7 @@ async fn a_components_updates_logs_questions_and_blocks_reach_the_host() {
     let answerer =
         |_q: Question, _c: ToolCall| async move { Reply::Accepted(json!({"confirm": true})) };
     let options = CallOptions {
-        answerer: Some(std::sync::Arc::new(answerer)),
+        answerer: Some(Arc::new(answerer)),
         ..CallOptions::default()
     };
     let r = host
@@ -175,29 +328,246 @@ async fn a_components_updates_logs_questions_and_blocks_reach_the_host() {
     host.shutdown().await;
 }
 
-/// A component reaches the files its grants name, at their own paths, and nothing else: the
-/// `files` plugin reads a passage under its read grant, and is refused a file beside it that its
-/// native build would read.
+/// A component gets its directory's grants and nothing else: it reads under its read grant and
+/// is refused a file beside it; it writes under its write grant and nowhere else; it opens a
+/// connection only with the network grant; it sees only the granted environment keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_component_reads_what_its_grants_name_and_nothing_else() {
+async fn a_component_reaches_what_its_directorys_grants_name_and_nothing_else() {
     let base = tempfile::tempdir().unwrap();
-    let (granted, other) = (base.path().join("granted"), base.path().join("other"));
-    for dir in [&granted, &other] {
+    let [granted, other, out] = ["granted", "other", "out"].map(|d| base.path().join(d));
+    for dir in [&granted, &other, &out] {
         std::fs::create_dir(dir).unwrap();
         std::fs::write(dir.join("a.txt"), "one\ntwo\n").unwrap();
     }
-    let grants = rho_runtime::Grants {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    // SAFETY: set before the hosts start; no other thread of this test reads the environment.
+    unsafe { std::env::set_var("RHO_WASM_TEST_KEY", "seen") };
+    let grants = Grants {
         read: vec![granted.clone()],
-        ..rho_runtime::Grants::default()
+        write: vec![out.clone()],
+        env: vec!["RHO_WASM_TEST_KEY".into()],
+        ..Grants::default()
     };
-    let source = WasmSource::file(component("files")).grants(grants);
-    let host = host_serving("files", source, RunnerConfig::default()).await;
-    let read = |dir: &std::path::Path| json!({"path": dir.join("a.txt").display().to_string(), "start_line": 1, "end_line": 2});
+    let plugins = tempfile::tempdir().unwrap();
+    install_component(plugins.path(), "files");
+    install_component(plugins.path(), "faults");
+    let (host, _) = host_of(
+        plugins.path(),
+        granting(grants.clone()),
+        engine(),
+        RunnerConfig::default(),
+    )
+    .await;
+    let read = |dir: &Path| json!({"path": dir.join("a.txt").display().to_string(), "start_line": 1, "end_line": 2});
     let r = host.call("read_passage", read(&granted)).await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
     assert_eq!(r.text(), "1 | one\n2 | two\n");
     let r = host.call("read_passage", read(&other)).await;
     assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
     assert!(r.text().contains("cannot read"), "{}", r.text());
+    let write =
+        |dir: &Path| json!({"path": dir.join("w.txt").display().to_string(), "text": "written"});
+    let r = host.call("write_file", write(&out)).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    assert_eq!(
+        std::fs::read_to_string(out.join("w.txt")).unwrap(),
+        "written"
+    );
+    for refused in [&granted, &other] {
+        let r = host.call("write_file", write(refused)).await;
+        assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
+        assert!(!refused.join("w.txt").exists());
+    }
+    let r = host
+        .call("getenv", json!({"name": "RHO_WASM_TEST_KEY"}))
+        .await;
+    assert_eq!(r.text(), "seen");
+    let r = host.call("getenv", json!({"name": "PATH"})).await;
+    assert_eq!(r.text(), "(unset)");
+    let r = host.call("connect", json!({"addr": addr})).await;
+    assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
     host.shutdown().await;
+
+    // With the network granted, the same call connects.
+    let networked = Grants {
+        network: true,
+        ..grants
+    };
+    let (host, _) = host_of(
+        plugins.path(),
+        granting(networked),
+        engine(),
+        RunnerConfig::default(),
+    )
+    .await;
+    let r = host.call("connect", json!({"addr": addr})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    host.shutdown().await;
+}
+
+/// A component that asks for more than its directory grants is refused at load with one line,
+/// as an isolated plugin is; a `.wasm` that is not a component is refused, and the directory's
+/// other plugins serve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn components_are_refused_for_missing_grants_and_bad_files() {
+    let dir = tempfile::tempdir().unwrap();
+    install_component(dir.path(), "needs");
+    install_component(dir.path(), "echo");
+    std::fs::write(dir.path().join("core.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    std::fs::write(dir.path().join("text.wasm"), b"hello").unwrap();
+    let (host, report) = loaded(dir.path(), DirOptions::default(), |b| {
+        b.components(engine())
+    })
+    .await;
+    let errors = report.errors.join("\n");
+    assert_eq!(report.errors.len(), 3, "{errors}");
+    assert!(
+        errors.contains("needs.wasm: refused: the plugin asks for reading"),
+        "{errors}"
+    );
+    assert!(
+        errors.contains("core.wasm: not a loadable library: a core WebAssembly module"),
+        "{errors}"
+    );
+    assert!(
+        errors.contains("text.wasm: not a loadable library: not a WebAssembly component"),
+        "{errors}"
+    );
+    assert_eq!(host.call("echo", json!({"text": "x"})).await.text(), "x");
+    host.shutdown().await;
+    // Without an engine, `.wasm` files are not plugins at all.
+    let (host, report) = loaded(dir.path(), DirOptions::default(), |b| b).await;
+    assert!(
+        report.errors.is_empty() && report.loaded.is_empty(),
+        "{report:?}"
+    );
+    host.shutdown().await;
+}
+
+/// A watched directory's component replaced a hundred times while four callers call it: every
+/// call answers, from one build or the other, and the last build serves at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_reloaded_under_a_stream_of_calls_loses_none() {
+    let staging = tempfile::tempdir().unwrap();
+    let [v2, default] = [("v2", "faults-v2.wasm"), ("", "faults.wasm")].map(|(tag, name)| {
+        let to = staging.path().join(name);
+        build_component("faults", (!tag.is_empty()).then_some(tag), &to);
+        std::fs::read(to).unwrap()
+    });
+    let variants = [default, v2];
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("faults.wasm");
+    std::fs::write(&target, &variants[0]).unwrap();
+    let (host, _) = loaded(dir.path(), DirOptions::in_process(), |b| {
+        b.components(engine()).watch(true)
+    })
+    .await;
+    let mut sub = host.subscribe();
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut callers = Vec::new();
+    for w in 0..4 {
+        let (host, stop, calls) = (host.clone(), stop.clone(), calls.clone());
+        callers.push(tokio::spawn(async move {
+            let mut bad = Vec::new();
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let c = call(&format!("w{w}-{n}"), "build_tag", json!({}));
+                let r = host.call_with(&c, &CallOptions::default()).await;
+                calls.fetch_add(1, Ordering::Relaxed);
+                if r.outcome != Outcome::Ok {
+                    bad.push(format!("{}: {} {}", c.id, r.outcome, &*r.text()));
+                }
+            }
+            bad
+        }));
+    }
+    for i in 1..=100 {
+        install_bytes(&target, &variants[i % 2]);
+        let reloaded = wait_for(&mut sub, COMPILE, |e| {
+            matches!(e.kind, EventKind::PluginReloaded { .. })
+        })
+        .await;
+        assert!(reloaded.is_some(), "reload {i} not seen");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut bad = Vec::new();
+    for caller in callers {
+        bad.extend(caller.await.unwrap());
+    }
+    assert!(
+        bad.is_empty(),
+        "{} failed calls, first: {:?}",
+        bad.len(),
+        bad.first()
+    );
+    assert!(
+        calls.load(Ordering::Relaxed) > 100,
+        "calls ran during the reloads"
+    );
+    let r = host.call("build_tag", json!({})).await;
+    assert_eq!(
+        (r.outcome, r.text().into_owned()),
+        (Outcome::Ok, "default".into())
+    );
+    host.shutdown().await;
+}
+
+/// A compile cache on disk: what one engine compiled, a second one (a restart) takes from the
+/// cache and does not compile. Shown by planting: the cached code of `echo` put in place of
+/// `picture`'s, the second engine's `picture` is `echo` (which is why the cache directory is held
+/// to a plugin directory's trust rules). A cache directory others can write is refused with one
+/// line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compile_cache_serves_a_restart_and_refuses_a_directory_others_can_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let [echo, picture] = ["echo", "picture"].map(|name| {
+        let file = install_component(dir.path(), name);
+        let bytes = std::fs::read(&file).unwrap();
+        (file, bytes)
+    });
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = cache.path().join("wasm");
+    let cached = || WasmEngine::builder().cache_dir(&cache_dir).build().unwrap();
+    let first = cached();
+    let [echo_tools, picture_tools] = [&echo, &picture].map(|(file, bytes)| {
+        let plugin = first.load(file, bytes, &Grants::default()).unwrap();
+        plugin.tools().to_vec()
+    });
+    let mode = std::fs::metadata(&cache_dir).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    let cached_file = |bytes: &[u8]| {
+        let sha = rho_runtime::sha256_hex(bytes);
+        let found: Vec<PathBuf> = std::fs::read_dir(&cache_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(&sha))
+            .collect();
+        assert_eq!(found.len(), 1, "{found:?}");
+        found[0].clone()
+    };
+    let (echo_cached, picture_cached) = (cached_file(&echo.1), cached_file(&picture.1));
+    let second = cached();
+    let plugin = second
+        .load(&picture.0, &picture.1, &Grants::default())
+        .unwrap();
+    assert_eq!(plugin.tools(), picture_tools);
+    std::fs::copy(&echo_cached, &picture_cached).unwrap();
+    let planted = cached()
+        .load(&picture.0, &picture.1, &Grants::default())
+        .unwrap();
+    assert_eq!(planted.tools(), echo_tools);
+    // A cached file others could have written is not read: compiled again, and replaced.
+    std::fs::set_permissions(&picture_cached, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let recompiled = cached()
+        .load(&picture.0, &picture.1, &Grants::default())
+        .unwrap();
+    assert_eq!(recompiled.tools(), picture_tools);
+    std::fs::set_permissions(&cache_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let refused = WasmEngine::builder().cache_dir(&cache_dir).build();
+    let line = refused.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(line.contains("writable by"), "{line}");
+    assert!(!line.contains('\n'), "{line}");
 }

@@ -2,18 +2,20 @@
 //! ticker thread) and a loaded component ([`WasmPlugin`]: pre-instantiated, described, called in
 //! a fresh instance per call).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::cache::CompileCache;
 
 use rho_runtime::plugin_api::declare::Declaration;
 use rho_runtime::plugin_api::{
     Answer, Block, BlockHead, Image, LogLevel, Output, Question, Reply, ToolError,
 };
-use rho_runtime::{Failure, Grants, ToolCtx, ToolSpec};
+use rho_runtime::{Failure, Grants, ToolCtx, ToolSpec, WasmSandbox};
 use rho_worker::loader::load::{RawTool, check_tools};
 use serde_json::Value;
-use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
 use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -41,6 +43,14 @@ pub enum WasmError {
     /// The engine could not be set up.
     #[error("the wasm engine could not be set up: {0}")]
     Engine(String),
+    /// The compile cache's directory cannot be used (it is made if missing).
+    #[error("{dir}: the compiled-component cache cannot be used: {reason}")]
+    Cache {
+        /// The directory, as shown.
+        dir: String,
+        /// Why (others can write it, it cannot be made...).
+        reason: String,
+    },
     /// A file is not a component of the `rho:plugin` world, or failed to describe itself.
     #[error("{file}: not a usable rho component: {reason}")]
     Load {
@@ -54,40 +64,61 @@ pub enum WasmError {
 /// What each instance of a component may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WasmLimits {
-    /// Linear memory of an instance, bytes (all its memories together); past it, growth fails.
+    /// Linear memory of an instance, bytes (all its memories together); past it, growth fails
+    /// (a Rust component then aborts: the call ends `crashed`).
     pub memory_bytes: usize,
+    /// Fuel of one call (about one unit per wasm instruction); past it the call traps
+    /// (`crashed`: "all fuel consumed"). `None`: unbounded, and the engine does not count (counting
+    /// costs every call some speed). The timeout bounds a call's time either way.
+    pub fuel: Option<u64>,
 }
 
 impl Default for WasmLimits {
-    /// 256 MiB of memory per instance.
+    /// 256 MiB of memory per instance, fuel not counted.
     fn default() -> Self {
         WasmLimits {
             memory_bytes: 256 << 20,
+            fuel: None,
         }
     }
 }
 
-/// The wasmtime engine components run in, and the linker of what they may import (WASI p2, as
-/// each component's grants allow, and the world's `host` interface). Cheap to clone.
-#[derive(Clone)]
-pub struct WasmEngine {
-    inner: Arc<EngineInner>,
-}
-
-struct EngineInner {
-    engine: Engine,
-    linker: Linker<CallState>,
+/// Builds a [`WasmEngine`]: its limits and where it keeps compiled components.
+#[must_use = "a builder does nothing until `build`"]
+#[derive(Debug, Default)]
+pub struct WasmEngineBuilder {
     limits: WasmLimits,
+    cache_dir: Option<PathBuf>,
 }
 
-impl WasmEngine {
-    /// An engine with `limits`, its epoch ticking every 10 ms on a thread of its own (ended
-    /// with the engine).
-    pub fn new(limits: WasmLimits) -> Result<WasmEngine, WasmError> {
+impl WasmEngineBuilder {
+    /// What each instance may use (default: [`WasmLimits::default`]).
+    pub fn limits(mut self, limits: WasmLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Keeps compiled components in `dir` (made with mode 0700 if missing), by the SHA-256 of
+    /// their file and the engine's build, so a restart does not compile them again. Loading a
+    /// compiled component runs what is in it as code: `build` refuses a directory others can
+    /// write or swap (the checks of a plugin directory), and every file in it is checked the
+    /// same way before it is read. Default: compiled components are kept in memory only.
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// The engine, its epoch ticking every 10 ms on a thread of its own (ended with the
+    /// engine).
+    pub fn build(self) -> Result<WasmEngine, WasmError> {
         let error = |e: wasmtime::Error| WasmError::Engine(e.to_string());
         let mut config = Config::new();
-        config.wasm_component_model(true).epoch_interruption(true);
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .consume_fuel(self.limits.fuel.is_some());
         let engine = Engine::new(&config).map_err(error)?;
+        let cache = CompileCache::new(&engine, self.cache_dir)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(error)?;
         Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state).map_err(error)?;
@@ -106,18 +137,63 @@ impl WasmEngine {
             inner: Arc::new(EngineInner {
                 engine,
                 linker,
-                limits,
+                limits: self.limits,
+                cache,
             }),
         })
     }
+}
 
-    /// Compiles the component in `bytes` (shown as `file` in messages), checks it implements
-    /// the world, and reads its description and declaration. Its calls get `grants` (see
-    /// [`WasmPlugin`]); it describes itself with none.
+/// The wasmtime engine components run in, and the linker of what they may import (WASI p2, as
+/// each component's grants allow, and the world's `host` interface). Cheap to clone.
+#[derive(Clone)]
+pub struct WasmEngine {
+    inner: Arc<EngineInner>,
+}
+
+struct EngineInner {
+    engine: Engine,
+    linker: Linker<CallState>,
+    limits: WasmLimits,
+    cache: CompileCache,
+}
+
+impl WasmEngine {
+    /// An engine with `limits` that keeps compiled components in memory only (see
+    /// [`WasmEngine::builder`] for a cache on disk).
+    pub fn new(limits: WasmLimits) -> Result<WasmEngine, WasmError> {
+        WasmEngine::builder().limits(limits).build()
+    }
+
+    /// A builder, for the limits and a compile cache on disk.
+    pub fn builder() -> WasmEngineBuilder {
+        WasmEngineBuilder::default()
+    }
+
+    /// The limits of its instances.
+    pub fn limits(&self) -> WasmLimits {
+        self.inner.limits
+    }
+
+    /// Compiles the component in `bytes` (shown as `file` in messages), or takes it from the
+    /// cache, checks it implements the world, and reads its description and declaration. Its
+    /// calls get `grants` (see [`WasmPlugin`]); it describes itself with none.
     pub fn load(
         &self,
         file: &Path,
         bytes: &[u8],
+        grants: &Grants,
+    ) -> Result<WasmPlugin, WasmError> {
+        let sha256 = rho_runtime::sha256_hex(bytes);
+        self.load_hashed(file, bytes, &sha256, grants)
+    }
+
+    /// [`WasmEngine::load`] of content whose SHA-256 (lowercase hex) is known.
+    pub(crate) fn load_hashed(
+        &self,
+        file: &Path,
+        bytes: &[u8],
+        sha256: &str,
         grants: &Grants,
     ) -> Result<WasmPlugin, WasmError> {
         let shown = file.display().to_string();
@@ -125,8 +201,14 @@ impl WasmEngine {
             file: shown.clone(),
             reason,
         };
-        let component =
-            Component::new(&self.inner.engine, bytes).map_err(|e| failed(format!("{e:#}")))?;
+        // The grants are checked usable before anything runs: a missing granted path is the
+        // load's error, not every call's.
+        self.store(None, grants).map_err(failed)?;
+        let component = self
+            .inner
+            .cache
+            .component(&self.inner.engine, sha256, bytes)
+            .map_err(|e| failed(format!("{e:#}")))?;
         let pre = self
             .inner
             .linker
@@ -184,9 +266,21 @@ impl WasmEngine {
                 version: info.version,
                 tools,
                 rejected,
+                capabilities: declaration.capabilities,
                 grants: grants.clone(),
             }),
         })
+    }
+
+    /// What confines a component of this engine with `grants`.
+    pub fn sandbox(&self, grants: &Grants) -> WasmSandbox {
+        WasmSandbox {
+            memory_bytes: self.inner.limits.memory_bytes as u64,
+            fuel: self.inner.limits.fuel,
+            scratch_bytes: 0,
+            network: grants.network,
+            env: grants.env.clone(),
+        }
     }
 
     /// A store for one instance: `grants` as WASI gives them (each granted path preopened at
@@ -212,7 +306,10 @@ impl WasmEngine {
             }
         }
         if grants.network {
-            wasi.inherit_network().allow_ip_name_lookup(true);
+            wasi.inherit_network()
+                .allow_tcp(true)
+                .allow_udp(true)
+                .allow_ip_name_lookup(true);
         } else {
             wasi.allow_tcp(false)
                 .allow_udp(false)
@@ -235,6 +332,11 @@ impl WasmEngine {
         );
         store.limiter(|state| &mut state.limits);
         store.set_epoch_deadline(1);
+        if let Some(fuel) = self.inner.limits.fuel {
+            store
+                .set_fuel(fuel)
+                .map_err(|e| format!("setting its fuel: {e}"))?;
+        }
         Ok(store)
     }
 }
@@ -253,6 +355,7 @@ struct PluginInner {
     version: String,
     tools: Vec<ToolSpec>,
     rejected: Vec<String>,
+    capabilities: rho_runtime::Capabilities,
     grants: Grants,
 }
 
@@ -275,6 +378,11 @@ impl WasmPlugin {
     /// The tools refused, one line each saying why.
     pub fn rejected(&self) -> &[String] {
         &self.inner.rejected
+    }
+
+    /// What it says it needs (its declaration's capabilities).
+    pub fn capabilities(&self) -> &rho_runtime::Capabilities {
+        &self.inner.capabilities
     }
 
     /// Calls `tool` with `args` in a fresh instance, on a blocking thread; the instance is

@@ -10,15 +10,21 @@
 //! deadline or cancellation by epoch interruption (the instance is discarded); a trap ends the
 //! call `crashed`, naming the trap and the component's last words on stderr.
 //!
-//! [`WasmSource`] serves a component's tools in a host, through the same gate, timeouts, typed
-//! outcomes, events and quarantine as every tool:
+//! A [`WasmEngine`] given to a host loads the `.wasm` files of its plugin directories beside
+//! their native libraries, with the same trust checks, hashing, hot reload, events, gate,
+//! timeouts, typed outcomes and quarantine; a component gets its directory's grants:
 //!
 //! ```no_run
-//! use rho_runtime::Host;
-//! use rho_runtime_wasm::WasmSource;
+//! use rho_runtime::{DirOptions, Host};
+//! use rho_runtime_wasm::{WasmEngine, WasmLimits};
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let engine = WasmEngine::builder()
+//!     .limits(WasmLimits::default())
+//!     .cache_dir("/var/cache/rho/wasm") // compiled once, across restarts
+//!     .build()?;
 //! let (host, _) = Host::builder()
-//!     .source("wasm:echo", WasmSource::file("echo.wasm"))
+//!     .components(engine)
+//!     .plugin_dir("plugins", DirOptions::default()) // echo.wasm, libfiles.so, ...
 //!     .build()
 //!     .await?;
 //! let result = host.call("echo", serde_json::json!({"text": "hi"})).await;
@@ -27,11 +33,12 @@
 //! ```
 #![warn(missing_docs)]
 
+mod cache;
+mod component;
 mod engine;
-mod source;
 
-pub use engine::{WasmEngine, WasmError, WasmLimits, WasmPlugin};
-pub use source::WasmSource;
+pub use component::WORLD_VERSION;
+pub use engine::{WasmEngine, WasmEngineBuilder, WasmError, WasmLimits, WasmPlugin};
 
 #[cfg(test)]
 mod tests {

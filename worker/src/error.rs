@@ -106,6 +106,14 @@ pub enum LoadError {
         /// `network (grants.network)`.
         asked: String,
     },
+    /// A WebAssembly component could not be compiled, instantiated or described.
+    #[error("{}: not a usable component: {}", shown(path), one_line(reason))]
+    Component {
+        /// The component file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
     /// An isolated worker could not load or describe the plugin.
     #[error("{}: the isolated worker failed: {}", shown(path), one_line(reason))]
     Worker {
@@ -156,6 +164,7 @@ impl LoadError {
             | LoadError::Describe { path, .. }
             | LoadError::Refused { path, .. }
             | LoadError::NotGranted { path, .. }
+            | LoadError::Component { path, .. }
             | LoadError::Worker { path, .. } => path,
         }
     }

@@ -366,6 +366,15 @@ impl Backend {
         }
     }
 
+    /// What the directory grants: an isolated directory's workers' grants; nothing in process
+    /// (what its components get).
+    pub fn grants(&self) -> rho_protocol::Grants {
+        match self {
+            Backend::InProcess(_) => rho_protocol::Grants::default(),
+            Backend::Isolated(isolated) => isolated.options.grants.clone(),
+        }
+    }
+
     /// Whether plugins run out of process.
     pub fn is_isolated(&self) -> bool {
         matches!(self, Backend::Isolated(_))

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::bus::events::EventKind;
 use crate::plugin::backend::{Backend, LoadOutcome, LoadedVersion};
+use crate::plugin::component::ComponentEngine;
 use crate::plugin::options::DirOptions;
 use crate::plugin::scan::{ScanReport, Scanning};
 use crate::registry::origin::Origin;
@@ -16,6 +17,7 @@ use crate::registry::{ResolvedTool, SourceId, ToolRegistry};
 use rho_protocol::ToolSpec;
 use rho_worker::LoadError;
 use rho_worker::loader::open::{DirError, DirHandle, Stamp, open_dir};
+use rho_worker::loader::trust::{PluginKind, plugin_kind};
 use rho_worker::loader::{CopyDir, PluginFile, PluginInfo};
 
 struct Slot {
@@ -75,6 +77,8 @@ struct Inner {
     registry: ToolRegistry,
     source: SourceId,
     backend: Backend,
+    /// Loads the directory's components (`.wasm` files are plugins only with one).
+    components: Option<Arc<dyn ComponentEngine>>,
     copies: CopyDir,
     state: tokio::sync::Mutex<State>,
     /// Asks for a scan (a stalled load finished); served by a task of its own.
@@ -94,13 +98,15 @@ impl Drop for Inner {
 }
 
 impl PluginDir {
-    /// Adds `dir` to `registry` as a source served by `backend` and starts loading what it holds
-    /// now; `load_wait` bounds how long its scans wait for their loads.
+    /// Adds `dir` to `registry` as a source served by `backend` (and `components`, for its
+    /// `.wasm` files) and starts loading what it holds now; `load_wait` bounds how long its scans
+    /// wait for their loads.
     pub(crate) async fn open(
         registry: &ToolRegistry,
         dir: &Path,
         options: DirOptions,
         backend: Backend,
+        components: Option<Arc<dyn ComponentEngine>>,
         load_wait: std::time::Duration,
     ) -> Result<(PluginDir, Scanning), LoadError> {
         let copies = CopyDir::new()?;
@@ -111,6 +117,7 @@ impl PluginDir {
                 registry: registry.clone(),
                 source: registry.new_source(),
                 backend,
+                components,
                 copies,
                 state: tokio::sync::Mutex::new(State {
                     slots: BTreeMap::new(),
@@ -204,6 +211,7 @@ impl PluginDir {
         }
         let dir = inner.dir.clone();
         let trust = inner.options.trust;
+        let components = inner.components.is_some();
         #[cfg(test)]
         let injected = inner
             .listing_panics
@@ -212,7 +220,7 @@ impl PluginDir {
             #[cfg(test)]
             assert!(!injected, "injected: the listing panics");
             let handle = open_dir(&dir, trust)?;
-            let names = handle.list().map_err(DirError::Unusable)?;
+            let names = handle.list(components).map_err(DirError::Unusable)?;
             Ok::<_, DirError>((handle, names))
         })
         .await;
@@ -305,7 +313,7 @@ impl PluginDir {
             let Some((file, stamp)) = self.open_and_copy(state, report, &handle, name).await else {
                 continue;
             };
-            if inner.backend.is_isolated() {
+            if inner.backend.is_isolated() || is_component(&file.path) {
                 loads.push((file.path.clone(), self.spawn_load(state, file, stamp)));
                 continue;
             }
@@ -319,8 +327,9 @@ impl PluginDir {
         loads
     }
 
-    /// Loads an isolated file in a task of its own, within the directory's `load_timeout`: it
-    /// serves (or fails, with its event) as soon as the load ends, whoever waits for it.
+    /// Loads an isolated file or a component in a task of its own, within the directory's
+    /// `load_timeout`: it serves (or fails, with its event) as soon as the load ends, whoever
+    /// waits for it.
     fn spawn_load(
         &self,
         state: &mut State,
@@ -333,12 +342,18 @@ impl PluginDir {
         let dir = self.clone();
         tokio::spawn(async move {
             let bound = dir.inner.options.load_timeout;
-            let result = match dir.inner.backend.load(file, bound).await {
-                LoadOutcome::Done(result) => *result,
-                LoadOutcome::Stalled(_) => Err(LoadError::Worker {
-                    path: path.clone(),
-                    reason: "loading stalled".into(),
-                }),
+            let result = match &dir.inner.components {
+                Some(engine) if is_component(&path) => {
+                    let grants = dir.inner.backend.grants();
+                    crate::plugin::component::load(engine.clone(), file, grants, bound).await
+                }
+                _ => match dir.inner.backend.load(file, bound).await {
+                    LoadOutcome::Done(result) => *result,
+                    LoadOutcome::Stalled(_) => Err(LoadError::Worker {
+                        path: path.clone(),
+                        reason: "loading stalled".into(),
+                    }),
+                },
             };
             let mut state = dir.inner.state.lock().await;
             state.loading.remove(&path);
@@ -409,9 +424,13 @@ impl PluginDir {
         }
         let copying = path.clone();
         let copied = tokio::task::spawn_blocking(move || {
-            inner
-                .backend
-                .private_copy(&mut source, &copying, &inner.copies, max)
+            if is_component(&copying) {
+                rho_worker::loader::copy::component_copy(&mut source, &copying, max)
+            } else {
+                inner
+                    .backend
+                    .private_copy(&mut source, &copying, &inner.copies, max)
+            }
         })
         .await;
         let file = match copied {
@@ -660,7 +679,8 @@ impl PluginDir {
                     path: file,
                     tools: specs,
                     sha256: info.sha256.clone(),
-                    isolated: inner.backend.is_isolated(),
+                    // Isolated versions report a worker's sandbox; components the engine's.
+                    isolated: loaded.sandbox.as_ref().is_some_and(|s| s.wasm.is_none()),
                     sandbox: loaded.sandbox,
                     capabilities: info.capabilities.clone(),
                     granted: info.granted.clone(),
@@ -692,6 +712,13 @@ impl PluginDir {
             }
         }
     }
+}
+
+/// Whether the plugin file at `path` is a component (listed only for a directory with an engine).
+fn is_component(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|name| plugin_kind(&name.to_string_lossy(), true))
+        == Some(PluginKind::Component)
 }
 
 #[cfg(test)]
@@ -727,10 +754,10 @@ mod tests {
         let registry = ToolRegistry::new(Bus::default());
         let backend = Backend::new(&crate::plugin::options::Isolation::InProcess);
         let wait = crate::call::runner::DEFAULT_LOAD_WAIT;
-        let (dir, scanning) =
-            PluginDir::open(&registry, tmp.path(), DirOptions::default(), backend, wait)
-                .await
-                .unwrap();
+        let options = DirOptions::default();
+        let (dir, scanning) = PluginDir::open(&registry, tmp.path(), options, backend, None, wait)
+            .await
+            .unwrap();
         let report = scanning.settle(tokio::time::Instant::now() + wait).await;
         assert!(report.dir_error.is_none() && report.errors.is_empty());
         let tool = ResolvedTool::new(

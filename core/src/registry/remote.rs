@@ -219,10 +219,11 @@ impl RemoteSource {
     }
 }
 
-/// A remote tool as the runner calls it: its answers held to the answer codec's limits.
-struct RemoteInvoke {
-    tool: Arc<dyn RemoteTool>,
-    name: Arc<str>,
+/// A remote tool (a remote source's, or a component's) as the runner calls it: its answers held
+/// to the answer codec's limits.
+pub(crate) struct RemoteInvoke {
+    pub tool: Arc<dyn RemoteTool>,
+    pub name: Arc<str>,
 }
 
 impl Invoke for RemoteInvoke {

@@ -202,6 +202,50 @@ fn wide_details(args: WideArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     Ok(Answer::text(format!("{} items", args.items)).with_details(json!({ "items": items })))
 }
 
+/// Arguments of `write_file`.
+#[derive(Deserialize, JsonSchema)]
+pub struct WriteArgs {
+    /// The file to write (made or replaced).
+    pub path: String,
+    /// What to write.
+    pub text: String,
+    /// Write it this many times.
+    #[serde(default = "one")]
+    pub times: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn write_file(args: WriteArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    use std::io::Write;
+    let mut file = std::fs::File::create(&args.path)?;
+    for _ in 0..args.times {
+        file.write_all(args.text.as_bytes())?;
+    }
+    Ok(Answer::text(format!(
+        "wrote {} bytes",
+        args.text.len() * args.times
+    )))
+}
+
+/// Arguments of `connect`.
+#[derive(Deserialize, JsonSchema)]
+pub struct ConnectArgs {
+    /// `HOST:PORT` to open a TCP connection to.
+    pub addr: String,
+}
+
+fn connect(args: ConnectArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    let addr: std::net::SocketAddr = args
+        .addr
+        .parse()
+        .map_err(|e| ToolError::new(format!("not an address: {e}")))?;
+    std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2))?;
+    Ok(Answer::text("connected"))
+}
+
 fn getenv(args: EnvArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     Ok(Answer::text(
         std::env::var(&args.name).unwrap_or_else(|_| "(unset)".into()),
@@ -354,6 +398,8 @@ export_plugin! {
     Tool::new("fail", "Answers with an error with details.", fail),
     Tool::new("wide_details", "Answers with details listing that many numbers.", wide_details),
     Tool::new("getenv", "Answers with an environment variable's value, or (unset).", getenv),
+    Tool::new("write_file", "Writes the text to a file, times times.", write_file),
+    Tool::new("connect", "Opens a TCP connection to an address.", connect),
     Tool::new("fds", "Lists the process's open file descriptors.", fds),
     Tool::new("build_tag", "Answers with the tag this library was built with.", build_tag),
     Tool::new("slow", "Sleeps for ms milliseconds; its own timeout is 1000 ms.", sleep).timeout_ms(1000),

@@ -260,6 +260,51 @@ pub fn memfd_copy(
     path: &Path,
     max: u64,
 ) -> Result<PluginFile, LoadError> {
+    sealed_copy(source, path, max, check_elf_of)
+}
+
+/// Copies `source` into a sealed memfd (a component's private copy: the engine compiles from
+/// it), hashes it and checks that it is a WebAssembly component (its header).
+pub fn component_copy(
+    source: &mut std::fs::File,
+    path: &Path,
+    max: u64,
+) -> Result<PluginFile, LoadError> {
+    sealed_copy(source, path, max, check_component_of)
+}
+
+/// A component's header: the wasm magic, then the component layer's version (a core module has
+/// `01 00 00 00` there).
+const COMPONENT_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+
+fn check_component_of(path: &Path, copy: &std::fs::File, len: u64) -> Result<(), LoadError> {
+    let mut header = [0u8; 8];
+    let read = if len >= 8 {
+        std::os::unix::fs::FileExt::read_exact_at(copy, &mut header, 0).is_ok()
+    } else {
+        false
+    };
+    if read && header == COMPONENT_HEADER {
+        return Ok(());
+    }
+    let reason = if read && header[..4] == COMPONENT_HEADER[..4] {
+        "a core WebAssembly module, not a component (build it for wasm32-wasip2)"
+    } else {
+        "not a WebAssembly component (no `\\0asm` header)"
+    };
+    Err(LoadError::Open {
+        path: path.to_owned(),
+        reason: reason.into(),
+    })
+}
+
+/// Copies `source` into a sealed memfd, hashes it and checks it with `check`.
+fn sealed_copy(
+    source: &mut std::fs::File,
+    path: &Path,
+    max: u64,
+    check: fn(&Path, &std::fs::File, u64) -> Result<(), LoadError>,
+) -> Result<PluginFile, LoadError> {
     use crate::sandbox::host::{plugin_memfd, seal};
     let copy_error = |e: std::io::Error| LoadError::Copy {
         path: path.to_owned(),
@@ -282,7 +327,7 @@ pub fn memfd_copy(
     let mut dest = plugin_memfd(&name).map_err(copy_error)?;
     let (sha256, len) =
         crate::loader::open::copy_and_hash(source, &mut dest, max).map_err(copy_error)?;
-    check_elf_of(path, &dest, len)?;
+    check(path, &dest, len)?;
     seal(&dest).map_err(copy_error)?;
     Ok(PluginFile {
         path: path.to_owned(),

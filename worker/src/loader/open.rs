@@ -24,7 +24,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use crate::error::LoadError;
-use crate::loader::trust::{Trust, is_plugin_name};
+use crate::loader::trust::{Trust, plugin_kind};
 use crate::walk::{self, fstat, openat};
 
 /// The default largest plugin file loaded: 256 MiB.
@@ -157,8 +157,8 @@ pub fn open_dir(dir: &Path, trust: Trust) -> Result<DirHandle, DirError> {
 }
 
 impl DirHandle {
-    /// The plugin file names in the directory, sorted.
-    pub fn list(&self) -> Result<Vec<OsString>, LoadError> {
+    /// The plugin file names in the directory (components too when `components`), sorted.
+    pub fn list(&self, components: bool) -> Result<Vec<OsString>, LoadError> {
         let failed = |e: std::io::Error| LoadError::Refused {
             path: self.path.clone(),
             reason: format!("cannot list the plugin directory: {e}"),
@@ -184,7 +184,7 @@ impl DirHandle {
                 }
                 let name = std::ffi::CStr::from_ptr((*entry).d_name.as_ptr());
                 let name = OsStr::from_bytes(name.to_bytes());
-                if is_plugin_name(&name.to_string_lossy()) {
+                if plugin_kind(&name.to_string_lossy(), components).is_some() {
                     names.push(name.to_owned());
                 }
             }

@@ -7,8 +7,8 @@
 //! leads outside the directory are refused; the checks are made on the descriptors that are then
 //! read ([`crate::loader::open`]). Root-owned directories and files nobody else can write
 //! (`/usr/lib/...`) load for a host of any user, as sshd accepts its files.
-//! Hidden and temporary files, and files without the platform's library suffix, are not plugins
-//! and are ignored silently.
+//! Hidden and temporary files, and files without the platform's library suffix (or `.wasm`, for a
+//! host that runs components), are not plugins and are ignored silently.
 
 /// Whether the host checks who can write its plugin files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -21,15 +21,36 @@ pub enum Trust {
     AnyWriter,
 }
 
-/// Whether `name` is a plugin file name: the platform's library suffix, not hidden, not a
-/// temporary file.
-pub fn is_plugin_name(name: &str) -> bool {
+/// The kind of a plugin file, told by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginKind {
+    /// A native library (the platform's library suffix: `.so`).
+    Native,
+    /// A WebAssembly component (`.wasm`).
+    Component,
+}
+
+/// The suffix of component files.
+pub const COMPONENT_SUFFIX: &str = ".wasm";
+
+/// The kind of plugin file `name` is, if it is one: the platform's library suffix (or `.wasm`
+/// when `components` is set), not hidden, not a temporary file.
+pub fn plugin_kind(name: &str, components: bool) -> Option<PluginKind> {
     let temporary = name.ends_with('~')
         || name.ends_with(".tmp")
         || name.ends_with(".part")
         || name.ends_with(".swp")
         || name.contains(".tmp.");
-    !name.starts_with('.') && !temporary && name.ends_with(std::env::consts::DLL_SUFFIX)
+    if name.starts_with('.') || temporary {
+        return None;
+    }
+    if name.ends_with(std::env::consts::DLL_SUFFIX) {
+        Some(PluginKind::Native)
+    } else if components && name.ends_with(COMPONENT_SUFFIX) {
+        Some(PluginKind::Component)
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -38,11 +59,15 @@ mod tests {
 
     #[test]
     fn plugin_names() {
-        assert!(is_plugin_name("libecho.so"));
-        assert!(!is_plugin_name(".libecho.so"));
-        assert!(!is_plugin_name("libecho.so.tmp"));
-        assert!(!is_plugin_name("libecho.tmp.so"));
-        assert!(!is_plugin_name("libecho.so~"));
-        assert!(!is_plugin_name("README.md"));
+        assert_eq!(plugin_kind("libecho.so", false), Some(PluginKind::Native));
+        assert_eq!(plugin_kind(".libecho.so", true), None);
+        assert_eq!(plugin_kind("libecho.so.tmp", true), None);
+        assert_eq!(plugin_kind("libecho.tmp.so", true), None);
+        assert_eq!(plugin_kind("libecho.so~", true), None);
+        assert_eq!(plugin_kind("README.md", true), None);
+        assert_eq!(plugin_kind("echo.wasm", true), Some(PluginKind::Component));
+        assert_eq!(plugin_kind("echo.wasm", false), None);
+        assert_eq!(plugin_kind(".echo.wasm", true), None);
+        assert_eq!(plugin_kind("echo.wasm.part", true), None);
     }
 }
