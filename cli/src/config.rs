@@ -1,5 +1,6 @@
 //! `rho.toml`, composed by its reader: the host's sections are `rho-runtime`'s ([`HostConfig`]),
-//! `[serve]` is `rho serve`'s, `[nats]` and `[[remote]]` are `rho-bridge-nats`'; this module hands
+//! `[serve]` is `rho serve`'s, `[nats]` and `[[remote]]` are `rho-bridge-nats`', `[[mcp]]` is
+//! `rho-mcp-source`'s, `[wasm]` is the component engine's settings; this module hands
 //! each section to its owner. Every command takes `--config PATH`; flags override the file;
 //! without a file the documented defaults apply. A bad file is one line naming the key (or the
 //! unknown section), the file and what was expected.
@@ -35,6 +36,9 @@
 //! [serve]
 //! ask_fallback = "deny"      # when "ask" cannot reach a person: "deny" or "allow"
 //! journal = "/tmp/rho-serve.jsonl"
+//!
+//! [wasm]                     # components (.wasm files) in plugin directories
+//! memory_mb = 256
 //! ```
 
 use std::collections::BTreeMap;
@@ -47,6 +51,7 @@ use toml::Spanned;
 use toml::de::DeTable;
 
 use crate::serve::settings::ServeConfig;
+use crate::wasm::WasmConfig;
 
 /// `rho.toml` as `rho` reads it: the host's sections, read by `rho-runtime`
 /// ([`HostConfig::SECTIONS`]), and the sections of the parts `rho` links, each read by its owner.
@@ -64,10 +69,12 @@ pub struct Config {
     pub remote: Vec<RemoteConfig>,
     /// `[[mcp]]`: MCP servers whose tools are served too (rho-mcp-source).
     pub mcp: Vec<rho_mcp_source::McpServer>,
+    /// `[wasm]`: the engine of the components in plugin directories.
+    pub wasm: WasmConfig,
 }
 
 /// The sections the parts `rho` links read, besides the host's.
-const PARTS: [&str; 4] = ["serve", "nats", "remote", "mcp"];
+const PARTS: [&str; 5] = ["serve", "nats", "remote", "mcp", "wasm"];
 
 impl Config {
     /// Checks every section's ranges and names.
@@ -75,6 +82,7 @@ impl Config {
         self.host.check()?;
         self.serve.check()?;
         self.nats.check()?;
+        self.wasm.check()?;
         let mut names = std::collections::BTreeSet::new();
         for server in &self.mcp {
             server.check()?;
@@ -93,6 +101,7 @@ impl Config {
         self.host.resolve_paths(base);
         self.serve.resolve_paths(base);
         self.nats.resolve_paths(base);
+        self.wasm.resolve_paths(base);
         for remote in &mut self.remote {
             remote.resolve_paths(base);
         }
@@ -140,6 +149,7 @@ pub fn parse(text: &str) -> Result<Config, String> {
     let nats = section(&mut table, "nats", text)?;
     let remote = section(&mut table, "remote", text)?;
     let mcp = section(&mut table, "mcp", text)?;
+    let wasm = section(&mut table, "wasm", text)?;
     let host = deserialize(Spanned::new(span, table), text)?;
     Ok(Config {
         host,
@@ -147,6 +157,7 @@ pub fn parse(text: &str) -> Result<Config, String> {
         nats,
         remote,
         mcp,
+        wasm,
     })
 }
 
@@ -404,6 +415,11 @@ mod tests {
         name = "remote"
         url = "https://example.com/mcp"
         token_file = "/srv/mcp/token"
+
+        [wasm]
+        memory_mb = 64
+        fuel = 1000000
+        cache_dir = "/var/cache/rho/wasm"
     "#;
 
     /// `config` as a `rho.toml` text, each section serialised by its own type.
@@ -419,6 +435,7 @@ mod tests {
             toml::Value::try_from(&config.remote).unwrap(),
         );
         table.insert("mcp".into(), toml::Value::try_from(&config.mcp).unwrap());
+        table.insert("wasm".into(), toml::Value::try_from(&config.wasm).unwrap());
         toml::to_string(&table).unwrap()
     }
 
@@ -441,6 +458,7 @@ mod tests {
         assert_ne!(config.nats, defaults.nats);
         assert_ne!(config.remote, defaults.remote);
         assert_ne!(config.mcp, defaults.mcp);
+        assert_ne!(config.wasm, defaults.wasm);
         assert_eq!(config.mcp[0].tools["echo"].read_only, Some(true));
         let text = to_toml(&config);
         let again = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -488,6 +506,7 @@ mod tests {
                 "http_addr",
             ),
             ("[nats]\nurls = \"nats://x\"\n", "nats", "urls"),
+            ("[wasm]\nmemory = 1\n", "wasm", "memory"),
             (
                 "[[remote]]\nnats = \"nats://x\"\ncreds = \"c\"\n",
                 "remote[0]",

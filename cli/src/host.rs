@@ -163,7 +163,13 @@ pub async fn build(
     extra: impl FnOnce(HostBuilder) -> HostBuilder,
 ) -> Result<(Host, Config), ExitCode> {
     let config = with_flags(config, plugins, run).map_err(|e| usage(&e))?;
-    let built = extra(Host::builder().config(&config.host)).build().await;
+    let builder = Host::builder().config(&config.host);
+    #[cfg(feature = "wasm")]
+    let builder = builder.components(config.wasm.engine().map_err(|e| {
+        eprintln!("rho: {e}");
+        ExitCode::from(1)
+    })?);
+    let built = extra(builder).build().await;
     let (host, reports) = built.map_err(|e| {
         eprintln!("rho: {e}");
         ExitCode::from(1)

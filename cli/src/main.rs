@@ -25,6 +25,7 @@ mod run;
 mod serve;
 mod tools;
 mod view;
+mod wasm;
 mod watch;
 
 use std::process::ExitCode;

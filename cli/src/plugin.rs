@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use rho_devkit::dev::Build;
 use rho_devkit::scaffold::{self, Layout};
 
 /// `rho plugin` subcommands.
@@ -25,6 +26,10 @@ pub enum Command {
         /// the copy this `rho` carries, written into its data directory, ~/.local/share/rho).
         #[arg(long, value_name = "DIR")]
         api: Option<PathBuf>,
+        /// A crate that `rho plugin dev` builds as a WebAssembly component (`NAME.wasm`, for
+        /// wasm32-wasip2): sandboxed by construction, the same file on every platform.
+        #[arg(long)]
+        wasm: bool,
     },
     /// Build the plugin crate in DIR and install it into a plugin directory, again on every save.
     #[command(
@@ -37,6 +42,12 @@ pub enum Command {
         /// The plugin directory to install into.
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
+        /// Build a WebAssembly component (`NAME.wasm`), whatever the crate's manifest says.
+        #[arg(long, conflicts_with = "native")]
+        wasm: bool,
+        /// Build a native library, whatever the crate's manifest says.
+        #[arg(long)]
+        native: bool,
     },
     /// Load a built plugin library as a host would and show its name, version and tools.
     #[command(
@@ -55,7 +66,12 @@ pub enum Command {
 /// Runs one `rho plugin` command.
 pub fn main(command: Command) -> ExitCode {
     let result = match command {
-        Command::New { name, dir, api } => {
+        Command::New {
+            name,
+            dir,
+            api,
+            wasm,
+        } => {
             // A refused name writes nothing, not even the copy of the API.
             let api = match (scaffold::refuse_name(&name, &[]), api) {
                 (Some(reason), _) => Err(rho_devkit::DevkitError::NameRefused(reason)),
@@ -64,17 +80,36 @@ pub fn main(command: Command) -> ExitCode {
                     scaffold::data_dir().and_then(|data| scaffold::write_api_copy(&data))
                 }
             };
-            api.and_then(|api| scaffold::new_plugin(&name, &dir, &Layout::Standalone { api }))
-                .map(|path| {
-                    eprintln!("rho: created {}", path.display());
-                    eprintln!(
-                        "next: cd {} && cargo test && rho plugin dev --out PLUGIN_DIR",
-                        path.display()
-                    );
-                    true
-                })
+            let build = if wasm {
+                Build::Component
+            } else {
+                Build::Native
+            };
+            api.and_then(|api| {
+                scaffold::new_plugin(&name, &dir, &Layout::Standalone { api }, build)
+            })
+            .map(|path| {
+                eprintln!("rho: created {}", path.display());
+                eprintln!(
+                    "next: cd {} && cargo test && rho plugin dev --out PLUGIN_DIR",
+                    path.display()
+                );
+                true
+            })
         }
-        Command::Dev { dir, out } => rho_devkit::dev::run(&dir, &out).map(|()| true),
+        Command::Dev {
+            dir,
+            out,
+            wasm,
+            native,
+        } => {
+            let build = match (wasm, native) {
+                (true, _) => Some(Build::Component),
+                (_, true) => Some(Build::Native),
+                _ => None,
+            };
+            rho_devkit::dev::run(&dir, &out, build).map(|()| true)
+        }
         Command::Check { file, json } => rho_devkit::check::check(&file, json),
     };
     match result {

@@ -1,6 +1,12 @@
-//! `rho plugin dev` (and `cargo xtask dev NAME`): build a plugin crate, install its library into a
-//! plugin directory, and again after every change to its sources, until interrupted. A host
-//! watching that directory reloads each new version.
+//! `rho plugin dev` (and `cargo xtask dev NAME`): build a plugin crate, install its library (or
+//! its WebAssembly component) into a plugin directory, and again after every change to its
+//! sources, until interrupted. A host watching that directory reloads each new version.
+//!
+//! A crate builds as a native library unless its manifest says otherwise
+//! (`[package.metadata.rho] build = "component"`, which `rho plugin new --wasm` writes) or the
+//! caller asks for one kind ([`Build`]). A component is built for `wasm32-wasip2` in release
+//! (a debug component is many times larger and slower to compile in the host); the target is
+//! added with `rustup` when missing.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -11,8 +17,30 @@ use notify_debouncer_full::notify::RecursiveMode;
 
 use crate::DevkitError;
 
-/// Builds the library of the crate in `crate_dir` (debug) and returns its path.
-pub fn build(crate_dir: &Path) -> Result<PathBuf, DevkitError> {
+/// What a plugin crate is built as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Build {
+    /// A native library (`cdylib`, debug): `libNAME.so`.
+    Native,
+    /// A WebAssembly component (`wasm32-wasip2`, release): `NAME.wasm`.
+    Component,
+}
+
+/// The component target.
+pub const COMPONENT_TARGET: &str = "wasm32-wasip2";
+
+/// What the crate's manifest asks to be built as (`[package.metadata.rho] build`), native by
+/// default.
+fn declared_build(package: &serde_json::Value) -> Build {
+    match package["metadata"]["rho"]["build"].as_str() {
+        Some("component") => Build::Component,
+        _ => Build::Native,
+    }
+}
+
+/// Builds the crate in `crate_dir` as `build` (else as its manifest says) and returns the path of
+/// what was built.
+pub fn build(crate_dir: &Path, build: Option<Build>) -> Result<PathBuf, DevkitError> {
     let manifest = crate_dir.join("Cargo.toml");
     let meta = crate::cargo_metadata(&manifest, true)?;
     let wanted = std::path::absolute(&manifest).unwrap_or(manifest.clone());
@@ -29,9 +57,16 @@ pub fn build(crate_dir: &Path) -> Result<PathBuf, DevkitError> {
         ))
     })?;
     let name = package["name"].as_str().unwrap_or_default();
-    let status = crate::cargo()
+    let build = build.unwrap_or_else(|| declared_build(package));
+    let mut cargo = crate::cargo();
+    cargo
         .args(["build", "--lib", "--manifest-path"])
-        .arg(&manifest)
+        .arg(&manifest);
+    if build == Build::Component {
+        add_component_target()?;
+        cargo.args(["--release", "--target", COMPONENT_TARGET]);
+    }
+    let status = cargo
         .status()
         .map_err(|e| DevkitError::Cargo(format!("cannot run cargo build: {e}")))?;
     if !status.success() {
@@ -39,17 +74,52 @@ pub fn build(crate_dir: &Path) -> Result<PathBuf, DevkitError> {
             "plugin `{name}` failed to build; the installed version is untouched"
         )));
     }
-    let target = meta["target_directory"].as_str().unwrap_or("target");
-    Ok(Path::new(target).join("debug").join(format!(
-        "{}{lib}{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    )))
+    let target = Path::new(meta["target_directory"].as_str().unwrap_or("target"));
+    Ok(match build {
+        Build::Native => target.join("debug").join(format!(
+            "{}{lib}{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        )),
+        Build::Component => target
+            .join(COMPONENT_TARGET)
+            .join("release")
+            .join(format!("{lib}.wasm")),
+    })
 }
 
-fn cycle(crate_dir: &Path, out: &Path) {
+/// Adds the component target's standard library with `rustup` when it is missing (nothing when
+/// it is there, or when the toolchain is not rustup's: cargo then says what is missing).
+fn add_component_target() -> Result<(), DevkitError> {
+    let installed = std::process::Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output();
+    let Ok(installed) = installed else {
+        return Ok(());
+    };
+    if String::from_utf8_lossy(&installed.stdout)
+        .lines()
+        .any(|l| l.trim() == COMPONENT_TARGET)
+    {
+        return Ok(());
+    }
+    eprintln!("[dev] adding the {COMPONENT_TARGET} target with rustup");
+    let added = std::process::Command::new("rustup")
+        .args(["target", "add", COMPONENT_TARGET])
+        .status()
+        .map_err(|e| DevkitError::Cargo(format!("cannot run rustup: {e}")))?;
+    if added.success() {
+        Ok(())
+    } else {
+        Err(DevkitError::Cargo(format!(
+            "rustup target add {COMPONENT_TARGET} failed"
+        )))
+    }
+}
+
+fn cycle(crate_dir: &Path, out: &Path, kind: Option<Build>) {
     let started = Instant::now();
-    match build(crate_dir) {
+    match build(crate_dir, kind) {
         Ok(lib) => {
             let built = started.elapsed();
             let installing = Instant::now();
@@ -67,15 +137,16 @@ fn cycle(crate_dir: &Path, out: &Path) {
     }
 }
 
-/// Builds and installs the crate in `crate_dir` into `out`, then again after every change to
-/// its `src/`, `Cargo.toml` or `build.rs`, until the process is interrupted.
-pub fn run(crate_dir: &Path, out: &Path) -> Result<(), DevkitError> {
+/// Builds (as `kind`, else as its manifest says) and installs the crate in `crate_dir` into
+/// `out`, then again after every change to its `src/`, `Cargo.toml` or `build.rs`, until the
+/// process is interrupted.
+pub fn run(crate_dir: &Path, out: &Path, kind: Option<Build>) -> Result<(), DevkitError> {
     eprintln!(
         "[dev] watching {} -> {}",
         crate_dir.display(),
         out.display()
     );
-    cycle(crate_dir, out);
+    cycle(crate_dir, out, kind);
     let (tx, rx) = mpsc::channel();
     let mut debouncer = new_debouncer(Duration::from_millis(100), None, move |result| {
         let _ = tx.send(result);
@@ -102,7 +173,7 @@ pub fn run(crate_dir: &Path, out: &Path) -> Result<(), DevkitError> {
     }
     while let Ok(result) = rx.recv() {
         match result {
-            Ok(events) if events.iter().any(|e| !e.kind.is_access()) => cycle(crate_dir, out),
+            Ok(events) if events.iter().any(|e| !e.kind.is_access()) => cycle(crate_dir, out, kind),
             Ok(_) => {}
             Err(errors) => {
                 for e in errors {

@@ -4,14 +4,16 @@
 //!
 //! ```no_run
 //! use std::path::Path;
+//! use rho_devkit::dev::Build;
 //! use rho_devkit::scaffold::{self, Layout};
 //!
 //! // A crate of its own in ./greet, depending on the plugin API by version (patched to the copy
 //! // this program carries, in rho's data directory, until the API is on crates.io).
 //! let api = scaffold::write_api_copy(&scaffold::data_dir()?)?;
 //! let layout = Layout::Standalone { api };
-//! let dir = scaffold::new_plugin("greet", Path::new("."), &layout)?;
-//! rho_devkit::dev::build(&dir)?; // target/debug/libgreet.so
+//! let dir = scaffold::new_plugin("greet", Path::new("."), &layout, Build::Native)?;
+//! rho_devkit::dev::build(&dir, None)?; // target/debug/libgreet.so
+//! rho_devkit::dev::build(&dir, Some(Build::Component))?; // target/wasm32-wasip2/release/greet.wasm
 //! # Ok::<(), rho_devkit::DevkitError>(())
 //! ```
 #![warn(missing_docs)]

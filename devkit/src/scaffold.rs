@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::dev::Build;
 use crate::{DevkitError, io};
 
 /// Where a new plugin crate goes.
@@ -27,6 +28,12 @@ pub enum Layout {
         workspace: PathBuf,
     },
 }
+
+/// The metadata that makes `rho plugin dev` build a crate as a component.
+const COMPONENT_METADATA: &str = "\n# `rho plugin dev` builds this crate as a WebAssembly component (wasm32-wasip2):\n\
+     # `rho plugin dev --native` for a library.\n\
+     [package.metadata.rho]\n\
+     build = \"component\"\n";
 
 /// The version of the plugin API this program carries and new crates depend on.
 const API_VERSION: &str = rho_runtime::plugin_api::source::VERSION;
@@ -271,7 +278,7 @@ fn pascal(name: &str) -> String {
         .collect()
 }
 
-fn cargo_toml(name: &str, layout: &Layout) -> String {
+fn cargo_toml(name: &str, layout: &Layout, build: Build) -> String {
     let (dependencies, workspace) = match layout {
         Layout::Member { .. } => (
             "rho-plugin-api.workspace = true\nserde.workspace = true\nschemars.workspace = true\n"
@@ -297,6 +304,15 @@ fn cargo_toml(name: &str, layout: &Layout) -> String {
             ),
         ),
     };
+    let component = match (build, layout) {
+        (Build::Native, _) => String::new(),
+        (Build::Component, Layout::Member { .. }) => COMPONENT_METADATA.to_owned(),
+        // Profiles are the workspace's: only a crate of its own sets one.
+        (Build::Component, Layout::Standalone { .. }) => format!(
+            "{COMPONENT_METADATA}\n# Components without debug information: many times smaller, \
+             compiled faster by the host.\n[profile.release]\nstrip = true\ndebug = false\n"
+        ),
+    };
     format!(
         r#"[package]
 name = "{name}"
@@ -310,7 +326,7 @@ publish = false
 crate-type = ["cdylib", "rlib"]
 
 [dependencies]
-{dependencies}{workspace}"#
+{dependencies}{component}{workspace}"#
     )
 }
 
@@ -406,10 +422,15 @@ fn add_member(manifest: &Path, member: &str) -> Result<(), DevkitError> {
     std::fs::write(manifest, doc.to_string()).map_err(io(manifest))
 }
 
-/// Creates the plugin crate `parent/name` laid out as `layout` and returns its directory.
-/// Nothing is written when the name is refused or the directory exists; a failure midway
-/// removes what was made.
-pub fn new_plugin(name: &str, parent: &Path, layout: &Layout) -> Result<PathBuf, DevkitError> {
+/// Creates the plugin crate `parent/name` laid out as `layout` and returns its directory; its
+/// manifest says it builds as `build` (`rho plugin dev` reads it). Nothing is written when the
+/// name is refused or the directory exists; a failure midway removes what was made.
+pub fn new_plugin(
+    name: &str,
+    parent: &Path,
+    layout: &Layout,
+    build: Build,
+) -> Result<PathBuf, DevkitError> {
     let graph = match layout {
         Layout::Standalone { api } => api.join("Cargo.toml"),
         Layout::Member { workspace } => workspace.join("Cargo.toml"),
@@ -440,13 +461,16 @@ pub fn new_plugin(name: &str, parent: &Path, layout: &Layout) -> Result<PathBuf,
     };
     let write = |path: PathBuf, text: String| std::fs::write(&path, text).map_err(io(&path));
     std::fs::create_dir_all(crate_dir.join("src")).map_err(io(&crate_dir))?;
-    let created = write(crate_dir.join("Cargo.toml"), cargo_toml(name, layout))
-        .and_then(|()| write(crate_dir.join("src/lib.rs"), lib_rs(name)))
-        .and_then(|()| write(crate_dir.join("README.md"), readme(name)))
-        .and_then(|()| match &member {
-            Some((manifest, relative)) => add_member(manifest, relative),
-            None => Ok(()),
-        });
+    let created = write(
+        crate_dir.join("Cargo.toml"),
+        cargo_toml(name, layout, build),
+    )
+    .and_then(|()| write(crate_dir.join("src/lib.rs"), lib_rs(name)))
+    .and_then(|()| write(crate_dir.join("README.md"), readme(name)))
+    .and_then(|()| match &member {
+        Some((manifest, relative)) => add_member(manifest, relative),
+        None => Ok(()),
+    });
     if let Err(e) = created {
         let _ = std::fs::remove_dir_all(&crate_dir);
         return Err(e);

@@ -571,3 +571,92 @@ async fn the_compile_cache_serves_a_restart_and_refuses_a_directory_others_can_w
     assert!(line.contains("writable by"), "{line}");
     assert!(!line.contains('\n'), "{line}");
 }
+
+/// The author's path, as a user types it: `rho plugin new greet --wasm` makes a crate whose
+/// manifest says it is a component; `rho plugin dev --out DIR` builds `greet.wasm` and installs
+/// it, and again after an edit (a watching host reloads it); `rho call` serves it from the
+/// directory, through `rho`'s own engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rho_plugin_new_wasm_and_dev_build_install_and_reload_a_component() {
+    let place = tempfile::tempdir().unwrap();
+    let cache = place.path().join("cache");
+    let rho = |args: &[&str]| {
+        let mut command = std::process::Command::new(rho_tests::rho_bin());
+        command.args(args).env("XDG_CACHE_HOME", &cache);
+        command
+    };
+    let api = workspace_dir().join("plugin-api");
+    let made = rho(&["plugin", "new", "greet", "--wasm", "--api"])
+        .arg(&api)
+        .current_dir(place.path())
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let crate_dir = place.path().join("greet");
+    let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("[package.metadata.rho]\nbuild = \"component\""),
+        "{manifest}"
+    );
+    let out = place.path().join("plugins");
+    std::fs::create_dir(&out).unwrap();
+    let (host, _) = loaded(&out, DirOptions::default(), |b| {
+        b.components(engine()).watch(true)
+    })
+    .await;
+    let target = rho_tests::built().parent().unwrap().to_owned();
+    let mut dev = rho(&["plugin", "dev", "--out"])
+        .arg(&out)
+        .current_dir(&crate_dir)
+        .env("CARGO_TARGET_DIR", &target)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let answer = |host: Host, want: &'static str| async move {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            let r = host.call("greet", json!({"name": "Ada"})).await;
+            if &*r.text() == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never answered {want:?}: {}",
+                &*r.text()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    answer(host.clone(), "Hello, Ada!").await;
+    assert!(out.join("greet.wasm").is_file());
+    let source = crate_dir.join("src/lib.rs");
+    let edited = std::fs::read_to_string(&source)
+        .unwrap()
+        .replace("Hello, {}!", "Howdy, {}!");
+    std::fs::write(&source, edited).unwrap();
+    answer(host.clone(), "Howdy, Ada!").await;
+    let _ = dev.kill();
+    let _ = dev.wait();
+    host.shutdown().await;
+    let called = rho(&["call", "greet", "{\"name\":\"Ada\"}", "--plugins"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&called.stdout);
+    assert!(
+        called.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&called.stderr)
+    );
+    assert!(said.contains("Howdy, Ada!"), "{said}");
+    // `rho` kept the compiled component in its cache.
+    assert_eq!(
+        std::fs::read_dir(cache.join("rho/wasm")).unwrap().count(),
+        1
+    );
+}

@@ -130,7 +130,8 @@ fn main() -> ExitCode {
             let layout = rho_devkit::scaffold::Layout::Member {
                 workspace: workspace.clone(),
             };
-            rho_devkit::scaffold::new_plugin(&name, &workspace.join(&dir), &layout)
+            let native = rho_devkit::dev::Build::Native;
+            rho_devkit::scaffold::new_plugin(&name, &workspace.join(&dir), &layout, native)
                 .map(|path| {
                     eprintln!("created {} and added it to the workspace", path.display());
                     eprintln!("next: cargo test -p {name} && cargo xtask dev {name}");
@@ -147,7 +148,7 @@ fn main() -> ExitCode {
                 format!("no plugin crate `{name}` in the workspace (see `cargo xtask new-plugin`)")
             })?;
             let out = out.unwrap_or_else(plugins::default_out);
-            rho_devkit::dev::run(&plugin.dir, &out).map_err(|e| e.to_string())
+            rho_devkit::dev::run(&plugin.dir, &out, None).map_err(|e| e.to_string())
         }),
         Command::BuildPlugins { release, out } => {
             let out = out.unwrap_or_else(plugins::default_out);
