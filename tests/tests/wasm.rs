@@ -660,3 +660,34 @@ async fn rho_plugin_new_wasm_and_dev_build_install_and_reload_a_component() {
         1
     );
 }
+
+/// `rho serve` serves components to the official MCP Python SDK as it serves libraries (the same
+/// client script as `serve_edges.rs`'s, over a directory of `faults.wasm` and `echo.wasm`): 50
+/// back-to-back updates arrive as 50 progress notifications before each answer, a 12 MB answer
+/// is cut, and the session goes on.
+#[test]
+fn rho_serve_serves_components_to_the_python_sdk() {
+    let plugins = tempfile::tempdir().unwrap();
+    install_component(plugins.path(), "faults");
+    install_component(plugins.path(), "echo");
+    let cache = tempfile::tempdir().unwrap();
+    for (requirement, name) in [("mcp>=2,<3", "mcp2"), ("mcp>=1.9,<2", "mcp1")] {
+        let sdk = rho_tests::python_sdk(requirement, name);
+        let mut client = std::process::Command::new("python3");
+        client
+            .arg(workspace_dir().join("tests/python/progress.py"))
+            .arg(rho_tests::rho_bin())
+            .arg(plugins.path())
+            .env("PYTHONPATH", &sdk)
+            .env("XDG_CACHE_HOME", cache.path());
+        let report = rho_tests::client_report(client, requirement);
+        for run in report["runs"].as_array().unwrap() {
+            let progress = run["progress"].as_array().unwrap();
+            assert_eq!(progress.len(), 50, "{requirement}: {run}");
+            assert_eq!(progress[49], "update 50/50");
+            assert_eq!(run["text"], "sent 50 updates");
+        }
+        assert_eq!(report["big_truncated"], true, "{requirement}");
+        assert_eq!(report["after"], "still here", "{requirement}");
+    }
+}
