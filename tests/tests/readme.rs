@@ -116,6 +116,12 @@ fn table() -> BTreeMap<&'static str, Run> {
         ),
         ("rho plugin new greet", Substituted(&[RHO], Exit(0))),
         (
+            "rho plugin new greet --wasm",
+            Elsewhere(
+                "tests/tests/wasm.rs: rho_plugin_new_wasm_and_dev_build_install_and_reload_a_component",
+            ),
+        ),
+        (
             "cd greet && cargo test",
             Elsewhere(
                 "tests/tests/xtask.rs: rho_plugin_new_makes_a_crate_of_its_own_anywhere_that_builds_loads_and_answers runs it where no checkout can be seen",

@@ -23,7 +23,7 @@ use rho_worker::loader::open::{DEFAULT_MAX_FILE_SIZE, DirError, DirHandle, open_
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-use crate::engine::WasmError;
+use crate::error::WasmError;
 
 /// How many compiled components are kept in memory beyond those in use.
 const KEPT: usize = 16;

@@ -9,7 +9,8 @@ use rho_runtime::{
     ToolCtx,
 };
 
-use crate::engine::{WasmEngine, WasmError, WasmPlugin};
+use crate::engine::{WasmEngine, WasmPlugin};
+use crate::error::WasmError;
 
 /// The major version of the `rho:plugin` world components implement (`rho:plugin@3.0.0`).
 pub const WORLD_VERSION: u32 = 3;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cache::CompileCache;
+use crate::error::WasmError;
 
 use rho_runtime::plugin_api::declare::Declaration;
 use rho_runtime::plugin_api::{
@@ -36,30 +37,6 @@ const LOAD_BOUND: Duration = Duration::from_secs(10);
 
 /// The most a component may write on stderr that is kept, for its last words.
 const STDERR_KEPT: usize = 16 << 10;
-
-/// Why a component could not be used. One line each.
-#[derive(Debug, thiserror::Error)]
-pub enum WasmError {
-    /// The engine could not be set up.
-    #[error("the wasm engine could not be set up: {0}")]
-    Engine(String),
-    /// The compile cache's directory cannot be used (it is made if missing).
-    #[error("{dir}: the compiled-component cache cannot be used: {reason}")]
-    Cache {
-        /// The directory, as shown.
-        dir: String,
-        /// Why (others can write it, it cannot be made...).
-        reason: String,
-    },
-    /// A file is not a component of the `rho:plugin` world, or failed to describe itself.
-    #[error("{file}: not a usable rho component: {reason}")]
-    Load {
-        /// The file, as shown.
-        file: String,
-        /// Why.
-        reason: String,
-    },
-}
 
 /// What each instance of a component may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

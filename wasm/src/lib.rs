@@ -36,9 +36,11 @@
 mod cache;
 mod component;
 mod engine;
+mod error;
 
 pub use component::WORLD_VERSION;
-pub use engine::{WasmEngine, WasmEngineBuilder, WasmError, WasmLimits, WasmPlugin};
+pub use engine::{WasmEngine, WasmEngineBuilder, WasmLimits, WasmPlugin};
+pub use error::WasmError;
 
 #[cfg(test)]
 mod tests {

@@ -10,6 +10,7 @@ pub mod mcp;
 mod mcp_source;
 mod nats;
 mod reload;
+mod wasm;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -228,6 +229,7 @@ pub fn run(quick: bool, only: &[String], compare: Option<&Path>) -> Result<(), S
         &plugins_dir,
     )?;
     build_variants(&plugins_dir)?;
+    wasm::build(&plugins_dir)?;
     let exe = target_dir().join("release").join("xtask");
     let started = Instant::now();
     let mut figures = Vec::new();
@@ -298,6 +300,7 @@ const GROUPS: &[&[&str]] = &[
     &["self_exec"],
     &["mcp_call"],
     &["mcp_source"],
+    &["wasm"],
     &["mem_plugin"],
     &["bus"],
     &["nats"],
@@ -397,6 +400,9 @@ pub fn exec(
     }
     if wanted("mcp_source") {
         figures.extend(runtime.block_on(mcp_source::figures(&ctx))?);
+    }
+    if wanted("wasm") {
+        figures.extend(runtime.block_on(wasm::figures(&ctx))?);
     }
     if wanted("mem_plugin") {
         figures.extend(inproc::memory(&ctx)?);

@@ -1,0 +1,309 @@
+//! Wasm component figures ([7/13]), `echo` built as a component (release, stripped):
+//! - `wasm_call`: `echo.wasm` through `Host::call` against the native `echo` in process through
+//!   `Host::call` (goal ≤ 1.5);
+//! - `wasm_call_vs_isolated`: the same against the native `echo` in an isolated worker through
+//!   `Host::call` (goal ≤ 0.1: ten times faster);
+//! - `wasm_instance_call`: `WasmPlugin::call` alone (a fresh instance with its grants, epoch
+//!   deadline and answer mapping, on a blocking thread) against wasmtime's own: a store, an
+//!   instance of the same pre-instantiated component and a dynamic call of its `call` export;
+//! - `wasm_load` / `wasm_load_cached`: loading the component (compile, instantiate, describe,
+//!   declare) with an empty cache against wasmtime's `Component::new`, and with the compiled form
+//!   on disk (a restart) against `Component::deserialize`;
+//! - `wasm_mem`: resident memory per loaded component against a raw `Component`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rho_runtime::{CallOptions, DirOptions, Grants, Host, ToolCall, ToolCtx, allow_all};
+use rho_runtime_wasm::{WasmEngine, WasmLimits};
+use serde_json::json;
+use wasmtime::component::{Component, Linker, Val};
+use wasmtime::{Engine, Store};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::reload::rss_kib;
+use super::{Ctx, Figure, per_iter_us};
+
+/// The components the benchmarks use, beside the plugin directory.
+pub fn components_dir(plugins: &Path) -> PathBuf {
+    plugins.with_file_name("components")
+}
+
+/// Builds `echo` as a component (release, stripped) into [`components_dir`].
+pub fn build(plugins: &Path) -> Result<(), String> {
+    let dir = components_dir(plugins);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let built = rho_devkit::dev::build(
+        &crate::plugins::workspace_root().join("plugins/echo"),
+        Some(rho_devkit::dev::Build::Component),
+    )
+    .map_err(|e| e.to_string())?;
+    std::fs::copy(&built, dir.join("echo.wasm"))
+        .map_err(|e| format!("{}: {e}", built.display()))?;
+    Ok(())
+}
+
+/// A host serving a directory holding only `file` (as `name`), with `options` and an engine.
+async fn host_of(file: &Path, name: &str, options: DirOptions) -> Result<Host, String> {
+    let dir = std::env::temp_dir().join(format!("rho-bench-wasm-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    std::fs::copy(file, dir.join(name)).map_err(|e| e.to_string())?;
+    let engine = WasmEngine::new(WasmLimits::default()).map_err(|e| e.to_string())?;
+    let (host, reports) = Host::builder()
+        .plugin_dir(&dir, options)
+        .components(engine)
+        .gate(allow_all())
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
+    super::loaded(&reports)?;
+    Ok(host)
+}
+
+/// Microseconds per `echo` call through `host`, over `n` calls.
+async fn per_call(host: &Host, n: usize) -> f64 {
+    let call = ToolCall::new("b", "echo", json!({"text": "hi"}));
+    let options = CallOptions::default();
+    let started = Instant::now();
+    for _ in 0..n {
+        let r = host.call_with(&call, &options).await;
+        debug_assert_eq!(r.outcome, rho_runtime::Outcome::Ok);
+    }
+    per_iter_us(n, started)
+}
+
+/// What a raw wasmtime store needs: WASI with nothing granted.
+struct Raw {
+    wasi: WasiCtx,
+    table: wasmtime::component::ResourceTable,
+}
+
+impl WasiView for Raw {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Every figure of this group.
+pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
+    let component = components_dir(&ctx.plugins).join("echo.wasm");
+    let bytes = std::fs::read(&component).map_err(|e| format!("{}: {e}", component.display()))?;
+    let mut figures = calls(ctx, &component).await?;
+    figures.push(instance_call(ctx, &component, &bytes).await?);
+    figures.extend(loads(ctx, &component, &bytes)?);
+    figures.push(memory(&component, &bytes)?);
+    Ok(figures)
+}
+
+async fn calls(ctx: &Ctx, component: &Path) -> Result<Vec<Figure>, String> {
+    let wasm = host_of(component, "echo.wasm", DirOptions::in_process()).await?;
+    let native = host_of(&ctx.plugin("echo"), "libecho.so", DirOptions::in_process()).await?;
+    let isolated = host_of(&ctx.plugin("echo"), "libecho.so", DirOptions::default()).await?;
+    let n = if ctx.quick { 300 } else { 1000 };
+    let (mut w, mut nat, mut w2, mut iso) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for host in [&wasm, &native, &isolated] {
+        per_call(host, n / 4).await;
+    }
+    for _ in 0..ctx.runs() {
+        w.push(per_call(&wasm, n).await);
+        nat.push(per_call(&native, n).await);
+        w2.push(per_call(&wasm, n).await);
+        iso.push(per_call(&isolated, n).await);
+    }
+    for host in [wasm, native, isolated] {
+        host.shutdown().await;
+    }
+    Ok(vec![
+        Figure::paired(
+            "wasm_call",
+            "us/call",
+            "native echo in process, Host::call",
+            &mut w,
+            &mut nat,
+        ),
+        Figure::paired(
+            "wasm_call_vs_isolated",
+            "us/call",
+            "native echo isolated, Host::call",
+            &mut w2,
+            &mut iso,
+        ),
+    ])
+}
+
+async fn instance_call(ctx: &Ctx, file: &Path, bytes: &[u8]) -> Result<Figure, String> {
+    let engine = WasmEngine::new(WasmLimits::default()).map_err(|e| e.to_string())?;
+    let plugin = engine
+        .load(file, bytes, &Grants::default())
+        .map_err(|e| e.to_string())?;
+    let args = json!({"text": "hi"});
+    let quiet: Arc<dyn Fn(&str) + Send + Sync> = Arc::new(|_| {});
+    // wasmtime's own: a store with WASI, an instance of the pre-instantiated component, a dynamic
+    // call of the `call` export, on this thread.
+    let raw_engine = Engine::default();
+    let raw_component = Component::new(&raw_engine, bytes).map_err(|e| e.to_string())?;
+    let mut linker: Linker<Raw> = Linker::new(&raw_engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| e.to_string())?;
+    linker
+        .define_unknown_imports_as_traps(&raw_component)
+        .map_err(|e| e.to_string())?;
+    let pre = linker
+        .instantiate_pre(&raw_component)
+        .map_err(|e| e.to_string())?;
+    let info = Val::Record(vec![
+        ("call-id".into(), Val::String("b".into())),
+        ("time-left-ms".into(), Val::Option(None)),
+        ("traceparent".into(), Val::String(String::new())),
+    ]);
+    let raw_call = || -> Result<(), String> {
+        let mut store = Store::new(
+            &raw_engine,
+            Raw {
+                wasi: WasiCtx::builder().build(),
+                table: Default::default(),
+            },
+        );
+        let instance = pre.instantiate(&mut store).map_err(|e| e.to_string())?;
+        let tools = instance
+            .get_export_index(&mut store, None, "rho:plugin/tools@3.0.0")
+            .ok_or("no tools export")?;
+        let call = instance
+            .get_export_index(&mut store, Some(&tools), "call")
+            .and_then(|i| instance.get_func(&mut store, i))
+            .ok_or("no call export")?;
+        let params = [
+            Val::String("echo".into()),
+            Val::String(args.to_string()),
+            info.clone(),
+        ];
+        let mut results = [Val::Bool(false)];
+        call.call(&mut store, &params, &mut results)
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    };
+    let n = if ctx.quick { 200 } else { 1000 };
+    let (mut rho, mut raw) = (Vec::new(), Vec::new());
+    for run in 0..=ctx.runs() {
+        let started = Instant::now();
+        for _ in 0..n {
+            let ctx = ToolCtx::new("b", quiet.clone());
+            let answered = plugin.call("echo", &args, ctx).await;
+            answered.map_err(|e| format!("{e:?}"))?;
+        }
+        let rho_us = per_iter_us(n, started);
+        let started = Instant::now();
+        for _ in 0..n {
+            raw_call()?;
+        }
+        let raw_us = per_iter_us(n, started);
+        // The first run warms up.
+        if run > 0 {
+            rho.push(rho_us);
+            raw.push(raw_us);
+        }
+    }
+    Ok(Figure::paired(
+        "wasm_instance_call",
+        "us/call",
+        "wasmtime: store + instance + dynamic call",
+        &mut rho,
+        &mut raw,
+    ))
+}
+
+fn loads(ctx: &Ctx, file: &Path, bytes: &[u8]) -> Result<Vec<Figure>, String> {
+    let runs = ctx.runs();
+    let cache = std::env::temp_dir().join(format!("rho-bench-wasm-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let ms = |started: Instant| started.elapsed().as_secs_f64() * 1e3;
+    let (mut load, mut compile, mut cached, mut deserialize) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for run in 0..=runs {
+        let engine = WasmEngine::new(WasmLimits::default()).map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        engine
+            .load(file, bytes, &Grants::default())
+            .map_err(|e| e.to_string())?;
+        let load_ms = ms(started);
+        let raw_engine = Engine::default();
+        let started = Instant::now();
+        let component = Component::new(&raw_engine, bytes).map_err(|e| e.to_string())?;
+        let compile_ms = ms(started);
+        let serialized = component.serialize().map_err(|e| e.to_string())?;
+        // A restart: a new engine over the cache the first run filled.
+        let engine = WasmEngine::builder()
+            .cache_dir(&cache)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        engine
+            .load(file, bytes, &Grants::default())
+            .map_err(|e| e.to_string())?;
+        let cached_ms = ms(started);
+        let started = Instant::now();
+        // SAFETY: the bytes were serialized just above by an engine of the same configuration.
+        unsafe { Component::deserialize(&raw_engine, &serialized) }.map_err(|e| e.to_string())?;
+        let deserialize_ms = ms(started);
+        if run > 0 {
+            load.push(load_ms);
+            compile.push(compile_ms);
+            cached.push(cached_ms);
+            deserialize.push(deserialize_ms);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&cache);
+    let kib = bytes.len() / 1024;
+    Ok(vec![
+        Figure::paired(
+            "wasm_load",
+            "ms",
+            format!("Component::new ({kib} KiB component)"),
+            &mut load,
+            &mut compile,
+        ),
+        Figure::paired(
+            "wasm_load_cached",
+            "ms",
+            "Component::deserialize (in memory)",
+            &mut cached,
+            &mut deserialize,
+        ),
+    ])
+}
+
+fn memory(file: &Path, bytes: &[u8]) -> Result<Figure, String> {
+    const N: usize = 8;
+    let before = rss_kib();
+    let mut kept = Vec::new();
+    for _ in 0..N {
+        let engine = WasmEngine::new(WasmLimits::default()).map_err(|e| e.to_string())?;
+        let plugin = engine
+            .load(file, bytes, &Grants::default())
+            .map_err(|e| e.to_string())?;
+        kept.push((engine, plugin));
+    }
+    let rho = rss_kib().saturating_sub(before) as f64 / N as f64;
+    drop(kept);
+    let before = rss_kib();
+    let mut raw = Vec::new();
+    for _ in 0..N {
+        let engine = Engine::default();
+        let component = Component::new(&engine, bytes).map_err(|e| e.to_string())?;
+        raw.push((engine, component));
+    }
+    let raw_kib = rss_kib().saturating_sub(before) as f64 / N as f64;
+    drop(raw);
+    Ok(Figure {
+        name: "wasm_mem".into(),
+        value: rho,
+        unit: "KiB".into(),
+        baseline: "an engine + Component::new".into(),
+        baseline_value: raw_kib,
+        runs: N,
+        spread: None,
+    })
+}
