@@ -17,7 +17,10 @@ use rho_runtime::{Failure, Grants, ToolCtx, ToolSpec, WasmSandbox};
 use rho_worker::loader::load::{RawTool, check_tools};
 use serde_json::Value;
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
-use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits,
+    StoreLimitsBuilder, UpdateDeadline,
+};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -31,6 +34,12 @@ use bindings::{Plugin, PluginPre};
 
 /// How often the engine's epoch ticks: the granularity of deadlines and cancellation.
 const TICK: Duration = Duration::from_millis(10);
+
+/// Instances at once (the pool's slots): [`CALLS`] calls, and loads.
+const INSTANCES: u32 = 128;
+
+/// Calls at once per engine; more wait for a turn (as calls wait for an isolated worker).
+const CALLS: u32 = INSTANCES - 16;
 
 /// How long describing and declaring a component may take.
 const LOAD_BOUND: Duration = Duration::from_secs(10);
@@ -94,7 +103,24 @@ impl WasmEngineBuilder {
             .wasm_component_model(true)
             .epoch_interruption(true)
             .consume_fuel(self.limits.fuel.is_some());
-        let engine = Engine::new(&config).map_err(error)?;
+        // Instances from a pool of slots reserved once: a fresh instance per call costs a few
+        // microseconds instead of mapping its memory anew. Where the reservation is refused (a
+        // bounded address space), instances are allocated on demand.
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(INSTANCES)
+            .total_core_instances(INSTANCES * 8)
+            .total_memories(INSTANCES * 2)
+            .total_tables(INSTANCES * 8)
+            .max_memory_size(self.limits.memory_bytes);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = match Engine::new(&config) {
+            Ok(engine) => engine,
+            Err(e) => {
+                tracing::debug!("wasm instances allocated on demand, not pooled: {e:#}");
+                config.allocation_strategy(InstanceAllocationStrategy::OnDemand);
+                Engine::new(&config).map_err(error)?
+            }
+        };
         let cache = CompileCache::new(&engine, self.cache_dir)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(error)?;
@@ -116,6 +142,7 @@ impl WasmEngineBuilder {
                 linker,
                 limits: self.limits,
                 cache,
+                calls: tokio::sync::Semaphore::new(CALLS as usize),
             }),
         })
     }
@@ -133,6 +160,8 @@ struct EngineInner {
     linker: Linker<CallState>,
     limits: WasmLimits,
     cache: CompileCache,
+    /// Calls running at once; more wait for one to end (each holds an instance slot).
+    calls: tokio::sync::Semaphore,
 }
 
 impl WasmEngine {
@@ -363,8 +392,12 @@ impl WasmPlugin {
     }
 
     /// Calls `tool` with `args` in a fresh instance, on a blocking thread; the instance is
-    /// stopped at `ctx`'s deadline or cancellation.
+    /// stopped at `ctx`'s deadline or cancellation. At most 112 calls of one engine run at once;
+    /// more wait for a turn (their timeout runs meanwhile).
     pub async fn call(&self, tool: &str, args: &Value, ctx: ToolCtx) -> Result<Answer, Failure> {
+        let Ok(_turn) = self.inner.engine.inner.calls.acquire().await else {
+            return Err(Failure::crashed("the wasm engine is closed"));
+        };
         let plugin = self.clone();
         let (tool, args) = (tool.to_owned(), args.to_string());
         let joined =

@@ -30,15 +30,30 @@ pub fn components_dir(plugins: &Path) -> PathBuf {
     plugins.with_file_name("components")
 }
 
-/// Builds `echo` as a component (release, stripped) into [`components_dir`].
+/// Builds `echo` as a component (release, stripped, as `rho plugin new --wasm` crates build)
+/// into [`components_dir`].
 pub fn build(plugins: &Path) -> Result<(), String> {
     let dir = components_dir(plugins);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let built = rho_devkit::dev::build(
-        &crate::plugins::workspace_root().join("plugins/echo"),
-        Some(rho_devkit::dev::Build::Component),
-    )
-    .map_err(|e| e.to_string())?;
+    let target = rho_devkit::dev::COMPONENT_TARGET;
+    let status = crate::plugins::cargo()
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "--target",
+            target,
+            "-p",
+            "echo",
+        ])
+        .args(["--config", "profile.release.strip=true"])
+        .args(["--config", "profile.release.debug=false"])
+        .status()
+        .map_err(|e| format!("cannot run cargo build: {e}"))?;
+    if !status.success() {
+        return Err("building echo as a component failed".into());
+    }
+    let built = crate::plugins::target_dir().join(format!("{target}/release/echo.wasm"));
     std::fs::copy(&built, dir.join("echo.wasm"))
         .map_err(|e| format!("{}: {e}", built.display()))?;
     Ok(())
@@ -142,15 +157,24 @@ async fn instance_call(ctx: &Ctx, file: &Path, bytes: &[u8]) -> Result<Figure, S
         .map_err(|e| e.to_string())?;
     let args = json!({"text": "hi"});
     let quiet: Arc<dyn Fn(&str) + Send + Sync> = Arc::new(|_| {});
-    // wasmtime's own: a store with WASI, an instance of the pre-instantiated component, a dynamic
-    // call of the `call` export, on this thread.
-    let raw_engine = Engine::default();
+    // wasmtime's own: a store with WASI, an instance of the pre-instantiated component (from a
+    // pool, as rho's), a dynamic call of the `call` export, on this thread.
+    let mut config = wasmtime::Config::new();
+    config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(
+        wasmtime::PoolingAllocationConfig::default(),
+    ));
+    let raw_engine = Engine::new(&config).map_err(|e| e.to_string())?;
     let raw_component = Component::new(&raw_engine, bytes).map_err(|e| e.to_string())?;
     let mut linker: Linker<Raw> = Linker::new(&raw_engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| e.to_string())?;
-    linker
-        .define_unknown_imports_as_traps(&raw_component)
+    // The world's host functions, which `echo` never calls.
+    let mut host = linker
+        .instance("rho:plugin/host@3.0.0")
         .map_err(|e| e.to_string())?;
+    for name in ["update", "log", "is-cancelled", "ask"] {
+        host.func_new(name, |_, _, _, _| Err(wasmtime::Error::msg("not linked")))
+            .map_err(|e| e.to_string())?;
+    }
     let pre = linker
         .instantiate_pre(&raw_component)
         .map_err(|e| e.to_string())?;
