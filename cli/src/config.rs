@@ -536,7 +536,7 @@ mod tests {
             err.contains("line 4: unknown section `plugin`, expected one of plugins, runner"),
             "{err}"
         );
-        assert!(err.ends_with("serve, nats, remote, mcp"), "{err}");
+        assert!(err.ends_with("serve, nats, remote, mcp, wasm"), "{err}");
     }
 
     #[test]
