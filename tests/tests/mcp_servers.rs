@@ -12,6 +12,8 @@ use serde_json::json;
 
 /// A host over `server`, once its tool `tool` is listed.
 async fn host_with(server: McpServer, tool: &str) -> Host {
+    // The sandbox's launcher is `rho-worker`, beside the test binary's directory.
+    rho_tests::built();
     let source = format!("mcp:{}", server.name);
     let (host, _) = Host::builder()
         .source(&source, McpSource::new(server))

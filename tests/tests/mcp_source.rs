@@ -20,6 +20,8 @@ use tokio_stream::StreamExt;
 
 /// What the test server reads beside the system: the SDK and its script.
 fn server_reads() -> [std::path::PathBuf; 2] {
+    // The sandbox's launcher is `rho-worker`, beside the test binary's directory.
+    rho_tests::built();
     [
         python_sdk("mcp>=1.9,<2", "mcp1"),
         workspace_dir().join("tests/python"),
