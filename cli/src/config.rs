@@ -418,6 +418,7 @@ mod tests {
 
         [wasm]
         memory_mb = 64
+        scratch_mb = 8
         fuel = 1000000
         cache_dir = "/var/cache/rho/wasm"
     "#;

@@ -5,6 +5,7 @@
 //! ```toml
 //! [wasm]
 //! memory_mb = 256                  # linear memory of one instance
+//! scratch_mb = 64                  # each component's /tmp (in memory; 0: none)
 //! fuel = 1000000000                # per call; unset: not counted
 //! cache_dir = "/var/cache/rho/wasm" # default: $XDG_CACHE_HOME/rho/wasm or ~/.cache/rho/wasm
 //! ```
@@ -20,6 +21,9 @@ use serde::{Deserialize, Serialize};
 pub struct WasmConfig {
     /// The linear memory of one instance, MiB (1 to 65536; default 256).
     pub memory_mb: u64,
+    /// Each loaded component's scratch directory (`/tmp` as it sees it, in memory), MiB (0 to
+    /// 65536; 0: none; default 64).
+    pub scratch_mb: u64,
     /// The fuel of one call (about one unit per wasm instruction); unset: not counted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fuel: Option<u64>,
@@ -30,10 +34,11 @@ pub struct WasmConfig {
 }
 
 impl Default for WasmConfig {
-    /// 256 MiB per instance, fuel not counted, the default cache directory.
+    /// 256 MiB per instance, 64 MiB of scratch, fuel not counted, the default cache directory.
     fn default() -> Self {
         WasmConfig {
             memory_mb: 256,
+            scratch_mb: 64,
             fuel: None,
             cache_dir: None,
         }
@@ -44,6 +49,7 @@ impl WasmConfig {
     /// Checks the ranges.
     pub fn check(&self) -> Result<(), ConfigError> {
         ConfigError::check_range("wasm.memory_mb", self.memory_mb, 1, 65_536)?;
+        ConfigError::check_range("wasm.scratch_mb", self.scratch_mb, 0, 65_536)?;
         if let Some(fuel) = self.fuel {
             ConfigError::check_range("wasm.fuel", fuel, 1, u64::MAX)?;
         }
@@ -77,6 +83,7 @@ impl WasmConfig {
         let limits = WasmLimits {
             memory_bytes: usize::try_from(self.memory_mb << 20).unwrap_or(usize::MAX),
             fuel: self.fuel,
+            scratch_bytes: self.scratch_mb << 20,
         };
         let Some(dir) = self.cache_dir() else {
             return WasmEngine::new(limits).map_err(|e| e.to_string());

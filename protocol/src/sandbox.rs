@@ -155,15 +155,9 @@ impl SandboxReport {
     pub fn complete(&self) -> bool {
         self.missing.is_empty()
     }
-}
 
-impl fmt::Display for SandboxReport {
-    /// One line: `uid 65534, user+pid+mount+net namespaces, fresh /proc, Landlock ABI 7, seccomp,
-    /// no_new_privs, no capabilities`, then what is missing.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(wasm) = &self.wasm {
-            return write!(f, "{wasm}");
-        }
+    /// The mechanisms in force around a worker process, comma-separated.
+    fn fmt_process(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = vec![format!("uid {}", self.uid)];
         let ns: Vec<&str> = [
             (self.user_ns, "user"),
@@ -203,7 +197,19 @@ impl fmt::Display for SandboxReport {
                 parts.push(name.into());
             }
         }
-        write!(f, "{}", parts.join(", "))?;
+        write!(f, "{}", parts.join(", "))
+    }
+}
+
+impl fmt::Display for SandboxReport {
+    /// One line: `uid 65534, user+pid+mount+net namespaces, fresh /proc, Landlock ABI 7, seccomp,
+    /// no_new_privs, no capabilities`, then what is missing.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(wasm) = &self.wasm {
+            write!(f, "{wasm}")?;
+        } else {
+            self.fmt_process(f)?;
+        }
         if !self.missing.is_empty() {
             write!(f, "; missing: {}", self.missing.join("; "))?;
         }

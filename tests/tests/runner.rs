@@ -93,6 +93,13 @@ impl Tool for Native {
                 });
                 Ok(Answer::text("logged"))
             }
+            Some("fail_late") => {
+                // Holds its thread past its deadline, then fails: on a runtime of one thread the
+                // runner sees the failure and the deadline at once.
+                let past = ctx.deadline().unwrap() + Duration::from_millis(50);
+                std::thread::sleep(past.saturating_duration_since(std::time::Instant::now()));
+                Err(ToolError::new("stopped at the deadline"))
+            }
             Some("panic_any") => std::panic::panic_any(42_i64),
             Some("panic") => panic!("native boom"),
             Some("details") => {
@@ -543,6 +550,21 @@ async fn scripted_session_runs_turns_until_no_calls() {
         (summary.turns, summary.reason),
         (1, rho_runtime::StopReason::MaxTurns)
     );
+}
+
+/// A tool that fails after its deadline has passed (a component stopped at it, a tool that gave
+/// up) ends `timed_out`, even when the runner sees its end before its timer (a runtime of one
+/// busy thread): which comes first in time decides, not which the runner polls first.
+#[tokio::test]
+async fn a_failure_past_the_deadline_is_a_timeout() {
+    let h = faults_host(100, |b| b).await;
+    let r = h.host.call("native", json!({"mode": "fail_late"})).await;
+    assert_eq!(r.outcome, Outcome::TimedOut, "{}", &*r.text());
+    assert!(r.text().contains("100 ms"), "{}", &*r.text());
+    // A failure in time stays what it is.
+    let r = h.host.call("fail", json!({"message": "no"})).await;
+    assert_eq!(r.outcome, Outcome::Error, "{}", &*r.text());
+    h.host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

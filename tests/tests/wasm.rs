@@ -209,7 +209,8 @@ async fn components_load_beside_native_plugins_and_answer_as_their_native_builds
     assert!(!picture_isolated && *echo_isolated);
     assert_eq!(
         picture_sandbox,
-        "wasm component: memory 256 MiB, no network, environment PATH LANG LC_ALL TZ RUST_LOG"
+        "wasm component: memory 256 MiB, scratch 64 MiB, no network, environment PATH LANG LC_ALL \
+         TZ RUST_LOG"
     );
     assert!(echo_sandbox.contains("namespaces"), "{echo_sandbox}");
     mixed_a.shutdown().await;
@@ -403,6 +404,74 @@ async fn a_component_reaches_what_its_directorys_grants_name_and_nothing_else() 
     .await;
     let r = host.call("connect", json!({"addr": addr})).await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    host.shutdown().await;
+}
+
+/// A component's `/tmp` is a scratch directory of its own, bounded by the engine's limit: its
+/// files last from call to call, a write past the bound fails with a clear error (the call
+/// ends `error`, the component serves on), and neither the host's `/tmp` nor another
+/// component's scratch is reachable through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_components_scratch_directory_is_its_own_and_bounded() {
+    let host_file = tempfile::Builder::new()
+        .tempfile_in("/tmp")
+        .unwrap()
+        .into_temp_path();
+    std::fs::write(&host_file, "the host's\n").unwrap();
+    let plugins = tempfile::tempdir().unwrap();
+    install_component(plugins.path(), "files");
+    install_component(plugins.path(), "faults");
+    let limits = WasmLimits {
+        scratch_bytes: 1 << 20,
+        ..WasmLimits::default()
+    };
+    let bus = rho_runtime::Bus::default();
+    let mut events = bus.subscribe();
+    let (host, _) = loaded(plugins.path(), DirOptions::in_process(), |b| {
+        b.components(WasmEngine::new(limits).unwrap())
+            .bus(bus.clone())
+    })
+    .await;
+    let e = wait_for(
+        &mut events,
+        Duration::from_secs(5),
+        |e| matches!(&e.kind, EventKind::PluginLoaded { plugin, .. } if plugin == "faults"),
+    )
+    .await
+    .expect("faults loaded");
+    let EventKind::PluginLoaded { sandbox, .. } = &e.kind else {
+        unreachable!()
+    };
+    let sandbox = sandbox
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(sandbox.contains("scratch 1 MiB"), "{sandbox}");
+    let write =
+        |path: &str, kib: usize| json!({"path": path, "text": "x".repeat(1024), "times": kib});
+    let r = host.call("write_file", write("/tmp/first", 600)).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    // The first file is still there (600 KiB of the 1 MiB): the second does not fit.
+    let r = host.call("write_file", write("/tmp/second", 600)).await;
+    assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
+    assert!(
+        r.text()
+            .ends_with("(its scratch directory /tmp is full: 1024 KiB, [wasm] scratch_mb)"),
+        "{}",
+        r.text()
+    );
+    // Full until the component frees space: emptying the part written makes room again.
+    let r = host.call("write_file", write("/tmp/small", 10)).await;
+    assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
+    let r = host.call("write_file", write("/tmp/second", 0)).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    let r = host.call("write_file", write("/tmp/small", 10)).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    let read = |path: &str| json!({"path": path, "start_line": 1, "end_line": 1});
+    for path in [host_file.to_str().unwrap(), "/tmp/first"] {
+        let r = host.call("read_passage", read(path)).await;
+        assert_eq!(r.outcome, Outcome::Error, "{path}: {}", r.text());
+    }
     host.shutdown().await;
 }
 

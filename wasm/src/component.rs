@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use rho_runtime::plugin_api::Value;
 use rho_runtime::{
-    ComponentEngine, Grants, LoadError, LoadedComponent, RemoteCall, RemoteTool, SandboxReport,
-    ToolCtx,
+    ComponentEngine, Grants, LoadError, LoadedComponent, RemoteCall, RemoteTool, ToolCtx,
 };
 
-use crate::engine::{WasmEngine, WasmPlugin};
+use crate::engine::WasmEngine;
 use crate::error::WasmError;
+use crate::plugin::WasmPlugin;
 
 /// The major version of the `rho:plugin` world components implement (`rho:plugin@3.0.0`).
 pub const WORLD_VERSION: u32 = 3;
@@ -54,17 +54,6 @@ impl ComponentEngine for WasmEngine {
                 (spec.clone(), Arc::new(tool) as Arc<dyn RemoteTool>)
             })
             .collect();
-        let grant_lines = grants
-            .read
-            .iter()
-            .map(|p| format!("read {}", p.display()))
-            .chain(
-                grants
-                    .write
-                    .iter()
-                    .map(|p| format!("write {}", p.display())),
-            )
-            .collect();
         Ok(LoadedComponent {
             name: plugin.name().to_owned(),
             version: plugin.version().to_owned(),
@@ -72,11 +61,7 @@ impl ComponentEngine for WasmEngine {
             capabilities: plugin.capabilities().clone(),
             rejected: plugin.rejected().to_vec(),
             tools,
-            sandbox: SandboxReport {
-                grants: grant_lines,
-                wasm: Some(self.sandbox(grants)),
-                ..SandboxReport::default()
-            },
+            sandbox: plugin.sandbox(),
         })
     }
 }

@@ -4,9 +4,11 @@
 //!
 //! A component is sandboxed by construction: it reaches nothing but what the host links into it,
 //! WASI with the source's grants (granted paths preopened at their own paths, read-only or
-//! read-write; the granted environment keys; sockets only with the network). Each call runs in a
-//! fresh instance of the pre-instantiated component (no state carries from
-//! one call to the next), on a blocking thread, with its memory bounded, and is stopped at its
+//! read-write; the granted environment keys; sockets only with the network) and a scratch
+//! directory of its own at `/tmp` (an in-memory file system of bounded size,
+//! [`WasmLimits::scratch_bytes`]). Each call runs in an instance of its own, made from the
+//! pre-instantiated component ahead of the call (no state carries from one call to the next;
+//! see [`WasmPlugin::call`]), on a blocking thread, with its memory bounded, and is stopped at its
 //! deadline or cancellation by epoch interruption (the instance is discarded); a trap ends the
 //! call `crashed`, naming the trap and the component's last words on stderr.
 //!
@@ -37,10 +39,12 @@ mod cache;
 mod component;
 mod engine;
 mod error;
+mod plugin;
 
 pub use component::WORLD_VERSION;
-pub use engine::{WasmEngine, WasmEngineBuilder, WasmLimits, WasmPlugin};
+pub use engine::{WasmEngine, WasmEngineBuilder, WasmLimits};
 pub use error::WasmError;
+pub use plugin::WasmPlugin;
 
 #[cfg(test)]
 mod tests {

@@ -80,6 +80,9 @@ enum TaskEnd {
     GateCrashed(String),
     /// The answer broke the tool's output schema: the text says where.
     BrokeSchema(String),
+    /// The tool failed after its deadline had passed: the timeout's doing (a component is
+    /// stopped at it), ended `timed_out` whether or not the loop saw the deadline first.
+    FailedPastDeadline,
 }
 
 /// Runs tool calls. Cheap to clone; clones share the registry, the bus, the task tracker and the
@@ -558,6 +561,7 @@ impl ToolRunner {
                 ctx.start_clock(deadline);
             }
             let _ = running_tx.send(allowed_at);
+            let task_ctx = ctx.clone();
             match catch(|| invoke.invoke(args, ctx)).await {
                 Ok(Ok(answer)) if answer_check.needed() => {
                     // Schema checks cost what the plugin's schema and answer make them: off the
@@ -574,6 +578,9 @@ impl ToolRunner {
                             format!("checking the answer of tool `{}` failed", task_call.name),
                         )))),
                     }
+                }
+                Ok(Err(_)) if task_ctx.deadline().is_some_and(|at| Instant::now() >= at) => {
+                    TaskEnd::FailedPastDeadline
                 }
                 Ok(answer) => TaskEnd::Answered(answer),
                 Err(caught) => TaskEnd::Answered(Err(Failure::Crash(CrashReason::Formatted(
@@ -696,6 +703,11 @@ impl ToolRunner {
             Ok(TaskEnd::Blocked(reason)) => (Outcome::Blocked, Output::Text(reason), None),
             Ok(TaskEnd::GateCrashed(text)) => (Outcome::Crashed, Output::Text(text), None),
             Ok(TaskEnd::BrokeSchema(text)) => (Outcome::Error, Output::Text(text), None),
+            Ok(TaskEnd::FailedPastDeadline) => (
+                Outcome::TimedOut,
+                Output::Text(timeout_text(&call.name, self.timeout_for(tool))),
+                None,
+            ),
             Ok(TaskEnd::Answered(Ok(answer))) => {
                 let reply = to_result(Ok(answer));
                 match reply.result {

@@ -62,6 +62,8 @@ mod linux;
 #[cfg(target_os = "linux")]
 mod mounts;
 mod notes;
+#[cfg(target_os = "linux")]
+pub mod scratch;
 #[cfg(not(target_os = "linux"))]
 mod unsupported;
 

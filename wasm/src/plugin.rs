@@ -1,0 +1,518 @@
+//! A loaded component ([`WasmPlugin`]) and its calls: each in an instance of its own, made
+//! ahead of the call.
+//!
+//! # Instances made ahead
+//!
+//! A call never shares an instance: each runs in one no other call has touched. Making an
+//! instance (a pool slot, its memory image, WASI with the grants) and the component's own first
+//! steps in it (its allocator's first pages, the WASI adapter's state) cost tens of microseconds;
+//! a warm instance answers in a few. So each loaded component keeps up to
+//! [`SPARES_PER_COMPONENT`] instances made ahead (at load, and after each call's answer, on the
+//! call's thread once the caller has its answer), each warmed up by describing itself, as it
+//! did at load. A call takes one when there is one, else makes its own. What the warm-up leaves
+//! in an instance is what describing leaves: the same for every call, never another call's data.
+//! The engine holds at most [`SPARES`](crate::engine) such instances for all its components.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rho_runtime::plugin_api::{
+    Answer, Block, BlockHead, Image, LogLevel, Output, Question, Reply, ToolError,
+};
+use rho_runtime::{Failure, Grants, SandboxReport, ToolCtx, ToolSpec, WasmSandbox};
+use serde_json::Value;
+use tokio::sync::OwnedSemaphorePermit;
+use wasmtime::Store;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::engine::WasmEngine;
+use crate::engine::bindings::exports::rho::plugin::tools as wit;
+use crate::engine::bindings::rho::plugin::host;
+use crate::engine::bindings::{Plugin, PluginPre};
+
+/// Instances made ahead per loaded component.
+const SPARES_PER_COMPONENT: usize = 2;
+
+/// A loaded component: its tools as specs, ready to call, each call with the component's grants
+/// (files by WASI preopens at their own paths, environment keys, the network). Cheap to clone.
+#[derive(Clone)]
+pub struct WasmPlugin {
+    inner: Arc<PluginInner>,
+}
+
+pub(crate) struct PluginInner {
+    pub(crate) engine: WasmEngine,
+    pub(crate) pre: PluginPre<CallState>,
+    pub(crate) name: String,
+    pub(crate) version: String,
+    pub(crate) tools: Vec<ToolSpec>,
+    pub(crate) rejected: Vec<String>,
+    pub(crate) capabilities: rho_runtime::Capabilities,
+    pub(crate) grants: Grants,
+    /// Its scratch directory: `Ok(None)` when the engine gives none, `Err` why it has none.
+    pub(crate) scratch: Result<Option<Scratch>, String>,
+    /// Instances made ahead of calls.
+    pub(crate) spares: Mutex<Vec<Ready>>,
+}
+
+/// An instance made for one call, with its store (its WASI, limits and stderr).
+pub(crate) struct Ready {
+    store: Store<CallState>,
+    plugin: Plugin,
+    /// The engine's leave for a spare; `None` for an instance a call made for itself.
+    _spare: Option<OwnedSemaphorePermit>,
+}
+
+/// A loaded component's scratch directory: a bounded tmpfs reached only through `root` (it
+/// lives as long as a descriptor into it), reopened by its `/proc/self/fd` path for each
+/// call's preopen.
+pub(crate) struct Scratch {
+    root: std::os::fd::OwnedFd,
+}
+
+impl Scratch {
+    /// Whether less than a page of it is free.
+    fn is_full(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a zeroed statvfs filled by the kernel for our own descriptor.
+        unsafe {
+            let mut stat: libc::statvfs = std::mem::zeroed();
+            libc::fstatvfs(self.root.as_raw_fd(), &mut stat) == 0 && stat.f_bavail == 0
+        }
+    }
+
+    /// The path that reopens its root.
+    fn path(&self) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        PathBuf::from(format!("/proc/self/fd/{}", self.root.as_raw_fd()))
+    }
+}
+
+impl Scratch {
+    /// A scratch directory of `bytes` (none for 0); `Err` says why there is none.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn new(bytes: u64) -> Result<Option<Scratch>, String> {
+        if bytes == 0 {
+            return Ok(None);
+        }
+        match rho_worker::sandbox::scratch::bounded_tmpfs(bytes) {
+            Ok(root) => Ok(Some(Scratch { root })),
+            Err(e) => {
+                tracing::warn!("a component runs without a scratch directory: {e}");
+                Err(e.to_string())
+            }
+        }
+    }
+
+    /// No scratch directory off Linux (yet: a bounded in-memory one needs the kernel's tmpfs).
+    #[cfg(not(target_os = "linux"))]
+    pub(crate) fn new(bytes: u64) -> Result<Option<Scratch>, String> {
+        if bytes == 0 {
+            return Ok(None);
+        }
+        Err("a scratch directory: only on Linux".into())
+    }
+}
+
+impl WasmPlugin {
+    pub(crate) fn new(inner: PluginInner) -> WasmPlugin {
+        WasmPlugin {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The plugin's name (its crate's).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The plugin's version (its crate's).
+    pub fn version(&self) -> &str {
+        &self.inner.version
+    }
+
+    /// Its tools, checked as a native plugin's are.
+    pub fn tools(&self) -> &[ToolSpec] {
+        &self.inner.tools
+    }
+
+    /// The tools refused, one line each saying why.
+    pub fn rejected(&self) -> &[String] {
+        &self.inner.rejected
+    }
+
+    /// What it says it needs (its declaration's capabilities).
+    pub fn capabilities(&self) -> &rho_runtime::Capabilities {
+        &self.inner.capabilities
+    }
+
+    /// What confines its calls: the engine's limits, its scratch directory, its grants; what
+    /// could not be set up is in `missing`.
+    pub fn sandbox(&self) -> SandboxReport {
+        let inner = &self.inner;
+        let limits = inner.engine.inner.limits;
+        let grants = &inner.grants;
+        let grant_lines = grants
+            .read
+            .iter()
+            .map(|p| format!("read {}", p.display()))
+            .chain(
+                grants
+                    .write
+                    .iter()
+                    .map(|p| format!("write {}", p.display())),
+            )
+            .collect();
+        let (scratch_bytes, missing) = match &inner.scratch {
+            Ok(Some(_)) => (limits.scratch_bytes, Vec::new()),
+            Ok(None) => (0, Vec::new()),
+            Err(why) => (0, vec![why.clone()]),
+        };
+        SandboxReport {
+            grants: grant_lines,
+            missing,
+            wasm: Some(WasmSandbox {
+                memory_bytes: limits.memory_bytes as u64,
+                fuel: limits.fuel,
+                scratch_bytes,
+                network: grants.network,
+                env: grants.env.clone(),
+            }),
+            ..SandboxReport::default()
+        }
+    }
+
+    /// Calls `tool` with `args` in an instance no other call has used, on a blocking thread;
+    /// the instance is stopped at `ctx`'s deadline or cancellation. Up to two instances per
+    /// component (32 per engine) are made ahead of calls, each warmed up by describing itself as
+    /// at load, so a call usually finds one ready; what the warm-up leaves in it is the same for
+    /// every call. At most 112 calls of one engine run at once; more wait for a turn (their
+    /// timeout runs meanwhile).
+    pub async fn call(&self, tool: &str, args: &Value, ctx: ToolCtx) -> Result<Answer, Failure> {
+        let engine = &self.inner.engine.inner;
+        let Ok(turn) = engine.calls.clone().acquire_owned().await else {
+            return Err(Failure::crashed("the wasm engine is closed"));
+        };
+        let plugin = self.clone();
+        let (tool, args) = (tool.to_owned(), args.to_string());
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let thread = tokio::task::spawn_blocking(move || {
+            let (ended, used) = plugin.call_blocking(&tool, &args, ctx);
+            // The caller goes on now; the instance is taken down and the next one made after.
+            let _ = answer.send(ended);
+            drop((used, turn));
+            plugin.replenish();
+        });
+        match answered.await {
+            Ok(ended) => ended,
+            Err(_) => {
+                let why = match thread.await {
+                    Err(e) => e.to_string(),
+                    Ok(()) => "it ended without an answer".into(),
+                };
+                Err(Failure::crashed(format!(
+                    "the call of component `{}` ended abnormally: {why}",
+                    self.inner.name
+                )))
+            }
+        }
+    }
+
+    /// Makes instances ahead of calls until it has [`SPARES_PER_COMPONENT`] or the engine has
+    /// no leave for more. Blocking: tens of microseconds each.
+    pub(crate) fn replenish(&self) {
+        let spares = &self.inner.engine.inner.spares;
+        while self.spare_count() < SPARES_PER_COMPONENT {
+            let Ok(leave) = spares.clone().try_acquire_owned() else {
+                return;
+            };
+            match self.ready(Some(leave)) {
+                Ok(ready) => self.lock_spares().push(ready),
+                Err(e) => {
+                    tracing::debug!(component = %self.inner.name, "no instance made ahead: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn spare_count(&self) -> usize {
+        self.lock_spares().len()
+    }
+
+    fn lock_spares(&self) -> std::sync::MutexGuard<'_, Vec<Ready>> {
+        // A panic while holding it leaves a list of instances, each whole.
+        self.inner
+            .spares
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A new instance with the component's grants; a spare (`leave`) is warmed up by describing
+    /// itself, as at load (bounded by the load bound).
+    fn ready(&self, leave: Option<OwnedSemaphorePermit>) -> Result<Ready, String> {
+        let scratch = match &self.inner.scratch {
+            Ok(Some(scratch)) => Some(scratch.path()),
+            _ => None,
+        };
+        let mut store = self
+            .inner
+            .engine
+            .store(&self.inner.grants, scratch.as_deref())?;
+        let plugin = self
+            .inner
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| self.trap_text(&store, &e))?;
+        if leave.is_some() {
+            match plugin.rho_plugin_tools().call_describe(&mut store) {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(format!("it failed to describe itself: {e}")),
+                Err(e) => return Err(self.trap_text(&store, &e)),
+            }
+        }
+        Ok(Ready {
+            store,
+            plugin,
+            _spare: leave,
+        })
+    }
+
+    /// Runs the call in a spare instance or one made now; returns how it ended and the used
+    /// store (to be dropped once the caller has the answer).
+    fn call_blocking(
+        &self,
+        tool: &str,
+        args_json: &str,
+        ctx: ToolCtx,
+    ) -> (Result<Answer, Failure>, Option<Store<CallState>>) {
+        let info = wit::CallInfo {
+            call_id: ctx.call_id().to_owned(),
+            time_left_ms: ctx
+                .time_left()
+                .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+            traceparent: ctx.traceparent().unwrap_or_default().to_owned(),
+        };
+        let spare = self.lock_spares().pop();
+        let Ready {
+            mut store, plugin, ..
+        } = match spare.map_or_else(|| self.ready(None), Ok) {
+            Ok(ready) => ready,
+            Err(e) => return (Err(Failure::crashed(e)), None),
+        };
+        let state = store.data_mut();
+        state.ctx = Some(ctx);
+        state.runtime = tokio::runtime::Handle::try_current().ok();
+        store.set_epoch_deadline(1);
+        if let Some(fuel) = self.inner.engine.inner.limits.fuel
+            && let Err(e) = store.set_fuel(fuel)
+        {
+            return (
+                Err(Failure::crashed(format!("setting its fuel: {e}"))),
+                None,
+            );
+        }
+        let ended = plugin
+            .rho_plugin_tools()
+            .call_call(&mut store, tool, args_json, &info);
+        let ended = match ended {
+            Ok(Ok(answer)) => answer_of(answer),
+            Ok(Err(failure)) => Err(self.noting_full_scratch(failure_of(failure))),
+            Err(e) => Err(Failure::crashed(self.trap_text(&store, &e))),
+        };
+        (ended, Some(store))
+    }
+
+    /// A trap's text: the trap itself (not the wasm backtrace wrapped around it) and the
+    /// component's last words on stderr.
+    fn trap_text(&self, store: &Store<CallState>, e: &wasmtime::Error) -> String {
+        let words = last_words(&store.data().stderr);
+        format!(
+            "component `{}` trapped: {}{words}",
+            self.inner.name,
+            e.root_cause()
+        )
+    }
+
+    /// `failure`, a tool error, with a note when the scratch directory is full: WASI's file
+    /// streams report a write past its size as a bare I/O error ("os error 29"), which says
+    /// nothing of why.
+    fn noting_full_scratch(&self, failure: Failure) -> Failure {
+        let full = matches!(&self.inner.scratch, Ok(Some(scratch)) if scratch.is_full());
+        match failure {
+            Failure::Tool(mut error) if full => {
+                let size = self.inner.engine.inner.limits.scratch_bytes;
+                error.message = format!(
+                    "{} (its scratch directory /tmp is full: {} KiB, [wasm] scratch_mb)",
+                    error.message,
+                    size >> 10
+                );
+                Failure::Tool(error)
+            }
+            other => other,
+        }
+    }
+}
+
+/// The component's last two lines on stderr that may say why it stopped (a panic's place and
+/// message; not blank, not indented, not Rust's `note:` hints), for a trap's text.
+fn last_words(stderr: &MemoryOutputPipe) -> String {
+    let bytes = stderr.contents();
+    let text = String::from_utf8_lossy(&bytes);
+    let mut said: Vec<&str> = text
+        .lines()
+        .rev()
+        .filter(|l| {
+            !l.trim().is_empty()
+                && !l.starts_with(char::is_whitespace)
+                && !l.starts_with("note:")
+                && !l.starts_with("stack backtrace:")
+        })
+        .take(2)
+        .collect();
+    said.reverse();
+    if said.is_empty() {
+        return String::new();
+    }
+    format!(" (its last words on stderr: {})", said.join(" "))
+}
+
+/// A component's answer as rho's.
+fn answer_of(answer: wit::Answer) -> Result<Answer, Failure> {
+    let json = |text: Option<String>, what: &str| {
+        text.map(|t| serde_json::from_str::<Value>(&t))
+            .transpose()
+            .map_err(|e| Failure::crashed(format!("the component's {what} are not JSON: {e}")))
+    };
+    let details = json(answer.details_json, "details")?;
+    let structured = json(answer.structured_json, "structured content")?;
+    let image = |i: wit::Image| Image::new(i.mime_type, i.bytes);
+    let output = if !answer.blocks.is_empty() {
+        let mut blocks = Vec::with_capacity(answer.blocks.len());
+        for block in answer.blocks {
+            let head: BlockHead = serde_json::from_str(&block.head_json)
+                .map_err(|e| Failure::crashed(format!("a block's head is not one: {e}")))?;
+            blocks.push(Block::from_parts(head, block.payload).map_err(Failure::crashed)?);
+        }
+        Output::Blocks(blocks)
+    } else {
+        match answer.kind {
+            wit::OutputKind::Text => Output::Text(answer.text),
+            wit::OutputKind::Image => match answer.images.into_iter().next() {
+                Some(i) => Output::Image {
+                    image: image(i),
+                    text: answer.text,
+                },
+                None => Output::Text(answer.text),
+            },
+            wit::OutputKind::Images => Output::Images {
+                images: answer.images.into_iter().map(image).collect(),
+                text: answer.text,
+            },
+        }
+    };
+    Ok(Answer {
+        output,
+        structured,
+        details,
+    })
+}
+
+/// A component's failure as rho's.
+fn failure_of(failure: wit::Failure) -> Failure {
+    match failure.kind {
+        wit::FailureKind::Error => {
+            let mut error = ToolError::new(failure.message);
+            error.details = failure
+                .details_json
+                .and_then(|json| serde_json::from_str(&json).ok());
+            Failure::Tool(error)
+        }
+        wit::FailureKind::InvalidArguments => Failure::InvalidArguments(failure.message),
+        wit::FailureKind::UnknownTool => Failure::UnknownTool(failure.message),
+        wit::FailureKind::Panic => Failure::crashed(failure.message),
+    }
+}
+
+/// One instance's state: its WASI context (with the grants), its limits, the call it serves
+/// (none yet while it is made ahead), and its stderr.
+pub(crate) struct CallState {
+    pub(crate) wasi: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) limits: wasmtime::StoreLimits,
+    pub(crate) ctx: Option<ToolCtx>,
+    /// Before a call is set: when describing itself has taken too long.
+    pub(crate) until: Instant,
+    pub(crate) runtime: Option<tokio::runtime::Handle>,
+    pub(crate) stderr: MemoryOutputPipe,
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl host::Host for CallState {
+    fn update(&mut self, partial: String) {
+        if let Some(ctx) = &self.ctx {
+            ctx.update(&partial);
+        }
+    }
+
+    fn log(&mut self, level: host::LogLevel, line: String) {
+        let level = match level {
+            host::LogLevel::Debug => LogLevel::Debug,
+            host::LogLevel::Info => LogLevel::Info,
+            host::LogLevel::Notice => LogLevel::Notice,
+            host::LogLevel::Warning => LogLevel::Warning,
+            host::LogLevel::Error => LogLevel::Error,
+            host::LogLevel::Critical => LogLevel::Critical,
+            host::LogLevel::Alert => LogLevel::Alert,
+            host::LogLevel::Emergency => LogLevel::Emergency,
+        };
+        if let Some(ctx) = &self.ctx {
+            ctx.log(level, &line);
+        }
+    }
+
+    fn is_cancelled(&mut self) -> bool {
+        self.ctx.as_ref().is_some_and(ToolCtx::is_cancelled)
+    }
+
+    fn ask(&mut self, message: String, schema_json: String) -> host::Reply {
+        let reply = |kind, text: String| host::Reply {
+            kind,
+            text,
+            time_left_ms: None,
+        };
+        let (Some(ctx), Some(runtime)) = (&self.ctx, &self.runtime) else {
+            return reply(host::ReplyKind::Declined, "no call to ask for".into());
+        };
+        let schema = match serde_json::from_str(&schema_json) {
+            Ok(schema) => schema,
+            Err(e) => {
+                return reply(
+                    host::ReplyKind::Cancelled,
+                    format!("the question's schema is not JSON: {e}"),
+                );
+            }
+        };
+        let answered = runtime.block_on(ctx.ask(Question::new(message, schema)));
+        let mut answer = match answered {
+            Reply::Accepted(value) => reply(host::ReplyKind::Accepted, value.to_string()),
+            Reply::Declined(why) => reply(host::ReplyKind::Declined, why),
+            Reply::Cancelled(why) => reply(host::ReplyKind::Cancelled, why),
+        };
+        answer.time_left_ms = ctx
+            .time_left()
+            .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
+        answer
+    }
+}
