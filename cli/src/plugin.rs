@@ -49,12 +49,13 @@ pub enum Command {
         #[arg(long)]
         native: bool,
     },
-    /// Load a built plugin library as a host would and show its name, version and tools.
+    /// Load a built plugin library (or a `.wasm` component) as a host would and show its name,
+    /// version and tools.
     #[command(
         after_help = "Exit status: 0 when it loads with every tool accepted, 1 otherwise, 2 for a usage error."
     )]
     Check {
-        /// The library file.
+        /// The library file, or a component (`NAME.wasm`).
         #[arg(value_name = "FILE")]
         file: PathBuf,
         /// Print JSON.
@@ -110,6 +111,9 @@ pub fn main(command: Command) -> ExitCode {
             };
             rho_devkit::dev::run(&dir, &out, build).map(|()| true)
         }
+        Command::Check { file, json } if file.extension().is_some_and(|e| e == "wasm") => {
+            check_component(&file, json)
+        }
         Command::Check { file, json } => rho_devkit::check::check(&file, json),
     };
     match result {
@@ -120,4 +124,53 @@ pub fn main(command: Command) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `rho plugin check NAME.wasm`: compiles and loads the component as a host does (no grants, the
+/// default limits, nothing cached) and shows what it offers.
+#[cfg(feature = "wasm")]
+fn check_component(file: &std::path::Path, json: bool) -> Result<bool, rho_devkit::DevkitError> {
+    use rho_runtime_wasm::{WORLD_VERSION, WasmEngine, WasmLimits};
+    let failed = |reason: String| {
+        eprintln!("{}: {reason}", file.display());
+        Ok(false)
+    };
+    let bytes = match std::fs::read(file) {
+        Ok(bytes) => bytes,
+        Err(e) => return failed(e.to_string()),
+    };
+    let engine = match WasmEngine::new(WasmLimits::default()) {
+        Ok(engine) => engine,
+        Err(e) => return failed(e.to_string()),
+    };
+    let plugin = match engine.load(file, &bytes, &rho_runtime::Grants::default()) {
+        Ok(plugin) => plugin,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(false);
+        }
+    };
+    Ok(rho_devkit::check::show(
+        &rho_devkit::check::Checked {
+            name: plugin.name().to_owned(),
+            version: plugin.version().to_owned(),
+            interface_version: WORLD_VERSION,
+            path: file.to_owned(),
+            sha256: rho_runtime::sha256_hex(&bytes),
+            capabilities: plugin.capabilities().clone(),
+            tools: plugin.tools().to_vec(),
+            rejected: plugin.rejected().to_vec(),
+        },
+        json,
+    ))
+}
+
+/// Without the `wasm` feature a component cannot be checked: one line says so.
+#[cfg(not(feature = "wasm"))]
+fn check_component(file: &std::path::Path, _json: bool) -> Result<bool, rho_devkit::DevkitError> {
+    eprintln!(
+        "{}: this rho was built without components (the `wasm` feature)",
+        file.display()
+    );
+    Ok(false)
 }

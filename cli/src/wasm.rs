@@ -64,6 +64,7 @@ impl WasmConfig {
     }
 
     /// The cache directory: the configured one, else the user's cache directory's `rho/wasm`.
+    #[cfg(feature = "wasm")]
     pub fn cache_dir(&self) -> Option<PathBuf> {
         let home_cache = || std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache"));
         self.cache_dir.clone().or_else(|| {

@@ -1,8 +1,10 @@
 //! `rho plugin check FILE` (and `cargo xtask check-plugin`): load one library the way a host
-//! does and show what it offers.
+//! does and show what it offers ([`check`]); [`show`] prints what any loader found (the CLI's
+//! for components).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use rho_runtime::{Capabilities, ToolSpec};
 use rho_worker::loader::{CopyDir, PluginFile, load_in_process};
 use serde_json::json;
 
@@ -28,7 +30,47 @@ pub fn check(path: &Path, as_json: bool) -> Result<bool, crate::DevkitError> {
             return Ok(false);
         }
     };
-    let info = &loaded.info;
+    let info = loaded.info;
+    Ok(show(
+        &Checked {
+            name: info.name,
+            version: info.version,
+            interface_version: info.interface_version,
+            path: info.path,
+            sha256: info.sha256,
+            capabilities: info.capabilities,
+            tools: loaded.tools,
+            rejected: loaded.rejected,
+        },
+        as_json,
+    ))
+}
+
+/// What a check found in a plugin file, whatever loaded it.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The plugin's name (its crate's).
+    pub name: String,
+    /// The plugin's version (its crate's).
+    pub version: String,
+    /// The interface (or component world) version it was built against.
+    pub interface_version: u32,
+    /// The file checked.
+    pub path: PathBuf,
+    /// SHA-256 of the file's content, lowercase hex.
+    pub sha256: String,
+    /// What it says it needs.
+    pub capabilities: Capabilities,
+    /// Its tools as the host accepted them.
+    pub tools: Vec<ToolSpec>,
+    /// One line per tool the host refused.
+    pub rejected: Vec<String>,
+}
+
+/// Prints `checked` (identity and tools, or JSON) on stdout and its refused tools on stderr.
+/// `true` when every tool was accepted.
+pub fn show(checked: &Checked, as_json: bool) -> bool {
+    let info = checked;
     if as_json {
         let value = json!({
             "plugin": info.name,
@@ -37,8 +79,8 @@ pub fn check(path: &Path, as_json: bool) -> Result<bool, crate::DevkitError> {
             "path": info.path,
             "sha256": info.sha256,
             "capabilities": info.capabilities,
-            "tools": loaded.tools,
-            "refused": loaded.rejected,
+            "tools": info.tools,
+            "refused": info.rejected,
         });
         out!("{value:#}");
     } else {
@@ -50,8 +92,8 @@ pub fn check(path: &Path, as_json: bool) -> Result<bool, crate::DevkitError> {
             info.sha256
         );
         out!("asks for:          {}", info.capabilities);
-        out!("tools:             {}", loaded.tools.len());
-        for tool in &loaded.tools {
+        out!("tools:             {}", info.tools.len());
+        for tool in &info.tools {
             let timeout = tool
                 .timeout_ms
                 .map(|t| format!("{t} ms"))
@@ -78,8 +120,8 @@ pub fn check(path: &Path, as_json: bool) -> Result<bool, crate::DevkitError> {
             }
         }
     }
-    for line in &loaded.rejected {
+    for line in &info.rejected {
         eprintln!("{line}");
     }
-    Ok(loaded.rejected.is_empty())
+    info.rejected.is_empty()
 }

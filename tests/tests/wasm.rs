@@ -644,7 +644,7 @@ async fn the_compile_cache_serves_a_restart_and_refuses_a_directory_others_can_w
 /// The author's path, as a user types it: `rho plugin new greet --wasm` makes a crate whose
 /// manifest says it is a component; `rho plugin dev --out DIR` builds `greet.wasm` and installs
 /// it, and again after an edit (a watching host reloads it); `rho call` serves it from the
-/// directory, through `rho`'s own engine.
+/// directory, through `rho`'s own engine; `rho plugin check` reads it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rho_plugin_new_wasm_and_dev_build_install_and_reload_a_component() {
     let place = tempfile::tempdir().unwrap();
@@ -728,6 +728,24 @@ async fn rho_plugin_new_wasm_and_dev_build_install_and_reload_a_component() {
         std::fs::read_dir(cache.join("rho/wasm")).unwrap().count(),
         1
     );
+    // `rho plugin check` reads a component as it reads a library; a file that is not one is
+    // refused in one line.
+    let checked = rho(&["plugin", "check", "--json"])
+        .arg(out.join("greet.wasm"))
+        .output()
+        .unwrap();
+    assert!(checked.status.success(), "{checked:?}");
+    let report: serde_json::Value = serde_json::from_slice(&checked.stdout).unwrap();
+    assert_eq!(report["plugin"], "greet");
+    assert_eq!(report["interface_version"], 3);
+    assert_eq!(report["tools"][0]["name"], "greet", "{report}");
+    let bad = place.path().join("bad.wasm");
+    std::fs::write(&bad, "not wasm").unwrap();
+    let refused = rho(&["plugin", "check"]).arg(&bad).output().unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(said.contains("not a usable rho component"), "{said}");
 }
 
 /// `rho serve` serves components to the official MCP Python SDK as it serves libraries (the same

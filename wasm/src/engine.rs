@@ -218,9 +218,15 @@ impl WasmEngine {
         grants: &Grants,
     ) -> Result<WasmPlugin, WasmError> {
         let shown = file.display().to_string();
-        let failed = |reason: String| WasmError::Load {
-            file: shown.clone(),
-            reason,
+        // wasmtime's reasons can span lines (a parser's expected and actual bytes): one line
+        // here, the whole text in the log.
+        let failed = |reason: String| {
+            tracing::debug!(file = %shown, "component not loaded: {reason}");
+            let words: Vec<&str> = reason.split_whitespace().collect();
+            WasmError::Load {
+                file: shown.clone(),
+                reason: rho_worker::one_line(&words.join(" ")),
+            }
         };
         // The grants are checked usable before anything runs: a missing granted path is the
         // load's error, not every call's.
