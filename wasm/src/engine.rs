@@ -290,8 +290,8 @@ impl WasmEngine {
             scratch: Scratch::new(self.inner.limits.scratch_bytes),
             spares: Default::default(),
         });
-        // The first call finds an instance made.
-        plugin.replenish();
+        // Instances are made ahead after the first call, not here: a load (a reload under a
+        // stream of calls, a restart with every component cached) stays as quick as it can be.
         Ok(plugin)
     }
 

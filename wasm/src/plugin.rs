@@ -7,8 +7,8 @@
 //! instance (a pool slot, its memory image, WASI with the grants) and the component's own first
 //! steps in it (its allocator's first pages, the WASI adapter's state) cost tens of microseconds;
 //! a warm instance answers in a few. So each loaded component keeps up to
-//! [`SPARES_PER_COMPONENT`] instances made ahead (at load, and after each call's answer, on the
-//! call's thread once the caller has its answer), each warmed up by describing itself, as it
+//! [`SPARES_PER_COMPONENT`] instances made ahead (after each call's answer, on the call's thread
+//! once the caller has its answer), each warmed up by describing itself, as it
 //! did at load. A call takes one when there is one, else makes its own. What the warm-up leaves
 //! in an instance is what describing leaves: the same for every call, never another call's data.
 //! The engine holds at most [`SPARES`](crate::engine) such instances for all its components.

@@ -2,16 +2,17 @@
 //! fixed size that no path reaches, only a descriptor.
 //!
 //! tmpfs may be mounted without privilege inside a user namespace, and the new mount API
-//! (`fsopen`, `fsconfig`, `fsmount`) makes one without a mount point. A short-lived child
-//! enters user and mount namespaces of its own, makes the tmpfs, and hands the host a
-//! descriptor of its root over a socket; the namespaces end with the child, the mount lives on
-//! through the descriptor and its memory is freed when the last descriptor into it is closed.
+//! (`fsopen`, `fsconfig`, `fsmount`) makes one without a mount point. A short-lived child,
+//! made in user and mount namespaces of its own and sharing the host's memory and descriptor
+//! table while the host waits (as `vfork`), makes the tmpfs and leaves a descriptor of its root
+//! in the host's table; the namespaces end with the child, the mount lives on through the
+//! descriptor and its memory is freed when the last descriptor into it is closed.
 //! The kernel enforces the size: a write past it fails with `ENOSPC` (and file creation past
 //! the inode bound too).
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 
 // The new mount API's constants (linux/mount.h), which the libc crate does not define.
 const FSOPEN_CLOEXEC: libc::c_uint = 0x1;
@@ -44,8 +45,6 @@ pub const SCRATCH_INODES: u64 = 16_384;
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub fn bounded_tmpfs(bytes: u64) -> io::Result<OwnedFd> {
-    // Everything the child needs is made before the fork: it must not allocate (another
-    // thread of this process may have held the allocator's lock at the fork).
     let (uid, gid) = (
         // SAFETY: getuid and getgid have no preconditions.
         unsafe { libc::getuid() },
@@ -56,40 +55,46 @@ pub fn bounded_tmpfs(bytes: u64) -> io::Result<OwnedFd> {
     let gid_map = text(format!("{gid} {gid} 1"))?;
     let size = text(bytes.max(4096).to_string())?;
     let inodes = text(SCRATCH_INODES.to_string())?;
-    let mut pair = [0; 2];
-    // SAFETY: a valid array of two descriptors; the result is checked.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            pair.as_mut_ptr(),
-        )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just made and are owned by nothing else.
-    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
-    let child = Child {
-        socket: theirs.as_raw_fd(),
+    let mut child = Child {
         uid_map: &uid_map,
         gid_map: &gid_map,
         size: &size,
         inodes: &inodes,
+        failed_step: 0,
+        errno: 0,
+        root: -1,
     };
-    // SAFETY: the child runs only `Child::run`, which makes system calls on memory made before
-    // the fork and ends with `_exit`.
-    let pid = unsafe { libc::fork() };
+    // The child shares this process's memory and descriptor table and runs while this thread
+    // waits (`CLONE_VFORK`): no copy of a large host's page tables, as a fork would make. It
+    // enters user and mount namespaces of its own as it is made, leaves the root's descriptor
+    // in the shared table and its number in `child`, and exits.
+    let mut stack = vec![0u8; 64 << 10];
+    // SAFETY: the stack's end, aligned down to 16 bytes as the ABI wants (it grows down).
+    let top = unsafe { stack.as_mut_ptr().add(stack.len()) };
+    let top = top.wrapping_sub(top as usize % 16);
+    let flags = libc::CLONE_VM
+        | libc::CLONE_VFORK
+        | libc::CLONE_FILES
+        | libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::SIGCHLD;
+    // SAFETY: `run` touches only `child` (alive until the child has exited: vfork waits) and
+    // makes system calls; the stack is ours and outlives the child.
+    let pid = unsafe {
+        libc::clone(
+            run,
+            top.cast(),
+            flags,
+            (&raw mut child).cast::<libc::c_void>(),
+        )
+    };
     if pid < 0 {
-        return Err(io::Error::last_os_error());
+        let cause = io::Error::last_os_error();
+        return Err(io::Error::new(
+            cause.kind(),
+            format!("a scratch directory: a user and mount namespace (clone): {cause}"),
+        ));
     }
-    if pid == 0 {
-        // SAFETY: in the child of the fork, as `run` requires.
-        unsafe { child.run() }
-    }
-    drop(theirs);
-    let received = receive(&ours);
     let mut status = 0;
     // SAFETY: our own child; waited for once.
     while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
@@ -97,72 +102,64 @@ pub fn bounded_tmpfs(bytes: u64) -> io::Result<OwnedFd> {
             break;
         }
     }
-    received
+    drop(stack);
+    if child.root >= 0 {
+        // SAFETY: a descriptor the child opened in our table, owned by nothing else.
+        return Ok(unsafe { OwnedFd::from_raw_fd(child.root) });
+    }
+    let step = match child.failed_step {
+        2 => "the namespace's user and group maps",
+        3 => "fsopen of tmpfs",
+        4 => "the tmpfs's size",
+        5 => "creating the tmpfs",
+        6 => "fsmount",
+        7 => "opening its root",
+        _ => "the process making it, which ended without a word",
+    };
+    let cause = io::Error::from_raw_os_error(child.errno);
+    Err(io::Error::new(
+        cause.kind(),
+        format!("a scratch directory: {step}: {cause}"),
+    ))
 }
 
-/// What the child needs, made before the fork.
+/// What the child needs (made before it starts) and what it leaves.
 struct Child<'a> {
-    socket: libc::c_int,
     uid_map: &'a CString,
     gid_map: &'a CString,
     size: &'a CString,
     inodes: &'a CString,
+    /// The step that failed (numbered as in `make`), 0 when none did.
+    failed_step: u8,
+    errno: i32,
+    /// The tmpfs root's descriptor, -1 until made.
+    root: libc::c_int,
+}
+
+/// The child's entry: makes the tmpfs and records the outcome in the `Child` at `arg`.
+extern "C" fn run(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the parent's `Child`, alive while the parent waits for this process.
+    let child = unsafe { &mut *arg.cast::<Child<'_>>() };
+    // SAFETY: in the child, in its own namespaces.
+    match unsafe { child.make() } {
+        Ok(root) => child.root = root,
+        Err(step) => {
+            child.failed_step = step;
+            child.errno = io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        }
+    }
+    0
 }
 
 impl Child<'_> {
-    /// Makes the tmpfs and sends its root's descriptor, or the step that failed (a byte) and
-    /// `errno`, then exits.
+    /// The steps, each numbered for the parent's message; `Err(step)` with `errno` set. The
+    /// descriptors it opens on the way are closed (the table is the parent's).
     ///
     /// # Safety
     ///
-    /// Only in the child of a `fork`: it ends the process.
-    unsafe fn run(&self) -> ! {
-        let step = unsafe { self.make() };
-        let (step, errno, fd) = match step {
-            Ok(fd) => (0u8, 0, fd),
-            Err(step) => (
-                step,
-                io::Error::last_os_error().raw_os_error().unwrap_or(0),
-                -1,
-            ),
-        };
-        let mut message = [0u8; 5];
-        message[0] = step;
-        message[1..].copy_from_slice(&errno.to_ne_bytes());
-        // SAFETY: stack memory only; a control message of one descriptor when there is one.
-        unsafe {
-            let mut iov = libc::iovec {
-                iov_base: message.as_mut_ptr().cast(),
-                iov_len: message.len(),
-            };
-            let mut control = [0u64; 4];
-            let mut header: libc::msghdr = std::mem::zeroed();
-            header.msg_iov = &mut iov;
-            header.msg_iovlen = 1;
-            if fd >= 0 {
-                header.msg_control = control.as_mut_ptr().cast();
-                header.msg_controllen = libc::CMSG_SPACE(4) as usize;
-                let cmsg = libc::CMSG_FIRSTHDR(&header);
-                (*cmsg).cmsg_level = libc::SOL_SOCKET;
-                (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-                (*cmsg).cmsg_len = libc::CMSG_LEN(4) as usize;
-                std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), fd);
-            }
-            libc::sendmsg(self.socket, &header, 0);
-            libc::_exit(0)
-        }
-    }
-
-    /// The steps, each numbered for the parent's message; `Err(step)` with `errno` set.
-    ///
-    /// # Safety
-    ///
-    /// Only in the child of a `fork` (it changes the process's namespaces).
+    /// Only in the child made by `bounded_tmpfs`, in its new namespaces.
     unsafe fn make(&self) -> Result<libc::c_int, u8> {
         unsafe {
-            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
-                return Err(1);
-            }
             if !write(c"/proc/self/setgroups", c"deny")
                 || !write(c"/proc/self/uid_map", self.uid_map)
                 || !write(c"/proc/self/gid_map", self.gid_map)
@@ -173,6 +170,22 @@ impl Child<'_> {
             if fs < 0 {
                 return Err(3);
             }
+            let made = self.configure_and_mount(fs);
+            let errno = *libc::__errno_location();
+            libc::close(fs);
+            *libc::__errno_location() = errno;
+            made
+        }
+    }
+
+    /// Sets the size, the inode bound and the mode of the file system context `fs`, creates
+    /// it, mounts it nowhere and opens its root.
+    ///
+    /// # Safety
+    ///
+    /// As [`Child::make`].
+    unsafe fn configure_and_mount(&self, fs: libc::c_int) -> Result<libc::c_int, u8> {
+        unsafe {
             for (key, value) in [
                 (c"size", self.size.as_c_str()),
                 (c"nr_inodes", self.inodes.as_c_str()),
@@ -206,6 +219,9 @@ impl Child<'_> {
                 c".".as_ptr(),
                 libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
             );
+            let errno = *libc::__errno_location();
+            libc::close(mount);
+            *libc::__errno_location() = errno;
             if root < 0 {
                 return Err(7);
             }
@@ -232,73 +248,10 @@ unsafe fn write(path: &std::ffi::CStr, text: &std::ffi::CStr) -> bool {
     }
 }
 
-/// The child's answer: the root's descriptor, or an error naming the step that failed.
-fn receive(socket: &OwnedFd) -> io::Result<OwnedFd> {
-    let mut message = [0u8; 5];
-    let mut control = [0u64; 4];
-    // SAFETY: buffers on the stack, as long as the header says; the result is checked.
-    let (received, header) = unsafe {
-        let mut iov = libc::iovec {
-            iov_base: message.as_mut_ptr().cast(),
-            iov_len: message.len(),
-        };
-        let mut header: libc::msghdr = std::mem::zeroed();
-        header.msg_iov = &mut iov;
-        header.msg_iovlen = 1;
-        header.msg_control = control.as_mut_ptr().cast();
-        header.msg_controllen = std::mem::size_of_val(&control);
-        let received = loop {
-            let n = libc::recvmsg(socket.as_raw_fd(), &mut header, libc::MSG_CMSG_CLOEXEC);
-            if n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-                break n;
-            }
-        };
-        (received, header)
-    };
-    if received < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the header describes `control`, filled by the kernel.
-    let fd = unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&header);
-        if cmsg.is_null()
-            || (*cmsg).cmsg_level != libc::SOL_SOCKET
-            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
-        {
-            None
-        } else {
-            let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
-            Some(OwnedFd::from_raw_fd(fd))
-        }
-    };
-    if let (Some(fd), 0) = (fd, message[0]) {
-        return Ok(fd);
-    }
-    if received < message.len() as isize {
-        return Err(io::Error::other(
-            "the process making a scratch directory ended without a word",
-        ));
-    }
-    let errno = i32::from_ne_bytes([message[1], message[2], message[3], message[4]]);
-    let step = match message[0] {
-        1 => "a user and mount namespace (unshare)",
-        2 => "the namespace's user and group maps",
-        3 => "fsopen of tmpfs",
-        4 => "the tmpfs's size",
-        5 => "creating the tmpfs",
-        6 => "fsmount",
-        _ => "opening its root",
-    };
-    let cause = io::Error::from_raw_os_error(errno);
-    Err(io::Error::new(
-        cause.kind(),
-        format!("a scratch directory: {step}: {cause}"),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd;
 
     #[test]
     fn a_scratch_directory_holds_files_up_to_its_bound_and_no_further() {
