@@ -38,7 +38,7 @@ const TICK: Duration = Duration::from_millis(10);
 const INSTANCES: u32 = 160;
 
 /// Instances made ahead of calls, in all the engine's components together (each holds a slot
-/// and the memory its warm-up touched).
+/// and its memory image).
 pub(crate) const SPARES: u32 = 32;
 
 /// Calls at once per engine; more wait for a turn (as calls wait for an isolated worker).

@@ -3,15 +3,17 @@
 //!
 //! # Instances made ahead
 //!
-//! A call never shares an instance: each runs in one no other call has touched. Making an
-//! instance (a pool slot, its memory image, WASI with the grants) and the component's own first
-//! steps in it (its allocator's first pages, the WASI adapter's state) cost tens of microseconds;
-//! a warm instance answers in a few. So each loaded component keeps up to
-//! [`SPARES_PER_COMPONENT`] instances made ahead (after each call's answer, on the call's thread
-//! once the caller has its answer), each warmed up by describing itself, as it
-//! did at load. A call takes one when there is one, else makes its own. What the warm-up leaves
-//! in an instance is what describing leaves: the same for every call, never another call's data.
-//! The engine holds at most [`SPARES`](crate::engine) such instances for all its components.
+//! A call never shares an instance: each runs in a fresh one, in which nothing has run. Making an
+//! instance (a pool slot, its memory image, WASI with the grants) and taking a used one down
+//! cost tens of microseconds, so both happen off the caller's path: each loaded component keeps
+//! up to [`SPARES_PER_COMPONENT`] instances made ahead (after each call, on the call's thread,
+//! once the caller has its answer, as the used instance is taken down). A call takes one when
+//! there is one, else makes its own. The engine holds at most [`SPARES`](crate::engine) such
+//! instances for all its components.
+//!
+//! (Warming instances up by running the component's `describe` in them made a call itself a few
+//! microseconds instead of tens, but cost more CPU than it saved on a busy two-core machine, and
+//! a call would no longer start from a pristine instance: measured and left out.)
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -186,11 +188,10 @@ impl WasmPlugin {
     }
 
     /// Calls `tool` with `args` in an instance no other call has used, on a blocking thread;
-    /// the instance is stopped at `ctx`'s deadline or cancellation. Up to two instances per
-    /// component (32 per engine) are made ahead of calls, each warmed up by describing itself as
-    /// at load, so a call usually finds one ready; what the warm-up leaves in it is the same for
-    /// every call. At most 112 calls of one engine run at once; more wait for a turn (their
-    /// timeout runs meanwhile).
+    /// the instance is stopped at `ctx`'s deadline or cancellation. Up to two fresh instances
+    /// per component (32 per engine) are made ahead of calls, so a call usually finds one ready.
+    /// At most 112 calls of one engine run at once; more wait for a turn (their timeout runs
+    /// meanwhile).
     pub async fn call(&self, tool: &str, args: &Value, ctx: ToolCtx) -> Result<Answer, Failure> {
         let engine = &self.inner.engine.inner;
         let Ok(turn) = engine.calls.clone().acquire_owned().await else {
@@ -251,8 +252,8 @@ impl WasmPlugin {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A new instance with the component's grants; a spare (`leave`) is warmed up by describing
-    /// itself, as at load (bounded by the load bound).
+    /// A fresh instance with the component's grants, held as a spare under `leave` (the
+    /// engine's) or made for the call at hand.
     fn ready(&self, leave: Option<OwnedSemaphorePermit>) -> Result<Ready, String> {
         let scratch = match &self.inner.scratch {
             Ok(Some(scratch)) => Some(scratch.path()),
@@ -267,13 +268,6 @@ impl WasmPlugin {
             .pre
             .instantiate(&mut store)
             .map_err(|e| self.trap_text(&store, &e))?;
-        if leave.is_some() {
-            match plugin.rho_plugin_tools().call_describe(&mut store) {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(format!("it failed to describe itself: {e}")),
-                Err(e) => return Err(self.trap_text(&store, &e)),
-            }
-        }
         Ok(Ready {
             store,
             plugin,
@@ -444,7 +438,7 @@ pub(crate) struct CallState {
     pub(crate) table: ResourceTable,
     pub(crate) limits: wasmtime::StoreLimits,
     pub(crate) ctx: Option<ToolCtx>,
-    /// Before a call is set: when describing itself has taken too long.
+    /// Before a call is set (at load): when describing itself has taken too long.
     pub(crate) until: Instant,
     pub(crate) runtime: Option<tokio::runtime::Handle>,
     pub(crate) stderr: MemoryOutputPipe,
