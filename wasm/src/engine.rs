@@ -4,31 +4,22 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::cache::CompileCache;
 use crate::error::WasmError;
 
-use crate::plugin::{CallState, PluginInner, Scratch, WasmPlugin};
+use crate::plugin::{PluginInner, Scratch, WasmPlugin};
+use crate::shared::{EngineInner, SPARES, WasmLimits};
 
 use rho_runtime::Grants;
 use rho_runtime::plugin_api::declare::Declaration;
 use rho_worker::loader::load::{RawTool, check_tools};
 use serde_json::Value;
-use wasmtime::component::{HasSelf, Linker, ResourceTable};
-use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimitsBuilder,
-    UpdateDeadline,
-};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-/// The `rho:plugin` world's bindings, generated from `wit/plugin.wit`.
-pub(crate) mod bindings {
-    wasmtime::component::bindgen!({ world: "plugin", path: "wit" });
-}
-
-use bindings::{Plugin, PluginPre};
+use crate::shared::bindings::{Plugin, PluginPre};
 
 /// How often the engine's epoch ticks: the granularity of deadlines and cancellation.
 const TICK: Duration = Duration::from_millis(10);
@@ -37,49 +28,8 @@ const TICK: Duration = Duration::from_millis(10);
 /// calls, and loads.
 const INSTANCES: u32 = 160;
 
-/// Instances made ahead of calls, in all the engine's components together (each holds a slot
-/// and its memory image).
-pub(crate) const SPARES: u32 = 32;
-
 /// Calls at once per engine; more wait for a turn (as calls wait for an isolated worker).
 const CALLS: u32 = INSTANCES - SPARES - 16;
-
-/// How long describing and declaring a component may take (at load, and when an instance is
-/// made ahead of a call).
-pub(crate) const LOAD_BOUND: Duration = Duration::from_secs(10);
-
-/// The most a component may write on stderr that is kept, for its last words.
-const STDERR_KEPT: usize = 16 << 10;
-
-/// What each instance of a component may use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WasmLimits {
-    /// Linear memory of an instance, bytes (all its memories together); past it, growth fails
-    /// (a Rust component then aborts: the call ends `crashed`).
-    pub memory_bytes: usize,
-    /// Fuel of one call (about one unit per wasm instruction); past it the call traps
-    /// (`crashed`: "all fuel consumed"). `None`: unbounded, and the engine does not count (counting
-    /// costs every call some speed). The timeout bounds a call's time either way.
-    pub fuel: Option<u64>,
-    /// The size of each loaded component's scratch directory, `/tmp` as its calls see it:
-    /// an in-memory file system (a tmpfs no path of the host reaches) that refuses writes past
-    /// this many bytes with "no space left on device". Its files last as long as the loaded
-    /// version (its calls share it; a reload starts empty). 0: no scratch directory. Linux
-    /// only; where the kernel refuses it, the component runs without one and its sandbox
-    /// report says so.
-    pub scratch_bytes: u64,
-}
-
-impl Default for WasmLimits {
-    /// 256 MiB of memory per instance, fuel not counted, 64 MiB of scratch.
-    fn default() -> Self {
-        WasmLimits {
-            memory_bytes: 256 << 20,
-            fuel: None,
-            scratch_bytes: 64 << 20,
-        }
-    }
-}
 
 /// Builds a [`WasmEngine`]: its limits and where it keeps compiled components.
 #[must_use = "a builder does nothing until `build`"]
@@ -168,17 +118,6 @@ pub struct WasmEngine {
     pub(crate) inner: Arc<EngineInner>,
 }
 
-pub(crate) struct EngineInner {
-    engine: Engine,
-    linker: Linker<CallState>,
-    pub(crate) limits: WasmLimits,
-    cache: CompileCache,
-    /// Calls running at once; more wait for one to end (each holds an instance slot).
-    pub(crate) calls: Arc<tokio::sync::Semaphore>,
-    /// Instances made ahead of calls, all components together.
-    pub(crate) spares: Arc<tokio::sync::Semaphore>,
-}
-
 impl WasmEngine {
     /// An engine with `limits` that keeps compiled components in memory only (see
     /// [`WasmEngine::builder`] for a cache on disk).
@@ -230,7 +169,7 @@ impl WasmEngine {
         };
         // The grants are checked usable before anything runs: a missing granted path is the
         // load's error, not every call's.
-        self.store(grants, None).map_err(failed)?;
+        self.inner.store(grants, None).map_err(failed)?;
         let component = self
             .inner
             .cache
@@ -242,7 +181,7 @@ impl WasmEngine {
             .instantiate_pre(&component)
             .and_then(PluginPre::new)
             .map_err(|e| failed(format!("{e:#}")))?;
-        let mut store = self.store(&Grants::default(), None).map_err(failed)?;
+        let mut store = self.inner.store(&Grants::default(), None).map_err(failed)?;
         let plugin = pre
             .instantiate(&mut store)
             .map_err(|e| failed(format!("{e:#}")))?;
@@ -279,7 +218,7 @@ impl WasmEngine {
             .collect();
         let (tools, rejected) = check_tools(file, &info.name, &info.version, raw);
         let plugin = WasmPlugin::new(PluginInner {
-            engine: self.clone(),
+            engine: self.inner.clone(),
             pre,
             name: info.name,
             version: info.version,
@@ -293,90 +232,5 @@ impl WasmEngine {
         // Instances are made ahead after the first call, not here: a load (a reload under a
         // stream of calls, a restart with every component cached) stays as quick as it can be.
         Ok(plugin)
-    }
-
-    /// A store for one instance: `grants` as WASI gives them (each granted path preopened at
-    /// its own path, read-only or read-write; the granted environment keys with the host's
-    /// values; sockets only with the network), the scratch directory at `/tmp`, stderr kept,
-    /// memory bounded. Each epoch tick stops it once its call is given up or past its deadline
-    /// (a question's wait moves the deadline), or, before a call is set, after [`LOAD_BOUND`].
-    pub(crate) fn store(
-        &self,
-        grants: &Grants,
-        scratch: Option<&Path>,
-    ) -> Result<Store<CallState>, String> {
-        let stderr = MemoryOutputPipe::new(STDERR_KEPT);
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.stderr(stderr.clone());
-        if let Some(scratch) = scratch {
-            wasi.preopened_dir(scratch, "/tmp", FsPerms::ReadWrite)
-                .map_err(|e| format!("its scratch directory: {e:#}"))?;
-        }
-        for (paths, perms) in [
-            (&grants.read, FsPerms::ReadOnly),
-            (&grants.write, FsPerms::ReadWrite),
-        ] {
-            for path in paths {
-                let shown = path.to_string_lossy();
-                wasi.preopened_dir(path, &shown, perms)
-                    .map_err(|e| format!("the grant of {shown}: {e:#}"))?;
-            }
-        }
-        for key in &grants.env {
-            if let Ok(value) = std::env::var(key) {
-                wasi.env(key, value);
-            }
-        }
-        if grants.network {
-            wasi.inherit_network()
-                .allow_tcp(true)
-                .allow_udp(true)
-                .allow_ip_name_lookup(true);
-        } else {
-            wasi.allow_tcp(false)
-                .allow_udp(false)
-                .allow_ip_name_lookup(false);
-        }
-        let wasi = wasi.build();
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(self.inner.limits.memory_bytes)
-            .build();
-        let mut store = Store::new(
-            &self.inner.engine,
-            CallState {
-                wasi,
-                table: ResourceTable::new(),
-                limits,
-                ctx: None,
-                until: Instant::now() + LOAD_BOUND,
-                runtime: None,
-                stderr,
-            },
-        );
-        store.limiter(|state| &mut state.limits);
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|store| {
-            let state = store.data();
-            let stop = match &state.ctx {
-                Some(ctx) if ctx.is_cancelled() => Some("the call was given up"),
-                Some(ctx) if ctx.deadline().is_some_and(|at| Instant::now() >= at) => {
-                    Some("the call's time ran out")
-                }
-                Some(_) => None,
-                None => {
-                    (Instant::now() >= state.until).then_some("describing itself took too long")
-                }
-            };
-            match stop {
-                Some(why) => Err(wasmtime::Error::msg(why)),
-                None => Ok(UpdateDeadline::Continue(1)),
-            }
-        });
-        if let Some(fuel) = self.inner.limits.fuel {
-            store
-                .set_fuel(fuel)
-                .map_err(|e| format!("setting its fuel: {e}"))?;
-        }
-        Ok(store)
     }
 }

@@ -40,11 +40,13 @@ mod component;
 mod engine;
 mod error;
 mod plugin;
+mod shared;
 
 pub use component::WORLD_VERSION;
-pub use engine::{WasmEngine, WasmEngineBuilder, WasmLimits};
+pub use engine::{WasmEngine, WasmEngineBuilder};
 pub use error::WasmError;
 pub use plugin::WasmPlugin;
+pub use shared::WasmLimits;
 
 #[cfg(test)]
 mod tests {

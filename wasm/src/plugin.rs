@@ -8,7 +8,7 @@
 //! cost tens of microseconds, so both happen off the caller's path: each loaded component keeps
 //! up to [`SPARES_PER_COMPONENT`] instances made ahead (after each call, on the call's thread,
 //! once the caller has its answer, as the used instance is taken down). A call takes one when
-//! there is one, else makes its own. The engine holds at most [`SPARES`](crate::engine) such
+//! there is one, else makes its own. The engine holds at most `SPARES` (32) such
 //! instances for all its components.
 //!
 //! (Warming instances up by running the component's `describe` in them made a call itself a few
@@ -17,23 +17,17 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
-use rho_runtime::plugin_api::{
-    Answer, Block, BlockHead, Image, LogLevel, Output, Question, Reply, ToolError,
-};
+use rho_runtime::plugin_api::{Answer, Block, BlockHead, Image, Output, ToolError};
 use rho_runtime::{Failure, Grants, SandboxReport, ToolCtx, ToolSpec, WasmSandbox};
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 use wasmtime::Store;
-use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use crate::engine::WasmEngine;
-use crate::engine::bindings::exports::rho::plugin::tools as wit;
-use crate::engine::bindings::rho::plugin::host;
-use crate::engine::bindings::{Plugin, PluginPre};
+use crate::shared::bindings::exports::rho::plugin::tools as wit;
+use crate::shared::bindings::{Plugin, PluginPre};
+use crate::shared::{CallState, EngineInner};
 
 /// Instances made ahead per loaded component.
 const SPARES_PER_COMPONENT: usize = 2;
@@ -46,7 +40,7 @@ pub struct WasmPlugin {
 }
 
 pub(crate) struct PluginInner {
-    pub(crate) engine: WasmEngine,
+    pub(crate) engine: Arc<EngineInner>,
     pub(crate) pre: PluginPre<CallState>,
     pub(crate) name: String,
     pub(crate) version: String,
@@ -100,8 +94,19 @@ impl Scratch {
         if bytes == 0 {
             return Ok(None);
         }
-        match rho_worker::sandbox::scratch::bounded_tmpfs(bytes) {
-            Ok(root) => Ok(Some(Scratch { root })),
+        // Each call's preopen reopens it by its /proc path: checked once here, so a host without
+        // /proc runs its components without a scratch rather than failing every call.
+        let made = rho_worker::sandbox::scratch::bounded_tmpfs(bytes).and_then(|root| {
+            let scratch = Scratch { root };
+            match std::fs::File::open(scratch.path()) {
+                Ok(_) => Ok(scratch),
+                Err(e) => Err(std::io::Error::other(format!(
+                    "a scratch directory: reopening it by its /proc path: {e}"
+                ))),
+            }
+        });
+        match made {
+            Ok(scratch) => Ok(Some(scratch)),
             Err(e) => {
                 tracing::warn!("a component runs without a scratch directory: {e}");
                 Err(e.to_string())
@@ -155,7 +160,7 @@ impl WasmPlugin {
     /// could not be set up is in `missing`.
     pub fn sandbox(&self) -> SandboxReport {
         let inner = &self.inner;
-        let limits = inner.engine.inner.limits;
+        let limits = inner.engine.limits;
         let grants = &inner.grants;
         let grant_lines = grants
             .read
@@ -193,7 +198,7 @@ impl WasmPlugin {
     /// At most 112 calls of one engine run at once; more wait for a turn (their timeout runs
     /// meanwhile).
     pub async fn call(&self, tool: &str, args: &Value, ctx: ToolCtx) -> Result<Answer, Failure> {
-        let engine = &self.inner.engine.inner;
+        let engine = &self.inner.engine;
         let Ok(turn) = engine.calls.clone().acquire_owned().await else {
             return Err(Failure::crashed("the wasm engine is closed"));
         };
@@ -225,7 +230,7 @@ impl WasmPlugin {
     /// Makes instances ahead of calls until it has [`SPARES_PER_COMPONENT`] or the engine has
     /// no leave for more. Blocking: tens of microseconds each.
     pub(crate) fn replenish(&self) {
-        let spares = &self.inner.engine.inner.spares;
+        let spares = &self.inner.engine.spares;
         while self.spare_count() < SPARES_PER_COMPONENT {
             let Ok(leave) = spares.clone().try_acquire_owned() else {
                 return;
@@ -301,7 +306,7 @@ impl WasmPlugin {
         state.ctx = Some(ctx);
         state.runtime = tokio::runtime::Handle::try_current().ok();
         store.set_epoch_deadline(1);
-        if let Some(fuel) = self.inner.engine.inner.limits.fuel
+        if let Some(fuel) = self.inner.engine.limits.fuel
             && let Err(e) = store.set_fuel(fuel)
         {
             return (
@@ -338,7 +343,7 @@ impl WasmPlugin {
         let full = matches!(&self.inner.scratch, Ok(Some(scratch)) if scratch.is_full());
         match failure {
             Failure::Tool(mut error) if full => {
-                let size = self.inner.engine.inner.limits.scratch_bytes;
+                let size = self.inner.engine.limits.scratch_bytes;
                 error.message = format!(
                     "{} (its scratch directory /tmp is full: {} KiB, [wasm] scratch_mb)",
                     error.message,
@@ -428,85 +433,5 @@ fn failure_of(failure: wit::Failure) -> Failure {
         wit::FailureKind::InvalidArguments => Failure::InvalidArguments(failure.message),
         wit::FailureKind::UnknownTool => Failure::UnknownTool(failure.message),
         wit::FailureKind::Panic => Failure::crashed(failure.message),
-    }
-}
-
-/// One instance's state: its WASI context (with the grants), its limits, the call it serves
-/// (none yet while it is made ahead), and its stderr.
-pub(crate) struct CallState {
-    pub(crate) wasi: WasiCtx,
-    pub(crate) table: ResourceTable,
-    pub(crate) limits: wasmtime::StoreLimits,
-    pub(crate) ctx: Option<ToolCtx>,
-    /// Before a call is set (at load): when describing itself has taken too long.
-    pub(crate) until: Instant,
-    pub(crate) runtime: Option<tokio::runtime::Handle>,
-    pub(crate) stderr: MemoryOutputPipe,
-}
-
-impl WasiView for CallState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
-impl host::Host for CallState {
-    fn update(&mut self, partial: String) {
-        if let Some(ctx) = &self.ctx {
-            ctx.update(&partial);
-        }
-    }
-
-    fn log(&mut self, level: host::LogLevel, line: String) {
-        let level = match level {
-            host::LogLevel::Debug => LogLevel::Debug,
-            host::LogLevel::Info => LogLevel::Info,
-            host::LogLevel::Notice => LogLevel::Notice,
-            host::LogLevel::Warning => LogLevel::Warning,
-            host::LogLevel::Error => LogLevel::Error,
-            host::LogLevel::Critical => LogLevel::Critical,
-            host::LogLevel::Alert => LogLevel::Alert,
-            host::LogLevel::Emergency => LogLevel::Emergency,
-        };
-        if let Some(ctx) = &self.ctx {
-            ctx.log(level, &line);
-        }
-    }
-
-    fn is_cancelled(&mut self) -> bool {
-        self.ctx.as_ref().is_some_and(ToolCtx::is_cancelled)
-    }
-
-    fn ask(&mut self, message: String, schema_json: String) -> host::Reply {
-        let reply = |kind, text: String| host::Reply {
-            kind,
-            text,
-            time_left_ms: None,
-        };
-        let (Some(ctx), Some(runtime)) = (&self.ctx, &self.runtime) else {
-            return reply(host::ReplyKind::Declined, "no call to ask for".into());
-        };
-        let schema = match serde_json::from_str(&schema_json) {
-            Ok(schema) => schema,
-            Err(e) => {
-                return reply(
-                    host::ReplyKind::Cancelled,
-                    format!("the question's schema is not JSON: {e}"),
-                );
-            }
-        };
-        let answered = runtime.block_on(ctx.ask(Question::new(message, schema)));
-        let mut answer = match answered {
-            Reply::Accepted(value) => reply(host::ReplyKind::Accepted, value.to_string()),
-            Reply::Declined(why) => reply(host::ReplyKind::Declined, why),
-            Reply::Cancelled(why) => reply(host::ReplyKind::Cancelled, why),
-        };
-        answer.time_left_ms = ctx
-            .time_left()
-            .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
-        answer
     }
 }

@@ -122,6 +122,11 @@ impl ToolCtx {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether [`ToolCtx::deadline`] has passed.
+    pub(crate) fn past_deadline(&self) -> bool {
+        self.deadline().is_some_and(|at| Instant::now() >= at)
+    }
+
     /// How long until [`ToolCtx::deadline`], zero once it has passed.
     pub fn time_left(&self) -> Option<Duration> {
         self.deadline()

@@ -80,8 +80,7 @@ enum TaskEnd {
     GateCrashed(String),
     /// The answer broke the tool's output schema: the text says where.
     BrokeSchema(String),
-    /// The tool failed after its deadline had passed: the timeout's doing (a component is
-    /// stopped at it), ended `timed_out` whether or not the loop saw the deadline first.
+    /// The tool failed past its deadline (a component stopped at it): `timed_out`, seen first or not.
     FailedPastDeadline,
 }
 
@@ -579,9 +578,7 @@ impl ToolRunner {
                         )))),
                     }
                 }
-                Ok(Err(_)) if task_ctx.deadline().is_some_and(|at| Instant::now() >= at) => {
-                    TaskEnd::FailedPastDeadline
-                }
+                Ok(Err(_)) if task_ctx.past_deadline() => TaskEnd::FailedPastDeadline,
                 Ok(answer) => TaskEnd::Answered(answer),
                 Err(caught) => TaskEnd::Answered(Err(Failure::Crash(CrashReason::Formatted(
                     caught.describe(&format!("tool `{}`", task_call.name)),
