@@ -23,7 +23,8 @@ pub fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-fn install(bytes: &[u8], dest: &Path) {
+/// Writes `bytes` beside `dest` and renames it over `dest`: a new file lands at once.
+pub fn install(bytes: &[u8], dest: &Path) {
     let tmp = dest.with_file_name(".landing.tmp");
     let _ = std::fs::write(&tmp, bytes);
     let _ = std::fs::rename(&tmp, dest);

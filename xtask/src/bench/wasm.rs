@@ -9,6 +9,10 @@
 //! - `wasm_load` / `wasm_load_cached`: loading the component (compile, instantiate, describe,
 //!   declare) with an empty cache against wasmtime's `Component::new`, and with the compiled form
 //!   on disk (a restart) against `Component::deserialize`;
+//! - `wasm_reload` / `wasm_reload_cached`: a changed `echo.wasm` landed in a host's directory ->
+//!   the new build serving (its `plugin_reloaded` event) -> a call answered, with content never
+//!   seen (compiled) against `Component::new`, and alternating between two contents the host
+//!   has compiled before (from its memory cache) against `Component::deserialize`;
 //! - `wasm_mem`: resident memory per loaded component against a raw `Component`.
 
 use std::path::{Path, PathBuf};
@@ -110,6 +114,7 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     let mut figures = calls(ctx, &component).await?;
     figures.push(instance_call(ctx, &component, &bytes).await?);
     figures.extend(loads(ctx, &component, &bytes)?);
+    figures.extend(reloads(ctx, &bytes).await?);
     figures.push(memory(&component, &bytes)?);
     Ok(figures)
 }
@@ -237,6 +242,118 @@ async fn instance_call(ctx: &Ctx, file: &Path, bytes: &[u8]) -> Result<Figure, S
         &mut rho,
         &mut raw,
     ))
+}
+
+/// `bytes` (a component) with a custom section `rho-bench` holding `n`: the same code, another
+/// content hash.
+fn variant(bytes: &[u8], n: u64) -> Vec<u8> {
+    let name = b"rho-bench";
+    let payload = n.to_le_bytes();
+    // A custom section: id 0, its size, then its name's length, its name and its payload (all
+    // under 128 bytes: one-byte LEB128 lengths).
+    let mut out = bytes.to_vec();
+    out.extend([0, (1 + name.len() + payload.len()) as u8, name.len() as u8]);
+    out.extend(name);
+    out.extend(payload);
+    out
+}
+
+/// Milliseconds from a new `echo.wasm` landing in a host's directory to its first answer, with
+/// new content each time and alternating between two contents seen before, and the raw
+/// baselines (compile, deserialize) of the same contents.
+async fn reloads(ctx: &Ctx, bytes: &[u8]) -> Result<Vec<Figure>, String> {
+    let dir = std::env::temp_dir().join(format!("rho-bench-wasm-reload-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let target = dir.join("echo.wasm");
+    std::fs::write(&target, variant(bytes, 0)).map_err(|e| e.to_string())?;
+    let bus = rho_runtime::Bus::default();
+    let mut events = bus.subscribe();
+    let engine = WasmEngine::new(WasmLimits::default()).map_err(|e| e.to_string())?;
+    let (host, reports) = Host::builder()
+        .plugin_dir(&dir, DirOptions::in_process())
+        .components(engine)
+        .bus(bus)
+        .gate(allow_all())
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
+    super::loaded(&reports)?;
+    let call = ToolCall::new("b", "echo", json!({"text": "hi"}));
+    let raw_engine = Engine::default();
+    let runs = ctx.runs();
+    let (mut fresh, mut compile, mut seen, mut deserialize) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // Contents 1 and 2 first (not measured), then new ones (3 and on) and 1 and 2 alternately.
+    let mut next_new = 2;
+    for run in 0..runs * 2 + 2 {
+        let new = run < 2 || run % 2 == 0;
+        let n = match run {
+            0 | 1 => run as u64 + 1,
+            _ if new => {
+                next_new += 1;
+                next_new
+            }
+            _ => 1 + (run as u64 / 2) % 2,
+        };
+        let content = variant(bytes, n);
+        let sha256 = rho_runtime::sha256_hex(&content);
+        let started = Instant::now();
+        super::reload::install(&content, &target);
+        let reports = host.reload().await;
+        if let Some(error) = reports.iter().flat_map(|r| &r.errors).next() {
+            return Err(format!("reload {run}: {error}"));
+        }
+        loop {
+            let item = tokio::time::timeout(std::time::Duration::from_secs(60), events.recv())
+                .await
+                .map_err(|_| format!("reload {run}: no plugin_reloaded within 60 s"))?
+                .ok_or("the bus closed")?;
+            if let rho_runtime::BusItem::Event(event) = item
+                && matches!(&event.kind, rho_runtime::EventKind::PluginReloaded { new_sha256, .. } if *new_sha256 == sha256)
+            {
+                break;
+            }
+        }
+        let r = host.call_with(&call, &CallOptions::default()).await;
+        if r.outcome != rho_runtime::Outcome::Ok {
+            return Err(format!("reload {run}: {}", r.text()));
+        }
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        let started = Instant::now();
+        let component = Component::new(&raw_engine, &content).map_err(|e| e.to_string())?;
+        let compile_ms = started.elapsed().as_secs_f64() * 1e3;
+        let serialized = component.serialize().map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        // SAFETY: serialized just above by the same engine.
+        unsafe { Component::deserialize(&raw_engine, &serialized) }.map_err(|e| e.to_string())?;
+        let deserialize_ms = started.elapsed().as_secs_f64() * 1e3;
+        if run >= 2 && new {
+            fresh.push(ms);
+            compile.push(compile_ms);
+        } else if run >= 2 {
+            seen.push(ms);
+            deserialize.push(deserialize_ms);
+        }
+    }
+    host.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(vec![
+        Figure::paired(
+            "wasm_reload",
+            "ms",
+            "Component::new of the new content",
+            &mut fresh,
+            &mut compile,
+        ),
+        Figure::paired(
+            "wasm_reload_cached",
+            "ms",
+            "Component::deserialize (in memory)",
+            &mut seen,
+            &mut deserialize,
+        ),
+    ])
 }
 
 fn loads(ctx: &Ctx, file: &Path, bytes: &[u8]) -> Result<Vec<Figure>, String> {
