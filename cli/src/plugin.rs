@@ -152,12 +152,15 @@ fn check_component(file: &std::path::Path, json: bool) -> Result<bool, rho_devki
     };
     Ok(rho_devkit::check::show(
         &rho_devkit::check::Checked {
-            name: plugin.name().to_owned(),
-            version: plugin.version().to_owned(),
-            interface_version: WORLD_VERSION,
-            path: file.to_owned(),
-            sha256: rho_runtime::sha256_hex(&bytes),
-            capabilities: plugin.capabilities().clone(),
+            info: rho_worker::loader::PluginInfo {
+                name: plugin.name().to_owned(),
+                version: plugin.version().to_owned(),
+                interface_version: WORLD_VERSION,
+                path: file.to_owned(),
+                sha256: rho_runtime::sha256_hex(&bytes),
+                capabilities: plugin.capabilities().clone(),
+                granted: None,
+            },
             tools: plugin.tools().to_vec(),
             rejected: plugin.rejected().to_vec(),
         },

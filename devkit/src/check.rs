@@ -2,10 +2,10 @@
 //! does and show what it offers ([`check`]); [`show`] prints what any loader found (the CLI's
 //! for components).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use rho_runtime::{Capabilities, ToolSpec};
-use rho_worker::loader::{CopyDir, PluginFile, load_in_process};
+use rho_runtime::ToolSpec;
+use rho_worker::loader::{CopyDir, PluginFile, PluginInfo, load_in_process};
 use serde_json::json;
 
 /// `println!` that ignores a closed stdout (`rho plugin check FILE | head`).
@@ -30,15 +30,9 @@ pub fn check(path: &Path, as_json: bool) -> Result<bool, crate::DevkitError> {
             return Ok(false);
         }
     };
-    let info = loaded.info;
     Ok(show(
         &Checked {
-            name: info.name,
-            version: info.version,
-            interface_version: info.interface_version,
-            path: info.path,
-            sha256: info.sha256,
-            capabilities: info.capabilities,
+            info: loaded.info,
             tools: loaded.tools,
             rejected: loaded.rejected,
         },
@@ -49,18 +43,8 @@ pub fn check(path: &Path, as_json: bool) -> Result<bool, crate::DevkitError> {
 /// What a check found in a plugin file, whatever loaded it.
 #[derive(Debug, Clone)]
 pub struct Checked {
-    /// The plugin's name (its crate's).
-    pub name: String,
-    /// The plugin's version (its crate's).
-    pub version: String,
-    /// The interface (or component world) version it was built against.
-    pub interface_version: u32,
-    /// The file checked.
-    pub path: PathBuf,
-    /// SHA-256 of the file's content, lowercase hex.
-    pub sha256: String,
-    /// What it says it needs.
-    pub capabilities: Capabilities,
+    /// Its identity (for a component, `interface_version` is its world's version).
+    pub info: PluginInfo,
     /// Its tools as the host accepted them.
     pub tools: Vec<ToolSpec>,
     /// One line per tool the host refused.
@@ -70,7 +54,7 @@ pub struct Checked {
 /// Prints `checked` (identity and tools, or JSON) on stdout and its refused tools on stderr.
 /// `true` when every tool was accepted.
 pub fn show(checked: &Checked, as_json: bool) -> bool {
-    let info = checked;
+    let info = &checked.info;
     if as_json {
         let value = json!({
             "plugin": info.name,
@@ -79,8 +63,8 @@ pub fn show(checked: &Checked, as_json: bool) -> bool {
             "path": info.path,
             "sha256": info.sha256,
             "capabilities": info.capabilities,
-            "tools": info.tools,
-            "refused": info.rejected,
+            "tools": checked.tools,
+            "refused": checked.rejected,
         });
         out!("{value:#}");
     } else {
@@ -92,8 +76,8 @@ pub fn show(checked: &Checked, as_json: bool) -> bool {
             info.sha256
         );
         out!("asks for:          {}", info.capabilities);
-        out!("tools:             {}", info.tools.len());
-        for tool in &info.tools {
+        out!("tools:             {}", checked.tools.len());
+        for tool in &checked.tools {
             let timeout = tool
                 .timeout_ms
                 .map(|t| format!("{t} ms"))
@@ -120,8 +104,8 @@ pub fn show(checked: &Checked, as_json: bool) -> bool {
             }
         }
     }
-    for line in &info.rejected {
+    for line in &checked.rejected {
         eprintln!("{line}");
     }
-    info.rejected.is_empty()
+    checked.rejected.is_empty()
 }
