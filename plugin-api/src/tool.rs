@@ -1,5 +1,7 @@
 //! [`Tool`]: one tool of a plugin, built from a plain Rust function.
 
+use std::sync::OnceLock;
+
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -61,10 +63,37 @@ type Handler = Box<dyn Fn(&str, &Ctx) -> Result<Answer, CallFailure> + Send + Sy
 pub struct Tool {
     name: String,
     description: String,
-    parameters: Value,
+    parameters: LazySchema,
     timeout_ms: Option<u64>,
+    /// What it declares, but for its output schema.
     declared: ToolDeclaration,
+    /// The schema of its structured answers, if it has one.
+    output_schema: Option<LazySchema>,
+    /// `declared` with the output schema, made when first asked for.
+    declaration: OnceLock<ToolDeclaration>,
     handler: Handler,
+}
+
+/// A type's JSON Schema, made when first asked for: a call finds and runs its tool without
+/// deriving any schema (a component builds its tools anew in each instance, so this is most of
+/// the work a call would do before its own).
+struct LazySchema {
+    make: fn() -> Value,
+    made: OnceLock<Value>,
+}
+
+impl LazySchema {
+    /// The schema of `T`.
+    fn of<T: JsonSchema>() -> Self {
+        LazySchema {
+            make: schema_of::<T>,
+            made: OnceLock::new(),
+        }
+    }
+
+    fn get(&self) -> &Value {
+        self.made.get_or_init(self.make)
+    }
 }
 
 /// The JSON Schema of `T`, as a JSON value.
@@ -89,8 +118,10 @@ impl Tool {
             },
             name,
             description: description.into(),
-            parameters: schema_of::<A>(),
+            parameters: LazySchema::of::<A>(),
             timeout_ms: None,
+            output_schema: None,
+            declaration: OnceLock::new(),
             handler: Box::new(move |args_json, ctx| {
                 let args: A = serde_json::from_str(args_json)
                     .map_err(|e| CallFailure::InvalidArguments(e.to_string()))?;
@@ -119,7 +150,7 @@ impl Tool {
                 .map_err(|e| ToolError::new(format!("its answer did not serialize: {e}")))?;
             Ok(Answer::structured(value))
         });
-        tool.declared.output_schema = Some(schema_of::<O>());
+        tool.output_schema = Some(LazySchema::of::<O>());
         tool
     }
 
@@ -131,38 +162,38 @@ impl Tool {
 
     /// The same tool with a title for people (the name stays what the model calls).
     pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.declared.title = Some(title.into());
+        self.declared_mut().title = Some(title.into());
         self
     }
 
     /// Whether the tool changes nothing (a read-only tool is stated not destructive).
     pub fn read_only(mut self, read_only: bool) -> Self {
-        self.declared.hints.read_only = read_only;
+        self.declared_mut().hints.read_only = read_only;
         self
     }
 
     /// Whether what the tool changes may be destroyed or overwritten (default `true`).
     pub fn destructive(mut self, destructive: bool) -> Self {
-        self.declared.hints.destructive = destructive;
+        self.declared_mut().hints.destructive = destructive;
         self
     }
 
     /// Whether calling it again with the same arguments has no further effect (default `false`).
     pub fn idempotent(mut self, idempotent: bool) -> Self {
-        self.declared.hints.idempotent = idempotent;
+        self.declared_mut().hints.idempotent = idempotent;
         self
     }
 
     /// Whether it reaches things outside the host (default `true`).
     pub fn open_world(mut self, open_world: bool) -> Self {
-        self.declared.hints.open_world = open_world;
+        self.declared_mut().hints.open_world = open_world;
         self
     }
 
     /// The longest text of an answer the model gets, in bytes: the host cuts longer text with a
     /// note saying so, and keeps the whole for itself.
     pub fn max_result_bytes(mut self, bytes: u64) -> Self {
-        self.declared.max_result_bytes = Some(bytes);
+        self.declared_mut().max_result_bytes = Some(bytes);
         self
     }
 
@@ -173,7 +204,17 @@ impl Tool {
 
     /// What the tool declares beyond its description, as the host receives it.
     pub fn declaration(&self) -> &ToolDeclaration {
-        &self.declared
+        self.declaration.get_or_init(|| ToolDeclaration {
+            output_schema: self.output_schema.as_ref().map(|s| s.get().clone()),
+            ..self.declared.clone()
+        })
+    }
+
+    /// Its declaration to change (a builder's step): the one made for [`Tool::declaration`], if
+    /// any, is made again.
+    fn declared_mut(&mut self) -> &mut ToolDeclaration {
+        self.declaration.take();
+        &mut self.declared
     }
 
     /// The tool's name.
@@ -188,7 +229,7 @@ impl Tool {
 
     /// The JSON Schema of the tool's arguments.
     pub fn parameters(&self) -> &Value {
-        &self.parameters
+        self.parameters.get()
     }
 
     /// The tool's own timeout, if it has one.

@@ -249,6 +249,16 @@ async fn faults_in_a_component_end_their_call_count_against_it_and_the_next_call
     assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
     let r = host.call("alloc", json!({"mib": 16})).await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    // A component that says much on stderr (the host keeps only its last words) still answers,
+    // and a panic after it is still explained.
+    let chatter = "x".repeat(100_000);
+    let r = host.call("print", json!({"text": chatter})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    let r = host
+        .call("panic", json!({"message": "after the chatter"}))
+        .await;
+    assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
+    assert!(r.text().contains("after the chatter"), "{}", r.text());
     // An error with details stays one.
     let r = host.call("fail", json!({"message": "no"})).await;
     assert_eq!(r.outcome, Outcome::Error, "{}", r.text());

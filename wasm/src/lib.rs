@@ -41,6 +41,7 @@ mod engine;
 mod error;
 mod plugin;
 mod shared;
+mod stderr;
 
 pub use component::WORLD_VERSION;
 pub use engine::{WasmEngine, WasmEngineBuilder};

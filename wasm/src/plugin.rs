@@ -23,7 +23,6 @@ use rho_runtime::{Failure, Grants, SandboxReport, ToolCtx, ToolSpec, WasmSandbox
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 use wasmtime::Store;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 use crate::shared::bindings::exports::rho::plugin::tools as wit;
 use crate::shared::bindings::{Plugin, PluginPre};
@@ -328,7 +327,7 @@ impl WasmPlugin {
     /// A trap's text: the trap itself (not the wasm backtrace wrapped around it) and the
     /// component's last words on stderr.
     fn trap_text(&self, store: &Store<CallState>, e: &wasmtime::Error) -> String {
-        let words = last_words(&store.data().stderr);
+        let words = store.data().stderr.said();
         format!(
             "component `{}` trapped: {}{words}",
             self.inner.name,
@@ -354,29 +353,6 @@ impl WasmPlugin {
             other => other,
         }
     }
-}
-
-/// The component's last two lines on stderr that may say why it stopped (a panic's place and
-/// message; not blank, not indented, not Rust's `note:` hints), for a trap's text.
-fn last_words(stderr: &MemoryOutputPipe) -> String {
-    let bytes = stderr.contents();
-    let text = String::from_utf8_lossy(&bytes);
-    let mut said: Vec<&str> = text
-        .lines()
-        .rev()
-        .filter(|l| {
-            !l.trim().is_empty()
-                && !l.starts_with(char::is_whitespace)
-                && !l.starts_with("note:")
-                && !l.starts_with("stack backtrace:")
-        })
-        .take(2)
-        .collect();
-    said.reverse();
-    if said.is_empty() {
-        return String::new();
-    }
-    format!(" (its last words on stderr: {})", said.join(" "))
 }
 
 /// A component's answer as rho's.

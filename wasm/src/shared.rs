@@ -11,10 +11,10 @@ use rho_runtime::plugin_api::{LogLevel, Question, Reply};
 use rho_runtime::{Grants, ToolCtx};
 use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Engine, Store, StoreLimitsBuilder, UpdateDeadline};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::cache::CompileCache;
+use crate::stderr::LastWords;
 
 /// The `rho:plugin` world's bindings, generated from `wit/plugin.wit`.
 pub(crate) mod bindings {
@@ -29,9 +29,6 @@ pub(crate) const SPARES: u32 = 32;
 
 /// How long describing and declaring a component may take at load.
 pub(crate) const LOAD_BOUND: Duration = Duration::from_secs(10);
-
-/// The most a component may write on stderr that is kept, for its last words.
-const STDERR_KEPT: usize = 16 << 10;
 
 /// What each instance of a component may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +83,7 @@ impl EngineInner {
         grants: &Grants,
         scratch: Option<&Path>,
     ) -> Result<Store<CallState>, String> {
-        let stderr = MemoryOutputPipe::new(STDERR_KEPT);
+        let stderr = LastWords::default();
         let mut wasi = WasiCtxBuilder::new();
         wasi.stderr(stderr.clone());
         if let Some(scratch) = scratch {
@@ -172,7 +169,7 @@ pub(crate) struct CallState {
     /// Before a call is set (at load): when describing itself has taken too long.
     pub(crate) until: Instant,
     pub(crate) runtime: Option<tokio::runtime::Handle>,
-    pub(crate) stderr: MemoryOutputPipe,
+    pub(crate) stderr: LastWords,
 }
 
 impl WasiView for CallState {
