@@ -266,6 +266,57 @@ async fn faults_in_a_component_end_their_call_count_against_it_and_the_next_call
     host.shutdown().await;
 }
 
+/// A call starts on its caller's thread and moves to a blocking thread once it runs past an epoch
+/// tick: two components computing for long hold neither of a two-thread runtime's threads (a
+/// timer on it keeps firing), and on a single-threaded runtime (`#[tokio::test]`'s) a call
+/// that loops still ends at its timeout and the next answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn components_computing_for_long_leave_the_async_threads_free() {
+    let mut runner = RunnerConfig::default();
+    runner
+        .timeout_overrides
+        .insert("spin".into(), Duration::from_millis(1500));
+    let (host, _dir) = component_host("faults", runner).await;
+    let spins: Vec<_> = (0..2)
+        .map(|_| {
+            let host = host.clone();
+            tokio::spawn(async move { host.call("spin", json!({})).await })
+        })
+        .collect();
+    // The spins have started (each holds its thread for a tick at most).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut late = Duration::ZERO;
+    for _ in 0..20 {
+        let asked = Instant::now();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        late = late.max(asked.elapsed().saturating_sub(Duration::from_millis(10)));
+    }
+    // Held threads would make each sleep wait for a spin's whole timeout.
+    assert!(
+        late < Duration::from_millis(500),
+        "a timer was {late:?} late"
+    );
+    for spin in spins {
+        let r = spin.await.unwrap();
+        assert_eq!(r.outcome, Outcome::TimedOut, "{}", r.text());
+    }
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_component_on_a_single_threaded_runtime_is_stopped_at_its_timeout() {
+    let mut runner = RunnerConfig::default();
+    runner
+        .timeout_overrides
+        .insert("spin".into(), Duration::from_millis(300));
+    let (host, _dir) = component_host("faults", runner).await;
+    let r = host.call("spin", json!({})).await;
+    assert_eq!(r.outcome, Outcome::TimedOut, "{}", r.text());
+    let r = host.call("nap", json!({"ms": 20})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    host.shutdown().await;
+}
+
 /// With fuel, an endless loop ends `crashed` when its fuel is spent, long before its timeout;
 /// a short call is untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

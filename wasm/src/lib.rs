@@ -8,9 +8,11 @@
 //! directory of its own at `/tmp` (an in-memory file system of bounded size,
 //! [`WasmLimits::scratch_bytes`]). Each call runs in an instance of its own, made from the
 //! pre-instantiated component ahead of the call (no state carries from one call to the next;
-//! see [`WasmPlugin::call`]), on a blocking thread, with its memory bounded, and is stopped at its
-//! deadline or cancellation by epoch interruption (the instance is discarded); a trap ends the
-//! call `crashed`, naming the trap and the component's last words on stderr.
+//! see [`WasmPlugin::call`]), with its memory bounded, and is stopped at its deadline or
+//! cancellation by epoch interruption (the instance is discarded); a trap ends the call
+//! `crashed`, naming the trap and the component's last words on stderr. A call starts on its
+//! caller's thread and yields at each epoch tick (a millisecond): a short call never changes
+//! threads, a long one goes on on a blocking thread after its first tick.
 //!
 //! A [`WasmEngine`] given to a host loads the `.wasm` files of its plugin directories beside
 //! their native libraries, with the same trust checks, hashing, hot reload, events, gate,
@@ -42,6 +44,7 @@ mod error;
 mod plugin;
 mod shared;
 mod stderr;
+mod ticker;
 
 pub use component::WORLD_VERSION;
 pub use engine::{WasmEngine, WasmEngineBuilder};

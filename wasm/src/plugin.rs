@@ -6,7 +6,7 @@
 //! A call never shares an instance: each runs in a fresh one, in which nothing has run. Making an
 //! instance (a pool slot, its memory image, WASI with the grants) and taking a used one down
 //! cost tens of microseconds, so both happen off the caller's path: each loaded component keeps
-//! up to [`SPARES_PER_COMPONENT`] instances made ahead (after each call, on the call's thread,
+//! up to [`SPARES_PER_COMPONENT`] instances made ahead (after each call, in a task of its own
 //! once the caller has its answer, as the used instance is taken down). A call takes one when
 //! there is one, else makes its own. The engine holds at most `SPARES` (32) such
 //! instances for all its components.
@@ -17,6 +17,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 
 use rho_runtime::plugin_api::{Answer, Block, BlockHead, Image, Output, ToolError};
 use rho_runtime::{Failure, Grants, SandboxReport, ToolCtx, ToolSpec, WasmSandbox};
@@ -26,7 +27,7 @@ use wasmtime::Store;
 
 use crate::shared::bindings::exports::rho::plugin::tools as wit;
 use crate::shared::bindings::{Plugin, PluginPre};
-use crate::shared::{CallState, EngineInner};
+use crate::shared::{CallState, EngineInner, block_on};
 
 /// Instances made ahead per loaded component.
 const SPARES_PER_COMPONENT: usize = 2;
@@ -191,8 +192,10 @@ impl WasmPlugin {
         }
     }
 
-    /// Calls `tool` with `args` in an instance no other call has used, on a blocking thread;
-    /// the instance is stopped at `ctx`'s deadline or cancellation. Up to two fresh instances
+    /// Calls `tool` with `args` in an instance no other call has used, stopped at `ctx`'s
+    /// deadline or cancellation. The call starts on the caller's thread: one that ends before
+    /// the engine's next epoch tick (a millisecond) never changes threads; one that runs longer,
+    /// or waits (for a file, a question), goes on on a blocking thread. Up to two fresh instances
     /// per component (32 per engine) are made ahead of calls, so a call usually finds one ready.
     /// At most 112 calls of one engine run at once; more wait for a turn (their timeout runs
     /// meanwhile).
@@ -201,40 +204,75 @@ impl WasmPlugin {
         let Ok(turn) = engine.calls.clone().acquire_owned().await else {
             return Err(Failure::crashed("the wasm engine is closed"));
         };
+        let running = engine.ticker.running();
+        let spare = self.lock_spares().pop();
+        let ready = match spare {
+            Some(ready) => ready,
+            None => match self.ready(None).await {
+                Ok(ready) => ready,
+                Err(e) => return Err(Failure::crashed(e)),
+            },
+        };
         let plugin = self.clone();
         let (tool, args) = (tool.to_owned(), args.to_string());
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        let thread = tokio::task::spawn_blocking(move || {
-            let (ended, used) = plugin.call_blocking(&tool, &args, ctx);
-            // The caller goes on now; the instance is taken down and the next one made after.
-            let _ = answer.send(ended);
-            drop((used, turn));
-            plugin.replenish();
+        let mut call = Box::pin(async move {
+            let ended = plugin.run(ready, &tool, &args, ctx).await;
+            drop(running);
+            ended
         });
-        match answered.await {
-            Ok(ended) => ended,
-            Err(_) => {
-                let why = match thread.await {
-                    Err(e) => e.to_string(),
-                    Ok(()) => "it ended without an answer".into(),
+        // Its first slice here; the rest, if any, on a blocking thread.
+        let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+        let (ended, used) = match first {
+            Poll::Ready(ended) => ended,
+            Poll::Pending => {
+                let (answer, answered) = tokio::sync::oneshot::channel();
+                let plugin = self.clone();
+                let thread = tokio::task::spawn_blocking(move || {
+                    let (ended, used) = block_on(call);
+                    let _ = answer.send(ended);
+                    plugin.after_call(used, turn);
+                });
+                return match answered.await {
+                    Ok(ended) => ended,
+                    Err(_) => {
+                        let why = match thread.await {
+                            Err(e) => e.to_string(),
+                            Ok(()) => "it ended without an answer".into(),
+                        };
+                        Err(Failure::crashed(format!(
+                            "the call of component `{}` ended abnormally: {why}",
+                            self.inner.name
+                        )))
+                    }
                 };
-                Err(Failure::crashed(format!(
-                    "the call of component `{}` ended abnormally: {why}",
-                    self.inner.name
-                )))
             }
-        }
+        };
+        // The caller goes on now; the instance is taken down and the next one made after, on
+        // this runtime (tens of microseconds: waking a blocking thread for it costs more).
+        let plugin = self.clone();
+        tokio::spawn(async move {
+            drop((used, turn));
+            plugin.make_ahead().await;
+        });
+        ended
+    }
+
+    /// After a call that went on on a blocking thread, on that thread: its instance taken
+    /// down, its turn given back, instances made ahead.
+    fn after_call(&self, used: Option<Store<CallState>>, turn: OwnedSemaphorePermit) {
+        drop((used, turn));
+        block_on(self.make_ahead());
     }
 
     /// Makes instances ahead of calls until it has [`SPARES_PER_COMPONENT`] or the engine has
-    /// no leave for more. Blocking: tens of microseconds each.
-    pub(crate) fn replenish(&self) {
+    /// no leave for more (tens of microseconds each, without waiting on anything).
+    async fn make_ahead(&self) {
         let spares = &self.inner.engine.spares;
         while self.spare_count() < SPARES_PER_COMPONENT {
             let Ok(leave) = spares.clone().try_acquire_owned() else {
                 return;
             };
-            match self.ready(Some(leave)) {
+            match self.ready(Some(leave)).await {
                 Ok(ready) => self.lock_spares().push(ready),
                 Err(e) => {
                     tracing::debug!(component = %self.inner.name, "no instance made ahead: {e}");
@@ -258,7 +296,7 @@ impl WasmPlugin {
 
     /// A fresh instance with the component's grants, held as a spare under `leave` (the
     /// engine's) or made for the call at hand.
-    fn ready(&self, leave: Option<OwnedSemaphorePermit>) -> Result<Ready, String> {
+    async fn ready(&self, leave: Option<OwnedSemaphorePermit>) -> Result<Ready, String> {
         let scratch = match &self.inner.scratch {
             Ok(Some(scratch)) => Some(scratch.path()),
             _ => None,
@@ -270,7 +308,8 @@ impl WasmPlugin {
         let plugin = self
             .inner
             .pre
-            .instantiate(&mut store)
+            .instantiate_async(&mut store)
+            .await
             .map_err(|e| self.trap_text(&store, &e))?;
         Ok(Ready {
             store,
@@ -279,10 +318,11 @@ impl WasmPlugin {
         })
     }
 
-    /// Runs the call in a spare instance or one made now; returns how it ended and the used
-    /// store (to be dropped once the caller has the answer).
-    fn call_blocking(
+    /// Runs the call in `ready`; returns how it ended and the used store (to be dropped once
+    /// the caller has the answer).
+    async fn run(
         &self,
+        ready: Ready,
         tool: &str,
         args_json: &str,
         ctx: ToolCtx,
@@ -294,16 +334,10 @@ impl WasmPlugin {
                 .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
             traceparent: ctx.traceparent().unwrap_or_default().to_owned(),
         };
-        let spare = self.lock_spares().pop();
         let Ready {
             mut store, plugin, ..
-        } = match spare.map_or_else(|| self.ready(None), Ok) {
-            Ok(ready) => ready,
-            Err(e) => return (Err(Failure::crashed(e)), None),
-        };
-        let state = store.data_mut();
-        state.ctx = Some(ctx);
-        state.runtime = tokio::runtime::Handle::try_current().ok();
+        } = ready;
+        store.data_mut().ctx = Some(ctx);
         store.set_epoch_deadline(1);
         if let Some(fuel) = self.inner.engine.limits.fuel
             && let Err(e) = store.set_fuel(fuel)
@@ -315,7 +349,8 @@ impl WasmPlugin {
         }
         let ended = plugin
             .rho_plugin_tools()
-            .call_call(&mut store, tool, args_json, &info);
+            .call_call(&mut store, tool, args_json, &info)
+            .await;
         let ended = match ended {
             Ok(Ok(answer)) => answer_of(answer),
             Ok(Err(failure)) => Err(self.noting_full_scratch(failure_of(failure))),

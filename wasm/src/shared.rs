@@ -15,10 +15,18 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::cache::CompileCache;
 use crate::stderr::LastWords;
+use crate::ticker::Ticker;
 
 /// The `rho:plugin` world's bindings, generated from `wit/plugin.wit`.
+/// Its exports are async (a call runs on a fiber that yields at each epoch tick), and so is
+/// `ask` (a question waits without holding a thread).
 pub(crate) mod bindings {
-    wasmtime::component::bindgen!({ world: "plugin", path: "wit" });
+    wasmtime::component::bindgen!({
+        world: "plugin",
+        path: "wit",
+        imports: { "rho:plugin/host.ask": async },
+        exports: { default: async },
+    });
 }
 
 use bindings::rho::plugin::host;
@@ -66,6 +74,7 @@ pub(crate) struct EngineInner {
     pub(crate) linker: Linker<CallState>,
     pub(crate) limits: WasmLimits,
     pub(crate) cache: CompileCache,
+    pub(crate) ticker: Arc<Ticker>,
     /// Calls running at once; more wait for one to end (each holds an instance slot).
     pub(crate) calls: Arc<tokio::sync::Semaphore>,
     /// Instances made ahead of calls, all components together.
@@ -127,7 +136,6 @@ impl EngineInner {
                 limits,
                 ctx: None,
                 until: Instant::now() + LOAD_BOUND,
-                runtime: None,
                 stderr,
             },
         );
@@ -147,7 +155,8 @@ impl EngineInner {
             };
             match stop {
                 Some(why) => Err(wasmtime::Error::msg(why)),
-                None => Ok(UpdateDeadline::Continue(1)),
+                // Its thread goes back to its caller for a moment at each tick.
+                None => Ok(UpdateDeadline::Yield(1)),
             }
         });
         if let Some(fuel) = self.limits.fuel {
@@ -156,6 +165,32 @@ impl EngineInner {
                 .map_err(|e| format!("setting its fuel: {e}"))?;
         }
         Ok(store)
+    }
+}
+
+/// Runs `work` (an instance's async work: making it, describing it) to its end on this thread.
+/// On a multi-threaded runtime's worker it tells the runtime it blocks; off any runtime, WASI's
+/// I/O runs on wasmtime-wasi's own; on a current-thread runtime, it runs on a thread of its own.
+pub(crate) fn block_on<F>(work: F) -> F::Output
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| handle.block_on(work))
+        }
+        Ok(_) => std::thread::scope(|scope| {
+            match scope
+                .spawn(|| wasmtime_wasi::runtime::in_tokio(work))
+                .join()
+            {
+                Ok(output) => output,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }),
+        Err(_) => wasmtime_wasi::runtime::in_tokio(work),
     }
 }
 
@@ -168,7 +203,6 @@ pub(crate) struct CallState {
     pub(crate) ctx: Option<ToolCtx>,
     /// Before a call is set (at load): when describing itself has taken too long.
     pub(crate) until: Instant,
-    pub(crate) runtime: Option<tokio::runtime::Handle>,
     pub(crate) stderr: LastWords,
 }
 
@@ -208,13 +242,13 @@ impl host::Host for CallState {
         self.ctx.as_ref().is_some_and(ToolCtx::is_cancelled)
     }
 
-    fn ask(&mut self, message: String, schema_json: String) -> host::Reply {
+    async fn ask(&mut self, message: String, schema_json: String) -> host::Reply {
         let reply = |kind, text: String| host::Reply {
             kind,
             text,
             time_left_ms: None,
         };
-        let (Some(ctx), Some(runtime)) = (&self.ctx, &self.runtime) else {
+        let Some(ctx) = &self.ctx else {
             return reply(host::ReplyKind::Declined, "no call to ask for".into());
         };
         let schema = match serde_json::from_str(&schema_json) {
@@ -226,7 +260,7 @@ impl host::Host for CallState {
                 );
             }
         };
-        let answered = runtime.block_on(ctx.ask(Question::new(message, schema)));
+        let answered = ctx.ask(Question::new(message, schema)).await;
         let mut answer = match answered {
             Reply::Accepted(value) => reply(host::ReplyKind::Accepted, value.to_string()),
             Reply::Declined(why) => reply(host::ReplyKind::Declined, why),

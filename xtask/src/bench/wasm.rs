@@ -4,8 +4,9 @@
 //! - `wasm_call_vs_isolated`: the same against the native `echo` in an isolated worker through
 //!   `Host::call` (goal ≤ 0.1: ten times faster);
 //! - `wasm_instance_call`: `WasmPlugin::call` alone (a fresh instance with its grants, epoch
-//!   deadline and answer mapping, on a blocking thread) against wasmtime's own: a store, an
-//!   instance of the same pre-instantiated component and a dynamic call of its `call` export;
+//!   deadline and answer mapping; made ahead, taken down after) against wasmtime's own with a
+//!   default pooling engine: a store, an instance of the same pre-instantiated component, a
+//!   dynamic call of its `call` export and the store dropped, one after the other;
 //! - `wasm_load` / `wasm_load_cached`: loading the component (compile, instantiate, describe,
 //!   declare) with an empty cache against wasmtime's `Component::new`, and with the compiled form
 //!   on disk (a restart) against `Component::deserialize`;
