@@ -22,6 +22,9 @@
 //! [quarantine]
 //! max_failures = 3
 //! window_ms = 300000
+//! cool_down_ms = 120000      # then a call probes the tool; failed probes double it
+//! cool_down_growth = 2
+//! max_cool_down_ms = 1800000
 //!
 //! [workers]                  # isolated plugins
 //! spares = 1
@@ -474,6 +477,25 @@ mod tests {
         keys.sort_unstable();
         known.sort_unstable();
         assert_eq!(keys, known);
+    }
+
+    #[test]
+    fn quarantine_cool_downs_parse_and_a_cap_below_the_first_is_refused() {
+        let config = parse(
+            "[quarantine]\ncool_down_ms = 60000\ncool_down_growth = 3\nmax_cool_down_ms = 600000\n",
+        )
+        .unwrap();
+        let q = config.host.quarantine;
+        assert_eq!(q.cool_down, std::time::Duration::from_secs(60));
+        assert_eq!(q.cool_down_after(2), std::time::Duration::from_secs(540));
+        let checked = |text: &str| parse(text).unwrap().check().unwrap_err().to_string();
+        let err = checked("[quarantine]\ncool_down_ms = 60000\nmax_cool_down_ms = 1000\n");
+        assert!(
+            err.starts_with("`quarantine.max_cool_down_ms`: 1000 is out of range"),
+            "{err}"
+        );
+        let err = checked("[quarantine]\ncool_down_growth = 0\n");
+        assert!(err.contains("`quarantine.cool_down_growth`"), "{err}");
     }
 
     #[test]

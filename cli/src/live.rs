@@ -170,12 +170,7 @@ impl LiveState {
                 t.timed_out.to_string(),
                 format!("{:.1}", t.p50_ms),
                 format!("{:.1}", t.p99_ms),
-                if t.quarantine.is_some() {
-                    "QUARANTINED"
-                } else {
-                    ""
-                }
-                .to_owned(),
+                crate::render::quarantine_state(&t, now_ms),
             ])
         });
         frame.render_widget(
@@ -265,10 +260,7 @@ impl Live {
 
     /// Redraws the screen (elapsed times move on).
     pub fn draw(&mut self) {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
+        let now_ms = crate::render::now_ms();
         let (state, source) = (&self.state, self.source.as_str());
         if let Err(e) = self
             .terminal

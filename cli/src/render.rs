@@ -183,6 +183,14 @@ pub enum Detail {
     All,
 }
 
+/// Now, in Unix milliseconds (0 before 1970).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
 fn clock(ts_ms: u64) -> String {
     let secs = ts_ms / 1000;
     format!(
@@ -192,6 +200,21 @@ fn clock(ts_ms: u64) -> String {
         secs % 60,
         ts_ms % 1000
     )
+}
+
+/// A tool's quarantine as the views show it at `now_ms` (Unix milliseconds): empty when it
+/// serves, `probing` while a call probes it, `QUARANTINED, probe in 95 s` while it cools down,
+/// `QUARANTINED` when no cool-down ends it.
+pub fn quarantine_state(tool: &rho_runtime::ToolStats, now_ms: u64) -> String {
+    match (&tool.quarantine, tool.probing, tool.probe_after_ms) {
+        (None, ..) => String::new(),
+        (Some(_), true, _) => "probing".into(),
+        (Some(_), false, Some(at)) if at > now_ms => {
+            format!("QUARANTINED, probe in {} s", (at - now_ms).div_ceil(1000))
+        }
+        (Some(_), false, Some(_)) => "QUARANTINED, next call probes".into(),
+        (Some(_), false, None) => "QUARANTINED".into(),
+    }
 }
 
 /// The count line at the end of a session: `12 calls: 3 ok, 1 error, ...`, every outcome that
@@ -344,7 +367,22 @@ pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
         } => {
             format!("tool name conflict: `{tool}` served by {kept}, {ignored} ignored")
         }
-        EventKind::ToolQuarantined { reason, .. } => format!("quarantined: {reason}"),
+        EventKind::ToolQuarantined {
+            reason,
+            probe_after_ms,
+            ..
+        } => match probe_after_ms {
+            Some(at) => format!(
+                "quarantined: {reason} (a call probes it from {})",
+                clock(*at)
+            ),
+            None => format!("quarantined: {reason}"),
+        },
+        EventKind::ToolProbing {
+            tool,
+            origin,
+            call_id,
+        } => format!("probing `{tool}` ({origin}) with call {call_id}"),
         EventKind::ToolRestored {
             tool,
             origin,

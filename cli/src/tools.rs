@@ -47,6 +47,9 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
         rho_runtime::EventType::PluginRemoved,
         rho_runtime::EventType::PluginLoadFailed,
         rho_runtime::EventType::ToolNameConflict,
+        rho_runtime::EventType::ToolQuarantined,
+        rho_runtime::EventType::ToolProbing,
+        rho_runtime::EventType::ToolRestored,
         rho_runtime::EventType::Warning,
     ]));
     // One future for the whole loop: a signal between two iterations is not lost.

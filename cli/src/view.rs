@@ -34,6 +34,7 @@ impl Health {
             "{:<20} {:<18} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9}  state\n",
             "tool", "origin", "calls", "ok", "error", "crash", "t/out", "other", "p50 ms", "p99 ms"
         );
+        let now_ms = crate::render::now_ms();
         for t in self.view.stats() {
             if t.calls == 0 && t.quarantine.is_none() {
                 continue;
@@ -51,11 +52,7 @@ impl Health {
                 other,
                 t.p50_ms,
                 t.p99_ms,
-                if t.quarantine.is_some() {
-                    "QUARANTINED"
-                } else {
-                    ""
-                }
+                crate::render::quarantine_state(&t, now_ms),
             ));
         }
         out
@@ -67,6 +64,23 @@ mod tests {
     use super::*;
     use rho_runtime::OutputView;
     use rho_runtime::{EventKind, Outcome};
+
+    #[test]
+    fn a_quarantine_shows_its_cool_down_its_probe_or_none() {
+        use crate::render::quarantine_state;
+        let mut t = rho_runtime::ToolStats::default();
+        assert_eq!(quarantine_state(&t, 1000), "");
+        t.quarantine = Some("crashed".into());
+        assert_eq!(quarantine_state(&t, 1000), "QUARANTINED");
+        t.probe_after_ms = Some(95_500);
+        assert_eq!(quarantine_state(&t, 1000), "QUARANTINED, probe in 95 s");
+        assert_eq!(
+            quarantine_state(&t, 96_000),
+            "QUARANTINED, next call probes"
+        );
+        t.probing = true;
+        assert_eq!(quarantine_state(&t, 96_000), "probing");
+    }
 
     fn end(tool: &str, outcome: Outcome, ms: f64) -> Event {
         Event {

@@ -296,11 +296,30 @@ impl HostConfig {
                 within(key, limit, low, u64::MAX)?;
             }
         }
+        let q = &self.quarantine;
         within(
             "quarantine.window_ms",
-            crate::millis::of(self.quarantine.window),
+            crate::millis::of(q.window),
             1,
             7 * MAX_TIMEOUT_MS,
+        )?;
+        within(
+            "quarantine.cool_down_ms",
+            crate::millis::of(q.cool_down),
+            0,
+            7 * MAX_TIMEOUT_MS,
+        )?;
+        within(
+            "quarantine.cool_down_growth",
+            u64::from(q.cool_down_growth),
+            1,
+            1000,
+        )?;
+        within(
+            "quarantine.max_cool_down_ms",
+            crate::millis::of(q.max_cool_down),
+            crate::millis::of(q.cool_down),
+            70 * MAX_TIMEOUT_MS,
         )?;
         for (i, source) in self.plugins.iter().enumerate() {
             if let Some(n) = source.max_versions {

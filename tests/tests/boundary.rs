@@ -36,6 +36,7 @@ async fn serve(dir: &Path, isolated: bool) -> (Host, ScanReport) {
             .quarantine(rho_runtime::QuarantinePolicy {
                 max_failures: 0,
                 window: std::time::Duration::from_secs(1),
+                ..Default::default()
             })
     })
     .await

@@ -139,6 +139,7 @@ async fn every_outcome_through_the_public_api() {
         b.quarantine(rho_runtime::QuarantinePolicy {
             max_failures: 2,
             window: Duration::from_secs(60),
+            ..Default::default()
         })
     })
     .await;

@@ -420,6 +420,7 @@ async fn processes_die_with_a_worker_killed_at_its_timeout() {
             .quarantine(rho_runtime::QuarantinePolicy {
                 max_failures: 0,
                 window: Duration::from_secs(1),
+                ..Default::default()
             })
     })
     .await;

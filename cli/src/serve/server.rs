@@ -166,11 +166,14 @@ impl RhoServer {
         meta.into_iter().flatten().chain(plugin_tools).collect()
     }
 
+    /// Tools quarantined and cooling down (or with no cool-down): listed again once a call may
+    /// probe them.
     fn quarantined(&self) -> Vec<String> {
+        let now_ms = crate::render::now_ms();
         self.host
             .stats()
             .into_iter()
-            .filter(|s| s.quarantine.is_some())
+            .filter(|s| s.quarantine.is_some() && s.probe_after_ms.is_none_or(|at| at > now_ms))
             .map(|s| s.tool)
             .collect()
     }
@@ -557,7 +560,8 @@ impl ServerHandler for RhoServer {
     }
 }
 
-/// Tells every client the tool list changed after every reload, removal and quarantine change.
+/// Tells every client the tool list changed after every reload, removal and quarantine change,
+/// and when a quarantined tool's cool-down ends (it is listed again for the call that probes it).
 fn announce_changes(host: &Host, audience: Arc<Mutex<Audience>>) {
     let mut events = host.subscribe_filtered(Filter::default().types([
         EventType::PluginLoaded,
@@ -567,31 +571,56 @@ fn announce_changes(host: &Host, audience: Arc<Mutex<Audience>>) {
         EventType::ToolQuarantined,
         EventType::ToolRestored,
     ]));
+    let (cooled, mut cooled_down) = tokio::sync::mpsc::unbounded_channel::<()>();
     tokio::spawn(async move {
-        while let Some(item) = events.next().await {
-            if matches!(item, BusItem::Event(_) | BusItem::Lagged { .. }) {
-                let (peers, listeners) = {
-                    let mut audience = audience.lock().unwrap_or_else(PoisonError::into_inner);
-                    audience.peers.retain(|p| !p.is_transport_closed());
-                    (audience.peers.clone(), audience.listeners.clone())
-                };
-                for peer in peers {
-                    let _ = peer.notify_tool_list_changed().await;
-                }
-                let mut closed = Vec::new();
-                for sink in listeners {
-                    let changed = ServerNotification::ToolListChangedNotification(
-                        ToolListChangedNotification::default(),
-                    );
-                    if sink.send(changed).await.is_err() {
-                        closed.push(sink.id().clone());
+        loop {
+            tokio::select! {
+                item = events.next() => {
+                    let Some(item) = item else { return };
+                    if let BusItem::Event(event) = &item
+                        && let rho_runtime::EventKind::ToolQuarantined {
+                            probe_after_ms: Some(at),
+                            ..
+                        } = event.kind
+                    {
+                        let wait = std::time::Duration::from_millis(at.saturating_sub(crate::render::now_ms()));
+                        let cooled = cooled.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(wait).await;
+                            let _ = cooled.send(());
+                        });
+                    }
+                    if !matches!(item, BusItem::Event(_) | BusItem::Lagged { .. }) {
+                        continue;
                     }
                 }
-                if !closed.is_empty() {
-                    let mut audience = audience.lock().unwrap_or_else(PoisonError::into_inner);
-                    audience.listeners.retain(|s| !closed.contains(s.id()));
-                }
+                Some(()) = cooled_down.recv() => {}
             }
+            tool_list_changed(&audience).await;
         }
     });
+}
+
+/// Tells every client of `audience` its tool list changed; forgets those gone.
+async fn tool_list_changed(audience: &Mutex<Audience>) {
+    let (peers, listeners) = {
+        let mut audience = audience.lock().unwrap_or_else(PoisonError::into_inner);
+        audience.peers.retain(|p| !p.is_transport_closed());
+        (audience.peers.clone(), audience.listeners.clone())
+    };
+    for peer in peers {
+        let _ = peer.notify_tool_list_changed().await;
+    }
+    let mut closed = Vec::new();
+    for sink in listeners {
+        let changed =
+            ServerNotification::ToolListChangedNotification(ToolListChangedNotification::default());
+        if sink.send(changed).await.is_err() {
+            closed.push(sink.id().clone());
+        }
+    }
+    if !closed.is_empty() {
+        let mut audience = audience.lock().unwrap_or_else(PoisonError::into_inner);
+        audience.listeners.retain(|s| !closed.contains(s.id()));
+    }
 }

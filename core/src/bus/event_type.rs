@@ -54,6 +54,8 @@ pub enum EventType {
     ToolNameConflict,
     /// A tool was quarantined.
     ToolQuarantined,
+    /// A call probes a quarantined tool after its cool-down.
+    ToolProbing,
     /// A quarantined tool was restored.
     ToolRestored,
     /// The tools of a remote source changed.
@@ -76,7 +78,7 @@ pub struct UnknownEventType {
 
 impl EventType {
     /// Every type, in the order of their variants.
-    pub const ALL: [EventType; 22] = [
+    pub const ALL: [EventType; 23] = [
         EventType::AgentStart,
         EventType::AgentEnd,
         EventType::TurnStart,
@@ -94,6 +96,7 @@ impl EventType {
         EventType::PluginRemoved,
         EventType::ToolNameConflict,
         EventType::ToolQuarantined,
+        EventType::ToolProbing,
         EventType::ToolRestored,
         EventType::RemoteToolsChanged,
         EventType::ExportStatus,
@@ -126,6 +129,7 @@ impl EventType {
             EventType::PluginRemoved => "plugin_removed",
             EventType::ToolNameConflict => "tool_name_conflict",
             EventType::ToolQuarantined => "tool_quarantined",
+            EventType::ToolProbing => "tool_probing",
             EventType::ToolRestored => "tool_restored",
             EventType::RemoteToolsChanged => "remote_tools_changed",
             EventType::SourceStateChanged => "source_state_changed",

@@ -332,14 +332,31 @@ pub enum EventKind {
         /// Origin that is ignored.
         ignored: String,
     },
-    /// A tool failed too often and is quarantined.
+    /// A tool failed too often and is quarantined (or quarantined again: its probe failed).
     ToolQuarantined {
         /// The tool.
         tool: String,
         /// Its origin.
         origin: String,
-        /// Why: counts and the last failure.
+        /// Why: counts and the last failure, or the failed probe.
         reason: String,
+        /// When a call may probe it (Unix time, milliseconds); absent: it stays quarantined
+        /// until a new build or the host lifts it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        probe_after_ms: Option<u64>,
+        /// Probes that failed before this quarantine.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        failed_probes: u32,
+    },
+    /// A call probes a quarantined tool, its cool-down over: its end lifts the quarantine or
+    /// quarantines the tool again.
+    ToolProbing {
+        /// The tool.
+        tool: String,
+        /// Its origin.
+        origin: String,
+        /// The probing call.
+        call_id: String,
     },
     /// A quarantined tool serves again.
     ToolRestored {
@@ -347,7 +364,7 @@ pub enum EventKind {
         tool: String,
         /// Its origin.
         origin: String,
-        /// Why (a new version, or the host lifted it).
+        /// Why (its probe answered, a new version, or the host lifted it).
         reason: String,
     },
     /// A remote source's tools changed (a node joined, left or reloaded).
@@ -427,6 +444,7 @@ impl EventKind {
             EventKind::PluginRemoved { .. } => EventType::PluginRemoved,
             EventKind::ToolNameConflict { .. } => EventType::ToolNameConflict,
             EventKind::ToolQuarantined { .. } => EventType::ToolQuarantined,
+            EventKind::ToolProbing { .. } => EventType::ToolProbing,
             EventKind::ToolRestored { .. } => EventType::ToolRestored,
             EventKind::RemoteToolsChanged { .. } => EventType::RemoteToolsChanged,
             EventKind::SourceStateChanged { .. } => EventType::SourceStateChanged,
@@ -446,6 +464,7 @@ impl EventKind {
             | EventKind::ToolExecutionEnd { tool, .. }
             | EventKind::ToolNameConflict { tool, .. }
             | EventKind::ToolQuarantined { tool, .. }
+            | EventKind::ToolProbing { tool, .. }
             | EventKind::ToolRestored { tool, .. } => Some(tool),
             _ => None,
         }
@@ -563,4 +582,9 @@ impl std::fmt::Display for SourceState {
             SourceState::Down => "down",
         })
     }
+}
+
+/// Whether `n` is zero (a field left out of an event's JSON).
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

@@ -279,9 +279,6 @@ impl ToolRunner {
             cancel: Some(abandoned),
             ..options.clone()
         };
-        let failed = |call: &ToolCall, text: &str| {
-            ToolResult::failed(&call.id, &call.name, Outcome::Crashed, text)
-        };
         let fallback = call.clone();
         let session = options.session_id.clone();
         let joined =
@@ -292,8 +289,11 @@ impl ToolRunner {
             Ok(result) => result,
             Err(_) => {
                 // The task died before its end event (publishing it is its last step): the call
-                // still ends once, with its event.
-                let result = failed(&fallback, "rho: the call's task failed inside the runner");
+                // still ends once, with its event; were it a probe, the next call probes.
+                let text = "rho: the call's task failed inside the runner";
+                let result =
+                    ToolResult::failed(&fallback.id, &fallback.name, Outcome::Crashed, text);
+                self.registry.release_probe(&fallback.name, &fallback.id);
                 self.bus()
                     .emit(
                         session.as_deref(),
@@ -423,7 +423,7 @@ impl ToolRunner {
             let failed = ToolResult::failed(&call.id, &call.name, outcome, text);
             (failed, None)
         };
-        if let Some(reason) = self.registry.quarantined(tool) {
+        if let Err(reason) = self.registry.admit(tool, &call.id) {
             return fail(Outcome::Quarantined, reason);
         }
         // Shared, not copied: the gate, the tool and the start event read the call's own.

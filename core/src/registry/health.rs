@@ -10,7 +10,26 @@ use crate::bus::events::{Event, EventKind};
 use crate::registry::origin::Origin;
 use rho_protocol::Outcome;
 
-/// When a tool is quarantined: `max_failures` crashes or timeouts within `window`.
+/// When a tool is quarantined, and how it comes back: `max_failures` crashes or timeouts within
+/// `window` quarantine it (its calls end `quarantined`); once `cool_down` has passed, its next
+/// call is a probe (other calls meanwhile still end `quarantined`): a probe the tool answers
+/// (`ok` or `error`) lifts the quarantine; one that crashes or times out quarantines it again for
+/// `cool_down_growth` times as long, up to `max_cool_down`. A probe that never reached the tool
+/// (blocked by the gate, invalid arguments) decides nothing: the next call probes. A new build of
+/// the tool's plugin, or [`Host::lift_quarantine`](crate::Host::lift_quarantine), lifts it at
+/// once.
+///
+/// ```
+/// use std::time::Duration;
+/// use rho_runtime::QuarantinePolicy;
+///
+/// let policy = QuarantinePolicy {
+///     cool_down: Duration::from_secs(30),
+///     ..QuarantinePolicy::default()
+/// };
+/// assert_eq!(policy.cool_down_after(2), Duration::from_secs(120));
+/// assert_eq!(policy.cool_down_after(20), policy.max_cool_down);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct QuarantinePolicy {
@@ -19,15 +38,42 @@ pub struct QuarantinePolicy {
     /// The window they must fall within.
     #[serde(with = "crate::millis", rename = "window_ms")]
     pub window: Duration,
+    /// How long a first quarantine lasts before a call probes the tool (zero: until a new build
+    /// or the host lifts it).
+    #[serde(with = "crate::millis", rename = "cool_down_ms")]
+    pub cool_down: Duration,
+    /// What each failed probe multiplies the cool-down by (1: the same each time).
+    pub cool_down_growth: u32,
+    /// The longest cool-down.
+    #[serde(with = "crate::millis", rename = "max_cool_down_ms")]
+    pub max_cool_down: Duration,
 }
 
 impl Default for QuarantinePolicy {
-    /// 3 crashes or timeouts within 5 minutes.
+    /// 3 crashes or timeouts within 5 minutes; a probe after 2 minutes, then 4, 8 and 16, and
+    /// every 30 minutes from there on: an agent's session gets a tool back within minutes of
+    /// its recovery.
     fn default() -> Self {
         QuarantinePolicy {
             max_failures: 3,
             window: Duration::from_secs(300),
+            cool_down: Duration::from_secs(120),
+            cool_down_growth: 2,
+            max_cool_down: Duration::from_secs(1800),
         }
+    }
+}
+
+impl QuarantinePolicy {
+    /// The cool-down after `failed_probes` failed probes: `cool_down` times
+    /// `cool_down_growth` to that power, at most `max_cool_down`.
+    pub fn cool_down_after(&self, failed_probes: u32) -> Duration {
+        let growth = self.cool_down_growth.max(1);
+        let factor = growth.checked_pow(failed_probes).unwrap_or(u32::MAX);
+        self.cool_down
+            .checked_mul(factor)
+            .unwrap_or(Duration::MAX)
+            .min(self.max_cool_down.max(self.cool_down))
     }
 }
 
@@ -65,6 +111,13 @@ pub struct ToolStats {
     pub runaway_threads: usize,
     /// Why the tool is quarantined, if it is.
     pub quarantine: Option<String>,
+    /// While quarantined: when its next call probes it (Unix time, milliseconds); `None` when
+    /// it is not quarantined or has no cool-down.
+    #[serde(default)]
+    pub probe_after_ms: Option<u64>,
+    /// Whether a probe call of it is running.
+    #[serde(default)]
+    pub probing: bool,
 }
 
 /// How many recent durations the percentiles are computed from.
@@ -130,8 +183,74 @@ struct Entry {
     last_failure: String,
     /// The generation whose failures are counted.
     generation: u64,
-    /// The generation quarantined, with the reason.
-    quarantined: Option<(u64, String)>,
+    /// Its quarantine, if it is quarantined.
+    quarantine: Option<Quarantine>,
+}
+
+/// A tool's quarantine.
+struct Quarantine {
+    /// The generation quarantined.
+    generation: u64,
+    /// Why: counts and the last failure.
+    reason: String,
+    /// Probes that failed so far.
+    failed_probes: u32,
+    /// When a call may probe it (`None`: no cool-down), as an instant and in Unix milliseconds.
+    probe_after: Option<(Instant, u64)>,
+    /// The call probing it now.
+    probe: Option<String>,
+}
+
+impl Quarantine {
+    fn new(generation: u64, reason: String, failed_probes: u32, policy: &QuarantinePolicy) -> Self {
+        let cool_down = policy.cool_down_after(failed_probes);
+        let probe_after = (!policy.cool_down.is_zero()).then(|| {
+            let wall = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .saturating_add(cool_down);
+            (Instant::now() + cool_down, crate::millis::of(wall))
+        });
+        Quarantine {
+            generation,
+            reason,
+            failed_probes,
+            probe_after,
+            probe: None,
+        }
+    }
+
+    /// What its event says.
+    fn state(&self, tool: &str) -> QuarantineState {
+        QuarantineState {
+            tool: tool.to_owned(),
+            reason: self.reason.clone(),
+            probe_after_ms: self.probe_after.map(|(_, ms)| ms),
+            failed_probes: self.failed_probes,
+        }
+    }
+}
+
+/// A quarantine begun (or begun again after a failed probe), as its event tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct QuarantineState {
+    pub tool: String,
+    pub reason: String,
+    /// When a call may probe it (Unix milliseconds); `None`: no cool-down.
+    pub probe_after_ms: Option<u64>,
+    /// Probes that failed before this quarantine.
+    pub failed_probes: u32,
+}
+
+/// Whether a call of a tool may run.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// It runs.
+    Serve,
+    /// It runs as the probe of the tool's quarantine.
+    Probe,
+    /// It ends `quarantined`, for this reason.
+    Refused(String),
 }
 
 /// Which tool, from which load of its plugin.
@@ -145,6 +264,7 @@ pub(crate) struct ToolKey<'a> {
 /// How a call ended, as accounting needs it.
 #[derive(Clone, Copy)]
 pub(crate) struct CallEnd<'a> {
+    pub call_id: &'a str,
     pub outcome: Outcome,
     pub duration: Duration,
     pub text: &'a str,
@@ -154,7 +274,10 @@ pub(crate) struct CallEnd<'a> {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Change {
     None,
-    Quarantined(String),
+    /// Quarantined, or quarantined again by a failed probe.
+    Quarantined(QuarantineState),
+    /// Its probe answered: the quarantine is lifted, for this reason.
+    Restored(String),
 }
 
 /// Stats and quarantine for every tool of a registry.
@@ -164,18 +287,53 @@ pub(crate) struct Health {
 }
 
 impl Health {
-    /// The quarantine text if `tool` of `generation` is quarantined.
-    pub fn quarantined(&self, tool: &str, generation: u64) -> Option<String> {
-        self.entries
-            .get(tool)
-            .and_then(|e| e.quarantined.as_ref())
-            .filter(|(g, _)| *g == generation)
-            .map(|(_, reason)| reason.clone())
+    /// Whether the call `call_id` of `tool` of `generation` may run now: quarantined tools
+    /// refuse calls until their cool-down has passed, then take one call as their probe.
+    pub fn admit(&mut self, tool: &str, generation: u64, call_id: &str) -> Admission {
+        let Some(quarantine) = self
+            .entries
+            .get_mut(tool)
+            .and_then(|e| e.quarantine.as_mut())
+            .filter(|q| q.generation == generation)
+        else {
+            return Admission::Serve;
+        };
+        let reason = &quarantine.reason;
+        if quarantine.probe.is_some() {
+            return Admission::Refused(format!("{reason}; a call is probing it now"));
+        }
+        match quarantine.probe_after {
+            None => Admission::Refused(reason.clone()),
+            Some((at, _)) => {
+                let now = Instant::now();
+                if now < at {
+                    let secs = (at - now).as_secs_f64().ceil();
+                    return Admission::Refused(format!(
+                        "{reason}; a call in {secs} s will probe it"
+                    ));
+                }
+                quarantine.probe = Some(call_id.to_owned());
+                Admission::Probe
+            }
+        }
     }
 
-    /// Records the end of a call of `tool` of `generation`: counted in its figures, and a crash or
-    /// timeout charged to it (see [`Health::charge`]) unless `charged` is `false` (another tool
-    /// caused it, and is charged instead).
+    /// Forgets the probe `call_id` of `tool` without deciding anything (its call ended without
+    /// being recorded): the next call probes.
+    pub fn release_probe(&mut self, tool: &str, call_id: &str) {
+        if let Some(quarantine) = self
+            .entries
+            .get_mut(tool)
+            .and_then(|e| e.quarantine.as_mut())
+            && quarantine.probe.as_deref() == Some(call_id)
+        {
+            quarantine.probe = None;
+        }
+    }
+
+    /// Records the end of a call of `tool` of `generation`: counted in its figures; the probe of
+    /// its quarantine decided; a crash or timeout charged to it (see [`Health::charge`]) unless
+    /// `charged` is `false` (another tool caused it, and is charged instead).
     pub fn record(
         &mut self,
         policy: &QuarantinePolicy,
@@ -184,12 +342,43 @@ impl Health {
         charged: bool,
     ) -> Change {
         let CallEnd {
-            outcome, duration, ..
+            outcome,
+            duration,
+            call_id,
+            text,
         } = *end;
         let Some(entry) = self.entry(tool) else {
             return Change::None;
         };
         entry.tally.count(outcome, duration.as_secs_f64() * 1000.0);
+        let probing = entry
+            .quarantine
+            .as_ref()
+            .is_some_and(|q| q.probe.as_deref() == Some(call_id));
+        if probing && let Some(quarantine) = entry.quarantine.as_mut() {
+            quarantine.probe = None;
+            match outcome {
+                Outcome::Ok | Outcome::Error => {
+                    entry.quarantine = None;
+                    entry.failures.clear();
+                    return Change::Restored(format!("its probe call ended `{outcome}`"));
+                }
+                Outcome::Crashed | Outcome::TimedOut if charged => {
+                    let failed = quarantine.failed_probes.saturating_add(1);
+                    let reason = format!(
+                        "tool `{}` ({}) is quarantined again: its probe call ended {outcome}: {text}",
+                        tool.tool, tool.origin
+                    );
+                    let again = Quarantine::new(tool.generation, reason, failed, policy);
+                    let state = again.state(tool.tool);
+                    *quarantine = again;
+                    return Change::Quarantined(state);
+                }
+                // It never reached the tool (or another tool caused its end): the next call
+                // probes.
+                _ => return Change::None,
+            }
+        }
         if !charged {
             return Change::None;
         }
@@ -248,7 +437,7 @@ impl Health {
         {
             entry.failures.pop_front();
         }
-        if entry.failures.len() < policy.max_failures as usize || entry.quarantined.is_some() {
+        if entry.failures.len() < policy.max_failures as usize || entry.quarantine.is_some() {
             return Change::None;
         }
         let crashes = entry
@@ -262,8 +451,10 @@ impl Health {
             "tool `{tool}` ({origin}) is quarantined after {crashes} crash(es) and {timeouts} timeout(s) within {} s; last failure: {last}",
             policy.window.as_secs()
         );
-        entry.quarantined = Some((generation, reason.clone()));
-        Change::Quarantined(reason)
+        let quarantine = Quarantine::new(generation, reason, 0, policy);
+        let state = quarantine.state(tool);
+        entry.quarantine = Some(quarantine);
+        Change::Quarantined(state)
     }
 
     /// Lifts the quarantine of `tool`; returns whether it was quarantined.
@@ -271,7 +462,7 @@ impl Health {
         match self.entries.get_mut(tool) {
             Some(entry) => {
                 entry.failures.clear();
-                entry.quarantined.take().is_some()
+                entry.quarantine.take().is_some()
             }
             None => false,
         }
@@ -282,9 +473,9 @@ impl Health {
         self.entries
             .iter()
             .filter(|(tool, e)| {
-                e.quarantined
+                e.quarantine
                     .as_ref()
-                    .is_some_and(|(g, _)| current.get(*tool).is_some_and(|c| c != g))
+                    .is_some_and(|q| current.get(*tool).is_some_and(|c| *c != q.generation))
             })
             .map(|(tool, _)| tool.clone())
             .collect()
@@ -294,7 +485,11 @@ impl Health {
     pub fn stats(&self, tool: &str) -> Option<ToolStats> {
         let entry = self.entries.get(tool)?;
         let mut stats = entry.tally.snapshot();
-        stats.quarantine = entry.quarantined.as_ref().map(|(_, r)| r.clone());
+        if let Some(quarantine) = &entry.quarantine {
+            stats.quarantine = Some(quarantine.reason.clone());
+            stats.probe_after_ms = quarantine.probe_after.map(|(_, ms)| ms);
+            stats.probing = quarantine.probe.is_some();
+        }
         Some(stats)
     }
 }
@@ -370,10 +565,24 @@ impl HealthView {
                     self.tally(tool).count(*outcome, *duration_ms);
                 }
             }
-            EventKind::ToolQuarantined { tool, reason, .. } => {
-                self.tally(tool).stats.quarantine = Some(reason.clone())
+            EventKind::ToolQuarantined {
+                tool,
+                reason,
+                probe_after_ms,
+                ..
+            } => {
+                let stats = &mut self.tally(tool).stats;
+                stats.quarantine = Some(reason.clone());
+                stats.probe_after_ms = *probe_after_ms;
+                stats.probing = false;
             }
-            EventKind::ToolRestored { tool, .. } => self.tally(tool).stats.quarantine = None,
+            EventKind::ToolProbing { tool, .. } => self.tally(tool).stats.probing = true,
+            EventKind::ToolRestored { tool, .. } => {
+                let stats = &mut self.tally(tool).stats;
+                stats.quarantine = None;
+                stats.probe_after_ms = None;
+                stats.probing = false;
+            }
             _ => return false,
         }
         true
@@ -412,89 +621,50 @@ pub(crate) fn percentile(sorted: &[f64], q: f64) -> f64 {
 mod tests {
     use super::*;
 
-    #[test]
-    fn quarantines_after_three_failures_and_new_generation_resets() {
-        let policy = QuarantinePolicy::default();
-        let origin = Origin::Plugin {
+    fn origin() -> Origin {
+        Origin::Plugin {
             plugin: "p".into(),
             version: "1".into(),
             file: "libp.so".into(),
+        }
+    }
+
+    /// Records the end of call `id` of tool `t` (generation 1), charged to it.
+    fn end(h: &mut Health, policy: &QuarantinePolicy, id: &str, outcome: Outcome) -> Change {
+        let origin = origin();
+        let key = ToolKey {
+            tool: "t",
+            origin: &origin,
+            generation: 1,
         };
+        let end = CallEnd {
+            call_id: id,
+            outcome,
+            duration: Duration::from_millis(5),
+            text: "boom",
+        };
+        h.record(policy, &key, &end, true)
+    }
+
+    #[test]
+    fn quarantines_after_three_failures_and_new_generation_resets() {
+        let policy = QuarantinePolicy::default();
         let mut h = Health::default();
-        let d = Duration::from_millis(5);
-        assert_eq!(
-            h.record(
-                &policy,
-                &ToolKey {
-                    tool: "t",
-                    origin: &origin,
-                    generation: 1
-                },
-                &CallEnd {
-                    outcome: Outcome::Crashed,
-                    duration: d,
-                    text: "boom"
-                },
-                true
-            ),
-            Change::None
-        );
-        assert_eq!(
-            h.record(
-                &policy,
-                &ToolKey {
-                    tool: "t",
-                    origin: &origin,
-                    generation: 1
-                },
-                &CallEnd {
-                    outcome: Outcome::Ok,
-                    duration: d,
-                    text: ""
-                },
-                true
-            ),
-            Change::None
-        );
-        assert_eq!(
-            h.record(
-                &policy,
-                &ToolKey {
-                    tool: "t",
-                    origin: &origin,
-                    generation: 1
-                },
-                &CallEnd {
-                    outcome: Outcome::TimedOut,
-                    duration: d,
-                    text: "slow"
-                },
-                true
-            ),
-            Change::None
-        );
-        let Change::Quarantined(reason) = h.record(
-            &policy,
-            &ToolKey {
-                tool: "t",
-                origin: &origin,
-                generation: 1,
-            },
-            &CallEnd {
-                outcome: Outcome::Crashed,
-                duration: d,
-                text: "bang",
-            },
-            true,
-        ) else {
+        assert_eq!(end(&mut h, &policy, "1", Outcome::Crashed), Change::None);
+        assert_eq!(end(&mut h, &policy, "2", Outcome::Ok), Change::None);
+        assert_eq!(end(&mut h, &policy, "3", Outcome::TimedOut), Change::None);
+        let Change::Quarantined(state) = end(&mut h, &policy, "4", Outcome::Crashed) else {
             panic!("not quarantined");
         };
         assert_eq!(
-            reason,
-            "tool `t` (p@1 (libp.so)) is quarantined after 2 crash(es) and 1 timeout(s) within 300 s; last failure: crashed: bang"
+            state.reason,
+            "tool `t` (p@1 (libp.so)) is quarantined after 2 crash(es) and 1 timeout(s) within 300 s; last failure: crashed: boom"
         );
-        assert!(h.quarantined("t", 1).is_some());
-        assert!(h.quarantined("t", 2).is_none());
+        assert!(state.probe_after_ms.is_some());
+        assert!(
+            matches!(h.admit("t", 1, "5"), Admission::Refused(r) if r.contains("will probe it"))
+        );
+        assert_eq!(h.admit("t", 2, "5"), Admission::Serve);
         let current = HashMap::from([("t".to_owned(), 2)]);
         assert_eq!(h.stale_quarantines(&current), vec!["t".to_owned()]);
         assert!(h.lift("t"));
@@ -504,6 +674,83 @@ mod tests {
             (4, 1, 2, 1)
         );
         assert_eq!(stats.p50_ms, 5.0);
+    }
+
+    #[test]
+    fn a_cooled_down_quarantine_takes_one_probe_that_lifts_or_rearms_it() {
+        let policy = QuarantinePolicy {
+            max_failures: 1,
+            cool_down: Duration::from_millis(1),
+            cool_down_growth: 3,
+            max_cool_down: Duration::from_millis(5),
+            ..QuarantinePolicy::default()
+        };
+        let mut h = Health::default();
+        assert!(matches!(
+            end(&mut h, &policy, "1", Outcome::Crashed),
+            Change::Quarantined(_)
+        ));
+        std::thread::sleep(Duration::from_millis(2));
+        // One probe at a time; the others are refused while it runs.
+        assert_eq!(h.admit("t", 1, "2"), Admission::Probe);
+        assert!(
+            matches!(h.admit("t", 1, "3"), Admission::Refused(r) if r.contains("probing it now"))
+        );
+        assert!(h.stats("t").unwrap().probing);
+        // A call that started before the quarantine ends: it decides nothing.
+        assert_eq!(end(&mut h, &policy, "0", Outcome::Ok), Change::None);
+        // The probe crashes: quarantined again, for three times as long.
+        let Change::Quarantined(again) = end(&mut h, &policy, "2", Outcome::Crashed) else {
+            panic!("not quarantined again");
+        };
+        assert_eq!(again.failed_probes, 1);
+        assert!(
+            again.reason.contains("its probe call ended crashed"),
+            "{}",
+            again.reason
+        );
+        assert!(matches!(h.admit("t", 1, "4"), Admission::Refused(_)));
+        std::thread::sleep(Duration::from_millis(4));
+        // A probe that never reached the tool decides nothing; the next call probes.
+        assert_eq!(h.admit("t", 1, "5"), Admission::Probe);
+        assert_eq!(end(&mut h, &policy, "5", Outcome::Blocked), Change::None);
+        assert_eq!(h.admit("t", 1, "6"), Admission::Probe);
+        assert!(matches!(
+            end(&mut h, &policy, "6", Outcome::Error),
+            Change::Restored(_)
+        ));
+        assert_eq!(h.admit("t", 1, "7"), Admission::Serve);
+        assert!(h.stats("t").unwrap().quarantine.is_none());
+    }
+
+    #[test]
+    fn cool_downs_grow_to_their_cap_and_zero_means_none() {
+        let policy = QuarantinePolicy::default();
+        let minutes = |n: u64| Duration::from_secs(60 * n);
+        let grown: Vec<_> = (0..6).map(|n| policy.cool_down_after(n)).collect();
+        assert_eq!(
+            grown,
+            [
+                minutes(2),
+                minutes(4),
+                minutes(8),
+                minutes(16),
+                minutes(30),
+                minutes(30)
+            ]
+        );
+        assert_eq!(policy.cool_down_after(u32::MAX), minutes(30));
+        let never = QuarantinePolicy {
+            max_failures: 1,
+            cool_down: Duration::ZERO,
+            ..policy
+        };
+        let mut h = Health::default();
+        let Change::Quarantined(state) = end(&mut h, &never, "1", Outcome::TimedOut) else {
+            panic!("not quarantined");
+        };
+        assert_eq!(state.probe_after_ms, None);
+        assert_eq!(h.admit("t", 1, "2"), Admission::Refused(state.reason));
     }
 
     #[test]

@@ -22,7 +22,9 @@ use crate::bus::Bus;
 use crate::bus::events::EventKind;
 use crate::call::invoke::{Invoke, NativeInvoke, Tool};
 use crate::call::validate::{Checked, SchemaValidator};
-use crate::registry::health::{CallEnd, Change, Health, QuarantinePolicy, ToolKey, ToolStats};
+use crate::registry::health::{
+    Admission, CallEnd, Change, Health, QuarantinePolicy, QuarantineState, ToolKey, ToolStats,
+};
 use rho_protocol::ToolResult;
 use rho_protocol::ToolSpec;
 
@@ -405,9 +407,35 @@ impl ToolRegistry {
         lifted
     }
 
-    /// The quarantine text if `tool` is quarantined.
-    pub(crate) fn quarantined(&self, tool: &ResolvedTool) -> Option<String> {
-        self.health().quarantined(&tool.spec.name, tool.generation)
+    /// Whether the call `call_id` of `tool` may run: `Err` with the quarantine's text while the
+    /// tool is quarantined, except for the one call that probes it once its cool-down is over
+    /// (published as `tool_probing`).
+    pub(crate) fn admit(&self, tool: &ResolvedTool, call_id: &str) -> Result<(), String> {
+        let admission = self
+            .health()
+            .admit(&tool.spec.name, tool.generation, call_id);
+        match admission {
+            Admission::Serve => Ok(()),
+            Admission::Refused(reason) => Err(reason),
+            Admission::Probe => {
+                tracing::info!(tool = %tool.spec.name, call = %call_id, "probing a quarantined tool");
+                self.inner.bus.publish(
+                    None,
+                    EventKind::ToolProbing {
+                        tool: tool.spec.name.clone(),
+                        origin: tool.origin.to_string(),
+                        call_id: call_id.to_owned(),
+                    },
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// Forgets the probe `call_id` of `tool` (its call ended without being recorded: its task
+    /// died): the next call probes.
+    pub(crate) fn release_probe(&self, tool: &str, call_id: &str) {
+        self.health().release_probe(tool, call_id);
     }
 
     /// Records how a call of `tool` ended (the seed's `watch`): counts, durations, and quarantine
@@ -435,6 +463,7 @@ impl ToolRegistry {
         }
         let text = result.text();
         let end = CallEnd {
+            call_id: &result.call_id,
             outcome: result.outcome,
             duration: result.duration,
             text: &text,
@@ -448,17 +477,35 @@ impl ToolRegistry {
             [Some((tool, own)), charged]
         };
         for (tool, change) in changes.into_iter().flatten() {
-            if let Change::Quarantined(reason) = change {
-                tracing::warn!(tool = %tool.spec.name, %reason, "tool quarantined");
-                self.inner.bus.publish(
-                    None,
-                    EventKind::ToolQuarantined {
-                        tool: tool.spec.name.clone(),
-                        origin: tool.origin.to_string(),
+            let origin = tool.origin.to_string();
+            let event = match change {
+                Change::None => continue,
+                Change::Quarantined(state) => {
+                    let QuarantineState {
+                        tool,
                         reason,
-                    },
-                );
-            }
+                        probe_after_ms,
+                        failed_probes,
+                    } = state;
+                    tracing::warn!(%tool, %reason, ?probe_after_ms, "tool quarantined");
+                    EventKind::ToolQuarantined {
+                        tool,
+                        origin,
+                        reason,
+                        probe_after_ms,
+                        failed_probes,
+                    }
+                }
+                Change::Restored(reason) => {
+                    tracing::info!(tool = %tool.spec.name, %reason, "quarantine lifted");
+                    EventKind::ToolRestored {
+                        tool: tool.spec.name.clone(),
+                        origin,
+                        reason,
+                    }
+                }
+            };
+            self.inner.bus.publish(None, event);
         }
     }
 

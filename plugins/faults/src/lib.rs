@@ -18,6 +18,13 @@ pub struct PanicArgs {
     pub message: String,
 }
 
+/// Arguments of `flaky`.
+#[derive(Deserialize, JsonSchema)]
+pub struct FlakyArgs {
+    /// How many of the first calls of `flaky` (in this plugin's process) crash.
+    pub crashes: u32,
+}
+
 /// Arguments of `sleep`.
 #[derive(Deserialize, JsonSchema)]
 pub struct SleepArgs {
@@ -82,6 +89,15 @@ pub struct FailArgs {
 
 fn panic_tool(args: PanicArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     panic!("{}", args.message)
+}
+
+fn flaky(args: FlakyArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    if n <= args.crashes {
+        panic!("flaky: call {n} crashes (the first {} do)", args.crashes);
+    }
+    Ok(Answer::text(format!("call {n} answered")))
 }
 
 fn panic_payload(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
@@ -378,6 +394,7 @@ export_plugin! {
     Tool::new("nap", "Sleeps for ms milliseconds, read-only.", sleep).read_only(true),
     Tool::new("unschema", "Answers structured content without declaring an output schema.", unschema),
     Tool::new("panic", "Panics with the given message.", panic_tool),
+    Tool::new("flaky", "Panics on the first calls (crashes of them), then answers.", flaky),
     Tool::new("panic_payload", "Panics with a non-string payload.", panic_payload),
     Tool::new("sleep", "Sleeps for ms milliseconds; stops early when cancelled.", sleep),
     Tool::new("spin", "Busy-loops forever and ignores cancellation.", spin),
