@@ -19,6 +19,9 @@
 //! [timeouts]                 # per tool, win over the tool's own
 //! spin = 500
 //!
+//! [idle_timeouts]            # per tool: ended after this long without a partial update
+//! crawl = 30000
+//!
 //! [quarantine]
 //! max_failures = 3
 //! window_ms = 300000
@@ -61,7 +64,8 @@ use crate::wasm::WasmConfig;
 /// A key no part reads is an error.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
-    /// `[[plugins]]`, `[runner]`, `[timeouts]`, `[quarantine]`, `[workers]`, `[[gate]]`.
+    /// `[[plugins]]`, `[runner]`, `[timeouts]`, `[idle_timeouts]`, `[quarantine]`, `[workers]`,
+    /// `[[gate]]`.
     pub host: HostConfig,
     /// `[serve]`: `rho serve` over stdio and HTTP.
     pub serve: ServeConfig,
@@ -321,6 +325,10 @@ mod tests {
         assert!(!config.host.plugins[0].isolate);
         assert_eq!(config.host.runner.keep_details, KeepDetails::UpTo(4096));
         assert_eq!(config.host.timeouts["spin"], 500);
+        assert_eq!(
+            config.host.runner_config().idle_timeout_overrides["crawl"],
+            std::time::Duration::from_secs(30)
+        );
         assert_eq!(config.host.quarantine.max_failures, 2);
         assert_eq!(config.host.workers.spares, 0);
         assert_eq!(
@@ -374,6 +382,8 @@ mod tests {
         keep_details = { up_to = 4096 }
         [timeouts]
         spin = 500
+        [idle_timeouts]
+        crawl = 30000
         [quarantine]
         max_failures = 2
         window_ms = 1000

@@ -22,8 +22,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::settings::{CallOrder, KeepDetails, LoopConfig};
+use crate::call::options::RunnerConfig;
 use crate::call::rules::GateRule;
-use crate::call::runner::RunnerConfig;
 use crate::isolate::WorkerOptions;
 use crate::plugin::options::{DirOptions, Isolation};
 use crate::registry::health::QuarantinePolicy;
@@ -51,6 +51,10 @@ pub struct HostConfig {
     /// Per-tool timeouts, milliseconds; they win over the tools' own.
     #[serde(default)]
     pub timeouts: HashMap<String, u64>,
+    /// Per-tool idle limits, milliseconds: a call that sends no partial update for this long
+    /// ends `timed_out`; they win over the tools' own.
+    #[serde(default)]
+    pub idle_timeouts: HashMap<String, u64>,
     /// When a tool is quarantined.
     #[serde(default)]
     pub quarantine: QuarantinePolicy,
@@ -219,6 +223,7 @@ impl HostConfig {
         "plugins",
         "runner",
         "timeouts",
+        "idle_timeouts",
         "quarantine",
         "workers",
         "gate",
@@ -252,6 +257,9 @@ impl HostConfig {
         }
         within("runner.load_wait_ms", r.load_wait_ms, 0, MAX_TIMEOUT_MS)?;
         within("runner.ask_timeout_ms", r.ask_timeout_ms, 1, MAX_TIMEOUT_MS)?;
+        for (tool, ms) in &self.idle_timeouts {
+            within(&format!("idle_timeouts.{tool}"), *ms, 1, MAX_TIMEOUT_MS)?;
+        }
         for (tool, ms) in &self.timeouts {
             within(&format!("timeouts.{tool}"), *ms, 1, MAX_TIMEOUT_MS)?;
         }
@@ -367,6 +375,11 @@ impl HostConfig {
             default_timeout: Duration::from_millis(self.runner.default_timeout_ms),
             timeout_overrides: self
                 .timeouts
+                .iter()
+                .map(|(tool, ms)| (tool.clone(), Duration::from_millis(*ms)))
+                .collect(),
+            idle_timeout_overrides: self
+                .idle_timeouts
                 .iter()
                 .map(|(tool, ms)| (tool.clone(), Duration::from_millis(*ms)))
                 .collect(),

@@ -125,6 +125,10 @@ pub struct ToolOverride {
     /// The tool's timeout, milliseconds (the host's overrides still win).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// The tool's idle limit, milliseconds: a call without progress notifications for this long
+    /// ends `timed_out` (the host's overrides still win).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
 }
 
 impl McpServer {

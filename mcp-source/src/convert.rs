@@ -25,7 +25,7 @@ pub(crate) fn spec(server: &str, tool: &Tool, over: Option<&ToolOverride>) -> To
         .title
         .clone()
         .or_else(|| annotations.and_then(|a| a.title.clone()));
-    let mut timeout_ms = None;
+    let (mut timeout_ms, mut idle_timeout_ms) = (None, None);
     if let Some(over) = over {
         hints.read_only = over.read_only.unwrap_or(hints.read_only);
         hints.destructive = over.destructive.unwrap_or(hints.destructive);
@@ -33,6 +33,7 @@ pub(crate) fn spec(server: &str, tool: &Tool, over: Option<&ToolOverride>) -> To
         hints.open_world = over.open_world.unwrap_or(hints.open_world);
         title = over.title.clone().or(title);
         timeout_ms = over.timeout_ms;
+        idle_timeout_ms = over.idle_timeout_ms;
     }
     ToolSpec {
         name: tool.name.to_string(),
@@ -46,6 +47,7 @@ pub(crate) fn spec(server: &str, tool: &Tool, over: Option<&ToolOverride>) -> To
         hints,
         max_result_bytes: None,
         timeout_ms,
+        idle_timeout_ms,
         plugin: Some(format!("mcp:{server}")),
         plugin_version: None,
     }

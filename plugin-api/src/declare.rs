@@ -184,6 +184,9 @@ pub struct ToolDeclaration {
     pub output_schema: Option<Value>,
     /// The longest text of an answer the model gets, in bytes; longer text is cut with a note.
     pub max_result_bytes: Option<u64>,
+    /// Its idle limit, milliseconds: a call that sends no partial update for this long ends
+    /// `timed_out` (under its total timeout).
+    pub idle_timeout_ms: Option<u64>,
 }
 
 /// Everything a plugin declares: its capabilities and, per tool, a [`ToolDeclaration`].

@@ -160,6 +160,15 @@ impl Tool {
         self
     }
 
+    /// The same tool with an idle limit: a call of it that sends no partial update
+    /// ([`Ctx::update`]) for `idle_timeout_ms` ends `timed_out`, however long its total timeout
+    /// (the host's settings win over it). For a tool that may run long while it says how it
+    /// gets on: alive as long as it speaks, stopped soon after it falls silent.
+    pub fn idle_timeout_ms(mut self, idle_timeout_ms: u64) -> Self {
+        self.declared_mut().idle_timeout_ms = Some(idle_timeout_ms);
+        self
+    }
+
     /// The same tool with a title for people (the name stays what the model calls).
     pub fn title(mut self, title: impl Into<String>) -> Self {
         self.declared_mut().title = Some(title.into());

@@ -32,8 +32,8 @@ mod spec;
 pub use answer::{MAX_DETAILS_BYTES, MAX_IMAGES};
 pub use grants::{Grants, MAX_GRANTS};
 pub use outcome::{
-    CrashReason, Failure, Outcome, Reply, ToolResult, crash_text, cut_output, timeout_text,
-    to_result, with_text,
+    CrashReason, Failure, Outcome, Reply, ToolResult, crash_text, cut_output, idle_timeout_text,
+    timeout_text, to_result, with_text,
 };
 pub use sandbox::{Identity, NOBODY, SandboxReport, WasmSandbox, WorkerLimits};
 pub use spec::{MAX_SCHEMA_BYTES, MAX_SCHEMA_PATTERNS, ToolSpec, schema_cost_problem};

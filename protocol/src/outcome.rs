@@ -216,6 +216,16 @@ pub fn timeout_text(tool: &str, timeout: Duration) -> String {
     format!("tool `{tool}` timed out after {} ms", timeout.as_millis())
 }
 
+/// The error text of a call ended by its idle limit:
+/// ``tool `crawl` timed out: no update for 500 ms (its idle limit), after running 3200 ms``.
+pub fn idle_timeout_text(tool: &str, idle: Duration, ran: Duration) -> String {
+    format!(
+        "tool `{tool}` timed out: no update for {} ms (its idle limit), after running {} ms",
+        idle.as_millis(),
+        ran.as_millis()
+    )
+}
+
 /// Why a tool produced no answer, before it is turned into a [`ToolResult`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Failure {

@@ -32,6 +32,10 @@ pub struct ToolSpec {
     pub max_result_bytes: Option<u64>,
     /// Its own timeout, if it has one (else the host's default applies).
     pub timeout_ms: Option<u64>,
+    /// Its own idle limit, milliseconds, if it has one: a call that sends no partial update for
+    /// this long ends `timed_out`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
     /// The plugin it comes from (`None` for a host-native tool).
     pub plugin: Option<String>,
     /// That plugin's version.
@@ -54,6 +58,7 @@ impl ToolSpec {
             hints: ToolHints::default(),
             max_result_bytes: None,
             timeout_ms: None,
+            idle_timeout_ms: None,
             plugin: None,
             plugin_version: None,
         }

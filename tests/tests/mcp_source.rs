@@ -129,6 +129,22 @@ async fn a_servers_tools_serve_with_their_origin_progress_images_logs_and_questi
     assert_eq!(r.structured, Some(json!({"result": "slept 300 ms"})));
     assert_eq!(*updates.lock().unwrap(), ["step 1", "step 2", "step 3"]);
 
+    // Its progress notifications keep a call alive under an idle limit (three, 0.5 s apart, under
+    // 0.9 s); a second between them does not (under 0.4 s): `timed_out`, naming the idle limit.
+    let idle = |ms| CallOptions {
+        idle_timeout: Some(Duration::from_millis(ms)),
+        ..CallOptions::default()
+    };
+    let r = host
+        .call_with(&call("i1", "slow", json!({"ms": 1500})), &idle(900))
+        .await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    let r = host
+        .call_with(&call("i2", "slow", json!({"ms": 3000})), &idle(400))
+        .await;
+    assert_eq!(r.outcome, Outcome::TimedOut, "{}", r.text());
+    assert!(r.text().contains("(its idle limit)"), "{}", r.text());
+
     let r = host.call("image", json!({})).await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
     assert_eq!(r.output.images()[0].mime_type, "image/png");

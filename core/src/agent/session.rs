@@ -13,7 +13,7 @@ use crate::agent::settings::{CallOrder, LoopConfig};
 use crate::agent::stop::StopReason;
 use crate::bus::events::{CallRef, EventKind};
 use crate::call::gate::ToolCall;
-use crate::call::runner::CallOptions;
+use crate::call::options::CallOptions;
 use crate::host::Host;
 use rho_protocol::ToolResult;
 

@@ -5,6 +5,7 @@ pub(crate) mod ask;
 pub(crate) mod gate;
 pub(crate) mod invoke;
 pub(crate) mod json;
+pub(crate) mod options;
 pub(crate) mod panic;
 pub(crate) mod rules;
 pub(crate) mod runner;

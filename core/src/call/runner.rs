@@ -2,15 +2,13 @@
 //! clock starts only when the gate allows, and ends it exactly once with a typed outcome and one
 //! `tool_execution_end` event, whatever the tool, the gate or the task does.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rho_plugin_api::{Answer, LogLevel, Output, Reply};
 use serde_json::Value;
 use tokio::sync::oneshot;
-pub use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bus::Bus;
@@ -19,57 +17,38 @@ use crate::bus::events::{EventKind, OutputView, event_text};
 use crate::call::ask::{Answerer, Asking, Questions};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 use crate::call::invoke::{Failure, LogHook, ToolCtx, is_valid_traceparent};
+use crate::call::options::{CallOptions, CancellationToken, RunnerConfig};
 use crate::call::panic::{catch, payload_message};
 use crate::call::sender::{EndsOnDrop, Sender};
 use crate::registry::{ResolvedTool, ToolRegistry};
 use rho_protocol::{
-    CrashReason, Outcome, ToolResult, crash_text, cut_output, timeout_text, to_result, with_text,
+    CrashReason, Outcome, ToolResult, crash_text, cut_output, idle_timeout_text, timeout_text,
+    to_result, with_text,
 };
 
-/// The runner's settings.
-#[derive(Debug, Clone)]
-pub struct RunnerConfig {
-    /// The timeout of a tool that has none of its own.
-    pub default_timeout: Duration,
-    /// Timeouts the host sets per tool name; they win over the tool's own.
-    pub timeout_overrides: HashMap<String, Duration>,
-    /// How long the gate may take before `tool_gate_waiting` is published.
-    pub gate_waiting_after: Duration,
-    /// The longest timeout a tool may declare for itself (a plugin must not opt out of the
-    /// host's timeout); the host's own overrides are not capped.
-    pub max_tool_timeout: Duration,
-    /// The host's result limit, in bytes of answer text: longer text is cut with a note for the
-    /// model, the whole kept in [`ToolResult::full_text`] and the end event. A tool's own limit
-    /// applies when it is smaller. `None`: no limit but the tools' own.
-    pub max_result_bytes: Option<usize>,
-    /// How long plugin files still loading are waited for: by [`HostBuilder::build`](crate::HostBuilder::build)
-    /// (it returns once every file has loaded or failed, or after this long, naming those still
-    /// loading), and by a call of a tool name not known yet while some file is still loading
-    /// (after this long it ends `unknown_tool`, naming the files still loading). A call of a tool
-    /// already loaded never waits.
-    pub load_wait: Duration,
-    /// How long a tool's question to the user may stay open ([`crate::Answerer`]): past it the
-    /// tool reads `Reply::Cancelled` and goes on. The call's timeout is paused meanwhile.
-    pub ask_timeout: Duration,
+/// When a call last showed it is alive (a partial update, an answered question), for its idle
+/// limit: touched from the tool's thread, read by the loop when the idle timer fires.
+struct Activity {
+    origin: Instant,
+    /// Milliseconds from `origin`.
+    last_ms: AtomicU64,
 }
 
-/// The default [`RunnerConfig::load_wait`]: 2 s.
-pub const DEFAULT_LOAD_WAIT: Duration = Duration::from_secs(2);
-
-impl Default for RunnerConfig {
-    /// A 60 s default timeout, no overrides, `tool_gate_waiting` after 100 ms, tools' own
-    /// timeouts capped at 10 minutes, no result limit but the tools' own, loads waited for 2 s,
-    /// questions open at most 10 minutes.
-    fn default() -> Self {
-        RunnerConfig {
-            default_timeout: Duration::from_secs(60),
-            timeout_overrides: HashMap::new(),
-            gate_waiting_after: Duration::from_millis(100),
-            max_tool_timeout: Duration::from_secs(600),
-            max_result_bytes: None,
-            load_wait: DEFAULT_LOAD_WAIT,
-            ask_timeout: Duration::from_secs(600),
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            origin: Instant::now(),
+            last_ms: AtomicU64::new(0),
         }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.origin + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
     }
 }
 
@@ -132,53 +111,6 @@ impl Drop for InFlight {
     }
 }
 
-/// Receives one call's partial updates, in order, each cut at
-/// [`MAX_UPDATE_BYTES`](crate::MAX_UPDATE_BYTES): see
-/// [`CallOptions::on_update`].
-pub type UpdateHook = Arc<dyn Fn(&str) + Send + Sync>;
-
-/// Options of one call beyond its id, tool and arguments. Every field is optional; the default
-/// runs the call in no session, behind the host's gate, cancelled by nothing but its timeout.
-///
-/// ```
-/// use rho_runtime::{CallOptions, CancellationToken};
-/// let cancel = CancellationToken::new();
-/// let options = CallOptions {
-///     session_id: Some("s1".into()),
-///     cancel: Some(cancel.clone()),
-///     on_update: Some(std::sync::Arc::new(|partial: &str| eprintln!("{partial}"))),
-///     ..CallOptions::default()
-/// };
-/// # let _ = options;
-/// ```
-#[derive(Clone, Default)]
-pub struct CallOptions {
-    /// The session the call belongs to (its events carry it).
-    pub session_id: Option<String>,
-    /// Cancels the call from outside (a client's cancellation): it ends `error`, the tool's
-    /// cancellation flag is set and its task aborted.
-    pub cancel: Option<CancellationToken>,
-    /// The gate of this call instead of the host's (for example one that asks the client that
-    /// sent it).
-    pub gate: Option<Arc<dyn Gate>>,
-    /// Who answers this call's questions to the user instead of the host's answerer (for
-    /// example an MCP client's elicitation).
-    pub answerer: Option<Arc<dyn Answerer>>,
-    /// Called with each partial update of this call as its `tool_execution_update` event is
-    /// published; never after the call's `tool_execution_end`. It runs on the plugin's thread (or the worker's
-    /// reader): hand the text on (a channel) and return.
-    pub on_update: Option<UpdateHook>,
-    /// Called with each log line of this call as its `tool_execution_log` event is published,
-    /// in order with its updates; never after the call's `tool_execution_end`. It runs where
-    /// [`on_update`](Self::on_update) does: hand the line on and return.
-    pub on_log: Option<LogHook>,
-    /// The call's W3C trace context (`traceparent`: from an MCP request's
-    /// `_meta.traceparent`, or the host's own tracing), handed on to the tool
-    /// ([`ToolCtx::traceparent`], a plugin's `Ctx::traceparent`). One that is not valid
-    /// ([`is_valid_traceparent`](crate::is_valid_traceparent)) is dropped.
-    pub traceparent: Option<String>,
-}
-
 impl ToolRunner {
     /// A runner over `registry`, publishing on the registry's bus.
     pub fn new(registry: ToolRegistry, config: RunnerConfig) -> Self {
@@ -238,16 +170,7 @@ impl ToolRunner {
     /// The timeout that applies to `tool`: the host's override, else the tool's own (at most
     /// `max_tool_timeout`), else the default.
     pub fn timeout_for(&self, tool: &ResolvedTool) -> Duration {
-        let own = tool
-            .spec
-            .timeout_ms
-            .map(|ms| Duration::from_millis(ms).min(self.config.max_tool_timeout));
-        self.config
-            .timeout_overrides
-            .get(&tool.spec.name)
-            .copied()
-            .or(own)
-            .unwrap_or(self.config.default_timeout)
+        self.config.timeout_for(&tool.spec)
     }
 
     /// Runs `call` to its end: publishes `tool_execution_start`, resolves and validates it, runs
@@ -456,10 +379,19 @@ impl ToolRunner {
             session: options.session_id.clone(),
             call: call.clone(),
         };
+        // The idle limit, and when the call last showed it is alive: each update moves it.
+        let idle = self
+            .config
+            .idle_timeout_for(&tool.spec, options)
+            .map(|limit| (limit, Arc::new(Activity::new())));
         let on_update = {
             let sender = sender.clone();
             let hook = options.on_update.clone();
+            let activity = idle.as_ref().map(|(_, activity)| activity.clone());
             Arc::new(move |partial: &str| {
+                if let Some(activity) = &activity {
+                    activity.touch();
+                }
                 let hook = hook.as_deref().map(|h| h as &dyn Fn(&str));
                 sender.send(
                     EventType::ToolExecutionUpdate,
@@ -507,7 +439,7 @@ impl ToolRunner {
             answerer: answerer.clone(),
         };
         let ended_as = self
-            .supervise(call, tool, options, task, running_rx, questions, &ctx)
+            .supervise(call, tool, options, task, running_rx, questions, &ctx, idle)
             .await;
         *ended
             .lock()
@@ -587,10 +519,10 @@ impl ToolRunner {
         })
     }
 
-    /// The loop's side of a call: arms the timeout when the task says the gate allowed, publishes
-    /// `tool_gate_waiting` and `tool_running`, asks the tool's questions (the timeout paused
-    /// while one is open, the deadline moved by its wait), and turns however the task ends into
-    /// a result.
+    /// The loop's side of a call: arms the timeout (and the idle limit, if any) when the task
+    /// says the gate allowed, publishes `tool_gate_waiting` and `tool_running`, asks the tool's
+    /// questions (both paused while one is open, the deadline moved by its wait, the idle wait
+    /// started again by its answer), and turns however the task ends into a result.
     #[allow(clippy::too_many_arguments)]
     async fn supervise(
         &self,
@@ -601,6 +533,7 @@ impl ToolRunner {
         mut running_rx: oneshot::Receiver<Instant>,
         mut questions: Questions,
         ctx: &ToolCtx,
+        idle: Option<(Duration, Arc<Activity>)>,
     ) -> (ToolResult, Option<String>) {
         let session = options.session_id.as_deref();
         let timeout = self.timeout_for(tool);
@@ -625,6 +558,20 @@ impl ToolRunner {
         let mut asking: Option<Asking> = None;
         let ask_bound = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(ask_bound);
+        // The idle limit's timer, armed while the tool runs and no question is open; when it
+        // fires, it waits on from the tool's last update, if there was one since.
+        let idle_timer = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(idle_timer);
+        let mut idle_armed = false;
+        let mut running_since = Instant::now();
+        let rearm_idle = |timer: std::pin::Pin<&mut tokio::time::Sleep>| match &idle {
+            Some((limit, activity)) => {
+                activity.touch();
+                timer.reset(tokio::time::Instant::now() + *limit);
+                true
+            }
+            None => false,
+        };
         let end = loop {
             tokio::select! {
                 biased;
@@ -633,17 +580,23 @@ impl ToolRunner {
                     // An error means the task ended without allowing: its end comes next.
                     // A timeout too long to add (`Duration::MAX`: "never") is no deadline.
                     deadline = allowed
+                        .as_ref()
                         .ok()
-                        .and_then(|at| tokio::time::Instant::from_std(at).checked_add(timeout));
+                        .and_then(|at| tokio::time::Instant::from_std(*at).checked_add(timeout));
                     timer_armed = deadline.is_some();
                     if let Some(deadline) = deadline {
                         timer.as_mut().reset(deadline);
                     }
+                    if let Ok(at) = allowed {
+                        running_since = at;
+                        idle_armed = rearm_idle(idle_timer.as_mut());
+                    }
                 }
                 joined = &mut task => break self.joined(joined),
                 Some(asked) = questions.pending.recv(), if asking.is_none() => {
-                    // The timeout pauses while the user is asked.
+                    // The timeout and the idle limit pause while the user is asked.
                     timer_armed = false;
+                    idle_armed = false;
                     let now = tokio::time::Instant::now();
                     ask_bound.as_mut().reset(now + self.config.ask_timeout);
                     asking = Some(Asking::start(asked, questions.answerer.clone(), call));
@@ -656,6 +609,7 @@ impl ToolRunner {
                     if let Some(deadline) = deadline {
                         timer.as_mut().reset(deadline);
                     }
+                    idle_armed = rearm_idle(idle_timer.as_mut());
                 }
                 () = &mut ask_bound, if asking.is_some() => {
                     let text = format!(
@@ -669,6 +623,7 @@ impl ToolRunner {
                     if let Some(deadline) = deadline {
                         timer.as_mut().reset(deadline);
                     }
+                    idle_armed = rearm_idle(idle_timer.as_mut());
                 }
                 () = &mut timer, if timer_armed => {
                     if gate_answered {
@@ -681,6 +636,19 @@ impl ToolRunner {
                         call_id: call.id.clone(),
                         tool: call.name.clone(),
                     }).await;
+                }
+                () = &mut idle_timer, if idle_armed => {
+                    if let Some((limit, activity)) = &idle {
+                        let due = tokio::time::Instant::from_std(activity.last()) + *limit;
+                        if due > tokio::time::Instant::now() {
+                            idle_timer.as_mut().reset(due);
+                        } else {
+                            ctx.cancel();
+                            task.abort();
+                            let text = idle_timeout_text(&call.name, *limit, running_since.elapsed());
+                            break Err((Outcome::TimedOut, text));
+                        }
+                    }
                 }
                 () = &mut stopped => {
                     ctx.cancel();

@@ -753,7 +753,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let registry = ToolRegistry::new(Bus::default());
         let backend = Backend::new(&crate::plugin::options::Isolation::InProcess);
-        let wait = crate::call::runner::DEFAULT_LOAD_WAIT;
+        let wait = crate::call::options::DEFAULT_LOAD_WAIT;
         let options = DirOptions::default();
         let (dir, scanning) = PluginDir::open(&registry, tmp.path(), options, backend, None, wait)
             .await

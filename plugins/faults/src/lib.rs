@@ -405,6 +405,8 @@ export_plugin! {
     Tool::new("big_output", "Answers with that many bytes of text.", big_output),
     Tool::new("raw_image", "Answers with an image of that many (meaningless) bytes.", raw_image),
     Tool::new("updates", "Sends count partial updates, then answers.", updates),
+    Tool::new("heartbeat", "Sends count partial updates, interval_ms apart; its idle limit is 500 ms.", updates)
+        .idle_timeout_ms(500),
     Tool::new("print", "Prints the text on stdout and stderr, then answers.", print),
     Tool::new("log_levels", "Logs one line at debug, info, warning and error.", log_levels),
     Tool::new("ask", "Asks the user (times times), then answers the replies and the time left.", ask)

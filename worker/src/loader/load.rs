@@ -276,6 +276,7 @@ impl RawTool {
                 hints: spec.hints,
                 output_schema: spec.output_schema,
                 max_result_bytes: spec.max_result_bytes,
+                idle_timeout_ms: spec.idle_timeout_ms,
             },
             name: Some(spec.name),
             description: Some(spec.description),
@@ -389,6 +390,7 @@ pub fn check_tools(
             hints,
             output_schema,
             max_result_bytes,
+            idle_timeout_ms,
             ..
         } = tool.declared;
         let spec = ToolSpec {
@@ -400,6 +402,7 @@ pub fn check_tools(
             hints: hints.normalized(),
             max_result_bytes,
             timeout_ms: tool.timeout_ms,
+            idle_timeout_ms,
             plugin: Some(plugin.to_owned()),
             plugin_version: Some(version.to_owned()),
         };
