@@ -96,10 +96,13 @@ fn print(tools: &[rho_runtime::ToolSpec], json: bool) -> bool {
         outln!("no tools");
     }
     for tool in tools {
-        let timeout = tool
+        let mut timeout = tool
             .timeout_ms
             .map(|ms| format!(", timeout {ms} ms"))
             .unwrap_or_default();
+        if let Some(ms) = tool.idle_timeout_ms {
+            timeout.push_str(&format!(", idle limit {ms} ms"));
+        }
         outln!("{}  ({}{timeout})", tool.name, tool.origin());
         if let Some(title) = &tool.title {
             outln!("    {}", crate::render::terminal_safe(title));

@@ -39,7 +39,9 @@ fn tools_lists_arguments_required_first_with_their_descriptions() {
         .collect();
     assert!(!args.is_empty(), "{fail}");
     assert!(args[0].contains(", required)"), "{args:?}");
-    assert!(args.iter().all(|a| a.contains("): ")), "{args:?}");
+    assert!(args.iter().all(|a| a.contains("): ")), "{args:?}"); // A tool's own timeout and idle limit are on its first line.
+    let heartbeat = text.lines().find(|l| l.starts_with("heartbeat ")).unwrap();
+    assert!(heartbeat.ends_with(", idle limit 500 ms)"), "{heartbeat}");
 }
 
 #[test]
