@@ -20,6 +20,7 @@ use crate::call::invoke::{Failure, LogHook, ToolCtx, is_valid_traceparent};
 use crate::call::options::{CallOptions, CancellationToken, RunnerConfig};
 use crate::call::panic::{catch, payload_message};
 use crate::call::sender::{EndsOnDrop, Sender};
+use crate::registry::health::Charge;
 use crate::registry::{ResolvedTool, ToolRegistry};
 use rho_protocol::{
     CrashReason, Outcome, ToolResult, crash_text, cut_output, idle_timeout_text, timeout_text,
@@ -267,22 +268,22 @@ impl ToolRunner {
                     .await
             }
         };
-        let (mut result, caused_by) = match &resolved {
+        let (mut result, charge) = match &resolved {
             _ if self.stop.token.is_cancelled() => {
                 let text = self.stop.text(&call.name);
                 let stopped = ToolResult::failed(&call.id, &call.name, Outcome::Error, text);
-                (stopped, None)
+                (stopped, Charge::Nobody)
             }
             None => {
                 let text = self.unknown_text(&call.name);
                 let unknown = ToolResult::failed(&call.id, &call.name, Outcome::UnknownTool, text);
-                (unknown, None)
+                (unknown, Charge::Nobody)
             }
             Some(tool) => self.execute(call, tool, gate, answerer, options).await,
         };
         result.duration = started.elapsed();
         if let Some(tool) = &resolved {
-            self.registry.record(tool, &result, caused_by.as_deref());
+            self.registry.record(tool, &result, &charge);
         }
         // The view (a copy of the text, a hash of each image) is built only for someone who reads
         // it: a subscriber or sink of end events, or the store of recent images.
@@ -341,10 +342,10 @@ impl ToolRunner {
         gate: &Arc<dyn Gate>,
         answerer: &Arc<dyn Answerer>,
         options: &CallOptions,
-    ) -> (ToolResult, Option<String>) {
+    ) -> (ToolResult, Charge) {
         let fail = |outcome, text: String| {
             let failed = ToolResult::failed(&call.id, &call.name, outcome, text);
-            (failed, None)
+            (failed, Charge::Tool)
         };
         if let Err(reason) = self.registry.admit(tool, &call.id) {
             return fail(Outcome::Quarantined, reason);
@@ -534,7 +535,9 @@ impl ToolRunner {
         mut questions: Questions,
         ctx: &ToolCtx,
         idle: Option<(Duration, Arc<Activity>)>,
-    ) -> (ToolResult, Option<String>) {
+    ) -> (ToolResult, Charge) {
+        // Whom its end is charged to: the tool, unless the client or the host ended it.
+        let mut charge = Charge::Tool;
         let session = options.session_id.as_deref();
         let timeout = self.timeout_for(tool);
         let cancelled = async {
@@ -653,17 +656,18 @@ impl ToolRunner {
                 () = &mut stopped => {
                     ctx.cancel();
                     task.abort();
+                    charge = Charge::Nobody;
                     break Err((Outcome::Error, self.stop.text(&call.name)));
                 }
                 () = &mut cancelled => {
                     ctx.cancel();
                     task.abort();
+                    charge = Charge::Nobody;
                     break Err((Outcome::Error, format!("call of tool `{}` cancelled by the client", call.name)));
                 }
             }
         };
         let mut structured = None;
-        let mut caused_by = None;
         let (outcome, output, details) = match end {
             Ok(TaskEnd::Blocked(reason)) => (Outcome::Blocked, Output::Text(reason), None),
             Ok(TaskEnd::GateCrashed(text)) => (Outcome::Crashed, Output::Text(text), None),
@@ -701,7 +705,7 @@ impl ToolRunner {
                 }
                 Failure::Crash(reason) => {
                     if let CrashReason::CausedBy { by, .. } = &reason {
-                        caused_by = Some(by.clone());
+                        charge = Charge::Culprit(by.clone());
                     }
                     (Outcome::Crashed, Output::Text(crash_text(&reason)), None)
                 }
@@ -742,7 +746,7 @@ impl ToolRunner {
             full_text,
             duration: Duration::ZERO,
         };
-        (result, caused_by)
+        (result, charge)
     }
 
     /// Turns the task's join result into its end, reading nothing of a foreign panic payload but

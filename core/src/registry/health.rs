@@ -270,6 +270,19 @@ pub(crate) struct CallEnd<'a> {
     pub text: &'a str,
 }
 
+/// Whom a call's end is charged to, for quarantine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Charge {
+    /// The tool called (a crash or timeout counts toward its quarantine; it may decide its
+    /// probe).
+    Tool,
+    /// Another tool of the same origin, named (it hung, and the process serving both was
+    /// restarted).
+    Culprit(String),
+    /// No one: the client or the host ended the call.
+    Nobody,
+}
+
 /// What recording a call's end changed.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Change {
@@ -357,13 +370,17 @@ impl Health {
             .is_some_and(|q| q.probe.as_deref() == Some(call_id));
         if probing && let Some(quarantine) = entry.quarantine.as_mut() {
             quarantine.probe = None;
+            if !charged {
+                // The client, the host or another tool ended it: the next call probes.
+                return Change::None;
+            }
             match outcome {
                 Outcome::Ok | Outcome::Error => {
                     entry.quarantine = None;
                     entry.failures.clear();
                     return Change::Restored(format!("its probe call ended `{outcome}`"));
                 }
-                Outcome::Crashed | Outcome::TimedOut if charged => {
+                Outcome::Crashed | Outcome::TimedOut => {
                     let failed = quarantine.failed_probes.saturating_add(1);
                     let reason = format!(
                         "tool `{}` ({}) is quarantined again: its probe call ended {outcome}: {text}",
@@ -374,8 +391,7 @@ impl Health {
                     *quarantine = again;
                     return Change::Quarantined(state);
                 }
-                // It never reached the tool (or another tool caused its end): the next call
-                // probes.
+                // It never reached the tool: the next call probes.
                 _ => return Change::None,
             }
         }
@@ -631,6 +647,17 @@ mod tests {
 
     /// Records the end of call `id` of tool `t` (generation 1), charged to it.
     fn end(h: &mut Health, policy: &QuarantinePolicy, id: &str, outcome: Outcome) -> Change {
+        end_charged(h, policy, id, outcome, true)
+    }
+
+    /// Records the end of call `id` of tool `t` (generation 1), charged to it or to no one.
+    fn end_charged(
+        h: &mut Health,
+        policy: &QuarantinePolicy,
+        id: &str,
+        outcome: Outcome,
+        charged: bool,
+    ) -> Change {
         let origin = origin();
         let key = ToolKey {
             tool: "t",
@@ -643,7 +670,7 @@ mod tests {
             duration: Duration::from_millis(5),
             text: "boom",
         };
-        h.record(policy, &key, &end, true)
+        h.record(policy, &key, &end, charged)
     }
 
     #[test]
@@ -711,9 +738,13 @@ mod tests {
         );
         assert!(matches!(h.admit("t", 1, "4"), Admission::Refused(_)));
         std::thread::sleep(Duration::from_millis(4));
-        // A probe that never reached the tool decides nothing; the next call probes.
+        // A probe that never reached the tool, or that the client ended, decides nothing; the
+        // next call probes.
         assert_eq!(h.admit("t", 1, "5"), Admission::Probe);
         assert_eq!(end(&mut h, &policy, "5", Outcome::Blocked), Change::None);
+        assert_eq!(h.admit("t", 1, "5c"), Admission::Probe);
+        let cancelled = end_charged(&mut h, &policy, "5c", Outcome::Error, false);
+        assert_eq!(cancelled, Change::None);
         assert_eq!(h.admit("t", 1, "6"), Admission::Probe);
         assert!(matches!(
             end(&mut h, &policy, "6", Outcome::Error),

@@ -23,7 +23,8 @@ use crate::bus::events::EventKind;
 use crate::call::invoke::{Invoke, NativeInvoke, Tool};
 use crate::call::validate::{Checked, SchemaValidator};
 use crate::registry::health::{
-    Admission, CallEnd, Change, Health, QuarantinePolicy, QuarantineState, ToolKey, ToolStats,
+    Admission, CallEnd, Change, Charge, Health, QuarantinePolicy, QuarantineState, ToolKey,
+    ToolStats,
 };
 use rho_protocol::ToolResult;
 use rho_protocol::ToolSpec;
@@ -438,10 +439,12 @@ impl ToolRegistry {
         self.health().release_probe(tool, call_id);
     }
 
-    /// Records how a call of `tool` ended (the seed's `watch`): counts, durations, and quarantine
-    /// after repeated crashes or timeouts. A crash `caused_by` another tool of the same origin
-    /// (it hung, and the process serving both was restarted) is charged to that tool instead.
-    pub(crate) fn record(&self, tool: &ResolvedTool, result: &ToolResult, caused_by: Option<&str>) {
+    /// Records how a call of `tool` ended (the seed's `watch`): counts, durations, quarantine
+    /// after repeated crashes or timeouts, and the decision of a probe. `charge` says whom the end
+    /// is charged to: the tool; another tool of the same origin that caused a crash (it hung,
+    /// and the process serving both was restarted); or no one (the client or the host ended the
+    /// call: a probe so ended decides nothing).
+    pub(crate) fn record(&self, tool: &ResolvedTool, result: &ToolResult, charge: &Charge) {
         let policy = *self
             .inner
             .policy
@@ -450,10 +453,14 @@ impl ToolRegistry {
         // Another tool of the same origin caused it: charged to that one. One that cannot be
         // found as such (refused, delisted, another origin's now) is charged nothing: never
         // this call's tool.
+        let caused_by = match charge {
+            Charge::Culprit(by) => Some(by),
+            Charge::Tool | Charge::Nobody => None,
+        };
         let culprit = caused_by
             .and_then(|by| self.lookup(by))
             .filter(|culprit| culprit.origin == tool.origin);
-        let charge_own = caused_by.is_none();
+        let charge_own = *charge == Charge::Tool;
         fn key(tool: &ResolvedTool) -> ToolKey<'_> {
             ToolKey {
                 tool: &tool.spec.name,
