@@ -64,6 +64,7 @@ mod mounts;
 mod notes;
 #[cfg(target_os = "linux")]
 pub mod scratch;
+pub mod seatbelt;
 #[cfg(not(target_os = "linux"))]
 mod unsupported;
 
