@@ -80,6 +80,14 @@ async fn updates_keep_a_call_alive_and_silence_ends_it_at_the_idle_limit() {
         .await;
     assert_eq!(r.outcome, Outcome::TimedOut, "{}", r.text());
     assert_eq!(r.text(), "tool `updates` timed out after 1500 ms");
+    // A limit too long to add to now is none: the call runs to its end.
+    let args = json!({"count": 2, "interval_ms": 10});
+    let never = CallOptions {
+        idle_timeout: Some(Duration::MAX),
+        ..CallOptions::default()
+    };
+    let r = host.call_with(&call("m", "updates", args), &never).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
     // The tool's own limit is in its spec.
     let spec = host.tools().into_iter().find(|t| t.name == "heartbeat");
     assert_eq!(spec.and_then(|s| s.idle_timeout_ms), Some(500));

@@ -130,13 +130,14 @@ impl RunnerConfig {
     }
 
     /// The idle limit of a call of the tool `spec` with `options`: the call's own, else the
-    /// host's override, else the tool's own; `None`: none (the total timeout alone).
+    /// host's override, else the tool's own (at most [`RunnerConfig::max_tool_timeout`]);
+    /// `None`: none (the total timeout alone).
     pub fn idle_timeout_for(&self, spec: &ToolSpec, options: &CallOptions) -> Option<Duration> {
-        options.idle_timeout.or_else(|| {
-            self.idle_timeout_overrides
-                .get(&spec.name)
-                .copied()
-                .or(spec.idle_timeout_ms.map(Duration::from_millis))
-        })
+        let own = spec
+            .idle_timeout_ms
+            .map(|ms| Duration::from_millis(ms).min(self.max_tool_timeout));
+        options
+            .idle_timeout
+            .or_else(|| self.idle_timeout_overrides.get(&spec.name).copied().or(own))
     }
 }

@@ -567,11 +567,17 @@ impl ToolRunner {
         tokio::pin!(idle_timer);
         let mut idle_armed = false;
         let mut running_since = Instant::now();
+        // A limit too long to add to now (`Duration::MAX`) is none.
         let rearm_idle = |timer: std::pin::Pin<&mut tokio::time::Sleep>| match &idle {
             Some((limit, activity)) => {
                 activity.touch();
-                timer.reset(tokio::time::Instant::now() + *limit);
-                true
+                match tokio::time::Instant::now().checked_add(*limit) {
+                    Some(due) => {
+                        timer.reset(due);
+                        true
+                    }
+                    None => false,
+                }
             }
             None => false,
         };
@@ -642,8 +648,8 @@ impl ToolRunner {
                 }
                 () = &mut idle_timer, if idle_armed => {
                     if let Some((limit, activity)) = &idle {
-                        let due = tokio::time::Instant::from_std(activity.last()) + *limit;
-                        if due > tokio::time::Instant::now() {
+                        let due = tokio::time::Instant::from_std(activity.last()).checked_add(*limit);
+                        if let Some(due) = due.filter(|due| *due > tokio::time::Instant::now()) {
                             idle_timer.as_mut().reset(due);
                         } else {
                             ctx.cancel();

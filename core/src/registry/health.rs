@@ -204,13 +204,17 @@ struct Quarantine {
 impl Quarantine {
     fn new(generation: u64, reason: String, failed_probes: u32, policy: &QuarantinePolicy) -> Self {
         let cool_down = policy.cool_down_after(failed_probes);
-        let probe_after = (!policy.cool_down.is_zero()).then(|| {
-            let wall = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .saturating_add(cool_down);
-            (Instant::now() + cool_down, crate::millis::of(wall))
-        });
+        // A cool-down too long to add to now is none: quarantined until a build or a lift.
+        let probe_after = Instant::now()
+            .checked_add(cool_down)
+            .filter(|_| !policy.cool_down.is_zero())
+            .map(|at| {
+                let wall = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .saturating_add(cool_down);
+                (at, crate::millis::of(wall))
+            });
         Quarantine {
             generation,
             reason,
@@ -782,6 +786,17 @@ mod tests {
         };
         assert_eq!(state.probe_after_ms, None);
         assert_eq!(h.admit("t", 1, "2"), Admission::Refused(state.reason));
+        // A cool-down too long to add to now is none, not a panic.
+        let endless = QuarantinePolicy {
+            cool_down: Duration::MAX,
+            max_cool_down: Duration::MAX,
+            ..never
+        };
+        let mut h = Health::default();
+        let Change::Quarantined(state) = end(&mut h, &endless, "1", Outcome::Crashed) else {
+            panic!("not quarantined");
+        };
+        assert_eq!(state.probe_after_ms, None);
     }
 
     #[test]

@@ -314,6 +314,9 @@ pub fn spec_problem(spec: &ToolSpec) -> Option<String> {
     if spec.max_result_bytes == Some(0) {
         return Some("its result limit must be at least 1 byte".into());
     }
+    if spec.idle_timeout_ms == Some(0) {
+        return Some("its idle limit must be at least 1 ms".into());
+    }
     let costly = |which: &str, schema: &serde_json::Value| {
         rho_protocol::schema_cost_problem(schema)
             .map(|problem| format!("its {which} has {problem}"))
@@ -529,5 +532,19 @@ mod tests {
                 "/p/libp.so: tool `list` refused: its parameters are not a JSON Schema object",
             ]
         );
+    }
+
+    #[test]
+    fn refuses_a_zero_result_limit_or_idle_limit() {
+        let mut spec = ToolSpec::native("t", "d", serde_json::json!({"type": "object"}));
+        assert_eq!(spec_problem(&spec), None);
+        spec.idle_timeout_ms = Some(0);
+        assert_eq!(
+            spec_problem(&spec).as_deref(),
+            Some("its idle limit must be at least 1 ms")
+        );
+        spec.idle_timeout_ms = Some(1);
+        spec.max_result_bytes = Some(0);
+        assert!(spec_problem(&spec).is_some());
     }
 }
