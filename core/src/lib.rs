@@ -62,7 +62,8 @@ pub use plugin::options::{DirOptions, Isolation};
 pub use plugin::scan::ScanReport;
 pub use plugin::watch::DEFAULT_DEBOUNCE;
 pub use registry::RegistryError;
-pub use registry::health::{HealthView, QuarantinePolicy, ToolStats};
+pub use registry::health::{QuarantinePolicy, ToolStats};
+pub use registry::health_view::HealthView;
 pub use registry::origin::Origin;
 pub use registry::remote::{RemoteCall, RemoteSource, RemoteTool, RemoteToolEntry, ToolSource};
 /// The plugin API this host speaks, for hosts and tools that need its ABI types.

@@ -6,6 +6,7 @@
 //! conflict is published once as `tool_name_conflict`, naming both origins.
 
 pub(crate) mod health;
+pub(crate) mod health_view;
 pub(crate) mod origin;
 pub(crate) mod remote;
 
