@@ -303,6 +303,33 @@ async fn components_computing_for_long_leave_the_async_threads_free() {
     host.shutdown().await;
 }
 
+/// A component given up while it waits in a host call (one long WASI sleep, which the epoch does
+/// not reach) is dropped there: its turn is free at once. More calls than an engine runs at once
+/// (112), each dozing a minute past a 300 ms timeout, and the next call still answers at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn components_given_up_inside_a_host_call_free_their_turns() {
+    let mut runner = RunnerConfig::default();
+    for (tool, ms) in [("doze", 300), ("nap", 5000)] {
+        runner
+            .timeout_overrides
+            .insert(tool.into(), Duration::from_millis(ms));
+    }
+    let (host, _dir) = component_host("faults", runner).await;
+    let dozes: Vec<_> = (0..120)
+        .map(|_| {
+            let host = host.clone();
+            tokio::spawn(async move { host.call("doze", json!({"ms": 60_000})).await })
+        })
+        .collect();
+    for doze in dozes {
+        let r = doze.await.unwrap();
+        assert_eq!(r.outcome, Outcome::TimedOut, "{}", r.text());
+    }
+    let r = host.call("nap", json!({"ms": 1})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    host.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_component_on_a_single_threaded_runtime_is_stopped_at_its_timeout() {
     let mut runner = RunnerConfig::default();

@@ -215,6 +215,7 @@ impl WasmPlugin {
         };
         let plugin = self.clone();
         let (tool, args) = (tool.to_owned(), args.to_string());
+        let watched = ctx.clone();
         let mut call = Box::pin(async move {
             let ended = plugin.run(ready, &tool, &args, ctx).await;
             drop(running);
@@ -228,7 +229,7 @@ impl WasmPlugin {
                 let (answer, answered) = tokio::sync::oneshot::channel();
                 let plugin = self.clone();
                 let thread = tokio::task::spawn_blocking(move || {
-                    let (ended, used) = block_on(call);
+                    let (ended, used) = block_on(until_given_up(call, &watched));
                     let _ = answer.send(ended);
                     plugin.after_call(used, turn);
                 });
@@ -389,6 +390,31 @@ impl WasmPlugin {
         }
     }
 }
+
+/// `call` run to its end, or until its call is given up (the runner cancels it at its timeout,
+/// the client's cancellation or a stop) while the component waits in a host call, where the
+/// epoch does not reach it (a long WASI sleep): then it is dropped there, its instance with it,
+/// and its turn and thread are free at once.
+async fn until_given_up<F>(
+    call: F,
+    ctx: &ToolCtx,
+) -> (Result<Answer, Failure>, Option<Store<CallState>>)
+where
+    F: Future<Output = (Result<Answer, Failure>, Option<Store<CallState>>)>,
+{
+    let given_up = async {
+        while !ctx.is_cancelled() {
+            tokio::time::sleep(GIVEN_UP_POLL).await;
+        }
+    };
+    tokio::select! {
+        ended = call => ended,
+        () = given_up => (Err(Failure::crashed("the call was given up while it waited")), None),
+    }
+}
+
+/// How often a call that went on on a blocking thread checks whether it was given up.
+const GIVEN_UP_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A component's answer as rho's.
 fn answer_of(answer: wit::Answer) -> Result<Answer, Failure> {

@@ -117,6 +117,11 @@ fn sleep(args: SleepArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
     Ok(Answer::text(format!("slept {} ms", args.ms)))
 }
 
+fn doze(args: SleepArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    std::thread::sleep(Duration::from_millis(args.ms));
+    Ok(Answer::text(format!("dozed {} ms", args.ms)))
+}
+
 fn spin(_: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     let mut x: u64 = 0;
     loop {
@@ -398,6 +403,7 @@ export_plugin! {
     Tool::new("panic_payload", "Panics with a non-string payload.", panic_payload),
     Tool::new("sleep", "Sleeps for ms milliseconds; stops early when cancelled.", sleep),
     Tool::new("spin", "Busy-loops forever and ignores cancellation.", spin),
+    Tool::new("doze", "Sleeps for ms milliseconds in one go, ignoring cancellation.", doze),
     Tool::new("spin_cancellable", "Busy-loops until cancelled.", spin_cancellable),
     Tool::new("abort", "Aborts its process.", abort),
     Tool::new("segfault", "Writes through a null pointer.", segfault),
