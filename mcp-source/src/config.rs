@@ -305,7 +305,19 @@ impl McpServer {
             self.processes,
             8,
             1 << 16,
-        )
+        )?;
+        for (tool, over) in &self.tools {
+            for (field, ms) in [
+                ("timeout_ms", over.timeout_ms),
+                ("idle_timeout_ms", over.idle_timeout_ms),
+            ] {
+                if let Some(ms) = ms {
+                    let key = format!("mcp.{}.tools.{tool}.{field}", self.name);
+                    ConfigError::check_range(&key, ms, 1, rho_runtime::MAX_TIMEOUT_MS)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The options of its sandbox, from `workers` (the worker executable, the identity, the
@@ -364,6 +376,22 @@ fn sanitized(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tools_zero_timeout_or_idle_limit_is_refused() {
+        let mut server = McpServer::command("s", "srv", ["--stdio"]);
+        assert!(server.check().is_ok());
+        let over = ToolOverride {
+            idle_timeout_ms: Some(0),
+            ..ToolOverride::default()
+        };
+        server.tools.insert("crawl".into(), over);
+        let err = server.check().unwrap_err().to_string();
+        assert!(
+            err.starts_with("`mcp.s.tools.crawl.idle_timeout_ms`: 0 is out of range"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn a_command_line_names_its_server() {

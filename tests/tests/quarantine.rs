@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rho_runtime::{Event, EventKind, Host, Outcome, QuarantinePolicy, Subscription};
-use rho_tests::{host_with, plugin_dir, wait_for};
+use rho_tests::{call, host_with, plugin_dir, wait_for};
 use serde_json::json;
 
 /// Quarantine after 3 crashes; a first cool-down of 1 s, then 3 s.
@@ -68,8 +68,13 @@ async fn host() -> (Host, Subscription, tempfile::TempDir) {
     let dir = plugin_dir(&["faults"]);
     let bus = rho_runtime::Bus::default();
     let events = bus.subscribe();
+    // `sleep` times out after a second.
+    let mut runner = rho_runtime::RunnerConfig::default();
+    runner
+        .timeout_overrides
+        .insert("sleep".into(), Duration::from_secs(1));
     let (host, report) = host_with(dir.path(), rho_runtime::DirOptions::in_process(), |b| {
-        b.bus(bus).quarantine(policy())
+        b.bus(bus).quarantine(policy()).runner(runner)
     })
     .await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
@@ -159,5 +164,53 @@ async fn a_tool_that_keeps_crashing_is_quarantined_again_for_longer() {
     );
     let (_, failed) = quarantined(&mut events, "panic").await;
     assert_eq!(failed, 2);
+    host.shutdown().await;
+}
+
+/// The probe is the call admitted as one, not whatever call carries its id: a call refused under
+/// the probe's id, while the probe runs, leaves the probe alone (a third call is still refused),
+/// and the probe's answer lifts the quarantine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_shares_the_probes_id_does_not_take_its_place() {
+    let (host, mut events, _dir) = host().await;
+    let host = Arc::new(host);
+    // Three timeouts (a second each) quarantine `sleep`.
+    for i in 0..3 {
+        let slept = host
+            .call_with(
+                &call(&format!("t{i}"), "sleep", json!({"ms": 5000})),
+                &Default::default(),
+            )
+            .await;
+        assert_eq!(slept.outcome, Outcome::TimedOut, "{}", slept.text());
+    }
+    let (probe_after, _) = quarantined(&mut events, "sleep").await;
+    until(probe_after).await;
+    let probing = {
+        let host = host.clone();
+        tokio::spawn(async move {
+            host.call_with(
+                &call("dup", "sleep", json!({"ms": 600})),
+                &Default::default(),
+            )
+            .await
+        })
+    };
+    next(&mut events, "tool_probing", "sleep").await;
+    let dup = host
+        .call_with(&call("dup", "sleep", json!({"ms": 1})), &Default::default())
+        .await;
+    assert_eq!(dup.outcome, Outcome::Quarantined, "{}", dup.text());
+    let other = host
+        .call_with(
+            &call("other", "sleep", json!({"ms": 1})),
+            &Default::default(),
+        )
+        .await;
+    assert_eq!(other.outcome, Outcome::Quarantined, "{}", other.text());
+    assert!(other.text().contains("probing it now"), "{}", other.text());
+    let probe = probing.await.unwrap();
+    assert_eq!(probe.outcome, Outcome::Ok, "{}", probe.text());
+    next(&mut events, "tool_restored", "sleep").await;
     host.shutdown().await;
 }

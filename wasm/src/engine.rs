@@ -9,7 +9,7 @@ use crate::cache::CompileCache;
 use crate::error::WasmError;
 
 use crate::plugin::{PluginInner, Scratch, WasmPlugin};
-use crate::shared::{EngineInner, SPARES, WasmLimits, block_on};
+use crate::shared::{EngineInner, LOAD_BOUND, SPARES, WasmLimits, block_on};
 use crate::ticker::Ticker;
 
 use rho_runtime::Grants;
@@ -189,13 +189,22 @@ impl WasmEngine {
             .and_then(PluginPre::new)
             .map_err(|e| failed(format!("{e:#}")))?;
         let mut store = self.inner.store(&Grants::default(), None).map_err(failed)?;
+        // Bounded while it computes (the epoch) and while it waits in a host call (here).
+        // (The timer is made inside: off a runtime, `block_on` is what enters one.)
         let described = block_on(async {
-            let plugin = pre.instantiate_async(&mut store).await?;
-            let tools = plugin.rho_plugin_tools();
-            let info = tools.call_describe(&mut store).await?;
-            let declared = tools.call_declare(&mut store).await?;
-            Ok::<_, wasmtime::Error>((info, declared))
+            let describing = async {
+                let plugin = pre.instantiate_async(&mut store).await?;
+                let tools = plugin.rho_plugin_tools();
+                let info = tools.call_describe(&mut store).await?;
+                let declared = tools.call_declare(&mut store).await?;
+                Ok::<_, wasmtime::Error>((info, declared))
+            };
+            tokio::time::timeout(LOAD_BOUND, describing).await
         });
+        let Ok(described) = described else {
+            let secs = LOAD_BOUND.as_secs();
+            return Err(failed(format!("describing itself took more than {secs} s")));
+        };
         let (info, declared) = described.map_err(|e| failed(format!("{e:#}")))?;
         let info = info.map_err(|e| failed(format!("it failed to describe itself: {e}")))?;
         let declaration: Declaration = match declared {

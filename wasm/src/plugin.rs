@@ -193,7 +193,10 @@ impl WasmPlugin {
     }
 
     /// Calls `tool` with `args` in an instance no other call has used, stopped at `ctx`'s
-    /// deadline or cancellation. The call starts on the caller's thread: one that ends before
+    /// deadline or cancellation while it runs, and at its cancellation ([`ToolCtx::cancel`],
+    /// which a host's runner does at the deadline) while it waits in a host call (a deadline
+    /// alone does not stop a wait: a question's wait moves it). The call starts on the
+    /// caller's thread: one that ends before
     /// the engine's next epoch tick (a millisecond) never changes threads; one that runs longer,
     /// or waits (for a file, a question), goes on on a blocking thread. Up to two fresh instances
     /// per component (32 per engine) are made ahead of calls, so a call usually finds one ready.
@@ -231,7 +234,7 @@ impl WasmPlugin {
                 let thread = tokio::task::spawn_blocking(move || {
                     let (ended, used) = block_on(until_given_up(call, &watched));
                     let _ = answer.send(ended);
-                    plugin.after_call(used, turn);
+                    block_on(plugin.after_call(used, turn));
                 });
                 return match answered.await {
                     Ok(ended) => ended,
@@ -251,18 +254,15 @@ impl WasmPlugin {
         // The caller goes on now; the instance is taken down and the next one made after, on
         // this runtime (tens of microseconds: waking a blocking thread for it costs more).
         let plugin = self.clone();
-        tokio::spawn(async move {
-            drop((used, turn));
-            plugin.make_ahead().await;
-        });
+        tokio::spawn(async move { plugin.after_call(used, turn).await });
         ended
     }
 
-    /// After a call that went on on a blocking thread, on that thread: its instance taken
-    /// down, its turn given back, instances made ahead.
-    fn after_call(&self, used: Option<Store<CallState>>, turn: OwnedSemaphorePermit) {
+    /// After a call: its instance taken down, its turn given back, instances made ahead (tens
+    /// of microseconds, without waiting on anything).
+    async fn after_call(&self, used: Option<Store<CallState>>, turn: OwnedSemaphorePermit) {
         drop((used, turn));
-        block_on(self.make_ahead());
+        self.make_ahead().await;
     }
 
     /// Makes instances ahead of calls until it has [`SPARES_PER_COMPONENT`] or the engine has
@@ -335,9 +335,13 @@ impl WasmPlugin {
                 .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
             traceparent: ctx.traceparent().unwrap_or_default().to_owned(),
         };
+        // No longer a spare: the engine's leave for one goes back now.
         let Ready {
-            mut store, plugin, ..
+            mut store,
+            plugin,
+            _spare,
         } = ready;
+        drop(_spare);
         store.data_mut().ctx = Some(ctx);
         store.set_epoch_deadline(1);
         if let Some(fuel) = self.inner.engine.limits.fuel

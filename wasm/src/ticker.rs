@@ -62,6 +62,12 @@ impl Ticker {
                         std::thread::park_timeout(IDLE_TICK);
                     }
                     ticker.idle.store(false, Ordering::SeqCst);
+                    if ticker.running.load(Ordering::SeqCst) > 0 {
+                        // Woken by a call: its first tick comes a whole tick from now (a tick
+                        // at once would move a short call to a blocking thread).
+                        quiet = 0;
+                        std::thread::sleep(TICK);
+                    }
                 }
             })?;
         let ticker = Arc::new(Ticker {

@@ -572,28 +572,39 @@ fn announce_changes(host: &Host, audience: Arc<Mutex<Audience>>) {
         EventType::ToolRestored,
     ]));
     let (cooled, mut cooled_down) = tokio::sync::mpsc::unbounded_channel::<()>();
+    // When a quarantined tool's cool-down ends at `at` (Unix ms), the list changes again.
+    let when_cooled = move |at: u64| {
+        let wait = std::time::Duration::from_millis(at.saturating_sub(crate::render::now_ms()));
+        let cooled = cooled.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let _ = cooled.send(());
+        });
+    };
+    let host = host.clone();
     tokio::spawn(async move {
         loop {
             tokio::select! {
-                item = events.next() => {
-                    let Some(item) = item else { return };
-                    if let BusItem::Event(event) = &item
-                        && let rho_runtime::EventKind::ToolQuarantined {
+                item = events.next() => match item {
+                    None => return,
+                    Some(BusItem::Event(event)) => {
+                        if let rho_runtime::EventKind::ToolQuarantined {
                             probe_after_ms: Some(at),
                             ..
                         } = event.kind
-                    {
-                        let wait = std::time::Duration::from_millis(at.saturating_sub(crate::render::now_ms()));
-                        let cooled = cooled.clone();
-                        tokio::spawn(async move {
-                            tokio::time::sleep(wait).await;
-                            let _ = cooled.send(());
-                        });
+                        {
+                            when_cooled(at);
+                        }
                     }
-                    if !matches!(item, BusItem::Event(_) | BusItem::Lagged { .. }) {
-                        continue;
+                    // Events missed: the cool-downs are read from the host's figures instead.
+                    Some(BusItem::Lagged { .. }) => {
+                        let now = crate::render::now_ms();
+                        host.stats()
+                            .iter()
+                            .filter_map(|s| s.probe_after_ms.filter(|at| *at > now))
+                            .for_each(&when_cooled);
                     }
-                }
+                },
                 Some(()) = cooled_down.recv() => {}
             }
             tool_list_changed(&audience).await;

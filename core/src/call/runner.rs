@@ -21,7 +21,7 @@ use crate::call::options::{CallOptions, CancellationToken, RunnerConfig};
 use crate::call::panic::{catch, payload_message};
 use crate::call::sender::{EndsOnDrop, Sender};
 use crate::registry::health::Charge;
-use crate::registry::{ResolvedTool, ToolRegistry};
+use crate::registry::{Probe, ResolvedTool, ToolRegistry};
 use rho_protocol::{
     CrashReason, Outcome, ToolResult, crash_text, cut_output, idle_timeout_text, timeout_text,
     to_result, with_text,
@@ -213,11 +213,10 @@ impl ToolRunner {
             Ok(result) => result,
             Err(_) => {
                 // The task died before its end event (publishing it is its last step): the call
-                // still ends once, with its event; were it a probe, the next call probes.
+                // still ends once, with its event (were it a probe, its guard gave it back).
                 let text = "rho: the call's task failed inside the runner";
                 let result =
                     ToolResult::failed(&fallback.id, &fallback.name, Outcome::Crashed, text);
-                self.registry.release_probe(&fallback.name, &fallback.id);
                 self.bus()
                     .emit(
                         session.as_deref(),
@@ -268,22 +267,22 @@ impl ToolRunner {
                     .await
             }
         };
-        let (mut result, charge) = match &resolved {
+        let (mut result, charge, probe) = match &resolved {
             _ if self.stop.token.is_cancelled() => {
                 let text = self.stop.text(&call.name);
                 let stopped = ToolResult::failed(&call.id, &call.name, Outcome::Error, text);
-                (stopped, Charge::Nobody)
+                (stopped, Charge::Nobody, None)
             }
             None => {
                 let text = self.unknown_text(&call.name);
                 let unknown = ToolResult::failed(&call.id, &call.name, Outcome::UnknownTool, text);
-                (unknown, Charge::Nobody)
+                (unknown, Charge::Nobody, None)
             }
             Some(tool) => self.execute(call, tool, gate, answerer, options).await,
         };
         result.duration = started.elapsed();
         if let Some(tool) = &resolved {
-            self.registry.record(tool, &result, &charge);
+            self.registry.record(tool, &result, &charge, probe);
         }
         // The view (a copy of the text, a hash of each image) is built only for someone who reads
         // it: a subscriber or sink of end events, or the store of recent images.
@@ -342,14 +341,16 @@ impl ToolRunner {
         gate: &Arc<dyn Gate>,
         answerer: &Arc<dyn Answerer>,
         options: &CallOptions,
-    ) -> (ToolResult, Charge) {
+    ) -> (ToolResult, Charge, Option<Probe>) {
+        // A probe that ends here never reached the tool: its guard gives it back.
         let fail = |outcome, text: String| {
             let failed = ToolResult::failed(&call.id, &call.name, outcome, text);
-            (failed, Charge::Tool)
+            (failed, Charge::Tool, None)
         };
-        if let Err(reason) = self.registry.admit(tool, &call.id) {
-            return fail(Outcome::Quarantined, reason);
-        }
+        let probe = match self.registry.admit(tool, &call.id) {
+            Ok(probe) => probe,
+            Err(reason) => return fail(Outcome::Quarantined, reason),
+        };
         // Shared, not copied: the gate, the tool and the start event read the call's own.
         let args = match &*call.arguments {
             Value::Null => Arc::new(Value::Object(Default::default())),
@@ -439,13 +440,13 @@ impl ToolRunner {
             pending: questions,
             answerer: answerer.clone(),
         };
-        let ended_as = self
+        let (result, charge) = self
             .supervise(call, tool, options, task, running_rx, questions, &ctx, idle)
             .await;
         *ended
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
-        ended_as
+        (result, charge, probe)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -567,17 +568,15 @@ impl ToolRunner {
         tokio::pin!(idle_timer);
         let mut idle_armed = false;
         let mut running_since = Instant::now();
+        // Arms `timer` for `deadline`, if there is one; returns whether it did.
+        let arm = |timer: std::pin::Pin<&mut tokio::time::Sleep>, deadline: Option<_>| {
+            deadline.map(|deadline| timer.reset(deadline)).is_some()
+        };
         // A limit too long to add to now (`Duration::MAX`) is none.
         let rearm_idle = |timer: std::pin::Pin<&mut tokio::time::Sleep>| match &idle {
             Some((limit, activity)) => {
                 activity.touch();
-                match tokio::time::Instant::now().checked_add(*limit) {
-                    Some(due) => {
-                        timer.reset(due);
-                        true
-                    }
-                    None => false,
-                }
+                arm(timer, tokio::time::Instant::now().checked_add(*limit))
             }
             None => false,
         };
@@ -592,10 +591,7 @@ impl ToolRunner {
                         .as_ref()
                         .ok()
                         .and_then(|at| tokio::time::Instant::from_std(*at).checked_add(timeout));
-                    timer_armed = deadline.is_some();
-                    if let Some(deadline) = deadline {
-                        timer.as_mut().reset(deadline);
-                    }
+                    timer_armed = arm(timer.as_mut(), deadline);
                     if let Ok(at) = allowed {
                         running_since = at;
                         idle_armed = rearm_idle(idle_timer.as_mut());
@@ -614,10 +610,7 @@ impl ToolRunner {
                     if let Some(open) = asking.take() {
                         deadline = open.finish(reply, deadline, |at| ctx.move_deadline(at));
                     }
-                    timer_armed = deadline.is_some();
-                    if let Some(deadline) = deadline {
-                        timer.as_mut().reset(deadline);
-                    }
+                    timer_armed = arm(timer.as_mut(), deadline);
                     idle_armed = rearm_idle(idle_timer.as_mut());
                 }
                 () = &mut ask_bound, if asking.is_some() => {
@@ -628,10 +621,7 @@ impl ToolRunner {
                     if let Some(open) = asking.take() {
                         deadline = open.finish(Reply::Cancelled(text), deadline, |at| ctx.move_deadline(at));
                     }
-                    timer_armed = deadline.is_some();
-                    if let Some(deadline) = deadline {
-                        timer.as_mut().reset(deadline);
-                    }
+                    timer_armed = arm(timer.as_mut(), deadline);
                     idle_armed = rearm_idle(idle_timer.as_mut());
                 }
                 () = &mut timer, if timer_armed => {
@@ -676,7 +666,11 @@ impl ToolRunner {
         let mut structured = None;
         let (outcome, output, details) = match end {
             Ok(TaskEnd::Blocked(reason)) => (Outcome::Blocked, Output::Text(reason), None),
-            Ok(TaskEnd::GateCrashed(text)) => (Outcome::Crashed, Output::Text(text), None),
+            Ok(TaskEnd::GateCrashed(text)) => {
+                // The gate's crash, not the tool's.
+                charge = Charge::Nobody;
+                (Outcome::Crashed, Output::Text(text), None)
+            }
             Ok(TaskEnd::BrokeSchema(text)) => (Outcome::Error, Output::Text(text), None),
             Ok(TaskEnd::FailedPastDeadline) => (
                 Outcome::TimedOut,

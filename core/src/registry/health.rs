@@ -196,8 +196,8 @@ struct Quarantine {
     failed_probes: u32,
     /// When a call may probe it (`None`: no cool-down), as an instant and in Unix milliseconds.
     probe_after: Option<(Instant, u64)>,
-    /// The call probing it now.
-    probe: Option<String>,
+    /// The token of the call probing it now.
+    probe: Option<u64>,
 }
 
 impl Quarantine {
@@ -250,8 +250,9 @@ pub(crate) struct QuarantineState {
 pub(crate) enum Admission {
     /// It runs.
     Serve,
-    /// It runs as the probe of the tool's quarantine.
-    Probe,
+    /// It runs as the probe of the tool's quarantine, under this token (its end decides it,
+    /// [`Health::record`], or gives it back, [`Health::release_probe`]).
+    Probe(u64),
     /// It ends `quarantined`, for this reason.
     Refused(String),
 }
@@ -267,7 +268,8 @@ pub(crate) struct ToolKey<'a> {
 /// How a call ended, as accounting needs it.
 #[derive(Clone, Copy)]
 pub(crate) struct CallEnd<'a> {
-    pub call_id: &'a str,
+    /// The probe token its call was admitted under, if it was one.
+    pub probe: Option<u64>,
     pub outcome: Outcome,
     pub duration: Duration,
     pub text: &'a str,
@@ -290,7 +292,8 @@ pub(crate) enum Charge {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Change {
     None,
-    /// Quarantined, or quarantined again by a failed probe.
+    /// Quarantined, quarantined again by a failed probe, or still quarantined after a probe
+    /// that decided nothing (the next call probes).
     Quarantined(QuarantineState),
     /// Its probe answered: the quarantine is lifted, for this reason.
     Restored(String),
@@ -300,12 +303,16 @@ pub(crate) enum Change {
 #[derive(Default)]
 pub(crate) struct Health {
     entries: HashMap<String, Entry>,
+    /// The last probe token handed out.
+    probes: u64,
 }
 
 impl Health {
-    /// Whether the call `call_id` of `tool` of `generation` may run now: quarantined tools
-    /// refuse calls until their cool-down has passed, then take one call as their probe.
-    pub fn admit(&mut self, tool: &str, generation: u64, call_id: &str) -> Admission {
+    /// Whether a call of `tool` of `generation` may run now: quarantined tools refuse calls
+    /// until their cool-down has passed, then take one call as their probe.
+    pub fn admit(&mut self, tool: &str, generation: u64) -> Admission {
+        self.probes += 1;
+        let token = self.probes;
         let Some(quarantine) = self
             .entries
             .get_mut(tool)
@@ -328,23 +335,23 @@ impl Health {
                         "{reason}; a call in {secs} s will probe it"
                     ));
                 }
-                quarantine.probe = Some(call_id.to_owned());
-                Admission::Probe
+                quarantine.probe = Some(token);
+                Admission::Probe(token)
             }
         }
     }
 
-    /// Forgets the probe `call_id` of `tool` without deciding anything (its call ended without
-    /// being recorded): the next call probes.
-    pub fn release_probe(&mut self, tool: &str, call_id: &str) {
-        if let Some(quarantine) = self
+    /// Gives back the probe `token` of `tool` without deciding anything (its call ended without
+    /// being recorded): the next call probes. Returns the quarantine as it stands, if the probe
+    /// was still running.
+    pub fn release_probe(&mut self, tool: &str, token: u64) -> Option<QuarantineState> {
+        let quarantine = self
             .entries
             .get_mut(tool)
             .and_then(|e| e.quarantine.as_mut())
-            && quarantine.probe.as_deref() == Some(call_id)
-        {
-            quarantine.probe = None;
-        }
+            .filter(|q| q.probe == Some(token))?;
+        quarantine.probe = None;
+        Some(quarantine.state(tool))
     }
 
     /// Records the end of a call of `tool` of `generation`: counted in its figures; the probe of
@@ -360,22 +367,20 @@ impl Health {
         let CallEnd {
             outcome,
             duration,
-            call_id,
+            probe,
             text,
         } = *end;
         let Some(entry) = self.entry(tool) else {
             return Change::None;
         };
         entry.tally.count(outcome, duration.as_secs_f64() * 1000.0);
-        let probing = entry
-            .quarantine
-            .as_ref()
-            .is_some_and(|q| q.probe.as_deref() == Some(call_id));
+        let probing =
+            probe.is_some() && entry.quarantine.as_ref().is_some_and(|q| q.probe == probe);
         if probing && let Some(quarantine) = entry.quarantine.as_mut() {
             quarantine.probe = None;
             if !charged {
-                // The client, the host or another tool ended it: the next call probes.
-                return Change::None;
+                // The client, the host, the gate or another tool ended it: the next call probes.
+                return Change::Quarantined(quarantine.state(tool.tool));
             }
             match outcome {
                 Outcome::Ok | Outcome::Error => {
@@ -395,7 +400,7 @@ impl Health {
                     return Change::Quarantined(state);
                 }
                 // It never reached the tool: the next call probes.
-                _ => return Change::None,
+                _ => return Change::Quarantined(quarantine.state(tool.tool)),
             }
         }
         if !charged {
@@ -534,16 +539,22 @@ mod tests {
         }
     }
 
-    /// Records the end of call `id` of tool `t` (generation 1), charged to it.
-    fn end(h: &mut Health, policy: &QuarantinePolicy, id: &str, outcome: Outcome) -> Change {
-        end_charged(h, policy, id, outcome, true)
+    /// Records the end of a call of tool `t` (generation 1), charged to it, admitted as the probe
+    /// `probe` if given.
+    fn end(
+        h: &mut Health,
+        policy: &QuarantinePolicy,
+        probe: Option<u64>,
+        outcome: Outcome,
+    ) -> Change {
+        end_charged(h, policy, probe, outcome, true)
     }
 
-    /// Records the end of call `id` of tool `t` (generation 1), charged to it or to no one.
+    /// The same, charged to it or to no one.
     fn end_charged(
         h: &mut Health,
         policy: &QuarantinePolicy,
-        id: &str,
+        probe: Option<u64>,
         outcome: Outcome,
         charged: bool,
     ) -> Change {
@@ -554,7 +565,7 @@ mod tests {
             generation: 1,
         };
         let end = CallEnd {
-            call_id: id,
+            probe,
             outcome,
             duration: Duration::from_millis(5),
             text: "boom",
@@ -566,10 +577,10 @@ mod tests {
     fn quarantines_after_three_failures_and_new_generation_resets() {
         let policy = QuarantinePolicy::default();
         let mut h = Health::default();
-        assert_eq!(end(&mut h, &policy, "1", Outcome::Crashed), Change::None);
-        assert_eq!(end(&mut h, &policy, "2", Outcome::Ok), Change::None);
-        assert_eq!(end(&mut h, &policy, "3", Outcome::TimedOut), Change::None);
-        let Change::Quarantined(state) = end(&mut h, &policy, "4", Outcome::Crashed) else {
+        assert_eq!(end(&mut h, &policy, None, Outcome::Crashed), Change::None);
+        assert_eq!(end(&mut h, &policy, None, Outcome::Ok), Change::None);
+        assert_eq!(end(&mut h, &policy, None, Outcome::TimedOut), Change::None);
+        let Change::Quarantined(state) = end(&mut h, &policy, None, Outcome::Crashed) else {
             panic!("not quarantined");
         };
         assert_eq!(
@@ -577,10 +588,8 @@ mod tests {
             "tool `t` (p@1 (libp.so)) is quarantined after 2 crash(es) and 1 timeout(s) within 300 s; last failure: crashed: boom"
         );
         assert!(state.probe_after_ms.is_some());
-        assert!(
-            matches!(h.admit("t", 1, "5"), Admission::Refused(r) if r.contains("will probe it"))
-        );
-        assert_eq!(h.admit("t", 2, "5"), Admission::Serve);
+        assert!(matches!(h.admit("t", 1), Admission::Refused(r) if r.contains("will probe it")));
+        assert_eq!(h.admit("t", 2), Admission::Serve);
         let current = HashMap::from([("t".to_owned(), 2)]);
         assert_eq!(h.stale_quarantines(&current), vec!["t".to_owned()]);
         assert!(h.lift("t"));
@@ -603,20 +612,20 @@ mod tests {
         };
         let mut h = Health::default();
         assert!(matches!(
-            end(&mut h, &policy, "1", Outcome::Crashed),
+            end(&mut h, &policy, None, Outcome::Crashed),
             Change::Quarantined(_)
         ));
         std::thread::sleep(Duration::from_millis(2));
         // One probe at a time; the others are refused while it runs.
-        assert_eq!(h.admit("t", 1, "2"), Admission::Probe);
-        assert!(
-            matches!(h.admit("t", 1, "3"), Admission::Refused(r) if r.contains("probing it now"))
-        );
+        let Admission::Probe(probe) = h.admit("t", 1) else {
+            panic!("no probe");
+        };
+        assert!(matches!(h.admit("t", 1), Admission::Refused(r) if r.contains("probing it now")));
         assert!(h.stats("t").unwrap().probing);
         // A call that started before the quarantine ends: it decides nothing.
-        assert_eq!(end(&mut h, &policy, "0", Outcome::Ok), Change::None);
+        assert_eq!(end(&mut h, &policy, None, Outcome::Ok), Change::None);
         // The probe crashes: quarantined again, for three times as long.
-        let Change::Quarantined(again) = end(&mut h, &policy, "2", Outcome::Crashed) else {
+        let Change::Quarantined(again) = end(&mut h, &policy, Some(probe), Outcome::Crashed) else {
             panic!("not quarantined again");
         };
         assert_eq!(again.failed_probes, 1);
@@ -625,21 +634,35 @@ mod tests {
             "{}",
             again.reason
         );
-        assert!(matches!(h.admit("t", 1, "4"), Admission::Refused(_)));
+        assert!(matches!(h.admit("t", 1), Admission::Refused(_)));
         std::thread::sleep(Duration::from_millis(4));
-        // A probe that never reached the tool, or that the client ended, decides nothing; the
-        // next call probes.
-        assert_eq!(h.admit("t", 1, "5"), Admission::Probe);
-        assert_eq!(end(&mut h, &policy, "5", Outcome::Blocked), Change::None);
-        assert_eq!(h.admit("t", 1, "5c"), Admission::Probe);
-        let cancelled = end_charged(&mut h, &policy, "5c", Outcome::Error, false);
-        assert_eq!(cancelled, Change::None);
-        assert_eq!(h.admit("t", 1, "6"), Admission::Probe);
+        // A probe that never reached the tool, that the client ended, or whose call died,
+        // decides nothing: still quarantined, the next call probes.
+        let Admission::Probe(blocked) = h.admit("t", 1) else {
+            panic!("no probe");
+        };
+        let undecided = end(&mut h, &policy, Some(blocked), Outcome::Blocked);
+        assert!(matches!(undecided, Change::Quarantined(s) if s.failed_probes == 1));
+        let Admission::Probe(cancelled) = h.admit("t", 1) else {
+            panic!("no probe");
+        };
+        let undecided = end_charged(&mut h, &policy, Some(cancelled), Outcome::Error, false);
+        assert!(matches!(undecided, Change::Quarantined(_)));
+        let Admission::Probe(died) = h.admit("t", 1) else {
+            panic!("no probe");
+        };
+        assert!(h.release_probe("t", died).is_some());
+        assert!(h.release_probe("t", died).is_none());
+        // A stale token (an earlier probe's) decides nothing either.
+        let Admission::Probe(answered) = h.admit("t", 1) else {
+            panic!("no probe");
+        };
+        assert_eq!(end(&mut h, &policy, Some(died), Outcome::Ok), Change::None);
         assert!(matches!(
-            end(&mut h, &policy, "6", Outcome::Error),
+            end(&mut h, &policy, Some(answered), Outcome::Error),
             Change::Restored(_)
         ));
-        assert_eq!(h.admit("t", 1, "7"), Admission::Serve);
+        assert_eq!(h.admit("t", 1), Admission::Serve);
         assert!(h.stats("t").unwrap().quarantine.is_none());
     }
 
@@ -666,11 +689,11 @@ mod tests {
             ..policy
         };
         let mut h = Health::default();
-        let Change::Quarantined(state) = end(&mut h, &never, "1", Outcome::TimedOut) else {
+        let Change::Quarantined(state) = end(&mut h, &never, None, Outcome::TimedOut) else {
             panic!("not quarantined");
         };
         assert_eq!(state.probe_after_ms, None);
-        assert_eq!(h.admit("t", 1, "2"), Admission::Refused(state.reason));
+        assert_eq!(h.admit("t", 1), Admission::Refused(state.reason));
         // A cool-down too long to add to now is none, not a panic.
         let endless = QuarantinePolicy {
             cool_down: Duration::MAX,
@@ -678,7 +701,7 @@ mod tests {
             ..never
         };
         let mut h = Health::default();
-        let Change::Quarantined(state) = end(&mut h, &endless, "1", Outcome::Crashed) else {
+        let Change::Quarantined(state) = end(&mut h, &endless, None, Outcome::Crashed) else {
             panic!("not quarantined");
         };
         assert_eq!(state.probe_after_ms, None);

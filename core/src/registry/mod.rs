@@ -411,33 +411,35 @@ impl ToolRegistry {
 
     /// Whether the call `call_id` of `tool` may run: `Err` with the quarantine's text while the
     /// tool is quarantined, except for the one call that probes it once its cool-down is over
-    /// (published as `tool_probing`).
-    pub(crate) fn admit(&self, tool: &ResolvedTool, call_id: &str) -> Result<(), String> {
-        let admission = self
-            .health()
-            .admit(&tool.spec.name, tool.generation, call_id);
+    /// (published as `tool_probing`): that one gets its [`Probe`], to hand to [`Self::record`].
+    pub(crate) fn admit(
+        &self,
+        tool: &ResolvedTool,
+        call_id: &str,
+    ) -> Result<Option<Probe>, String> {
+        let admission = self.health().admit(&tool.spec.name, tool.generation);
         match admission {
-            Admission::Serve => Ok(()),
+            Admission::Serve => Ok(None),
             Admission::Refused(reason) => Err(reason),
-            Admission::Probe => {
+            Admission::Probe(token) => {
                 tracing::info!(tool = %tool.spec.name, call = %call_id, "probing a quarantined tool");
+                let origin = tool.origin.to_string();
                 self.inner.bus.publish(
                     None,
                     EventKind::ToolProbing {
                         tool: tool.spec.name.clone(),
-                        origin: tool.origin.to_string(),
+                        origin: origin.clone(),
                         call_id: call_id.to_owned(),
                     },
                 );
-                Ok(())
+                Ok(Some(Probe {
+                    registry: self.clone(),
+                    tool: tool.spec.name.clone(),
+                    origin,
+                    token: Some(token),
+                }))
             }
         }
-    }
-
-    /// Forgets the probe `call_id` of `tool` (its call ended without being recorded: its task
-    /// died): the next call probes.
-    pub(crate) fn release_probe(&self, tool: &str, call_id: &str) {
-        self.health().release_probe(tool, call_id);
     }
 
     /// Records how a call of `tool` ended (the seed's `watch`): counts, durations, quarantine
@@ -445,7 +447,13 @@ impl ToolRegistry {
     /// is charged to: the tool; another tool of the same origin that caused a crash (it hung,
     /// and the process serving both was restarted); or no one (the client or the host ended the
     /// call: a probe so ended decides nothing).
-    pub(crate) fn record(&self, tool: &ResolvedTool, result: &ToolResult, charge: &Charge) {
+    pub(crate) fn record(
+        &self,
+        tool: &ResolvedTool,
+        result: &ToolResult,
+        charge: &Charge,
+        probe: Option<Probe>,
+    ) {
         let policy = *self
             .inner
             .policy
@@ -471,7 +479,7 @@ impl ToolRegistry {
         }
         let text = result.text();
         let end = CallEnd {
-            call_id: &result.call_id,
+            probe: probe.and_then(Probe::decided),
             outcome: result.outcome,
             duration: result.duration,
             text: &text,
@@ -488,22 +496,7 @@ impl ToolRegistry {
             let origin = tool.origin.to_string();
             let event = match change {
                 Change::None => continue,
-                Change::Quarantined(state) => {
-                    let QuarantineState {
-                        tool,
-                        reason,
-                        probe_after_ms,
-                        failed_probes,
-                    } = state;
-                    tracing::warn!(%tool, %reason, ?probe_after_ms, "tool quarantined");
-                    EventKind::ToolQuarantined {
-                        tool,
-                        origin,
-                        reason,
-                        probe_after_ms,
-                        failed_probes,
-                    }
-                }
+                Change::Quarantined(state) => quarantined(state, origin),
                 Change::Restored(reason) => {
                     tracing::info!(tool = %tool.spec.name, %reason, "quarantine lifted");
                     EventKind::ToolRestored {
@@ -531,5 +524,52 @@ impl ToolRegistry {
                 stats
             })
             .collect()
+    }
+}
+
+/// The `tool_quarantined` event of `state`.
+fn quarantined(state: QuarantineState, origin: String) -> EventKind {
+    let QuarantineState {
+        tool,
+        reason,
+        probe_after_ms,
+        failed_probes,
+    } = state;
+    tracing::warn!(%tool, %reason, ?probe_after_ms, "tool quarantined");
+    EventKind::ToolQuarantined {
+        tool,
+        origin,
+        reason,
+        probe_after_ms,
+        failed_probes,
+    }
+}
+
+/// The call probing a quarantined tool ([`ToolRegistry::admit`]): its end, recorded, decides the
+/// quarantine ([`ToolRegistry::record`]); dropped unrecorded (its task died), it is given back
+/// and the next call probes.
+pub(crate) struct Probe {
+    registry: ToolRegistry,
+    tool: String,
+    origin: String,
+    /// `None` once recorded.
+    token: Option<u64>,
+}
+
+impl Probe {
+    /// Its token, for the record that decides it.
+    fn decided(mut self) -> Option<u64> {
+        self.token.take()
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        let Some(token) = self.token else { return };
+        let released = self.registry.health().release_probe(&self.tool, token);
+        if let Some(state) = released {
+            let event = quarantined(state, std::mem::take(&mut self.origin));
+            self.registry.inner.bus.publish(None, event);
+        }
     }
 }
