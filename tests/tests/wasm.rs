@@ -135,6 +135,17 @@ async fn host_of(
     (host, report)
 }
 
+/// A runner whose timeouts for the tools named are these (milliseconds).
+fn timeouts(of: &[(&str, u64)]) -> RunnerConfig {
+    let mut runner = RunnerConfig::default();
+    for (tool, ms) in of {
+        runner
+            .timeout_overrides
+            .insert((*tool).into(), Duration::from_millis(*ms));
+    }
+    runner
+}
+
 /// A host serving a directory of just the component of `name`, in process.
 async fn component_host(name: &str, runner: RunnerConfig) -> (Host, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -219,11 +230,7 @@ async fn components_load_beside_native_plugins_and_answer_as_their_native_builds
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_in_a_component_end_their_call_count_against_it_and_the_next_call_answers() {
-    let mut runner = RunnerConfig::default();
-    runner
-        .timeout_overrides
-        .insert("spin".into(), Duration::from_millis(300));
-    let (host, _dir) = component_host("faults", runner).await;
+    let (host, _dir) = component_host("faults", timeouts(&[("spin", 300)])).await;
     // A panic aborts the instance: `crashed`, with the panic's message from its stderr.
     let r = host.call("panic", json!({"message": "boom"})).await;
     assert_eq!(r.outcome, Outcome::Crashed, "{}", r.text());
@@ -272,11 +279,7 @@ async fn faults_in_a_component_end_their_call_count_against_it_and_the_next_call
 /// that loops still ends at its timeout and the next answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn components_computing_for_long_leave_the_async_threads_free() {
-    let mut runner = RunnerConfig::default();
-    runner
-        .timeout_overrides
-        .insert("spin".into(), Duration::from_millis(1500));
-    let (host, _dir) = component_host("faults", runner).await;
+    let (host, _dir) = component_host("faults", timeouts(&[("spin", 1500)])).await;
     let spins: Vec<_> = (0..2)
         .map(|_| {
             let host = host.clone();
@@ -308,12 +311,7 @@ async fn components_computing_for_long_leave_the_async_threads_free() {
 /// (112), each dozing a minute past a 300 ms timeout, and the next call still answers at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn components_given_up_inside_a_host_call_free_their_turns() {
-    let mut runner = RunnerConfig::default();
-    for (tool, ms) in [("doze", 300), ("nap", 5000)] {
-        runner
-            .timeout_overrides
-            .insert(tool.into(), Duration::from_millis(ms));
-    }
+    let runner = timeouts(&[("doze", 300), ("nap", 5000)]);
     let (host, _dir) = component_host("faults", runner).await;
     let dozes: Vec<_> = (0..120)
         .map(|_| {
@@ -332,11 +330,7 @@ async fn components_given_up_inside_a_host_call_free_their_turns() {
 
 #[tokio::test]
 async fn a_component_on_a_single_threaded_runtime_is_stopped_at_its_timeout() {
-    let mut runner = RunnerConfig::default();
-    runner
-        .timeout_overrides
-        .insert("spin".into(), Duration::from_millis(300));
-    let (host, _dir) = component_host("faults", runner).await;
+    let (host, _dir) = component_host("faults", timeouts(&[("spin", 300)])).await;
     let r = host.call("spin", json!({})).await;
     assert_eq!(r.outcome, Outcome::TimedOut, "{}", r.text());
     let r = host.call("nap", json!({"ms": 20})).await;

@@ -232,9 +232,11 @@ impl WasmPlugin {
                 let (answer, answered) = tokio::sync::oneshot::channel();
                 let plugin = self.clone();
                 let thread = tokio::task::spawn_blocking(move || {
-                    let (ended, used) = block_on(until_given_up(call, &watched));
-                    let _ = answer.send(ended);
-                    block_on(plugin.after_call(used, turn));
+                    block_on(async {
+                        let (ended, used) = until_given_up(call, &watched).await;
+                        let _ = answer.send(ended);
+                        plugin.after_call(used, turn).await;
+                    })
                 });
                 return match answered.await {
                     Ok(ended) => ended,

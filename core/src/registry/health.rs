@@ -550,6 +550,14 @@ mod tests {
         end_charged(h, policy, probe, outcome, true)
     }
 
+    /// The quarantine that the end of a call of `t` charged to it begins.
+    fn quarantines(h: &mut Health, policy: &QuarantinePolicy, outcome: Outcome) -> QuarantineState {
+        match end(h, policy, None, outcome) {
+            Change::Quarantined(state) => state,
+            other => panic!("not quarantined: {other:?}"),
+        }
+    }
+
     /// The same, charged to it or to no one.
     fn end_charged(
         h: &mut Health,
@@ -580,9 +588,7 @@ mod tests {
         assert_eq!(end(&mut h, &policy, None, Outcome::Crashed), Change::None);
         assert_eq!(end(&mut h, &policy, None, Outcome::Ok), Change::None);
         assert_eq!(end(&mut h, &policy, None, Outcome::TimedOut), Change::None);
-        let Change::Quarantined(state) = end(&mut h, &policy, None, Outcome::Crashed) else {
-            panic!("not quarantined");
-        };
+        let state = quarantines(&mut h, &policy, Outcome::Crashed);
         assert_eq!(
             state.reason,
             "tool `t` (p@1 (libp.so)) is quarantined after 2 crash(es) and 1 timeout(s) within 300 s; last failure: crashed: boom"
@@ -689,9 +695,7 @@ mod tests {
             ..policy
         };
         let mut h = Health::default();
-        let Change::Quarantined(state) = end(&mut h, &never, None, Outcome::TimedOut) else {
-            panic!("not quarantined");
-        };
+        let state = quarantines(&mut h, &never, Outcome::TimedOut);
         assert_eq!(state.probe_after_ms, None);
         assert_eq!(h.admit("t", 1), Admission::Refused(state.reason));
         // A cool-down too long to add to now is none, not a panic.
@@ -701,9 +705,7 @@ mod tests {
             ..never
         };
         let mut h = Health::default();
-        let Change::Quarantined(state) = end(&mut h, &endless, None, Outcome::Crashed) else {
-            panic!("not quarantined");
-        };
+        let state = quarantines(&mut h, &endless, Outcome::Crashed);
         assert_eq!(state.probe_after_ms, None);
     }
 

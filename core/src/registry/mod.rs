@@ -493,15 +493,15 @@ impl ToolRegistry {
             [Some((tool, own)), charged]
         };
         for (tool, change) in changes.into_iter().flatten() {
-            let origin = tool.origin.to_string();
+            // Nothing built for the ends that change nothing (nearly every call).
             let event = match change {
                 Change::None => continue,
-                Change::Quarantined(state) => quarantined(state, origin),
+                Change::Quarantined(state) => quarantined(state, tool.origin.to_string()),
                 Change::Restored(reason) => {
                     tracing::info!(tool = %tool.spec.name, %reason, "quarantine lifted");
                     EventKind::ToolRestored {
                         tool: tool.spec.name.clone(),
-                        origin,
+                        origin: tool.origin.to_string(),
                         reason,
                     }
                 }
