@@ -32,7 +32,15 @@ impl HostName {
     /// This machine's host name, cleaned into a usable one (other characters become `-`;
     /// `rho` if it has none).
     pub fn of_this_machine() -> HostName {
-        let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let mut buf = [0u8; 256];
+        // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+        let got = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+        let len = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        let raw = if got {
+            String::from_utf8_lossy(&buf[..len]).into_owned()
+        } else {
+            String::new()
+        };
         let cleaned: String = raw
             .trim()
             .chars()

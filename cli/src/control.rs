@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine;
 use rho_runtime::{CallOptions, Host, Image, Outcome, Output, ToolCall, ToolResult};
+use rho_worker::sandbox::host::outside_sandboxes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -183,7 +184,7 @@ async fn accept(listener: tokio::net::UnixListener, host: Host) {
         };
         if !stream
             .peer_cred()
-            .is_ok_and(|c| c.uid() == me && same_namespaces(c.pid()))
+            .is_ok_and(|c| c.uid() == me && c.pid().is_some_and(outside_sandboxes))
         {
             tracing::warn!("a control connection from another user or a sandbox was refused");
             continue;
@@ -196,20 +197,6 @@ async fn accept(listener: tokio::net::UnixListener, host: Host) {
             }
         });
     }
-}
-
-/// Whether process `pid` (as this host sees it) shares this host's user and PID namespaces: an
-/// isolated plugin runs in namespaces of its own, and may have the uid of the host (when the host
-/// is not root) and, with the network granted, unix sockets. It must not reach this socket.
-fn same_namespaces(pid: Option<i32>) -> bool {
-    let Some(pid) = pid.filter(|p| *p > 0) else {
-        return false;
-    };
-    ["user", "pid"].iter().all(|ns| {
-        let theirs = std::fs::read_link(format!("/proc/{pid}/ns/{ns}"));
-        let ours = std::fs::read_link(format!("/proc/self/ns/{ns}"));
-        matches!((theirs, ours), (Ok(a), Ok(b)) if a == b)
-    })
 }
 
 /// Reads one request, runs it (cancelled if the client goes first), writes the result.

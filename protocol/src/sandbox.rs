@@ -122,6 +122,11 @@ pub struct SandboxReport {
     /// and POSIX message queues by `RLIMIT_MSGQUEUE` (see [`WorkerLimits::memory_bytes`]).
     #[serde(default)]
     pub ipc_limits: bool,
+    /// macOS: the plugin process runs under a Seatbelt profile generated from its grants (reads
+    /// of the system and the grants, writes to its scratch directory and the write grants,
+    /// network and processes only when granted).
+    #[serde(default)]
+    pub seatbelt: bool,
     /// The granted paths in force, as `read PATH` or `write PATH` (resolved paths): the same as
     /// the host granted, or the plugin is refused.
     #[serde(default)]
@@ -180,6 +185,9 @@ impl SandboxReport {
         }
         if self.ipc_limits {
             parts.push("IPC bounded".into());
+        }
+        if self.seatbelt {
+            parts.push("Seatbelt".into());
         }
         if self.landlock_abi > 0 {
             parts.push(format!(

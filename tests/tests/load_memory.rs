@@ -1,6 +1,10 @@
 //! [9/9]: what loading plugins leaves on the host's heap. Alone in its test binary (its own
 //! process): it reads the allocator's totals, which tests running beside it would move.
 
+//!
+//! Linux only: it reads glibc's allocator (`mallinfo2`).
+
+#![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used)] // test helpers fail loudly
 
 use rho_worker::loader::{CopyDir, PluginFile};

@@ -607,19 +607,10 @@ fn a_cancelled_request_frees_its_id_and_a_client_gone_before_initialize_ends_the
 
 #[test]
 fn a_client_that_stops_reading_stops_the_calls_even_when_nothing_is_written() {
-    use std::os::fd::FromRawFd;
     let plugins = dir(&["faults"]);
     let journal = tempfile::NamedTempFile::new().unwrap();
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills the two descriptors (close-on-exec: the server gets only its stdout).
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: each descriptor is owned once, here.
-    let (read_end, write_end) = unsafe {
-        (
-            std::fs::File::from_raw_fd(fds[0]),
-            std::fs::File::from_raw_fd(fds[1]),
-        )
-    };
+    // Close-on-exec: the server gets only its stdout.
+    let (read_end, write_end) = std::io::pipe().unwrap();
     let mut child = Command::new(rho_bin())
         .args(["serve", "--plugins"])
         .arg(plugins.path())

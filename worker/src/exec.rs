@@ -16,8 +16,8 @@ use std::ffi::CString;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
+use rho_protocol::PROTOCOL_VERSION;
 use rho_protocol::frames::{EXEC_STDIN_FD, EXEC_STDOUT_FD, FromWorker, SandboxSpec, write_frame};
-use rho_protocol::{PROTOCOL_VERSION, SandboxReport};
 
 use crate::sandbox;
 
@@ -36,14 +36,14 @@ pub(crate) fn run(stream: &UnixStream, spec: &SandboxSpec, program: &Program) ->
         let _ = write_frame(&mut &*stream, &FromWorker::LoadFailed { error }, &[]);
         127
     };
-    let mut report: SandboxReport = match sandbox::enter(spec) {
-        Ok(report) => report,
+    let mut entered = match sandbox::enter(spec, sandbox::Runs::Program) {
+        Ok(entered) => entered,
         Err(e) => return failed(format!("setting up the sandbox: {e}")),
     };
-    sandbox::confine(spec, &mut report);
+    sandbox::confine(spec, &mut entered);
     let confined = FromWorker::Confined {
         protocol: PROTOCOL_VERSION,
-        sandbox: report,
+        sandbox: entered.report,
     };
     if write_frame(&mut &*stream, &confined, &[]).is_err() {
         return 1;

@@ -2,7 +2,7 @@
 //! check it, copy and hash it, load it with abi_stable, call it), the worker process's body (the
 //! `rho-worker` program, or any host binary that runs [`run_if_worker`] first thing), and the
 //! sandbox that confines a worker before the plugin's first instruction, behind a platform seam
-//! ([`sandbox`]: Linux today).
+//! ([`sandbox`]: Linux's namespaces, Landlock and seccomp; macOS's Seatbelt).
 //!
 //! A host does not use this crate directly: the runtime (`rho-runtime`) loads in process and
 //! starts workers through it. Tools that load one file outside a host (`rho plugin check`, the
@@ -17,6 +17,9 @@
 //! ```
 
 #![warn(missing_docs)]
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+compile_error!("rho's worker runs on Linux and macOS");
 
 mod error;
 mod exec;

@@ -23,8 +23,7 @@ use rho_plugin_api::Output;
 use rho_protocol::answer::{FailureKind, OutputKind};
 use rho_protocol::frames::{
     BlockFrameHead, BlockHeads, CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, GRANT_FDS,
-    HANDED_CONTROL_WORDS, HANDED_OVER, ImageHead, ImageHeads, PLUGIN_FD, ToWorker, read_frame,
-    write_frame,
+    HANDED_CONTROL_WORDS, HANDED_OVER, ImageHead, ImageHeads, ToWorker, read_frame, write_frame,
 };
 use rho_protocol::{Failure, PROTOCOL_VERSION};
 
@@ -53,21 +52,20 @@ fn take_handed() -> Result<usize, String> {
     // the descriptors are read from inside `control` as the kernel wrote them.
     unsafe {
         libc::setsid();
+        // macOS has no parent-death signal: the worker watches its host instead
+        // (`sandbox::enter`).
+        #[cfg(target_os = "linux")]
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-        if libc::dup3(0, CHANNEL_FD, libc::O_CLOEXEC) != CHANNEL_FD {
+        if libc::dup2(0, CHANNEL_FD) != CHANNEL_FD
+            || libc::fcntl(CHANNEL_FD, libc::F_SETFD, libc::FD_CLOEXEC) != 0
+        {
             return Err(os_error("no channel on stdin"));
         }
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
         if null < 0 || libc::dup2(null, 0) != 0 {
             return Err(os_error("opening /dev/null"));
         }
-        let first = CHANNEL_FD as u32 + 1;
-        if libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) != 0 {
-            // Kernels before 5.11: one descriptor at a time.
-            for fd in first as i32..4096 {
-                libc::close(fd);
-            }
-        }
+        close_from(CHANNEL_FD + 1);
         let mut byte = [0u8];
         let mut iov = libc::iovec {
             iov_base: byte.as_mut_ptr().cast(),
@@ -78,15 +76,16 @@ fn take_handed() -> Result<usize, String> {
         message.msg_iov = &mut iov;
         message.msg_iovlen = 1;
         message.msg_control = control.as_mut_ptr().cast();
-        message.msg_controllen = std::mem::size_of_val(&control);
-        if libc::recvmsg(CHANNEL_FD, &mut message, libc::MSG_CMSG_CLOEXEC) != 1 {
+        message.msg_controllen = std::mem::size_of_val(&control) as _;
+        if libc::recvmsg(CHANNEL_FD, &mut message, RECEIVE_CLOEXEC) != 1 {
             return Err(os_error("no descriptors on the channel"));
         }
         let header = libc::CMSG_FIRSTHDR(&message);
         let carried = if header.is_null() {
             0
         } else {
-            ((*header).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<i32>()
+            ((*header).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize)
+                / std::mem::size_of::<i32>()
         };
         if header.is_null()
             || (*header).cmsg_level != libc::SOL_SOCKET
@@ -112,7 +111,35 @@ fn take_handed() -> Result<usize, String> {
         if got != expected {
             return Err(format!("descriptors arrived on {got:?}, not {expected:?}"));
         }
+        // Where `recvmsg` cannot mark them close-on-exec as they arrive.
+        #[cfg(not(target_os = "linux"))]
+        for fd in got {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
         Ok(carried - HANDED_OVER.len())
+    }
+}
+
+/// `recvmsg`'s flag marking received descriptors close-on-exec (Linux's; elsewhere they are
+/// marked right after).
+#[cfg(target_os = "linux")]
+const RECEIVE_CLOEXEC: libc::c_int = libc::MSG_CMSG_CLOEXEC;
+#[cfg(not(target_os = "linux"))]
+const RECEIVE_CLOEXEC: libc::c_int = 0;
+
+/// Closes every descriptor from `first` up.
+fn close_from(first: i32) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: close_range has no memory effects; closing descriptors nothing else owns yet.
+    if unsafe { libc::syscall(libc::SYS_close_range, first as u32, u32::MAX, 0) } == 0 {
+        return;
+    }
+    // Kernels before 5.11 and other systems: one descriptor at a time, up to the limit.
+    // SAFETY: getdtablesize has no preconditions; close on any number only fails.
+    let limit = unsafe { libc::getdtablesize() }.clamp(first, 1 << 16);
+    for fd in first..limit {
+        // SAFETY: as above.
+        unsafe { libc::close(fd) };
     }
 }
 
@@ -259,11 +286,15 @@ fn run() -> u8 {
     };
     // Only the plugin process returns from here; the worker and the sandbox's init wait inside
     // and end as it does.
-    let mut report = match sandbox::enter(&spec) {
-        Ok(report) => report,
+    let mut entered = match sandbox::enter(&spec, sandbox::Runs::Plugin) {
+        Ok(entered) => entered,
         Err(e) => return load_failed(format!("setting up the sandbox: {e}")),
     };
-    sandbox::confine(&spec, &mut report);
+    sandbox::confine(&spec, &mut entered);
+    let sandbox::Entered { report, plugin } = entered;
+    let Some(plugin) = plugin else {
+        return load_failed("the sandbox has no copy of the plugin".into());
+    };
     // Before any of the plugin's code runs: its load-time code could write frames of its own.
     let confined = FromWorker::Confined {
         protocol: PROTOCOL_VERSION,
@@ -272,16 +303,17 @@ fn run() -> u8 {
     if write_frame(&mut &stream, &confined, &[]).is_err() {
         return 1;
     }
-    let plugin = PathBuf::from(format!("/proc/self/fd/{PLUGIN_FD}"));
     let loaded = match load_checked_copy(&plugin, &shown) {
         Ok(loaded) => loaded,
         Err(error) => return load_failed(error.to_string()),
     };
     // The image stays mapped and the Landlock rules hold without them: the plugin keeps only
     // its channels.
-    // SAFETY: closing descriptors this process owns and no longer uses.
+    // SAFETY: closing descriptors this process owns and no longer uses (on macOS the worker
+    // closed it before the plugin process loaded its own copy).
+    #[cfg(target_os = "linux")]
     unsafe {
-        libc::close(PLUGIN_FD);
+        libc::close(rho_protocol::frames::PLUGIN_FD);
     }
     // The writing end for the call thread and the update callbacks (fd 5 from here on).
     let Ok(writer) = stream.try_clone() else {
@@ -325,7 +357,9 @@ fn run() -> u8 {
 
 /// The most freed heap a worker keeps for its next calls instead of giving it back to the kernel,
 /// and the size from which an allocation is a mapping of its own (given back at once).
+#[cfg(target_env = "gnu")]
 const KEPT_HEAP: usize = 16 << 20;
+#[cfg(target_env = "gnu")]
 const OWN_MAPPING_FROM: usize = 8 << 20;
 
 /// Calls of one worker allocate the same buffers again and again (frames, arguments, answers):

@@ -14,9 +14,19 @@ use std::path::{Component, Path, PathBuf};
 pub type DevIno = (u64, u64);
 
 /// The identity of what `st` describes.
+#[allow(clippy::unnecessary_cast)] // `st_dev` is signed on macOS
 pub fn dev_ino(st: &libc::stat) -> DevIno {
-    (st.st_dev, st.st_ino)
+    (st.st_dev as u64, st.st_ino as u64)
 }
+
+/// Open flags for a descriptor that names a file without following a link in its last
+/// component: Linux's `O_PATH | O_NOFOLLOW` (no permission needed; a link opens as itself). macOS
+/// has no `O_PATH`: a read-only open that takes a link as itself (`O_SYMLINK`) and never waits on
+/// a FIFO, so there a directory its owner cannot read cannot be walked through.
+#[cfg(target_os = "linux")]
+pub(crate) const NAME_ONLY: libc::c_int = libc::O_PATH | libc::O_NOFOLLOW;
+#[cfg(target_os = "macos")]
+pub(crate) const NAME_ONLY: libc::c_int = libc::O_RDONLY | libc::O_SYMLINK | libc::O_NONBLOCK;
 
 /// How many links one walk follows at most (the kernel's own bound).
 const MAX_LINKS: usize = 40;
@@ -177,12 +187,8 @@ fn parts(path: &Path) -> impl Iterator<Item = OsString> + '_ {
 pub fn walk(path: &Path, policy: &mut dyn Policy) -> Result<Walked, WalkError> {
     let absolute = std::path::absolute(path).map_err(|e| WalkError::Io(path.to_owned(), e))?;
     let root = PathBuf::from("/");
-    let open_root = openat(
-        libc::AT_FDCWD,
-        b"/",
-        libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-    )
-    .map_err(|e| WalkError::Io(root.clone(), e))?;
+    let open_root = openat(libc::AT_FDCWD, b"/", NAME_ONLY | libc::O_DIRECTORY)
+        .map_err(|e| WalkError::Io(root.clone(), e))?;
     let root_st = fstat(open_root.as_raw_fd()).map_err(|e| WalkError::Io(root.clone(), e))?;
     // The directories from `/` to where the walk is, each with its path and stat.
     let mut stack: Vec<(OwnedFd, PathBuf, libc::stat)> = vec![(open_root, root, root_st)];
@@ -202,11 +208,7 @@ pub fn walk(path: &Path, policy: &mut dyn Policy) -> Result<Walked, WalkError> {
             .passes(dir_path, dir_st)
             .map_err(WalkError::Refused)?;
         let here = dir_path.join(&part);
-        let fd = match openat(
-            dir_fd.as_raw_fd(),
-            part.as_bytes(),
-            libc::O_PATH | libc::O_NOFOLLOW,
-        ) {
+        let fd = match openat(dir_fd.as_raw_fd(), part.as_bytes(), NAME_ONLY) {
             Ok(fd) => fd,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                 return Err(WalkError::NotFound(here));
@@ -329,7 +331,7 @@ mod tests {
         let w = openat(
             libc::AT_FDCWD,
             base.join("w").as_os_str().as_bytes(),
-            libc::O_PATH,
+            NAME_ONLY,
         )
         .unwrap();
         let guarded = dev_ino(&fstat(w.as_raw_fd()).unwrap());

@@ -227,12 +227,24 @@ pub(crate) async fn spawn_worker(
 /// the worker gets.
 pub(crate) fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two descriptors into `fds`, owned below.
+    // SAFETY: pipe(2) writes two descriptors into `fds`, owned below; fcntl on them.
     unsafe {
-        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) != 0 {
+        #[cfg(target_os = "linux")]
+        let made = libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK);
+        // macOS has no pipe2: close-on-exec right after (a program another thread starts in
+        // between could inherit them).
+        #[cfg(not(target_os = "linux"))]
+        let made = libc::pipe(fds.as_mut_ptr());
+        if made != 0 {
             return Err(io::Error::last_os_error());
         }
         let (read, write) = (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]));
+        #[cfg(not(target_os = "linux"))]
+        for fd in fds {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+        let flags = libc::fcntl(read.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(read.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
         // The worker's end blocks as pipes do (the worker writes 4 bytes into an empty pipe).
         let flags = libc::fcntl(write.as_raw_fd(), libc::F_GETFL);
         libc::fcntl(write.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
@@ -262,11 +274,11 @@ fn hand_over(channel: &StdUnixStream, fds: &[BorrowedFd<'_>]) -> io::Result<()> 
         message.msg_iov = &mut iov;
         message.msg_iovlen = 1;
         message.msg_control = control.as_mut_ptr().cast();
-        message.msg_controllen = space;
+        message.msg_controllen = space as _;
         let header = libc::CMSG_FIRSTHDR(&message);
         (*header).cmsg_level = libc::SOL_SOCKET;
         (*header).cmsg_type = libc::SCM_RIGHTS;
-        (*header).cmsg_len = libc::CMSG_LEN(data_len) as usize;
+        (*header).cmsg_len = libc::CMSG_LEN(data_len) as _;
         std::ptr::copy_nonoverlapping(
             raw.as_ptr().cast::<u8>(),
             libc::CMSG_DATA(header),

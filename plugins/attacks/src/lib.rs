@@ -10,6 +10,11 @@
 //!
 //! Only `fork_then_crash` crashes its process, on purpose. Never load this plugin in process,
 //! nor outside a sandbox, unless the test means it: it really does what it tries.
+//!
+//! Linux only: its attacks are on Linux's sandbox (namespaces, Landlock, seccomp, System V IPC,
+//! memfd); on other systems the crate is empty.
+
+#![cfg(target_os = "linux")]
 
 use std::io::Read;
 use std::net::{TcpStream, ToSocketAddrs};

@@ -144,7 +144,7 @@ impl CopyDir {
     }
 
     /// Copies `source` (opened and checked once by the caller) into a new file of this directory
-    /// (`O_EXCL`, mode 0600), hashes the copy and checks its ELF structure: the copy is what loads.
+    /// (`O_EXCL`, mode 0600), hashes the copy and checks its structure ([`check_library_of`]): the copy is what loads.
     pub fn copy_from(
         &self,
         source: &mut std::fs::File,
@@ -182,7 +182,7 @@ impl CopyDir {
         };
         let (sha256, len) =
             crate::loader::open::copy_and_hash(source, &mut dest, max).map_err(copy_error)?;
-        check_elf_of(path, &dest, len)?;
+        check_library_of(path, &dest, len)?;
         file.sha256 = sha256;
         file.len = len;
         Ok(file)
@@ -199,10 +199,29 @@ impl CopyDir {
 const COPY_PREFIX: &str = "rho-plugins-";
 
 /// When process `pid` started (clock ticks since boot, `/proc/PID/stat`), if it runs.
+#[cfg(target_os = "linux")]
 fn process_start(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = stat.get(stat.rfind(')')? + 2..)?;
     after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// When process `pid` started (microseconds since the epoch, `proc_pidinfo`), if it runs.
+#[cfg(target_os = "macos")]
+fn process_start(pid: u32) -> Option<u64> {
+    // SAFETY: `proc_bsdinfo` is plain data; proc_pidinfo writes at most its size into it.
+    unsafe {
+        let mut info: libc::proc_bsdinfo = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::proc_bsdinfo>() as libc::c_int;
+        let got = libc::proc_pidinfo(
+            i32::try_from(pid).ok()?,
+            libc::PROC_PIDTBSDINFO,
+            0,
+            (&raw mut info).cast(),
+            size,
+        );
+        (got == size).then(|| info.pbi_start_tvsec * 1_000_000 + info.pbi_start_tvusec)
+    }
 }
 
 /// Removes private copy directories whose process is gone (a host killed by SIGKILL cannot
@@ -254,13 +273,13 @@ impl Drop for CopyDir {
 }
 
 /// Copies `source` into a sealed memfd (an isolated plugin's private copy), hashes it and checks
-/// its ELF structure.
+/// its structure ([`check_library_of`]).
 pub fn memfd_copy(
     source: &mut std::fs::File,
     path: &Path,
     max: u64,
 ) -> Result<PluginFile, LoadError> {
-    sealed_copy(source, path, max, check_elf_of)
+    sealed_copy(source, path, max, check_library_of)
 }
 
 /// Copies `source` into a sealed memfd (a component's private copy: the engine compiles from
@@ -337,13 +356,18 @@ fn sealed_copy(
     })
 }
 
-/// Checks a private copy's ELF structure before anything maps it (a truncated file would SIGBUS).
-pub fn check_elf_of(path: &Path, copy: &std::fs::File, len: u64) -> Result<(), LoadError> {
+/// Checks a private copy's structure before anything maps it (a truncated file would SIGBUS):
+/// an ELF shared object on Linux, a Mach-O library on macOS.
+pub fn check_library_of(path: &Path, copy: &std::fs::File, len: u64) -> Result<(), LoadError> {
     let open_error = |reason: String| LoadError::Open {
         path: path.to_owned(),
         reason,
     };
-    crate::loader::open::with_mapped(copy, len, crate::loader::elf::check)
+    #[cfg(target_os = "macos")]
+    let check = |bytes: &[u8]| crate::loader::macho::check(bytes, crate::loader::macho::HOST_CPU);
+    #[cfg(not(target_os = "macos"))]
+    let check = crate::loader::elf::check;
+    crate::loader::open::with_mapped(copy, len, check)
         .map_err(|e| open_error(e.to_string()))?
         .map_err(open_error)
 }

@@ -1,5 +1,5 @@
 //! The plugin loader: plugin files opened once and checked on their descriptors ([`open`],
-//! [`trust`]), structurally checked before `dlopen` ([`elf`]), copied into private storage and
+//! [`trust`]), structurally checked before `dlopen` ([`elf`] on Linux, [`macho`] on macOS), copied into private storage and
 //! loaded through abi_stable with the host's checks of what they declare ([`load`]), and called
 //! on the current thread with their answers copied into host data ([`call`]).
 
@@ -8,6 +8,7 @@ pub mod call;
 pub mod copy;
 pub mod elf;
 pub mod load;
+pub mod macho;
 pub mod open;
 pub mod trust;
 

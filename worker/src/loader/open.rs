@@ -42,8 +42,8 @@ pub struct Stamp {
 impl Stamp {
     fn of(st: &libc::stat) -> Stamp {
         Stamp {
-            dev: st.st_dev,
-            ino: st.st_ino,
+            dev: crate::walk::dev_ino(st).0,
+            ino: crate::walk::dev_ino(st).1,
             size: st.st_size as u64,
             mtime_ns: i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
         }

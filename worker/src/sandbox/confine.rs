@@ -1,11 +1,13 @@
 //! Confining the plugin process on Linux: its own user namespace, no capabilities, resource
 //! limits, Landlock, `no_new_privs`, seccomp; and what runs after each call.
 
-use rho_protocol::frames::{CHANNEL_FD, GRANT_FDS, SandboxSpec};
+use rho_protocol::frames::{GRANT_FDS, SandboxSpec};
 use rho_protocol::grants::SYSTEM_READ;
 use rho_protocol::{Grants, SandboxReport, WorkerLimits};
 
+use crate::sandbox::limits::apply_limits;
 use crate::sandbox::linux::{DEVICES, close_grants, os_error, write_file};
+use crate::sandbox::{STRAY_DEADLINE, left_damaged};
 
 /// Confines the plugin process: capabilities, limits, Landlock, `no_new_privs`, seccomp, in that
 /// order (each later step may forbid what an earlier one needs).
@@ -120,44 +122,6 @@ fn drop_capabilities() -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-fn apply_limits(limits: &WorkerLimits) -> Result<(), String> {
-    // A limit is only ever lowered: raising one past the host's own hard limit needs a privilege
-    // the worker does not have (and the host's lower limit is tighter anyway).
-    let set = |resource, name: &str, value: Option<u64>| -> Result<(), String> {
-        let Some(mut v) = value else { return Ok(()) };
-        let mut now = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes the struct it is given.
-        if unsafe { libc::getrlimit(resource, &mut now) } == 0 {
-            v = v.min(now.rlim_max);
-        }
-        let rl = libc::rlimit {
-            rlim_cur: v,
-            rlim_max: v,
-        };
-        // SAFETY: setrlimit with a valid struct.
-        if unsafe { libc::setrlimit(resource, &rl) } != 0 {
-            return Err(os_error(&format!("the {name} limit")));
-        }
-        Ok(())
-    };
-    set(libc::RLIMIT_CORE, "core dump", Some(0))?;
-    set(libc::RLIMIT_AS, "memory", limits.memory_bytes)?;
-    set(libc::RLIMIT_DATA, "writable memory", limits.data_bytes)?;
-    set(libc::RLIMIT_CPU, "CPU time", limits.cpu_seconds)?;
-    set(libc::RLIMIT_NOFILE, "open files", limits.open_files)?;
-    set(libc::RLIMIT_FSIZE, "file size", limits.file_bytes)?;
-    // POSIX message queues: kernel memory outside the address space.
-    set(
-        libc::RLIMIT_MSGQUEUE,
-        "message queue",
-        limits.memory_bytes.or(limits.data_bytes),
-    )?;
-    set(libc::RLIMIT_NPROC, "processes", limits.processes)
 }
 
 fn landlock(spec: &SandboxSpec, report: &mut SandboxReport) {
@@ -431,10 +395,6 @@ fn seccomp(grants: &Grants, limits: &WorkerLimits) -> Result<(), String> {
     Ok(())
 }
 
-/// How long [`after_call`] waits for the processes a call left to be gone before it gives the
-/// worker up (it is then replaced, and its namespace dies with it).
-const STRAY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
-
 /// Counts this process's threads: `/proc/self/stat`, opened once and read again from its start
 /// for each count (one `pread`; the kernel writes `stat` more cheaply than `status`).
 pub(crate) struct ThreadCounter {
@@ -485,11 +445,6 @@ pub(crate) fn after_call(report: &SandboxReport, threads: Option<(usize, &Thread
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
         }
-        let probe = libc::fcntl(CHANNEL_FD, libc::F_DUPFD_CLOEXEC, 0);
-        if probe < 0 {
-            return true;
-        }
-        libc::close(probe);
     }
-    threads.is_some_and(|(baseline, counter)| counter.count().is_some_and(|now| now > baseline))
+    left_damaged(threads)
 }

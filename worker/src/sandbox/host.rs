@@ -3,12 +3,15 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+#[cfg(target_os = "linux")]
+use std::os::fd::AsRawFd;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// A new memfd for a plugin's bytes (`rho-plugin:NAME`, close-on-exec, sealable): the worker
 /// loads the plugin from it (`/proc/self/fd/5`). No path exists that anyone could swap, and it is
 /// gone with the last process holding it. [`seal`] it once written.
+#[cfg(target_os = "linux")]
 pub fn plugin_memfd(name: &str) -> io::Result<std::fs::File> {
     let label = CString::new(format!("rho-plugin:{name}").replace('\0', "?"))
         .map_err(|e| io::Error::other(e.to_string()))?;
@@ -29,6 +32,7 @@ pub fn plugin_memfd(name: &str) -> io::Result<std::fs::File> {
 }
 
 /// Seals a plugin's memfd: no process can write, grow or shrink it from now on.
+#[cfg(target_os = "linux")]
 pub fn seal(file: &std::fs::File) -> io::Result<()> {
     let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
     // SAFETY: fcntl on our own descriptor.
@@ -36,6 +40,77 @@ pub fn seal(file: &std::fs::File) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// macOS has no memfd: a plugin's bytes go into an owner-only file (`0600`, created anew in
+/// [`secure_temp_dir`]) that is unlinked at once, so no path exists that anyone could swap and
+/// it is gone with the last descriptor. Workers read it from their fd 5 into a copy of their
+/// own and close it before the plugin's code runs.
+#[cfg(target_os = "macos")]
+pub fn plugin_memfd(name: &str) -> io::Result<std::fs::File> {
+    use std::os::unix::ffi::OsStrExt;
+    let name: String = name.chars().filter(char::is_ascii_alphanumeric).collect();
+    let template = secure_temp_dir()?.join(format!("rho-plugin-{name}-XXXXXX"));
+    let mut template = CString::new(template.as_os_str().as_bytes())
+        .map_err(|e| io::Error::other(e.to_string()))?
+        .into_bytes_with_nul();
+    // SAFETY: mkstemp rewrites the template's X's in place, within the NUL-terminated buffer,
+    // and creates the file `0600` with `O_EXCL`; the descriptor is owned by nothing else.
+    let file = unsafe {
+        let fd = libc::mkstemp(template.as_mut_ptr().cast());
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let file = std::fs::File::from(OwnedFd::from_raw_fd(fd));
+        let unlinked = libc::unlink(template.as_ptr().cast());
+        libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        if unlinked != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        file
+    };
+    Ok(file)
+}
+
+/// macOS has no seals: the copy stays writable through its descriptor, which only the host and
+/// each worker's setup (before the plugin's code runs) hold. Nothing to do.
+#[cfg(target_os = "macos")]
+pub fn seal(_file: &std::fs::File) -> io::Result<()> {
+    Ok(())
+}
+
+/// Whether process `pid` (as this host sees it) runs outside every sandbox: an isolated plugin
+/// may have the uid of the host (when the host is not root) and, with the network granted, unix
+/// sockets; what is offered only to the host's own user (a control socket) must refuse it.
+///
+/// Linux: it shares this process's user and PID namespaces (a worker's sandbox has its own).
+#[cfg(target_os = "linux")]
+pub fn outside_sandboxes(pid: i32) -> bool {
+    pid > 0
+        && ["user", "pid"].iter().all(|ns| {
+            let theirs = std::fs::read_link(format!("/proc/{pid}/ns/{ns}"));
+            let ours = std::fs::read_link(format!("/proc/self/ns/{ns}"));
+            matches!((theirs, ours), (Ok(a), Ok(b)) if a == b)
+        })
+}
+
+/// Whether process `pid` runs outside every sandbox (see the Linux version).
+///
+/// macOS: no Seatbelt profile applies to it (`sandbox_check`; a worker's plugin process has one).
+#[cfg(target_os = "macos")]
+pub fn outside_sandboxes(pid: i32) -> bool {
+    unsafe extern "C" {
+        /// libSystem's `sandbox_check`: non-zero when `pid` is sandboxed (no operation named,
+        /// `SANDBOX_FILTER_NONE`).
+        fn sandbox_check(
+            pid: libc::pid_t,
+            operation: *const libc::c_char,
+            kind: libc::c_int,
+            ...
+        ) -> libc::c_int;
+    }
+    // SAFETY: a query about another process; no operation, so no further arguments.
+    pid > 0 && unsafe { sandbox_check(pid, std::ptr::null(), 0) } == 0
 }
 
 /// A temporary directory no other user can tamper with: `$TMPDIR` when it and each of its

@@ -6,13 +6,12 @@ use std::ffi::CString;
 use std::io;
 use std::path::Path;
 
-use rho_protocol::frames::{
-    CANCEL_FD, CHANNEL_FD, GRANT_FDS, PLUGIN_FD, STATUS_FD, STDERR_END_MARK, SandboxSpec,
-};
+use rho_protocol::frames::{CANCEL_FD, CHANNEL_FD, GRANT_FDS, PLUGIN_FD, STATUS_FD, SandboxSpec};
 use rho_protocol::grants::GrantPath;
 use rho_protocol::{SandboxReport, WorkerLimits};
 
-use crate::sandbox::mounts;
+use crate::sandbox::status::{end_as, report_status};
+use crate::sandbox::{Entered, Runs, mounts};
 
 /// Device files every plugin may read and write.
 pub(super) const DEVICES: &[&str] = &[
@@ -34,7 +33,14 @@ pub(super) fn write_file(path: &str, text: &str) -> Result<(), String> {
 /// Enters the sandbox. Returns only in the process that will load the plugin and serve calls;
 /// the worker process and the namespace's init stay in here until the plugin process ends, and
 /// then end the same way. `Err` is a setup step that must not be skipped (the identity switch).
-pub(crate) fn enter(spec: &SandboxSpec) -> Result<SandboxReport, String> {
+pub(crate) fn enter(spec: &SandboxSpec, runs: Runs) -> Result<Entered, String> {
+    enter_namespaces(spec).map(|report| Entered {
+        report,
+        plugin: (runs == Runs::Plugin).then(|| format!("/proc/self/fd/{PLUGIN_FD}").into()),
+    })
+}
+
+fn enter_namespaces(spec: &SandboxSpec) -> Result<SandboxReport, String> {
     let mut report = SandboxReport::default();
     if !spec.enabled {
         // SAFETY: geteuid and getegid have no preconditions; closing the status descriptor,
@@ -339,8 +345,7 @@ fn bound_ipc(limits: &WorkerLimits) -> Result<bool, String> {
 }
 
 /// The worker: waits for the init to hand over the plugin process's status, reports it to the
-/// host on [`STATUS_FD`] (after the [`STDERR_END_MARK`] line on stderr), then ends the same way
-/// (so the host reads `killed by signal 11 (SIGSEGV)` as it would without a sandbox).
+/// host ([`report_status`]), then ends the same way ([`end_as`]).
 unsafe fn mirror(init: libc::pid_t, status_read: i32) -> ! {
     // SAFETY: system calls on this process's own state.
     unsafe {
@@ -355,10 +360,7 @@ unsafe fn mirror(init: libc::pid_t, status_read: i32) -> ! {
             }
         }
         if got == 4 {
-            // The host: the plugin's last words are in once it reads the mark; then the status.
-            let mark = format!("{STDERR_END_MARK}\n");
-            libc::write(2, mark.as_ptr().cast(), mark.len());
-            libc::write(STATUS_FD, bytes.as_ptr().cast(), bytes.len());
+            report_status(i32::from_ne_bytes(bytes));
         }
         let mut init_status = 0;
         while libc::waitpid(init, &mut init_status, 0) < 0
@@ -369,21 +371,6 @@ unsafe fn mirror(init: libc::pid_t, status_read: i32) -> ! {
         } else {
             init_status
         };
-        if libc::WIFSIGNALED(status) {
-            let signal = libc::WTERMSIG(status);
-            let no_core = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            libc::setrlimit(libc::RLIMIT_CORE, &no_core);
-            libc::signal(signal, libc::SIG_DFL);
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, signal);
-            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-            libc::raise(signal);
-            libc::_exit(128 + signal);
-        }
-        libc::_exit(libc::WEXITSTATUS(status))
+        end_as(status)
     }
 }

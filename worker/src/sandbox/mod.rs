@@ -49,29 +49,87 @@
 //! Each mechanism is best effort: where the kernel lacks one, the others still apply and the
 //! report says what is missing (the host logs it as a warning).
 //!
-//! The sandbox sits behind this module's seam: `enter`, `confine` and `after_call` are
-//! Linux's (`linux`: namespaces and mounts; `confine`: capabilities, limits, Landlock,
-//! seccomp); on other systems they run the plugin unconfined and the report says so (macOS's
-//! Seatbelt comes in \[8/13\]).
+//! # The platform seam
+//!
+//! The sandbox sits behind this module's seam: `enter` (returns in the process that loads the
+//! plugin, with an [`Entered`]), `confine` (before the plugin's first code) and `after_call`.
+//! Linux's are above (`linux`: identity, namespaces and mounts; `confine`: capabilities,
+//! limits, Landlock, seccomp). macOS's (`macos`) are a two-process sandbox: the worker (in its
+//! own session and process group, see `take_handed`) makes a private directory (`0700`, in a
+//! safe temporary directory) holding an owner-only copy of the plugin (read from the host's
+//! descriptor on fd 5) and the scratch directory (`TMPDIR`), forks the plugin process, watches
+//! its host and the plugin process with kqueue (`NOTE_EXIT`: there is no parent-death signal;
+//! the host's end kills the whole process group), removes the directory when the plugin
+//! process ends and reports its status as on Linux. The plugin process lowers its resource
+//! limits and enters a Seatbelt profile generated from the grants ([`seatbelt`]), with the
+//! plugin's copy as the one file it may map code from besides the system's. The README's platform table says mechanism
+//! by mechanism what holds where.
 
 #[cfg(target_os = "linux")]
 mod confine;
 pub mod host;
+mod limits;
 #[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "macos")]
+mod macos;
 #[cfg(target_os = "linux")]
 mod mounts;
 mod notes;
 #[cfg(target_os = "linux")]
 pub mod scratch;
 pub mod seatbelt;
-#[cfg(not(target_os = "linux"))]
-mod unsupported;
+mod status;
 
 #[cfg(target_os = "linux")]
-pub(crate) use confine::{ThreadCounter, after_call, confine};
+pub(crate) use confine::{ThreadCounter, after_call};
 #[cfg(target_os = "linux")]
 pub(crate) use linux::enter;
+#[cfg(target_os = "macos")]
+pub(crate) use macos::{ThreadCounter, after_call, confine, enter};
 pub(crate) use notes::denial_note;
-#[cfg(not(target_os = "linux"))]
-pub(crate) use unsupported::{ThreadCounter, after_call, confine, enter};
+
+/// What runs in a sandbox: a plugin (from fd 5) or a program (`exec`, fd 5 its stdout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Runs {
+    /// A plugin library, handed over on fd 5.
+    Plugin,
+    /// A program the worker `exec`s.
+    Program,
+}
+
+/// What entering the sandbox leaves the process that runs the plugin or program: what is in
+/// force so far, and the file to load a plugin from (Linux: the host's sealed memfd,
+/// `/proc/self/fd/5`; macOS: the worker's owner-only copy of it).
+pub(crate) struct Entered {
+    /// What is in force, and what is missing.
+    pub(crate) report: rho_protocol::SandboxReport,
+    /// The plugin's file (`None` for a program).
+    pub(crate) plugin: Option<std::path::PathBuf>,
+}
+
+/// How long `after_call` waits for the processes a call left to be gone before it gives the
+/// worker up (it is then replaced, and what it started dies with it).
+pub(crate) const STRAY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether a call left the plugin process damaged, beyond strays: no descriptor can be opened
+/// (it exhausted them), or threads it started still run (`threads`: the count once loaded, the
+/// counter that counts them again; plugin code must not run between calls).
+pub(crate) fn left_damaged(threads: Option<(usize, &ThreadCounter)>) -> bool {
+    use rho_protocol::frames::CHANNEL_FD;
+    // SAFETY: fcntl and close on this process's own descriptors.
+    unsafe {
+        let probe = libc::fcntl(CHANNEL_FD, libc::F_DUPFD_CLOEXEC, 0);
+        if probe < 0 {
+            return true;
+        }
+        libc::close(probe);
+    }
+    threads.is_some_and(|(baseline, counter)| counter.count().is_some_and(|now| now > baseline))
+}
+
+/// Confines the plugin process (Linux: capabilities, limits, Landlock, `no_new_privs`, seccomp).
+#[cfg(target_os = "linux")]
+pub(crate) fn confine(spec: &rho_protocol::frames::SandboxSpec, entered: &mut Entered) {
+    confine::confine(spec, &mut entered.report);
+}

@@ -3,9 +3,9 @@
 //!
 //! The profile denies by default and allows only:
 //!
-//! - reading the system's libraries, frameworks and data a dynamic library needs to load and run
-//!   ([`SYSTEM_READS`]), the plugin's own file, the granted read and write paths, and the
-//!   worker's scratch directory;
+//! - reading the system's programs, libraries, frameworks and data ([`SYSTEM_READS`]), the
+//!   plugin's own file, the granted read and write paths, and the worker's scratch directory;
+//! - mapping code only from the system's libraries ([`SYSTEM_CODE`]) and the plugin's file;
 //! - writing only under the scratch directory and the granted write paths (and to `/dev/null`);
 //! - the network (outbound, inbound, binding, sockets) only with the network grant;
 //! - starting processes (`process-fork`, `process-exec`) only with the processes grant;
@@ -26,22 +26,56 @@ use std::path::Path;
 
 use rho_protocol::Grants;
 
-/// Paths every worker reads on macOS: the dynamic loader's caches, the system's libraries and
-/// frameworks, time zone data, and the devices a program opens (`/dev/null`, randomness).
+/// Paths every worker reads on macOS, as on Linux (`/usr`, `/bin`, `/sbin`, `/etc`): the
+/// system's programs, libraries and data; the frameworks and the dynamic loader's caches a
+/// library needs to load and run; time zone data; the devices a program opens (`/dev/null`,
+/// randomness).
 pub const SYSTEM_READS: &[&str] = &[
-    "/usr/lib",
-    "/usr/share/zoneinfo",
-    "/usr/share/icu",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/private/etc",
     "/System/Library",
     "/System/Cryptexes",
     "/System/Volumes/Preboot/Cryptexes",
     "/private/var/db/dyld",
     "/private/var/db/timezone",
-    "/private/etc/localtime",
     "/dev/null",
     "/dev/zero",
     "/dev/random",
     "/dev/urandom",
+];
+
+/// Where a worker may map code from: the system's libraries and frameworks (and the loader's
+/// caches of them); the plugin's own file is added to these.
+pub const SYSTEM_CODE: &[&str] = &[
+    "/usr/lib",
+    "/System/Library",
+    "/System/Cryptexes",
+    "/System/Volumes/Preboot/Cryptexes",
+    "/private/var/db/dyld",
+];
+
+/// The system services a program asks to resolve names and check certificates: allowed only
+/// with the network grant.
+pub const NETWORK_SERVICES: &[&str] = &[
+    "com.apple.dnssd.service",
+    "com.apple.mDNSResponder",
+    "com.apple.SystemConfiguration.DNSConfiguration",
+    "com.apple.SystemConfiguration.configd",
+    "com.apple.trustd.agent",
+];
+
+/// Where a program (not a plugin) may map code from, besides its read grants: the system's
+/// programs and libraries.
+pub const PROGRAM_CODE: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/System/Library",
+    "/System/Cryptexes",
+    "/System/Volumes/Preboot/Cryptexes",
+    "/private/var/db/dyld",
 ];
 
 /// A path a profile cannot hold.
@@ -54,24 +88,38 @@ pub struct ProfileError {
     pub why: &'static str,
 }
 
-/// The Seatbelt profile of a worker that loads `plugin` with `grants` and writes its scratch
-/// files under `scratch` (both absolute paths the host resolved, symbolic links followed: Seatbelt
-/// matches the paths the kernel resolves, so `/tmp/x` must be given as `/private/tmp/x`).
+/// What a sandboxed process runs, which decides where it may map code from.
+#[derive(Debug, Clone, Copy)]
+pub enum Code<'a> {
+    /// A plugin library: code only from the system's libraries ([`SYSTEM_CODE`]) and this file.
+    Plugin(&'a Path),
+    /// A program (an MCP server's command): code from the system's programs and libraries
+    /// ([`PROGRAM_CODE`]) and the read grants, where a program's own libraries live.
+    Program,
+}
+
+/// The Seatbelt profile of a worker that runs `code` with `grants` and writes its scratch files
+/// under `scratch` (absolute paths the host resolved, symbolic links followed: Seatbelt matches
+/// the paths the kernel resolves, so `/tmp/x` must be given as `/private/tmp/x`).
 ///
 /// ```
 /// use std::path::Path;
 /// use rho_protocol::Grants;
-/// use rho_worker::sandbox::seatbelt::profile;
+/// use rho_worker::sandbox::seatbelt::{Code, profile};
 ///
 /// let grants = Grants { read: vec!["/srv/photos".into()], ..Grants::default() };
-/// let text = profile(&grants, Path::new("/private/tmp/rho-1/scratch"), Path::new("/private/tmp/rho-1/libfiles.dylib")).unwrap();
+/// let plugin = Path::new("/private/tmp/rho-1/libfiles.dylib");
+/// let text = profile(&grants, Path::new("/private/tmp/rho-1/scratch"), Code::Plugin(plugin)).unwrap();
 /// assert!(text.starts_with("(version 1)\n(deny default)\n"));
 /// assert!(text.contains("(subpath \"/srv/photos\")"));
 /// assert!(!text.contains("network"));
 /// ```
-pub fn profile(grants: &Grants, scratch: &Path, plugin: &Path) -> Result<String, ProfileError> {
+pub fn profile(grants: &Grants, scratch: &Path, code: Code<'_>) -> Result<String, ProfileError> {
     let scratch = literal(scratch)?;
-    let plugin = literal(plugin)?;
+    let plugin = match code {
+        Code::Plugin(plugin) => Some(literal(plugin)?),
+        Code::Program => None,
+    };
     let reads = grants
         .read
         .iter()
@@ -83,18 +131,44 @@ pub fn profile(grants: &Grants, scratch: &Path, plugin: &Path) -> Result<String,
         .map(|p| literal(p))
         .collect::<Result<Vec<_>, _>>()?;
     let mut out = String::from("(version 1)\n(deny default)\n");
-    out.push_str("\n; to exist: its own signals, sysctls and process information\n");
-    out.push_str("(allow signal (target self))\n");
+    out.push_str("\n; to exist: signals and process information within its sandbox, sysctls\n");
+    out.push_str("(allow signal (target same-sandbox))\n");
+    out.push_str("(allow process-info* (target same-sandbox))\n");
     out.push_str("(allow sysctl-read)\n");
-    out.push_str("(allow process-info* (target self))\n");
-    out.push_str("\n; reads: the system, the plugin, the grants, the scratch directory\n");
+    out.push_str("\n; reads: the system, the code, the grants, the scratch directory\n");
     out.push_str("(allow file-read-metadata)\n");
     out.push_str("(allow file-read*\n");
     for path in SYSTEM_READS {
         let _ = writeln!(out, "    (subpath {})", quoted(path));
     }
-    let _ = writeln!(out, "    (literal {plugin})");
+    if let Some(plugin) = &plugin {
+        let _ = writeln!(out, "    (literal {plugin})");
+    }
     for path in reads.iter().chain(&writes) {
+        let _ = writeln!(out, "    (subpath {path})");
+    }
+    let _ = writeln!(out, "    (subpath {scratch}))");
+    out.push_str("\n; code: the system's libraries and the plugin, or a program's\n");
+    out.push_str("(allow file-map-executable");
+    let code_paths: Vec<String> = match &plugin {
+        Some(plugin) => SYSTEM_CODE
+            .iter()
+            .map(|p| format!("(subpath {})", quoted(p)))
+            .chain([format!("(literal {plugin})")])
+            .collect(),
+        None => PROGRAM_CODE
+            .iter()
+            .map(|p| format!("(subpath {})", quoted(p)))
+            .chain(reads.iter().map(|p| format!("(subpath {p})")))
+            .collect(),
+    };
+    for path in code_paths {
+        let _ = write!(out, "\n    {path}");
+    }
+    out.push_str(")\n");
+    // A later rule wins: nothing the sandbox can write runs as code, under a read grant or not.
+    out.push_str("(deny file-map-executable\n");
+    for path in &writes {
         let _ = writeln!(out, "    (subpath {path})");
     }
     let _ = writeln!(out, "    (subpath {scratch}))");
@@ -108,7 +182,11 @@ pub fn profile(grants: &Grants, scratch: &Path, plugin: &Path) -> Result<String,
     if grants.network {
         out.push_str("\n; the network grant\n");
         out.push_str("(allow network-outbound)\n(allow network-inbound)\n(allow network-bind)\n");
-        out.push_str("(allow system-socket)\n(allow mach-lookup (global-name \"com.apple.dnssd.service\"))\n");
+        out.push_str("(allow system-socket)\n(allow mach-lookup\n");
+        for service in NETWORK_SERVICES {
+            let _ = writeln!(out, "    (global-name {})", quoted(service));
+        }
+        out.push_str(")\n");
     }
     if grants.processes {
         out.push_str("\n; the processes grant\n");
@@ -169,38 +247,45 @@ mod tests {
     }
 
     fn generated(grants: &Grants) -> String {
-        profile(grants, Path::new(SCRATCH), Path::new(PLUGIN)).unwrap()
+        profile(grants, Path::new(SCRATCH), Code::Plugin(Path::new(PLUGIN))).unwrap()
     }
 
-    /// The golden profiles, one per combination of grants (`worker/tests/seatbelt/*.sb`).
+    /// The golden profiles, one per combination of grants and code
+    /// (`worker/tests/seatbelt/*.sb`).
     #[test]
     fn profiles_match_their_golden_files() {
+        let plugin = Code::Plugin(Path::new(PLUGIN));
         let cases = [
+            ("none", grants(&[], &[], false, false), plugin),
             (
-                grants(&[], &[], false, false),
-                include_str!("../../tests/seatbelt/none.sb"),
-            ),
-            (
+                "reads",
                 grants(&["/srv/photos", "/Users/ann/notes"], &[], false, false),
-                include_str!("../../tests/seatbelt/reads.sb"),
+                plugin,
             ),
             (
+                "all",
                 grants(&["/srv/photos"], &["/Users/ann/out"], true, true),
-                include_str!("../../tests/seatbelt/all.sb"),
+                plugin,
+            ),
+            (
+                "program",
+                grants(&["/opt/homebrew"], &["/Users/ann/out"], false, true),
+                Code::Program,
             ),
         ];
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/seatbelt");
         let bless = std::env::var_os("RHO_BLESS").is_some();
-        for (i, (grants, golden)) in cases.into_iter().enumerate() {
-            let text = generated(&grants);
+        for (name, grants, code) in cases {
+            let text = profile(&grants, Path::new(SCRATCH), code).unwrap();
+            let file = dir.join(format!("{name}.sb"));
             if bless {
-                let name = ["none", "reads", "all"][i];
-                let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/seatbelt");
-                std::fs::write(dir.join(format!("{name}.sb")), &text).unwrap();
+                std::fs::write(&file, &text).unwrap();
                 continue;
             }
+            let golden = std::fs::read_to_string(&file).unwrap();
             assert_eq!(
                 text, golden,
-                "{grants:?} (RHO_BLESS=1 writes the golden files anew)"
+                "{name}: {grants:?} (RHO_BLESS=1 writes the golden files anew)"
             );
         }
     }
@@ -215,23 +300,37 @@ mod tests {
                 for network in [false, true] {
                     for processes in [false, true] {
                         let grants = grants(read, write, network, processes);
-                        let text = generated(&grants);
-                        assert!(text.starts_with("(version 1)\n(deny default)\n"));
-                        assert!(!text.contains("(allow default)"));
-                        assert_eq!(text.contains("network"), network, "{text}");
-                        assert_eq!(text.contains("process-exec"), processes, "{text}");
-                        assert_eq!(text.contains("process-fork"), processes, "{text}");
-                        let writes = text.split("(allow file-write*\n").nth(1).unwrap();
-                        let writes = &writes[..writes.find("))").unwrap() + 1];
-                        for line in writes.lines() {
-                            let allowed = line == "    (literal \"/dev/null\")"
-                                || line == format!("    (subpath {})", quoted(SCRATCH))
-                                || write
-                                    .iter()
-                                    .any(|w| line == format!("    (subpath {})", quoted(w)));
-                            assert!(allowed, "a write beyond the grants: {line}");
+                        for code in [Code::Plugin(Path::new(PLUGIN)), Code::Program] {
+                            let text = profile(&grants, Path::new(SCRATCH), code).unwrap();
+                            assert!(text.starts_with("(version 1)\n(deny default)\n"));
+                            assert!(!text.contains("(allow default)"));
+                            assert_eq!(text.contains("network"), network, "{text}");
+                            assert_eq!(text.contains("process-exec"), processes, "{text}");
+                            assert_eq!(text.contains("process-fork"), processes, "{text}");
+                            let writes = text.split("(allow file-write*\n").nth(1).unwrap();
+                            let writes = &writes[..writes.find("))").unwrap() + 1];
+                            for line in writes.lines() {
+                                let allowed = line == "    (literal \"/dev/null\")"
+                                    || line == format!("    (subpath {})", quoted(SCRATCH))
+                                    || write
+                                        .iter()
+                                        .any(|w| line == format!("    (subpath {})", quoted(w)));
+                                assert!(allowed, "a write beyond the grants: {line}");
+                            }
+                            assert_eq!(text.matches("(allow file-write*").count(), 1);
+                            // Nothing writable maps as code: the last rule on code denies it all.
+                            let denied = text.split("(deny file-map-executable\n").nth(1).unwrap();
+                            let denied = &denied[..denied.find("))").unwrap() + 1];
+                            for path in write.iter().chain([&SCRATCH]) {
+                                let line = format!("    (subpath {})", quoted(path));
+                                assert!(
+                                    denied.lines().any(|l| l == line),
+                                    "{path} may run: {text}"
+                                );
+                            }
+                            let last_code = text.rfind("file-map-executable").unwrap();
+                            assert!(text[..last_code].ends_with("(deny "), "{text}");
                         }
-                        assert_eq!(text.matches("(allow file-write*").count(), 1);
                     }
                 }
             }
@@ -247,7 +346,7 @@ mod tests {
             "/srv/a\u{7f}",
         ] {
             let grants = grants(&[bad], &[], false, false);
-            let refused = profile(&grants, Path::new(SCRATCH), Path::new(PLUGIN));
+            let refused = profile(&grants, Path::new(SCRATCH), Code::Plugin(Path::new(PLUGIN)));
             assert!(refused.is_err(), "{bad:?}");
         }
         // Quotes and backslashes are escaped: still one literal.
