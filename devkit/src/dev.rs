@@ -20,7 +20,7 @@ use crate::DevkitError;
 /// What a plugin crate is built as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Build {
-    /// A native library (`cdylib`, debug): `libNAME.so`.
+    /// A native library (`cdylib`, debug): `libNAME.so` (`.dylib` on macOS).
     Native,
     /// A WebAssembly component (`wasm32-wasip2`, release): `NAME.wasm`.
     Component,

@@ -391,15 +391,16 @@ fn readme(name: &str) -> String {
 A rho plugin with one tool, `{name}`.
 
 - Test the function directly: `cargo test`.
-- Build it: `cargo build` (the library is `target/debug/lib{lib}.so`), then see what a host
-  sees: `rho plugin check target/debug/lib{lib}.so`.
+- Build it: `cargo build` (the library is `target/debug/lib{lib}{suffix}`), then see what a
+  host sees: `rho plugin check target/debug/lib{lib}{suffix}`.
 - Edit live: `rho plugin dev --out PLUGIN_DIR` rebuilds and installs into `PLUGIN_DIR` on every
   save; a host watching it (`rho watch --plugins PLUGIN_DIR`) reloads the new version.
 - Try it: `rho call {name} '{{"name":"Ada"}}' --plugins PLUGIN_DIR`.
 
 Source: `src/lib.rs`.
 "#,
-        lib = snake(name)
+        lib = snake(name),
+        suffix = std::env::consts::DLL_SUFFIX
     )
 }
 

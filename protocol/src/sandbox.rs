@@ -273,5 +273,17 @@ mod tests {
             "uid 65534, user+pid+mount+net namespaces, fresh /proc, Landlock ABI 7, seccomp, \
              no_new_privs, no capabilities"
         );
+        // macOS: what a worker there reports.
+        let mac = SandboxReport {
+            uid: 501,
+            scratch: true,
+            seatbelt: true,
+            missing: vec!["the open files limit: Invalid argument".into()],
+            ..SandboxReport::default()
+        };
+        assert_eq!(
+            mac.to_string(),
+            "uid 501, Seatbelt; missing: the open files limit: Invalid argument"
+        );
     }
 }
