@@ -50,8 +50,7 @@ pub(crate) fn enter(spec: &SandboxSpec, runs: Runs) -> Result<Entered, String> {
         report.gid = libc::getegid();
     }
     report.grants = spec.grant_paths.iter().map(|g| g.shown()).collect();
-    let base =
-        crate::sandbox::host::secure_temp_dir().map_err(|e| format!("a private directory: {e}"))?;
+    let base = workers_dir(report.uid)?;
     sweep_stale(&base);
     let dir = private_dir(&base)?;
     let plugin = (runs == Runs::Plugin).then(|| dir.join(PLUGIN_COPY));
@@ -80,8 +79,8 @@ pub(crate) fn enter(spec: &SandboxSpec, runs: Runs) -> Result<Entered, String> {
         }
         0 => {
             // SAFETY: closing the status descriptor, which only the worker may write, and the
-            // host's copy of the plugin; setting
-            // the environment and the working directory of this single-threaded process.
+            // host's copy of the plugin; setting the environment and the working directory of
+            // this process, single-threaded until the watch below.
             unsafe {
                 libc::close(STATUS_FD);
                 // The plugin loads from its own copy: the host's file is out of its reach.
@@ -89,6 +88,10 @@ pub(crate) fn enter(spec: &SandboxSpec, runs: Runs) -> Result<Entered, String> {
                     libc::close(PLUGIN_FD);
                 }
                 std::env::set_var("TMPDIR", &scratch);
+                std::env::set_var("HOME", &scratch);
+            }
+            if let Err(e) = watch_worker() {
+                report.missing.push(e);
             }
             if std::env::set_current_dir(&scratch).is_err() {
                 report
@@ -115,6 +118,60 @@ fn close_grants(spec: &SandboxSpec) {
         // SAFETY: closing a descriptor of this process's own.
         unsafe { libc::close(GRANT_FDS + i as i32) };
     }
+}
+
+/// The directory of every worker's private directory for user `uid`: `rho-workers-UID` in a safe
+/// temporary directory, made `0700` when missing, refused unless it is a directory of this user's
+/// that no one else may enter. Each worker's profile fences it off but for its own files.
+fn workers_dir(uid: u32) -> Result<PathBuf, String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let base = crate::sandbox::host::secure_temp_dir()
+        .map_err(|e| format!("a private directory: {e}"))?
+        .join(format!("rho-workers-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&base) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("{}: {e}", base.display())),
+    }
+    let meta = std::fs::symlink_metadata(&base).map_err(|e| format!("{}: {e}", base.display()))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} is not a directory of user {uid} that only it may enter",
+            base.display()
+        ));
+    }
+    Ok(base)
+}
+
+/// In the plugin process: a thread that kills it (and its process group) when its worker ends.
+/// The host kills a worker's process group at a timeout; a plugin process that left the group
+/// (`setsid`) would outlive that kill, and this watch ends it then.
+fn watch_worker() -> Result<(), String> {
+    // SAFETY: getppid has no preconditions; the queue is this thread's from here on.
+    let (worker, queue) = unsafe { (libc::getppid(), libc::kqueue()) };
+    let change = exit_of(worker);
+    // SAFETY: kevent with one change that outlives the call.
+    let watched = queue >= 0
+        && unsafe { libc::kevent(queue, &change, 1, std::ptr::null_mut(), 0, std::ptr::null()) }
+            == 0;
+    if !watched {
+        return Err(os_error("watching the worker (kqueue)"));
+    }
+    std::thread::Builder::new()
+        .name("rho-worker-watch".into())
+        .spawn(move || {
+            // SAFETY: waits on this thread's queue, then kills this process's group and itself.
+            unsafe {
+                let mut event: libc::kevent = std::mem::zeroed();
+                while libc::kevent(queue, std::ptr::null(), 0, &mut event, 1, std::ptr::null()) != 1
+                {
+                }
+                libc::kill(0, libc::SIGKILL);
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+        })
+        .map(drop)
+        .map_err(|e| format!("watching the worker: {e}"))
 }
 
 /// A new directory `DIR_PREFIX PID-XXXXXX` under `base`, mode `0700`.
@@ -211,9 +268,11 @@ fn exit_of(pid: libc::pid_t) -> libc::kevent {
 /// directory, reports its status to the host and ends the same way.
 fn watch(host: libc::pid_t, child: libc::pid_t, dir: &Path) -> ! {
     let host_gone = || -> ! {
-        let _ = std::fs::remove_dir_all(dir);
-        // SAFETY: kills this process's own group, this process included.
+        // SAFETY: kills the plugin process (wherever its group is now), then this process's own
+        // group, this process included.
         unsafe {
+            libc::kill(child, libc::SIGKILL);
+            let _ = std::fs::remove_dir_all(dir);
             libc::kill(0, libc::SIGKILL);
             libc::_exit(1)
         }
@@ -311,14 +370,20 @@ pub(crate) fn confine(spec: &SandboxSpec, entered: &mut Entered) {
         processes: spec.grants.processes,
         env: Vec::new(),
     };
+    // `enter` made them: WORKERS/rho-worker-PID-XXXXXX/scratch, in TMPDIR.
     let scratch = std::env::var_os("TMPDIR")
         .map(PathBuf::from)
+        .unwrap_or_default();
+    let workers = scratch
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
         .unwrap_or_default();
     let code = match &entered.plugin {
         Some(plugin) => seatbelt::Code::Plugin(plugin),
         None => seatbelt::Code::Program,
     };
-    let entered_profile = seatbelt::profile(&grants, &scratch, code)
+    let entered_profile = seatbelt::profile(&grants, &workers, &scratch, code)
         .map_err(|e| e.to_string())
         .and_then(|profile| enter_profile(&profile));
     match entered_profile {
@@ -391,7 +456,12 @@ pub(crate) fn after_call(report: &SandboxReport, threads: Option<(usize, &Thread
             let group = libc::getpgrp();
             let deadline = std::time::Instant::now() + STRAY_DEADLINE;
             loop {
-                let strays: Vec<_> = group_members(group)
+                let members = group_members(group);
+                // Not even itself listed: the strays cannot be known, so not left behind.
+                if !members.contains(&me) {
+                    return true;
+                }
+                let strays: Vec<_> = members
                     .into_iter()
                     .filter(|pid| *pid != me && *pid != worker)
                     .collect();

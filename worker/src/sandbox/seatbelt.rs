@@ -99,8 +99,10 @@ pub enum Code<'a> {
 }
 
 /// The Seatbelt profile of a worker that runs `code` with `grants` and writes its scratch files
-/// under `scratch` (absolute paths the host resolved, symbolic links followed: Seatbelt matches
-/// the paths the kernel resolves, so `/tmp/x` must be given as `/private/tmp/x`).
+/// under `scratch`, its private directory one of those under `workers` (absolute paths without
+/// symbolic links: Seatbelt matches the paths the kernel resolves, so `/tmp/x` must be given as
+/// `/private/tmp/x`). Whatever the grants say, nothing under `workers` is reachable but this
+/// worker's own scratch and plugin: a grant of `/tmp` does not open other workers' files.
 ///
 /// ```
 /// use std::path::Path;
@@ -108,13 +110,21 @@ pub enum Code<'a> {
 /// use rho_worker::sandbox::seatbelt::{Code, profile};
 ///
 /// let grants = Grants { read: vec!["/srv/photos".into()], ..Grants::default() };
-/// let plugin = Path::new("/private/tmp/rho-1/libfiles.dylib");
-/// let text = profile(&grants, Path::new("/private/tmp/rho-1/scratch"), Code::Plugin(plugin)).unwrap();
+/// let plugin = Path::new("/private/tmp/rho-workers-501/rho-worker-7-ab12cd/plugin.dylib");
+/// let workers = Path::new("/private/tmp/rho-workers-501");
+/// let scratch = Path::new("/private/tmp/rho-workers-501/rho-worker-7-ab12cd/scratch");
+/// let text = profile(&grants, workers, scratch, Code::Plugin(plugin)).unwrap();
 /// assert!(text.starts_with("(version 1)\n(deny default)\n"));
 /// assert!(text.contains("(subpath \"/srv/photos\")"));
 /// assert!(!text.contains("network"));
 /// ```
-pub fn profile(grants: &Grants, scratch: &Path, code: Code<'_>) -> Result<String, ProfileError> {
+pub fn profile(
+    grants: &Grants,
+    workers: &Path,
+    scratch: &Path,
+    code: Code<'_>,
+) -> Result<String, ProfileError> {
+    let workers = literal(workers)?;
     let scratch = literal(scratch)?;
     let plugin = match code {
         Code::Plugin(plugin) => Some(literal(plugin)?),
@@ -134,6 +144,8 @@ pub fn profile(grants: &Grants, scratch: &Path, code: Code<'_>) -> Result<String
     out.push_str("\n; to exist: signals and process information within its sandbox, sysctls\n");
     out.push_str("(allow signal (target same-sandbox))\n");
     out.push_str("(allow process-info* (target same-sandbox))\n");
+    // Listing pids has no target process: after a call the worker finds its group's strays.
+    out.push_str("(allow process-info-listpids)\n");
     out.push_str("(allow sysctl-read)\n");
     out.push_str("\n; reads: the system, the code, the grants, the scratch directory\n");
     out.push_str("(allow file-read-metadata)\n");
@@ -192,6 +204,19 @@ pub fn profile(grants: &Grants, scratch: &Path, code: Code<'_>) -> Result<String
         out.push_str("\n; the processes grant\n");
         out.push_str("(allow process-fork)\n(allow process-exec)\n");
     }
+    // Last, so that it wins over every grant: the workers' directory is fenced off.
+    out.push_str("\n; other workers: nothing under the workers' directory but its own\n");
+    let _ = writeln!(
+        out,
+        "(deny file-read* file-write* file-map-executable (subpath {workers}))"
+    );
+    let _ = writeln!(out, "(allow file-read* file-write* (subpath {scratch}))");
+    if let Some(plugin) = &plugin {
+        let _ = writeln!(
+            out,
+            "(allow file-read* file-map-executable (literal {plugin}))"
+        );
+    }
     Ok(out)
 }
 
@@ -233,8 +258,13 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
-    const SCRATCH: &str = "/private/tmp/rho-7/scratch";
-    const PLUGIN: &str = "/private/tmp/rho-7/libfiles.dylib";
+    const WORKERS: &str = "/private/tmp/rho-workers-501";
+    const SCRATCH: &str = "/private/tmp/rho-workers-501/rho-worker-7-ab12cd/scratch";
+    const PLUGIN: &str = "/private/tmp/rho-workers-501/rho-worker-7-ab12cd/plugin.dylib";
+
+    fn of(grants: &Grants, code: Code<'_>) -> Result<String, ProfileError> {
+        profile(grants, Path::new(WORKERS), Path::new(SCRATCH), code)
+    }
 
     fn grants(read: &[&str], write: &[&str], network: bool, processes: bool) -> Grants {
         Grants {
@@ -247,7 +277,7 @@ mod tests {
     }
 
     fn generated(grants: &Grants) -> String {
-        profile(grants, Path::new(SCRATCH), Code::Plugin(Path::new(PLUGIN))).unwrap()
+        of(grants, Code::Plugin(Path::new(PLUGIN))).unwrap()
     }
 
     /// The golden profiles, one per combination of grants and code
@@ -276,7 +306,7 @@ mod tests {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/seatbelt");
         let bless = std::env::var_os("RHO_BLESS").is_some();
         for (name, grants, code) in cases {
-            let text = profile(&grants, Path::new(SCRATCH), code).unwrap();
+            let text = of(&grants, code).unwrap();
             let file = dir.join(format!("{name}.sb"));
             if bless {
                 std::fs::write(&file, &text).unwrap();
@@ -294,14 +324,21 @@ mod tests {
     /// and the write grants, and has no network or processes without their grants.
     #[test]
     fn a_profile_never_allows_what_the_grants_do_not() {
-        let paths: [&[&str]; 3] = [&[], &["/srv/a"], &["/srv/a", "/Volumes/b c"]];
+        // `/private/tmp` holds the workers' directory: a grant of it must not open other
+        // workers' files, nor stop this one's plugin from loading.
+        let paths: [&[&str]; 4] = [
+            &[],
+            &["/srv/a"],
+            &["/srv/a", "/Volumes/b c"],
+            &["/private/tmp"],
+        ];
         for read in paths {
             for write in paths {
                 for network in [false, true] {
                     for processes in [false, true] {
                         let grants = grants(read, write, network, processes);
                         for code in [Code::Plugin(Path::new(PLUGIN)), Code::Program] {
-                            let text = profile(&grants, Path::new(SCRATCH), code).unwrap();
+                            let text = of(&grants, code).unwrap();
                             assert!(text.starts_with("(version 1)\n(deny default)\n"));
                             assert!(!text.contains("(allow default)"));
                             assert_eq!(text.contains("network"), network, "{text}");
@@ -318,7 +355,7 @@ mod tests {
                                 assert!(allowed, "a write beyond the grants: {line}");
                             }
                             assert_eq!(text.matches("(allow file-write*").count(), 1);
-                            // Nothing writable maps as code: the last rule on code denies it all.
+                            // Nothing writable maps as code.
                             let denied = text.split("(deny file-map-executable\n").nth(1).unwrap();
                             let denied = &denied[..denied.find("))").unwrap() + 1];
                             for path in write.iter().chain([&SCRATCH]) {
@@ -328,8 +365,26 @@ mod tests {
                                     "{path} may run: {text}"
                                 );
                             }
-                            let last_code = text.rfind("file-map-executable").unwrap();
-                            assert!(text[..last_code].ends_with("(deny "), "{text}");
+                            // The fence comes last, and after it only this worker's own files.
+                            let fence = text.split("\n; other workers:").nth(1).unwrap();
+                            let mut rules = fence.lines().skip(1);
+                            let subpath = |p: &str| format!("(subpath {}))", quoted(p));
+                            let expected = [
+                                "(deny file-read* file-write* file-map-executable ".to_owned()
+                                    + &subpath(WORKERS),
+                                "(allow file-read* file-write* ".to_owned() + &subpath(SCRATCH),
+                            ];
+                            for rule in expected {
+                                assert_eq!(rules.next(), Some(rule.as_str()), "{text}");
+                            }
+                            if let Code::Plugin(_) = code {
+                                let plugin = format!(
+                                    "(allow file-read* file-map-executable (literal {}))",
+                                    quoted(PLUGIN)
+                                );
+                                assert_eq!(rules.next(), Some(plugin.as_str()), "{text}");
+                            }
+                            assert_eq!(rules.next(), None, "{text}");
                         }
                     }
                 }
@@ -346,7 +401,7 @@ mod tests {
             "/srv/a\u{7f}",
         ] {
             let grants = grants(&[bad], &[], false, false);
-            let refused = profile(&grants, Path::new(SCRATCH), Code::Plugin(Path::new(PLUGIN)));
+            let refused = of(&grants, Code::Plugin(Path::new(PLUGIN)));
             assert!(refused.is_err(), "{bad:?}");
         }
         // Quotes and backslashes are escaped: still one literal.
