@@ -465,6 +465,12 @@ impl Host {
         self.inner.runner.ask_timeout()
     }
 
+    /// The total timeout a call of the tool `spec` gets: the host's override, else the tool's
+    /// own, else the default ([`RunnerConfig::timeout_for`](crate::RunnerConfig::timeout_for)).
+    pub fn timeout_for(&self, spec: &ToolSpec) -> std::time::Duration {
+        self.inner.runner.spec_timeout(spec)
+    }
+
     /// The tools served now, by name.
     pub fn tools(&self) -> Vec<ToolSpec> {
         self.inner.registry.tools()

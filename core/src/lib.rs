@@ -68,6 +68,7 @@ pub use registry::origin::Origin;
 pub use registry::remote::{RemoteCall, RemoteSource, RemoteTool, RemoteToolEntry, ToolSource};
 /// The plugin API this host speaks, for hosts and tools that need its ABI types.
 pub use rho_plugin_api as plugin_api;
+pub use rho_plugin_api::declare::TaskSupport;
 pub use rho_plugin_api::{
     Answer, Audio, Block, Capabilities, Image, LogLevel, Output, Question, Reply, Resource,
     ResourceContents, ResourceLink, ToolError, ToolHints,

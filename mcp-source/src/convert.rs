@@ -48,6 +48,9 @@ pub(crate) fn spec(server: &str, tool: &Tool, over: Option<&ToolOverride>) -> To
         max_result_bytes: None,
         timeout_ms,
         idle_timeout_ms,
+        // A server's own tasks are not relayed: rho calls it within one request, and runs the
+        // call as a task of its own when the host's threshold says the tool is long.
+        task_support: Default::default(),
         plugin: Some(format!("mcp:{server}")),
         plugin_version: None,
     }

@@ -187,6 +187,37 @@ pub struct ToolDeclaration {
     /// Its idle limit, milliseconds: a call that sends no partial update for this long ends
     /// `timed_out` (under its total timeout).
     pub idle_timeout_ms: Option<u64>,
+    /// Whether its calls may outlive the client's request as MCP Tasks.
+    #[serde(skip_serializing_if = "TaskSupport::is_never")]
+    pub task_support: TaskSupport,
+}
+
+/// Whether a tool's calls run as MCP Tasks (`io.modelcontextprotocol/tasks`) for clients that
+/// declare them: the call outlives the request that started it, and the client polls for its
+/// end. A host may also run any tool whose timeout is long enough as a task.
+///
+/// ```
+/// use rho_plugin_api::declare::TaskSupport;
+/// assert_eq!(serde_json::to_string(&TaskSupport::Required).unwrap(), "\"required\"");
+/// assert!(TaskSupport::default().is_never());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskSupport {
+    /// Answered within the request (unless the host decides the tool is long).
+    #[default]
+    Never,
+    /// A task for clients that declare tasks; within the request for the others.
+    Optional,
+    /// Only as a task: a client that does not declare tasks is refused (`-32021`).
+    Required,
+}
+
+impl TaskSupport {
+    /// Whether this is [`TaskSupport::Never`].
+    pub fn is_never(&self) -> bool {
+        *self == TaskSupport::Never
+    }
 }
 
 /// Everything a plugin declares: its capabilities and, per tool, a [`ToolDeclaration`].

@@ -169,6 +169,15 @@ impl Tool {
         self
     }
 
+    /// The same tool, its calls run as MCP Tasks for clients that declare them ([`TaskSupport`]):
+    /// for a tool that may run longer than a client waits on one request.
+    ///
+    /// [`TaskSupport`]: crate::declare::TaskSupport
+    pub fn task_support(mut self, task_support: crate::declare::TaskSupport) -> Self {
+        self.declared_mut().task_support = task_support;
+        self
+    }
+
     /// The same tool with a title for people (the name stays what the model calls).
     pub fn title(mut self, title: impl Into<String>) -> Self {
         self.declared_mut().title = Some(title.into());

@@ -1,6 +1,7 @@
 //! [`ToolSpec`]: a tool as the model and the host see it.
 
 use rho_plugin_api::ToolHints;
+use rho_plugin_api::declare::TaskSupport;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -36,6 +37,9 @@ pub struct ToolSpec {
     /// this long ends `timed_out`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout_ms: Option<u64>,
+    /// Whether its calls run as MCP Tasks for clients that declare them.
+    #[serde(default, skip_serializing_if = "TaskSupport::is_never")]
+    pub task_support: TaskSupport,
     /// The plugin it comes from (`None` for a host-native tool).
     pub plugin: Option<String>,
     /// That plugin's version.
@@ -59,6 +63,7 @@ impl ToolSpec {
             max_result_bytes: None,
             timeout_ms: None,
             idle_timeout_ms: None,
+            task_support: TaskSupport::Never,
             plugin: None,
             plugin_version: None,
         }

@@ -809,3 +809,74 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
         .port()
 }
+
+/// One raw HTTP/1.1 POST to `/mcp` of `addr`: the status and the response head and start of body.
+pub fn post(addr: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the server");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("a read timeout");
+    let mut request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .expect("send the request");
+    let _ = stream.write_all(body);
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+/// The JSON-RPC message in a response's body (its last `data:` line, or the body itself).
+pub fn rpc_of(response: &str) -> serde_json::Value {
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .chain(std::iter::once(body))
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d.trim()).ok())
+        .next()
+        .unwrap_or_else(|| panic!("no JSON-RPC message in {response:.400}"))
+}
+
+/// A 2026-07-28 request (stateless: its `_meta` carries the revision and the client's
+/// `capabilities`) of `method` with `params` to `addr`'s `/mcp`, with the headers the revision
+/// requires (`Mcp-Method`, and `Mcp-Name` from the params' `name` or `taskId`): the JSON-RPC
+/// response.
+pub fn modern_rpc(
+    addr: &str,
+    method: &str,
+    mut params: serde_json::Value,
+    capabilities: serde_json::Value,
+) -> serde_json::Value {
+    params["_meta"] = serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    });
+    let name = params["name"]
+        .as_str()
+        .or(params["taskId"].as_str())
+        .map(str::to_owned);
+    let mut headers = vec![
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", method),
+    ];
+    if let Some(name) = &name {
+        headers.push(("Mcp-Name", name));
+    }
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let (_, response) = post(addr, &headers, body.to_string().as_bytes());
+    rpc_of(&response)
+}

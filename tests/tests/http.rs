@@ -10,7 +10,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rho_tests::{HttpServer, client_report, install, python_sdk, rho_bin, workspace_dir};
+use rho_tests::{
+    HttpServer, client_report, install, post, python_sdk, rho_bin, rpc_of, workspace_dir,
+};
 use serde_json::{Value, json};
 
 fn plugins(names: &[&str]) -> tempfile::TempDir {
@@ -19,33 +21,6 @@ fn plugins(names: &[&str]) -> tempfile::TempDir {
         install(dir.path(), name);
     }
     dir
-}
-
-/// One raw HTTP/1.1 POST to `/mcp` of `addr`: the status and the response head and start of body.
-fn post(addr: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
-    let _ = stream.write_all(body);
-    let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response);
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, text)
 }
 
 /// An `initialize` over `addr` (with `extra` headers) answered 200: the new session's id.
@@ -803,17 +778,6 @@ fn stalled_event_streams_hold_a_bounded_queue_and_miss_nothing() {
         let ids = reader.join().unwrap();
         assert_eq!(ids, (2..=last).collect::<Vec<u64>>());
     }
-}
-
-/// The JSON-RPC message in a response's body (its last `data:` line, or the body itself).
-fn rpc_of(response: &str) -> Value {
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .chain(std::iter::once(body))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .next()
-        .unwrap_or_else(|| panic!("no JSON-RPC message in {response:.400}"))
 }
 
 /// Over HTTP as over stdio, every message the server cannot take is answered with the request's

@@ -155,6 +155,9 @@ impl RunningCall {
     /// Waits for the call's end or its tool's next question; `cancel` (the request's) cancels
     /// the call.
     pub async fn next(&mut self, cancel: &CancellationToken) -> Step {
+        // Once cancelled, the call's end is all there is to wait for (a cancelled token is
+        // ready at every poll: selecting it again would spin without yielding).
+        let mut cancelling = false;
         loop {
             tokio::select! {
                 biased;
@@ -181,7 +184,10 @@ impl RunningCall {
                         }
                     }
                 }
-                () = cancel.cancelled() => self.cancel.cancel(),
+                () = cancel.cancelled(), if !cancelling => {
+                    cancelling = true;
+                    self.cancel.cancel();
+                }
             }
         }
     }

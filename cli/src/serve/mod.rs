@@ -11,6 +11,7 @@ mod meta_tools;
 mod server;
 pub mod settings;
 mod stdio;
+mod tasks;
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;

@@ -23,6 +23,7 @@ use super::logging::{self, SessionLevel};
 use super::mcp::{mcp_result, mcp_tool};
 use super::meta_tools;
 use super::settings::ServeConfig;
+use super::tasks::{Tasks, owner};
 
 /// The MCP server.
 #[derive(Clone)]
@@ -43,6 +44,10 @@ pub struct RhoServer {
     log_level: SessionLevel,
     /// Calls parked on their tool's question (2026-07-28), shared by every session.
     parked: Parked,
+    /// Calls running as MCP Tasks, shared by every session.
+    tasks: Tasks,
+    /// A tool whose timeout is over this runs as a task for clients that declare tasks.
+    task_after: Option<std::time::Duration>,
 }
 
 /// What a call sends its client before its answer, in order.
@@ -145,6 +150,12 @@ impl RhoServer {
             meta_tools: serve.meta_tools,
             log_level: SessionLevel::default(),
             parked: Parked::default(),
+            tasks: Tasks::new(
+                serve.task_ttl_ms,
+                serve.task_poll_ms,
+                serve.max_result_bytes,
+            ),
+            task_after: serve.task_after_ms.map(std::time::Duration::from_millis),
         };
         announce_changes(host, server.audience.clone());
         server
@@ -242,18 +253,49 @@ impl RhoServer {
         ))
     }
 
+    /// Whether a call of `name` for the client of `context` runs as an MCP Task: the client
+    /// declared tasks and the tool is long (it declares task support, or its timeout is over
+    /// `task_after`). `Err`: the tool runs only as a task and the client declared none
+    /// (`-32021`, naming the extension).
+    fn runs_as_task(
+        &self,
+        name: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<bool, McpError> {
+        use rho_runtime::TaskSupport;
+        let Some(spec) = self.host.tools().into_iter().find(|t| t.name == name) else {
+            return Ok(false);
+        };
+        let declared = context
+            .client_capabilities()
+            .is_some_and(|caps| caps.supports_tasks());
+        if spec.task_support == TaskSupport::Required && !declared {
+            return Err(McpError::missing_required_client_capability(
+                rmcp::model::ClientCapabilities::builder()
+                    .enable_tasks()
+                    .build(),
+            ));
+        }
+        let long = spec.task_support != TaskSupport::Never
+            || self
+                .task_after
+                .is_some_and(|after| self.host.timeout_for(&spec) > after);
+        Ok(declared && long)
+    }
+
     /// Runs the call in a task of its own: whatever happens, the request gets an answer.
     async fn call(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> CallToolResponse {
+    ) -> Result<CallToolResponse, McpError> {
         // The retry of a round whose tool asked (2026-07-28): the answer goes to the parked
         // call, which goes on.
         if let Some(mut running) = self.parked.claim(request.request_state.as_deref()) {
             running.answer(request.input_responses.as_ref());
-            return self.drive(running, &context).await;
+            return Ok(self.drive(running, &context).await);
         }
+        let as_task = self.runs_as_task(&request.name, &context)?;
         // The server's own counter: request ids `1` and `"1"` are different requests.
         let n = self
             .calls
@@ -275,9 +317,12 @@ impl RhoServer {
         // above the session's level (once it set one), in order, sent before the response (the
         // hooks are never called after the call's end). Bounded: past 1024 unsent notes, the
         // newest are dropped, as a lagging subscriber's would be.
-        let token = context.meta.get_progress_token();
+        // A task's request ends at once: its progress and log lines have no request to go with.
+        let token = context.meta.get_progress_token().filter(|_| !as_task);
         // A 2026-07-28 request carries its own level; a 2025-era session has the one it set.
-        let level = logging::requested(&context.meta).or_else(|| self.log_level.get());
+        let level = logging::requested(&context.meta)
+            .or_else(|| self.log_level.get())
+            .filter(|_| !as_task);
         let (on_update, on_log, notes) = if token.is_none() && level.is_none() {
             (None, None, None)
         } else {
@@ -337,7 +382,7 @@ impl RhoServer {
                 if let Some((ended, ..)) = notes {
                     let _ = ended.send(());
                 }
-                return CallToolResponse::InputRequired(input_required);
+                return Ok(CallToolResponse::InputRequired(input_required));
             }
         };
         let gate = Arc::new(RuleGate::new(
@@ -367,7 +412,7 @@ impl RhoServer {
             () = context.ct.cancelled() => None,
         };
         let Some(turn) = turn else {
-            return CallToolResponse::Complete(mcp_result(
+            return Ok(CallToolResponse::Complete(mcp_result(
                 &ToolResult::failed(
                     &call.id,
                     &call.name,
@@ -375,12 +420,14 @@ impl RhoServer {
                     "rho: the call was cancelled before it started",
                 ),
                 self.max_result_bytes,
-            ));
+            )));
         };
         // A tool's questions: a 2026-07-28 client that can elicit is asked by input-required
         // rounds (the call runs in a task of its own, parked between them); a 2025-era one by
         // `elicitation/create`; any other is declined.
-        let response = if modern(&context) && can_elicit(&context) {
+        // A task's call outlives this request: the client polls the task for its end, and its
+        // tool's questions come through `tasks/get`.
+        let response = if as_task || (modern(&context) && can_elicit(&context)) {
             let host = self.host.clone();
             let running = RunningCall::start(
                 move |answerer, cancel| async move {
@@ -393,7 +440,11 @@ impl RhoServer {
                 },
                 Box::new(turn),
             );
-            self.drive(running, &context).await
+            if as_task {
+                CallToolResponse::Task(self.tasks.create(owner(&context), running))
+            } else {
+                self.drive(running, &context).await
+            }
         } else {
             options.answerer = Some(Arc::new(ElicitAnswerer {
                 peer: context.peer.clone(),
@@ -417,7 +468,7 @@ impl RhoServer {
                 tracing::warn!(call = %call_id, dropped, "notifications dropped (more than 1024 unsent; the journal has every line)");
             }
         }
-        response
+        Ok(response)
     }
 
     /// Runs a 2026-07-28 call to its end or its tool's next question: the end is the answer;
@@ -481,6 +532,7 @@ impl ServerHandler for RhoServer {
             .enable_logging()
             .enable_tools()
             .enable_tool_list_changed()
+            .enable_tasks()
             .build();
         InitializeResult::new(capabilities)
             .with_server_info(Implementation::new("rho", env!("CARGO_PKG_VERSION")))
@@ -511,13 +563,41 @@ impl ServerHandler for RhoServer {
                 )));
             }
             if request.name == meta_tools::CALL {
-                return Ok(match meta_tools::unwrap_call(request) {
+                return match meta_tools::unwrap_call(request) {
                     Ok(inner) => self.call(inner, context).await,
-                    Err(refused) => CallToolResponse::Complete(refused),
-                });
+                    Err(refused) => Ok(CallToolResponse::Complete(refused)),
+                };
             }
         }
-        Ok(self.call(request, context).await)
+        self.call(request, context).await
+    }
+
+    /// `tasks/get` ([`super::tasks`]).
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, McpError> {
+        self.tasks.get(&owner(&context), &request.task_id)
+    }
+
+    /// `tasks/update`: the answer to a task's question.
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.tasks
+            .update(&owner(&context), &request.task_id, &request.input_responses)
+    }
+
+    /// `tasks/cancel`.
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.tasks.cancel(&owner(&context), &request.task_id)
     }
 
     /// `logging/setLevel`: this session is sent the log lines of its calls at `level` and above.

@@ -49,12 +49,22 @@ pub struct ServeConfig {
     /// reload: `rho_find_tools` (search the tools as they are now) and `rho_call_tool` (call one
     /// by name, under the same gate).
     pub meta_tools: bool,
+    /// MCP Tasks (2026-07-28 clients that declare `io.modelcontextprotocol/tasks`): a call of a
+    /// tool whose timeout is over this, milliseconds, runs as a task (besides the tools that
+    /// declare task support); `None`: only those.
+    pub task_after_ms: Option<u64>,
+    /// How long a task stays readable after it was created, milliseconds (its `ttlMs`); a task
+    /// still running then is cancelled.
+    pub task_ttl_ms: u64,
+    /// How often a client is told to poll a task, milliseconds (its `pollIntervalMs`).
+    pub task_poll_ms: u64,
 }
 
 impl Default for ServeConfig {
     /// Deny when nobody can be asked, no journal, 8 MiB answers, 64 calls at once, stdio (no
     /// HTTP), loopback origins, 16 MiB request bodies, 256 HTTP requests and 256 sessions at once
-    /// (64 per peer address, each closed after a minute idle), no meta-tools.
+    /// (64 per peer address, each closed after a minute idle), no meta-tools; tasks for tools of
+    /// over a minute's timeout, kept an hour, polled every second.
     fn default() -> Self {
         ServeConfig {
             ask_fallback: Action::Deny,
@@ -71,6 +81,9 @@ impl Default for ServeConfig {
             session_idle_ms: 60_000,
             web: false,
             meta_tools: false,
+            task_after_ms: Some(60_000),
+            task_ttl_ms: 3_600_000,
+            task_poll_ms: 1_000,
         }
     }
 }
@@ -106,6 +119,11 @@ impl ServeConfig {
             1 << 10,
             1 << 30,
         )?;
+        if let Some(after) = self.task_after_ms {
+            within("serve.task_after_ms", after, 1, MAX_TIMEOUT_MS)?;
+        }
+        within("serve.task_ttl_ms", self.task_ttl_ms, 1_000, 7 * 86_400_000)?;
+        within("serve.task_poll_ms", self.task_poll_ms, 10, 60_000)?;
         if self.ask_fallback == Action::Ask {
             return Err(ConfigError {
                 key: "serve.ask_fallback".into(),

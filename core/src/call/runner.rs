@@ -158,6 +158,11 @@ impl ToolRunner {
         self.config.ask_timeout
     }
 
+    /// The total timeout of a call of `spec` ([`RunnerConfig::timeout_for`]).
+    pub fn spec_timeout(&self, spec: &rho_protocol::ToolSpec) -> Duration {
+        self.config.timeout_for(spec)
+    }
+
     /// Calls in flight now (started, end event not yet published).
     pub fn in_flight(&self) -> usize {
         self.stop.in_flight.load(Ordering::Acquire)

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use rho_plugin_api::declare::TaskSupport;
 use rho_plugin_api::{
     Answer, Block, Ctx, JsonSchema, LogLevel, Question, Reply, Tool, ToolError, export_plugin, json,
 };
@@ -179,7 +180,144 @@ fn error_handling(_args: NoArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
     ))
 }
 
+/// Whom to greet.
+#[derive(Deserialize, JsonSchema)]
+pub struct GreetArgs {
+    /// The name.
+    pub name: String,
+}
+
+fn greet(args: GreetArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    Ok(Answer::text(format!("Hello, {}!", args.name)))
+}
+
+/// How long to compute.
+#[derive(Deserialize, JsonSchema)]
+pub struct ComputeArgs {
+    /// Seconds (0: at once).
+    #[serde(default)]
+    pub seconds: f64,
+}
+
+/// Sleeps `seconds` in short steps, stopping early when the call is cancelled.
+fn sleep_unless_cancelled(seconds: f64, ctx: &Ctx) -> bool {
+    let until = std::time::Instant::now() + Duration::from_secs_f64(seconds.clamp(0.0, 600.0));
+    while std::time::Instant::now() < until {
+        if ctx.is_cancelled() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+fn slow_compute(args: ComputeArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    if !sleep_unless_cancelled(args.seconds, ctx) {
+        return Err(ToolError::new("cancelled"));
+    }
+    Ok(Answer::text(format!(
+        "Computed after {} seconds",
+        args.seconds
+    )))
+}
+
+fn failing_job(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    sleep_unless_cancelled(1.0, ctx);
+    Err(ToolError::new("The job failed, as it always does"))
+}
+
+/// An argument no client sends: a call of `protocol_error_job` is refused before it runs.
+#[derive(Deserialize, JsonSchema)]
+pub struct NeverSentArgs {
+    /// Never sent by the suite.
+    pub never_sent: String,
+}
+
+fn protocol_error_job(_args: NeverSentArgs, _ctx: &Ctx) -> Result<Answer, ToolError> {
+    Ok(Answer::text("unreachable: the arguments are refused first"))
+}
+
+/// What to delete.
+#[derive(Deserialize, JsonSchema)]
+pub struct DeleteArgs {
+    /// The file.
+    #[serde(default)]
+    pub path: String,
+}
+
+fn confirm_delete(args: DeleteArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    let reply = ctx.ask(Question::confirm(format!("Delete {}?", args.path)));
+    let confirmed = matches!(&reply, Reply::Accepted(content) if content["confirm"] == true);
+    Ok(Answer::text(if confirmed {
+        format!("Deleted {}", args.path)
+    } else {
+        format!("Kept {} ({})", args.path, described(&reply))
+    }))
+}
+
+fn multi_input(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    let text = |message: &str, field: &str| {
+        let schema = json!({
+            "type": "object",
+            "properties": {field: {"type": "string"}},
+            "required": [field],
+        });
+        ctx.ask(Question::new(message, schema))
+    };
+    let first = text("Your first name?", "first");
+    let last = text("Your last name?", "last");
+    Ok(Answer::text(format!(
+        "first: {}; last: {}",
+        described(&first),
+        described(&last)
+    )))
+}
+
+fn tool_with_task(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    let schema = json!({
+        "type": "object",
+        "properties": {"user_name": {"type": "string"}},
+        "required": ["user_name"],
+    });
+    let reply = ctx.ask(Question::new("Your name?", schema));
+    match reply {
+        Reply::Accepted(content) => Ok(Answer::text(format!(
+            "Hello, {}!",
+            content["user_name"].as_str().unwrap_or_default()
+        ))),
+        other => Err(ToolError::new(described(&other))),
+    }
+}
+
 export_plugin! {
+    // The MCP Tasks extension's fixtures (the 0.2 suite's tasks-* scenarios).
+    Tool::new("greet", "Greets a name, at once.", greet)
+        .read_only(true)
+        .open_world(false),
+    Tool::new("slow_compute", "Sleeps `seconds`, then answers; a task for clients that declare tasks.", slow_compute)
+        .read_only(true)
+        .open_world(false)
+        .timeout_ms(600_000)
+        .task_support(TaskSupport::Optional),
+    Tool::new("failing_job", "Fails after a second; runs only as a task.", failing_job)
+        .read_only(true)
+        .open_world(false)
+        .task_support(TaskSupport::Required),
+    Tool::new("protocol_error_job", "Takes an argument no client sends: refused before it runs.", protocol_error_job)
+        .read_only(true)
+        .open_world(false)
+        .task_support(TaskSupport::Optional),
+    Tool::new("confirm_delete", "Asks before it deletes (it deletes nothing).", confirm_delete)
+        .open_world(false)
+        .task_support(TaskSupport::Optional),
+    Tool::new("multi_input", "Asks two questions.", multi_input)
+        .read_only(true)
+        .open_world(false)
+        .task_support(TaskSupport::Optional),
+    Tool::new("test_tool_with_task", "Asks the user's name, then greets it; runs only as a task.", tool_with_task)
+        .read_only(true)
+        .open_world(false)
+        .task_support(TaskSupport::Required),
     Tool::new("test_simple_text", "Answers a simple text.", simple_text)
         .read_only(true)
         .idempotent(true)

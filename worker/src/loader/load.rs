@@ -277,6 +277,7 @@ impl RawTool {
                 output_schema: spec.output_schema,
                 max_result_bytes: spec.max_result_bytes,
                 idle_timeout_ms: spec.idle_timeout_ms,
+                task_support: spec.task_support,
             },
             name: Some(spec.name),
             description: Some(spec.description),
@@ -394,6 +395,7 @@ pub fn check_tools(
             output_schema,
             max_result_bytes,
             idle_timeout_ms,
+            task_support,
             ..
         } = tool.declared;
         let spec = ToolSpec {
@@ -406,6 +408,7 @@ pub fn check_tools(
             max_result_bytes,
             timeout_ms: tool.timeout_ms,
             idle_timeout_ms,
+            task_support,
             plugin: Some(plugin.to_owned()),
             plugin_version: Some(version.to_owned()),
         };

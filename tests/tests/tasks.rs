@@ -1,0 +1,263 @@
+//! [10/13]: MCP Tasks on `rho serve --http` (`io.modelcontextprotocol/tasks`, 2026-07-28), in
+//! raw JSON-RPC: a long call answered with a task and polled to its end, a task's question
+//! answered with `tasks/update`, a cancelled task, a task id of another session refused, a tool
+//! that runs only as a task refused to a client that declares none, and how outcomes map to
+//! statuses. The tools are the `conformance` fixture's (`slow_compute`, `confirm_delete`, ...).
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly
+
+use std::time::{Duration, Instant};
+
+use rho_tests::{HttpServer, install, modern_rpc, post, rpc_of};
+use serde_json::{Value, json};
+
+/// `rho serve --http` over the `conformance` fixture, with its journal.
+fn serve() -> (HttpServer, tempfile::TempDir, tempfile::TempDir) {
+    let plugins = tempfile::tempdir_in(rho_tests::host_dir("rho-tasks-tests")).unwrap();
+    install(plugins.path(), "conformance");
+    let state = tempfile::tempdir().unwrap();
+    let journal = state.path().join("tasks.jsonl");
+    let server = HttpServer::start(plugins.path(), &["--http", "127.0.0.1:0"], &journal);
+    (server, plugins, state)
+}
+
+/// The capabilities of a client that declares tasks.
+fn with_tasks() -> Value {
+    json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "elicitation": {}})
+}
+
+fn call(addr: &str, tool: &str, arguments: Value, capabilities: Value) -> Value {
+    modern_rpc(
+        addr,
+        "tools/call",
+        json!({"name": tool, "arguments": arguments}),
+        capabilities,
+    )
+}
+
+fn get(addr: &str, id: &str) -> Value {
+    modern_rpc(addr, "tasks/get", json!({"taskId": id}), with_tasks())
+}
+
+/// Polls task `id` until its status is `want` (within 20 s): the `tasks/get` result then.
+fn poll_until(addr: &str, id: &str, want: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let result = get(addr, id)["result"].clone();
+        if result["status"] == want {
+            return result;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "task {id} never {want}: {result}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A created task's id, checked: a `task` result with a 128-bit hex id, `working`, its TTL and
+/// poll interval in integer milliseconds.
+fn created(response: &Value) -> String {
+    let result = &response["result"];
+    assert_eq!(result["resultType"], "task", "{response}");
+    assert_eq!(result["status"], "working", "{response}");
+    assert!(
+        result["ttlMs"].is_u64() && result["pollIntervalMs"].is_u64(),
+        "{response}"
+    );
+    let id = result["taskId"].as_str().unwrap().to_owned();
+    assert!(
+        id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit()),
+        "{id}"
+    );
+    id
+}
+
+#[test]
+fn a_long_call_is_a_task_that_the_client_polls_to_its_end() {
+    let (server, _plugins, _state) = serve();
+    let addr = &server.addr;
+    let id = created(&call(
+        addr,
+        "slow_compute",
+        json!({"seconds": 0.5}),
+        with_tasks(),
+    ));
+    // Readable as soon as the client has its id.
+    let first = get(addr, &id)["result"].clone();
+    assert_eq!(first["taskId"], id.as_str());
+    assert!(
+        first["status"] == "working" || first["status"] == "completed",
+        "{first}"
+    );
+    let done = poll_until(addr, &id, "completed");
+    assert_eq!(done["resultType"], "complete");
+    assert_eq!(
+        done["result"]["content"][0]["text"],
+        "Computed after 0.5 seconds"
+    );
+    assert_eq!(done["result"]["_meta"]["rho/outcome"], "ok", "{done}");
+    // A quick tool answers within the request, tasks declared or not; a long one answers so for
+    // a client that declares no tasks.
+    let greeted = call(addr, "greet", json!({"name": "Ada"}), with_tasks());
+    assert_eq!(greeted["result"]["content"][0]["text"], "Hello, Ada!");
+    assert!(greeted["result"]["taskId"].is_null(), "{greeted}");
+    let direct = call(addr, "slow_compute", json!({"seconds": 0}), json!({}));
+    assert_eq!(direct["result"]["resultType"], "complete", "{direct}");
+}
+
+#[test]
+fn a_tasks_question_is_answered_with_tasks_update() {
+    let (server, _plugins, _state) = serve();
+    let addr = &server.addr;
+    let id = created(&call(
+        addr,
+        "confirm_delete",
+        json!({"path": "/srv/x"}),
+        with_tasks(),
+    ));
+    let asking = poll_until(addr, &id, "input_required");
+    let (key, request) = asking["inputRequests"]
+        .as_object()
+        .and_then(|requests| requests.iter().next())
+        .unwrap();
+    assert_eq!(request["method"], "elicitation/create", "{asking}");
+    assert_eq!(request["params"]["message"], "Delete /srv/x?");
+    let answer = json!({key.as_str(): {"action": "accept", "content": {"confirm": true}}});
+    let ack = modern_rpc(
+        addr,
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": answer}),
+        with_tasks(),
+    );
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    let done = poll_until(addr, &id, "completed");
+    assert_eq!(done["result"]["content"][0]["text"], "Deleted /srv/x");
+}
+
+#[test]
+fn a_cancelled_task_stays_cancelled_and_its_call_ends_once() {
+    let (server, _plugins, state) = serve();
+    let addr = &server.addr;
+    let id = created(&call(
+        addr,
+        "slow_compute",
+        json!({"seconds": 30}),
+        with_tasks(),
+    ));
+    poll_until(addr, &id, "working");
+    let ack = modern_rpc(addr, "tasks/cancel", json!({"taskId": id}), with_tasks());
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    assert_eq!(get(addr, &id)["result"]["status"], "cancelled");
+    // Again: the same acknowledgement, the same status.
+    let again = modern_rpc(addr, "tasks/cancel", json!({"taskId": id}), with_tasks());
+    assert_eq!(again["result"]["resultType"], "complete", "{again}");
+    // The call itself ended, once, long before its 30 seconds.
+    let journal = state.path().join("tasks.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ends = loop {
+        let ends: Vec<Value> = std::fs::read_to_string(&journal)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["type"] == "tool_execution_end" && e["tool"] == "slow_compute")
+            .collect();
+        if !ends.is_empty() || Instant::now() > deadline {
+            break ends;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(ends.len(), 1, "{ends:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(get(addr, &id)["result"]["status"], "cancelled");
+}
+
+#[test]
+fn a_task_is_read_by_the_session_that_made_it_alone() {
+    let (server, _plugins, _state) = serve();
+    let addr = &server.addr;
+    // Two 2025-era sessions that declared tasks at their start.
+    let open = || {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+            "clientInfo": {"name": "tasks-test", "version": "1"},
+        }});
+        let (status, head) = post(addr, &[], body.to_string().as_bytes());
+        assert_eq!(status, 200, "{head}");
+        let session = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .starts_with("mcp-session-id:")
+                    .then(|| l[15..].trim().to_owned())
+            })
+            .unwrap();
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        post(
+            addr,
+            &[
+                ("mcp-session-id", &session),
+                ("MCP-Protocol-Version", "2025-11-25"),
+            ],
+            initialized.to_string().as_bytes(),
+        );
+        session
+    };
+    let rpc = |session: &str, method: &str, params: Value| {
+        let body = json!({"jsonrpc": "2.0", "id": 2, "method": method, "params": params});
+        let headers = [
+            ("mcp-session-id", session),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ];
+        rpc_of(&post(addr, &headers, body.to_string().as_bytes()).1)
+    };
+    let (mine, theirs) = (open(), open());
+    let made = rpc(
+        &mine,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 5}}),
+    );
+    let id = created(&made);
+    assert_eq!(
+        rpc(&mine, "tasks/get", json!({"taskId": id}))["result"]["taskId"],
+        id.as_str()
+    );
+    for method in ["tasks/get", "tasks/cancel"] {
+        let refused = rpc(&theirs, method, json!({"taskId": id}));
+        assert_eq!(refused["error"]["code"], -32602, "{method}: {refused}");
+    }
+    assert_eq!(
+        rpc(&mine, "tasks/get", json!({"taskId": id}))["result"]["status"],
+        "working"
+    );
+}
+
+#[test]
+fn outcomes_map_to_task_statuses_one_way() {
+    let (server, _plugins, _state) = serve();
+    let addr = &server.addr;
+    // A tool that runs only as a task, for a client that declares no tasks: -32021.
+    let refused = call(addr, "failing_job", json!({}), json!({}));
+    assert_eq!(refused["error"]["code"], -32021, "{refused}");
+    assert!(
+        refused["error"]["data"]["requiredCapabilities"]["extensions"]
+            ["io.modelcontextprotocol/tasks"]
+            .is_object(),
+        "{refused}"
+    );
+    // A tool that ran and failed: completed, its result an error with rho's outcome.
+    let id = created(&call(addr, "failing_job", json!({}), with_tasks()));
+    let done = poll_until(addr, &id, "completed");
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    assert_eq!(done["result"]["_meta"]["rho/outcome"], "error", "{done}");
+    assert!(done["error"].is_null(), "{done}");
+    // A call refused before it ran (its arguments do not fit): failed, a JSON-RPC error.
+    let id = created(&call(addr, "protocol_error_job", json!({}), with_tasks()));
+    let failed = poll_until(addr, &id, "failed");
+    assert_eq!(failed["error"]["code"], -32602, "{failed}");
+    assert!(failed["result"].is_null(), "{failed}");
+    // An id no one made.
+    let unknown = get(addr, "00000000000000000000000000000000");
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+}
