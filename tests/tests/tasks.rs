@@ -13,11 +13,24 @@ use serde_json::{Value, json};
 
 /// `rho serve --http` over the `conformance` fixture, with its journal.
 fn serve() -> (HttpServer, tempfile::TempDir, tempfile::TempDir) {
+    serve_with("")
+}
+
+/// The same with `config` as its `rho.toml`.
+fn serve_with(config: &str) -> (HttpServer, tempfile::TempDir, tempfile::TempDir) {
     let plugins = tempfile::tempdir_in(rho_tests::host_dir("rho-tasks-tests")).unwrap();
     install(plugins.path(), "conformance");
     let state = tempfile::tempdir().unwrap();
     let journal = state.path().join("tasks.jsonl");
-    let server = HttpServer::start(plugins.path(), &["--http", "127.0.0.1:0"], &journal);
+    let config_file = state.path().join("rho.toml");
+    std::fs::write(&config_file, config).unwrap();
+    let args = [
+        "--http",
+        "127.0.0.1:0",
+        "--config",
+        config_file.to_str().unwrap(),
+    ];
+    let server = HttpServer::start(plugins.path(), &args, &journal);
     (server, plugins, state)
 }
 
@@ -133,6 +146,25 @@ fn a_tasks_question_is_answered_with_tasks_update() {
     assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
     let done = poll_until(addr, &id, "completed");
     assert_eq!(done["result"]["content"][0]["text"], "Deleted /srv/x");
+}
+
+/// A question no `tasks/update` answers is given up after the host's bound on a question: the
+/// tool reads it as cancelled and the task goes on to its end (before: it showed the question
+/// for ever, and held its turn among the calls at once).
+#[test]
+fn a_question_left_unanswered_is_given_up_and_the_task_ends() {
+    let (server, _plugins, _state) = serve_with("[runner]\nask_timeout_ms = 500\n");
+    let addr = &server.addr;
+    let id = created(&call(
+        addr,
+        "confirm_delete",
+        json!({"path": "/srv/y"}),
+        with_tasks(),
+    ));
+    poll_until(addr, &id, "input_required");
+    let done = poll_until(addr, &id, "completed");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("Kept /srv/y (action=cancel"), "{done}");
 }
 
 #[test]

@@ -120,6 +120,18 @@ pub enum Step {
     Asks(InputRequiredResult),
 }
 
+/// The result of a call's task: its end, or `crashed` if the task itself failed.
+fn end_of(ended: Result<ToolResult, tokio::task::JoinError>) -> ToolResult {
+    ended.unwrap_or_else(|_| {
+        ToolResult::failed(
+            "?",
+            "?",
+            rho_runtime::Outcome::Crashed,
+            "rho: the call's task failed inside the server",
+        )
+    })
+}
+
 /// A call running in a task of its own whose tool's questions come out here (2026-07-28).
 pub struct RunningCall {
     result: tokio::task::JoinHandle<ToolResult>,
@@ -161,14 +173,7 @@ impl RunningCall {
         loop {
             tokio::select! {
                 biased;
-                ended = &mut self.result => {
-                    return Step::Done(ended.unwrap_or_else(|_| ToolResult::failed(
-                        "?",
-                        "?",
-                        rho_runtime::Outcome::Crashed,
-                        "rho: the call's task failed inside the server",
-                    )));
-                }
+                ended = &mut self.result => return Step::Done(end_of(ended)),
                 Some((question, reply)) = self.questions.recv() => {
                     match elicit_params(&question) {
                         Ok(params) => {
@@ -187,6 +192,24 @@ impl RunningCall {
                 () = cancel.cancelled(), if !cancelling => {
                     cancelling = true;
                     self.cancel.cancel();
+                }
+            }
+        }
+    }
+
+    /// Cancels the call and waits for its end, declining every question it asks meanwhile: for
+    /// a call no request drives any more (a task cancelled, expired or refused).
+    pub async fn finish(mut self) -> ToolResult {
+        self.cancel.cancel();
+        if let Some(open) = self.open.take() {
+            let _ = open.send(Reply::Cancelled("the call was cancelled".into()));
+        }
+        loop {
+            tokio::select! {
+                biased;
+                ended = &mut self.result => return end_of(ended),
+                Some((_, reply)) = self.questions.recv() => {
+                    let _ = reply.send(Reply::Cancelled("the call was cancelled".into()));
                 }
             }
         }

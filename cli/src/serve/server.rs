@@ -154,6 +154,7 @@ impl RhoServer {
                 serve.task_ttl_ms,
                 serve.task_poll_ms,
                 serve.max_result_bytes,
+                host.ask_timeout(),
             ),
             task_after: serve.task_after_ms.map(std::time::Duration::from_millis),
         };
@@ -441,7 +442,7 @@ impl RhoServer {
                 Box::new(turn),
             );
             if as_task {
-                CallToolResponse::Task(self.tasks.create(owner(&context), running))
+                CallToolResponse::Task(self.tasks.create(owner(&context), running)?)
             } else {
                 self.drive(running, &context).await
             }

@@ -18,10 +18,14 @@
 //! tool, arguments that do not fit its schema) ends `failed` with the JSON-RPC error `-32602`;
 //! a cancelled task stays `cancelled`.
 //!
-//! Task ids are unguessable (128 random bits) and bound to who made them: the MCP session, else
-//! the bearer token, else the one stdio client. Another's id reads as unknown (`-32602`).
+//! Task ids are unguessable (128 random bits; without randomness no task is made) and bound to
+//! who made them: the MCP session (2025-era clients), else the bearer token (one per server: it
+//! tells the server's clients from no one else), else the one stdio client. Another's id reads as
+//! unknown (`-32602`); the id itself is the secret between clients of one token.
 //! A task is readable for its `ttlMs` (`[serve] task_ttl_ms`) after its creation; a task still
-//! running then is cancelled and forgotten.
+//! running then is cancelled and forgotten. A question no `tasks/update` answers within the
+//! host's bound on a question is given up (the tool reads it as cancelled and goes on). At most
+//! [`MAX_TASKS`] tasks are kept at once; past it a call that would be a task is refused.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -40,6 +44,9 @@ use tokio_util::sync::CancellationToken;
 use super::asking::{RunningCall, Step};
 use super::mcp::mcp_result;
 
+/// The most tasks one server keeps at once (ended ones included, until their TTL).
+pub const MAX_TASKS: usize = 4096;
+
 /// The tasks of one `rho serve`, shared by every session.
 #[derive(Clone)]
 pub struct Tasks {
@@ -50,6 +57,8 @@ pub struct Tasks {
     poll_ms: u64,
     /// The largest answer sent to a client ([`mcp_result`]).
     max_result_bytes: usize,
+    /// How long a question may stay unanswered.
+    ask_timeout: Duration,
 }
 
 /// One task.
@@ -61,6 +70,8 @@ struct Entry {
     state: State,
     /// When it is forgotten.
     expires: Instant,
+    /// How many times its state changed (tells a question from the next one).
+    touches: u64,
     /// Cancels its call.
     cancel: CancellationToken,
 }
@@ -94,23 +105,29 @@ pub fn owner(context: &RequestContext<RoleServer>) -> String {
     if let Some(session) = header("mcp-session-id") {
         return format!("session {session}");
     }
+    // The token itself is not kept: its hash tells its clients apart from others.
     match header("authorization") {
-        Some(token) => format!("token {token}"),
+        Some(token) => {
+            use std::hash::{Hash, Hasher};
+            let token = token.trim();
+            let token = token
+                .get(..7)
+                .filter(|scheme| scheme.eq_ignore_ascii_case("bearer "))
+                .map_or(token, |_| token[7..].trim());
+            let mut hasher = std::hash::DefaultHasher::new();
+            token.hash(&mut hasher);
+            format!("token {:016x}", hasher.finish())
+        }
         None => "http".into(),
     }
 }
 
-/// A new task id: 128 random bits, hex.
-fn new_id() -> String {
+/// A new task id: 128 random bits, hex; `None` without randomness (a guessable id would let
+/// any client of the same token read the task).
+fn new_id() -> Option<String> {
     let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        // No randomness: still unique (a counter and the time), only guessable.
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        bytes[..8].copy_from_slice(&n.to_le_bytes());
-        bytes[8..].copy_from_slice(&crate::render::now_ms().to_le_bytes());
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    getrandom::fill(&mut bytes).ok()?;
+    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Now, as RFC 3339 (what `createdAt` and `lastUpdatedAt` hold).
@@ -128,14 +145,25 @@ fn unknown(id: &str) -> McpError {
 
 impl Tasks {
     /// Tasks readable for `ttl_ms` after their creation, polled every `poll_ms`, their answers
-    /// at most `max_result_bytes`.
-    pub fn new(ttl_ms: u64, poll_ms: u64, max_result_bytes: usize) -> Tasks {
-        Tasks {
+    /// at most `max_result_bytes`, a question open at most `ask_timeout`. Expired tasks are
+    /// forgotten as they expire (a task of the tokio runtime this is called in).
+    pub fn new(ttl_ms: u64, poll_ms: u64, max_result_bytes: usize, ask_timeout: Duration) -> Tasks {
+        let tasks = Tasks {
             entries: Arc::default(),
             ttl: Duration::from_millis(ttl_ms),
             poll_ms,
             max_result_bytes,
-        }
+            ask_timeout,
+        };
+        let sweeper = tasks.clone();
+        let every = tasks.ttl.min(Duration::from_secs(60));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                sweeper.forget_expired();
+            }
+        });
+        tasks
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
@@ -143,10 +171,23 @@ impl Tasks {
     }
 
     /// Makes `call` (started, running) the task of `owner`, readable before this returns, and
-    /// drives it in a task of its own. The `CreateTaskResult` for the client.
-    pub fn create(&self, owner: String, call: RunningCall) -> CreateTaskResult {
+    /// drives it in a task of its own. The `CreateTaskResult` for the client; `Err` (the call
+    /// cancelled): no randomness for its id, or [`MAX_TASKS`] tasks kept already.
+    pub fn create(&self, owner: String, call: RunningCall) -> Result<CreateTaskResult, McpError> {
         self.forget_expired();
-        let id = new_id();
+        let refused = |call: RunningCall, why: &str| {
+            tokio::spawn(call.finish());
+            Err(McpError::internal_error(
+                format!("rho: no task made: {why}"),
+                None,
+            ))
+        };
+        let Some(id) = new_id() else {
+            return refused(call, "no randomness for its id");
+        };
+        if self.lock().len() >= MAX_TASKS {
+            return refused(call, "the server keeps too many tasks; try again later");
+        }
         let now = timestamp();
         let task = Task::new(id.clone(), TaskStatus::Working, now.clone(), now)
             .with_ttl_ms(self.ttl.as_millis() as u64)
@@ -159,11 +200,12 @@ impl Tasks {
                 task: task.clone(),
                 state: State::Working,
                 expires: Instant::now() + self.ttl,
+                touches: 0,
                 cancel: cancel.clone(),
             },
         );
         self.drive(id, call, cancel);
-        CreateTaskResult::new(task)
+        Ok(CreateTaskResult::new(task))
     }
 
     /// Runs the task's call to its end or its next question, and records where it is.
@@ -171,22 +213,60 @@ impl Tasks {
         let tasks = self.clone();
         tokio::spawn(async move {
             let step = call.next(&cancel).await;
+            // Built before the lock: an answer may be large.
+            let ended = match &step {
+                Step::Done(result) => Some(tasks.payload(result)),
+                Step::Asks(_) => None,
+            };
             let mut entries = tasks.lock();
-            let Some(entry) = entries.get_mut(&id) else {
+            let Some(entry) = entries
+                .get_mut(&id)
+                .filter(|e| !matches!(e.state, State::Ended(_)))
+            else {
+                // Cancelled or expired meanwhile: it stays so, and a call that asked is ended.
+                drop(entries);
+                if let Step::Asks(_) = step {
+                    tokio::spawn(call.finish());
+                }
                 return;
             };
-            // Cancelled (or expired) meanwhile: it stays so.
-            if matches!(entry.state, State::Ended(_)) {
-                return;
-            }
-            entry.state = match step {
-                Step::Done(result) => State::Ended(tasks.payload(&result)),
-                Step::Asks(asked) => State::Asks {
-                    requests: asked.input_requests.unwrap_or_default(),
-                    call,
-                },
+            entry.state = match (step, ended) {
+                (_, Some(payload)) => State::Ended(payload),
+                (Step::Asks(asked), None) => {
+                    tasks.give_up_unanswered(&id, entry.touches + 1);
+                    State::Asks {
+                        requests: asked.input_requests.unwrap_or_default(),
+                        call,
+                    }
+                }
+                (Step::Done(_), None) => return,
             };
             entry.touch();
+        });
+    }
+
+    /// After the host's bound on a question, if task `id` still waits on the question it asked
+    /// at its `touches`-th change, the question is given up: the tool reads it as cancelled and
+    /// the call goes on.
+    fn give_up_unanswered(&self, id: &str, touches: u64) {
+        let tasks = self.clone();
+        let id = id.to_owned();
+        let wait = self.ask_timeout;
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let mut entries = tasks.lock();
+            let Some(entry) = entries.get_mut(&id).filter(|e| e.touches == touches) else {
+                return;
+            };
+            let State::Asks { mut call, .. } = std::mem::replace(&mut entry.state, State::Working)
+            else {
+                return;
+            };
+            call.answer(None);
+            entry.touch();
+            let cancel = entry.cancel.clone();
+            drop(entries);
+            tasks.drive(id, call, cancel);
         });
     }
 
@@ -267,30 +347,34 @@ impl Tasks {
             return Ok(());
         }
         entry.cancel.cancel();
-        // A call parked on a question is driven to its end (its question cancelled).
-        if let State::Asks { call, .. } =
-            std::mem::replace(&mut entry.state, State::Ended(TaskPayload::Cancelled))
-        {
-            let cancel = entry.cancel.clone();
-            tokio::spawn(async move {
-                let mut call = call;
-                let _ = call.next(&cancel).await;
-            });
-        }
+        let previous = std::mem::replace(&mut entry.state, State::Ended(TaskPayload::Cancelled));
         entry.touch();
+        drop(entries);
+        // A call parked on a question is ended here (a running one by its driver).
+        if let State::Asks { call, .. } = previous {
+            tokio::spawn(call.finish());
+        }
         Ok(())
     }
 
-    /// Forgets the tasks past their TTL, cancelling those still running.
+    /// Forgets the tasks past their TTL, ending the calls of those still running.
     fn forget_expired(&self) {
         let now = Instant::now();
-        self.lock().retain(|_, entry| {
-            let keep = entry.expires > now;
-            if !keep {
-                entry.cancel.cancel();
+        let expired: Vec<Entry> = {
+            let mut entries = self.lock();
+            let ids: Vec<String> = entries
+                .iter()
+                .filter(|(_, e)| e.expires <= now)
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| entries.remove(id)).collect()
+        };
+        for entry in expired {
+            entry.cancel.cancel();
+            if let State::Asks { call, .. } = entry.state {
+                tokio::spawn(call.finish());
             }
-            keep
-        });
+        }
     }
 }
 
@@ -303,6 +387,7 @@ impl Entry {
             State::Ended(payload) => payload.status(),
         };
         self.task.last_updated_at = timestamp();
+        self.touches += 1;
     }
 }
 
