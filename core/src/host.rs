@@ -471,6 +471,11 @@ impl Host {
         self.inner.runner.spec_timeout(spec)
     }
 
+    /// The spec of the tool served now as `name`, if one is (no copy of the others).
+    pub fn spec(&self, name: &str) -> Option<std::sync::Arc<ToolSpec>> {
+        self.inner.registry.lookup(name).map(|tool| tool.spec)
+    }
+
     /// The tools served now, by name.
     pub fn tools(&self) -> Vec<ToolSpec> {
         self.inner.registry.tools()

@@ -264,7 +264,7 @@ impl RhoServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<bool, McpError> {
         use rho_runtime::TaskSupport;
-        let Some(spec) = self.host.tools().into_iter().find(|t| t.name == name) else {
+        let Some(spec) = self.host.spec(name) else {
             return Ok(false);
         };
         let declared = context

@@ -112,7 +112,7 @@ impl CopyDir {
             reason: e.to_string(),
         })?;
         static SWEEP: std::sync::Once = std::sync::Once::new();
-        SWEEP.call_once(|| sweep_stale_copies(&base));
+        SWEEP.call_once(|| sweep_stale(&base, COPY_PREFIX));
         let me = std::process::id();
         let started = process_start(me).unwrap_or(0);
         let mut last_error = String::new();
@@ -224,10 +224,11 @@ fn process_start(pid: u32) -> Option<u64> {
     }
 }
 
-/// Removes private copy directories whose process is gone (a host killed by SIGKILL cannot
-/// remove its own): ours by owner and name, their process not running, or another process now
-/// bearing their pid.
-fn sweep_stale_copies(base: &Path) {
+/// Removes the directories in `base` named `PREFIX PID[.START]-...` whose process is gone (a
+/// process killed by SIGKILL cannot remove its own): private copy directories of hosts, and on
+/// macOS workers' private directories. Ours by owner and name, their process not running, or
+/// another process now bearing their pid.
+pub(crate) fn sweep_stale(base: &Path, prefix: &str) {
     use std::os::unix::fs::MetadataExt;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
@@ -236,7 +237,7 @@ fn sweep_stale_copies(base: &Path) {
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(COPY_PREFIX)) else {
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
             continue;
         };
         let owner = rest.split('-').next().unwrap_or_default();

@@ -51,7 +51,8 @@ pub(crate) fn enter(spec: &SandboxSpec, runs: Runs) -> Result<Entered, String> {
     }
     report.grants = spec.grant_paths.iter().map(|g| g.shown()).collect();
     let base = workers_dir(report.uid)?;
-    sweep_stale(&base);
+    // A worker killed with its process group at a timeout cannot remove its own.
+    crate::loader::copy::sweep_stale(&base, DIR_PREFIX);
     let dir = private_dir(&base)?;
     let plugin = (runs == Runs::Plugin).then(|| dir.join(PLUGIN_COPY));
     let scratch = dir.join(SCRATCH);
@@ -218,36 +219,6 @@ fn copy_plugin(to: &Path) -> Result<(), String> {
         at += n as u64;
     }
     dest.sync_all().map_err(copy_error)
-}
-
-/// Removes the private directories of workers that are gone (a worker killed with its process
-/// group at a timeout cannot remove its own): ours by owner and name, their pid not running.
-fn sweep_stale(base: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(DIR_PREFIX))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
-        else {
-            continue;
-        };
-        // SAFETY: kill with signal 0 only checks that the process exists.
-        let gone = unsafe { libc::kill(pid, 0) } != 0
-            && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        let ours =
-            std::fs::symlink_metadata(entry.path()).is_ok_and(|m| m.is_dir() && m.uid() == me);
-        if gone && ours {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
 }
 
 /// A kqueue change that reports when process `pid` exits.
