@@ -32,14 +32,32 @@ pub fn plugin_memfd(name: &str) -> io::Result<std::fs::File> {
 }
 
 /// Seals a plugin's memfd: no process can write, grow or shrink it from now on.
+///
+/// The kernel refuses `F_SEAL_WRITE` (`EBUSY`) while any of the memfd's pages holds a reference
+/// besides the page cache's, and waits only about 150 ms for such references to go. Nothing of
+/// the host's holds one (the copy is unmapped and no longer read), but the kernel itself may for
+/// a moment (page reclaim or compaction isolating a page, on a loaded machine): the seal is tried
+/// again a few times, about a second in all, before the load fails.
 #[cfg(target_os = "linux")]
 pub fn seal(file: &std::fs::File) -> io::Result<()> {
     let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
-    // SAFETY: fcntl on our own descriptor.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
-        return Err(io::Error::last_os_error());
+    const TRIES: u64 = 6;
+    for attempt in 1..=TRIES {
+        // SAFETY: fcntl on our own descriptor.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } == 0 {
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::EBUSY) || attempt == TRIES {
+            return Err(error);
+        }
+        tracing::debug!(
+            attempt,
+            "sealing a plugin's memfd: pages still referenced, trying again"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(25 * attempt));
     }
-    Ok(())
+    Err(io::Error::from_raw_os_error(libc::EBUSY))
 }
 
 /// macOS has no memfd: a plugin's bytes go into an owner-only file (`0600`, created anew in
@@ -158,4 +176,42 @@ pub fn safe_dir_chain(dir: &Path) -> Result<PathBuf, String> {
     }
     SafeChain.passes(&walked.path, &walked.stat)?;
     Ok(walked.path)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    /// A reference to the memfd's pages that goes away within the retries (here a writable
+    /// shared mapping, unmapped 150 ms later) does not fail the seal; before, the first `EBUSY`
+    /// failed the plugin's load ("cannot make a private copy to load: Device or resource busy").
+    #[test]
+    fn a_seal_waits_out_a_passing_reference() {
+        let mut file = super::plugin_memfd("seal-test").unwrap();
+        file.write_all(&[7u8; 8192]).unwrap();
+        // SAFETY: a fresh shared mapping of our own memfd, unmapped by the thread below only.
+        let mapped = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(mapped, libc::MAP_FAILED);
+        let address = mapped as usize;
+        let unmapper = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            // SAFETY: the mapping made above, used by nothing else.
+            unsafe { libc::munmap(address as *mut libc::c_void, 8192) };
+        });
+        super::seal(&file).unwrap();
+        unmapper.join().unwrap();
+        // Sealed: a write is refused.
+        assert!(file.write_all(b"x").is_err());
+    }
 }
