@@ -433,6 +433,19 @@ pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
             }
             s
         }
+        EventKind::TaskChanged {
+            task_id,
+            status,
+            tool,
+            call_id,
+            ..
+        } => {
+            let status = serde_json::to_value(status)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            format!("task {task_id} ({tool}, call {call_id}): {status}")
+        }
         // A kind newer than this view: its type name says what it is.
         other => other.type_name().to_owned(),
     };

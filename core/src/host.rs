@@ -526,19 +526,29 @@ impl Host {
         Ok(())
     }
 
+    /// The events of type `kind` that earlier hosts wrote to this host's journal file (see
+    /// [`Journal::earlier`]): what a restarted host reads back to answer for an earlier run.
+    /// `None` without a journal. It reads the file: call it from a blocking thread, or at start.
+    pub fn earlier(&self, kind: crate::EventType) -> Option<Result<crate::Earlier, JournalError>> {
+        self.current_journal().map(|j| j.earlier(kind))
+    }
+
+    /// The journal the host writes now, if any.
+    fn current_journal(&self) -> Option<Journal> {
+        self.inner
+            .journal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// The events with seq in `from..=to` from the host's journal (the one of
     /// [`HostBuilder::journal`] or the latest [`Host::journal`]), once written: how a subscriber
     /// that starts late or lags (a page reconnecting with the last seq it saw) gets every event
     /// once. `None` without a journal. It blocks until `to` is written (five seconds at most),
     /// and so does reading the [`crate::Replay`]: call it from a blocking thread.
     pub fn replay(&self, from: u64, to: u64) -> Option<Result<crate::Replay, JournalError>> {
-        let journal = self
-            .inner
-            .journal
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        journal.map(|j| j.replay(from, to))
+        self.current_journal().map(|j| j.replay(from, to))
     }
 
     /// Rescans every directory now (what watching does on a change); one report per directory.

@@ -41,8 +41,9 @@ pub use agent::stop::{StopReason, UnknownStopReason};
 pub use bus::event_type::{EventType, UnknownEventType};
 pub use bus::events::{
     CallRef, ContentView, Event, EventKind, ImageView, MAX_EVENT_TEXT, OutputView, SourceState,
+    TaskStatus,
 };
-pub use bus::journal::{INDEX_EVERY, Journal, JournalError, Replay, read_range};
+pub use bus::journal::{Earlier, INDEX_EVERY, Journal, JournalError, Replay, read_range};
 pub use bus::{Bus, BusItem, DEFAULT_CAPACITY, Filter, RECENT_IMAGE_BYTES, Sink, Subscription};
 pub use call::ask::{Answerer, NO_ONE_TO_ASK, NoOneToAsk, no_one_to_ask};
 pub use call::gate::{DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};

@@ -21,17 +21,23 @@ fn serve_with(config: &str) -> (HttpServer, tempfile::TempDir, tempfile::TempDir
     let plugins = tempfile::tempdir_in(rho_tests::host_dir("rho-tasks-tests")).unwrap();
     install(plugins.path(), "conformance");
     let state = tempfile::tempdir().unwrap();
-    let journal = state.path().join("tasks.jsonl");
     let config_file = state.path().join("rho.toml");
     std::fs::write(&config_file, config).unwrap();
+    let server = serve_again(plugins.path(), state.path());
+    (server, plugins, state)
+}
+
+/// `rho serve --http` over `plugins` with the configuration and journal in `state` (a server
+/// started again on the same files).
+fn serve_again(plugins: &std::path::Path, state: &std::path::Path) -> HttpServer {
+    let config_file = state.join("rho.toml");
     let args = [
         "--http",
         "127.0.0.1:0",
         "--config",
         config_file.to_str().unwrap(),
     ];
-    let server = HttpServer::start(plugins.path(), &args, &journal);
-    (server, plugins, state)
+    HttpServer::start(plugins, &args, &state.join("tasks.jsonl"))
 }
 
 /// The capabilities of a client that declares tasks.
@@ -292,4 +298,82 @@ fn outcomes_map_to_task_statuses_one_way() {
     // An id no one made.
     let unknown = get(addr, "00000000000000000000000000000000");
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+}
+
+/// On a fixed journal, tasks outlive the server: killed and started again on the same file, it
+/// answers `tasks/get` of a task that had ended with its result, and of one whose call it
+/// interrupted with `failed`, saying so (before: both ids were unknown).
+#[test]
+fn tasks_outlive_a_restart_on_the_same_journal() {
+    let (server, plugins, state) = serve();
+    let addr = server.addr.clone();
+    let ended = created(&call(
+        &addr,
+        "slow_compute",
+        json!({"seconds": 0.1}),
+        with_tasks(),
+    ));
+    let before = poll_until(&addr, &ended, "completed");
+    let interrupted = created(&call(
+        &addr,
+        "slow_compute",
+        json!({"seconds": 30}),
+        with_tasks(),
+    ));
+    poll_until(&addr, &interrupted, "working");
+    let cancelled = created(&call(
+        &addr,
+        "slow_compute",
+        json!({"seconds": 30}),
+        with_tasks(),
+    ));
+    modern_rpc(
+        &addr,
+        "tasks/cancel",
+        json!({"taskId": cancelled}),
+        with_tasks(),
+    );
+    // Give the journal's writer its moment, then the server dies without a word (SIGKILL).
+    std::thread::sleep(Duration::from_millis(300));
+    drop(server);
+
+    let server = serve_again(plugins.path(), state.path());
+    let addr = &server.addr;
+    let after = get(addr, &ended)["result"].clone();
+    assert_eq!(after["status"], "completed", "{after}");
+    assert_eq!(after["result"], before["result"], "{after}");
+    assert_eq!(after["createdAt"], before["createdAt"], "{after}");
+    assert_eq!(after["ttlMs"], before["ttlMs"], "{after}");
+    let failed = get(addr, &interrupted)["result"].clone();
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let message = failed["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("server restarted"), "{failed}");
+    assert_eq!(get(addr, &cancelled)["result"]["status"], "cancelled");
+    // An ended task stays as it ended: a cancel is acknowledged and changes nothing.
+    let ack = modern_rpc(
+        addr,
+        "tasks/cancel",
+        json!({"taskId": interrupted}),
+        with_tasks(),
+    );
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    assert_eq!(get(addr, &interrupted)["result"]["status"], "failed");
+    // And again after a second restart: the interruption was recorded, not guessed again.
+    drop(server);
+    let server = serve_again(plugins.path(), state.path());
+    let again = get(&server.addr, &interrupted)["result"].clone();
+    assert_eq!(again["status"], "failed", "{again}");
+    assert_eq!(again["error"], failed["error"], "{again}");
+    assert_eq!(
+        get(&server.addr, &ended)["result"]["result"],
+        before["result"]
+    );
+    // New tasks work as before on the restarted server.
+    let fresh = created(&call(
+        &server.addr,
+        "slow_compute",
+        json!({"seconds": 0}),
+        with_tasks(),
+    ));
+    poll_until(&server.addr, &fresh, "completed");
 }

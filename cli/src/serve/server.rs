@@ -151,10 +151,10 @@ impl RhoServer {
             log_level: SessionLevel::default(),
             parked: Parked::default(),
             tasks: Tasks::new(
+                host,
                 serve.task_ttl_ms,
                 serve.task_poll_ms,
                 serve.max_result_bytes,
-                host.ask_timeout(),
             ),
             task_after: serve.task_after_ms.map(std::time::Duration::from_millis),
         };
@@ -430,6 +430,7 @@ impl RhoServer {
         // tool's questions come through `tasks/get`.
         let response = if as_task || (modern(&context) && can_elicit(&context)) {
             let host = self.host.clone();
+            let (tool, call_id) = (call.name.clone(), call.id.clone());
             let running = RunningCall::start(
                 move |answerer, cancel| async move {
                     let options = CallOptions {
@@ -442,7 +443,12 @@ impl RhoServer {
                 Box::new(turn),
             );
             if as_task {
-                CallToolResponse::Task(self.tasks.create(owner(&context), running)?)
+                CallToolResponse::Task(self.tasks.create(
+                    owner(&context),
+                    &tool,
+                    &call_id,
+                    running,
+                )?)
             } else {
                 self.drive(running, &context).await
             }

@@ -23,7 +23,16 @@
 //! tells the server's clients from no one else), else the one stdio client. Another's id reads as
 //! unknown (`-32602`); the id itself is the secret between clients of one token.
 //! A task is readable for its `ttlMs` (`[serve] task_ttl_ms`) after its creation; a task still
-//! running then is cancelled and forgotten. A question no `tasks/update` answers within the
+//! running then is cancelled and forgotten.
+//!
+//! Tasks are durable in the server's journal: each is recorded when it is made and at each change
+//! of status (a `task_changed` event: its id, a digest of its owner, its status and, at its end,
+//! its result), and a server started on the same journal file (a fixed `--journal PATH`: the
+//! default journal is a new file each time) reads them back before it serves. A task that had
+//! ended answers `tasks/get` with its end as before; one whose call the restart interrupted
+//! (working, or waiting for an answer) is `failed`, saying so. TTLs run on across the restart.
+//! Owners are bound by a digest of their token, so a task survives for the clients of the same
+//! token (or the one stdio client); an MCP session does not survive a restart, nor do its tasks. A question no `tasks/update` answers within the
 //! host's bound on a question is given up (the tool reads it as cancelled and goes on). At most
 //! [`MAX_TASKS`] tasks are kept at once; past it a call that would be a task is refused.
 
@@ -31,7 +40,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use rho_runtime::{Outcome, ToolResult};
+use rho_runtime::{Bus, EventKind, EventType, Host, Outcome, TaskStatus as Recorded, ToolResult};
 use rmcp::ErrorData as McpError;
 use rmcp::RoleServer;
 use rmcp::model::{
@@ -59,6 +68,8 @@ pub struct Tasks {
     max_result_bytes: usize,
     /// How long a question may stay unanswered.
     ask_timeout: Duration,
+    /// Where tasks are recorded (the host's bus, so its journal).
+    bus: Bus,
 }
 
 /// One task.
@@ -74,6 +85,11 @@ struct Entry {
     touches: u64,
     /// Cancels its call.
     cancel: CancellationToken,
+    /// The tool it runs and its call's id (for its records).
+    tool: String,
+    call_id: String,
+    /// When it was made, Unix milliseconds.
+    created_ms: u64,
 }
 
 /// Where a task is.
@@ -102,21 +118,20 @@ pub fn owner(context: &RequestContext<RoleServer>) -> String {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     };
+    // Neither the session id nor the token is kept (tasks are recorded in the journal): their
+    // SHA-256 tells their clients apart from others, and is the same after a restart.
+    let digest = |secret: &str| rho_runtime::sha256_hex(secret.as_bytes())[..32].to_owned();
     if let Some(session) = header("mcp-session-id") {
-        return format!("session {session}");
+        return format!("session {}", digest(&session));
     }
-    // The token itself is not kept: its hash tells its clients apart from others.
     match header("authorization") {
         Some(token) => {
-            use std::hash::{Hash, Hasher};
             let token = token.trim();
             let token = token
                 .get(..7)
                 .filter(|scheme| scheme.eq_ignore_ascii_case("bearer "))
                 .map_or(token, |_| token[7..].trim());
-            let mut hasher = std::hash::DefaultHasher::new();
-            token.hash(&mut hasher);
-            format!("token {:016x}", hasher.finish())
+            format!("token {}", digest(token))
         }
         None => "http".into(),
     }
@@ -130,9 +145,24 @@ fn new_id() -> Option<String> {
     Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Now, as RFC 3339 (what `createdAt` and `lastUpdatedAt` hold).
+/// Now, as RFC 3339 to the millisecond (what `createdAt` and `lastUpdatedAt` hold; a restored
+/// task shows the same times).
 fn timestamp() -> String {
-    rmcp::task_manager::current_timestamp()
+    rfc3339(unix_ms())
+}
+
+/// Now, Unix milliseconds.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Unix milliseconds as RFC 3339 (a restored task's times).
+fn rfc3339(ms: u64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms as i64)
+        .unwrap_or_default()
+        .to_rfc3339()
 }
 
 /// The error of a task id that is unknown, expired or someone else's.
@@ -144,17 +174,21 @@ fn unknown(id: &str) -> McpError {
 }
 
 impl Tasks {
-    /// Tasks readable for `ttl_ms` after their creation, polled every `poll_ms`, their answers
-    /// at most `max_result_bytes`, a question open at most `ask_timeout`. Expired tasks are
-    /// forgotten as they expire (a task of the tokio runtime this is called in).
-    pub fn new(ttl_ms: u64, poll_ms: u64, max_result_bytes: usize, ask_timeout: Duration) -> Tasks {
+    /// Tasks of `host` (recorded on its bus, so in its journal; those its journal holds from
+    /// earlier runs read back first, [`Tasks::restore`]) readable for `ttl_ms` after their
+    /// creation, polled every `poll_ms`, their answers at most `max_result_bytes`, a question
+    /// open at most the host's bound. Expired tasks are forgotten as they expire (a task of the
+    /// tokio runtime this is called in).
+    pub fn new(host: &Host, ttl_ms: u64, poll_ms: u64, max_result_bytes: usize) -> Tasks {
         let tasks = Tasks {
             entries: Arc::default(),
             ttl: Duration::from_millis(ttl_ms),
             poll_ms,
             max_result_bytes,
-            ask_timeout,
+            ask_timeout: host.ask_timeout(),
+            bus: host.bus().clone(),
         };
+        tasks.restore(host);
         let sweeper = tasks.clone();
         let every = tasks.ttl.min(Duration::from_secs(60));
         tokio::spawn(async move {
@@ -173,7 +207,13 @@ impl Tasks {
     /// Makes `call` (started, running) the task of `owner`, readable before this returns, and
     /// drives it in a task of its own. The `CreateTaskResult` for the client; `Err` (the call
     /// cancelled): no randomness for its id, or [`MAX_TASKS`] tasks kept already.
-    pub fn create(&self, owner: String, call: RunningCall) -> Result<CreateTaskResult, McpError> {
+    pub fn create(
+        &self,
+        owner: String,
+        tool: &str,
+        call_id: &str,
+        call: RunningCall,
+    ) -> Result<CreateTaskResult, McpError> {
         self.forget_expired();
         let refused = |call: RunningCall, why: &str| {
             tokio::spawn(call.finish());
@@ -188,22 +228,25 @@ impl Tasks {
         if self.lock().len() >= MAX_TASKS {
             return refused(call, "the server keeps too many tasks; try again later");
         }
-        let now = timestamp();
+        let created_ms = unix_ms();
+        let now = rfc3339(created_ms);
         let task = Task::new(id.clone(), TaskStatus::Working, now.clone(), now)
             .with_ttl_ms(self.ttl.as_millis() as u64)
             .with_poll_interval_ms(self.poll_ms);
         let cancel = CancellationToken::new();
-        self.lock().insert(
-            id.clone(),
-            Entry {
-                owner,
-                task: task.clone(),
-                state: State::Working,
-                expires: Instant::now() + self.ttl,
-                touches: 0,
-                cancel: cancel.clone(),
-            },
-        );
+        let entry = Entry {
+            owner,
+            task: task.clone(),
+            state: State::Working,
+            expires: Instant::now() + self.ttl,
+            touches: 0,
+            cancel: cancel.clone(),
+            tool: tool.to_owned(),
+            call_id: call_id.to_owned(),
+            created_ms,
+        };
+        self.record(&id, &entry);
+        self.lock().insert(id.clone(), entry);
         self.drive(id, call, cancel);
         Ok(CreateTaskResult::new(task))
     }
@@ -241,7 +284,7 @@ impl Tasks {
                 }
                 (Step::Done(_), None) => return,
             };
-            entry.touch();
+            tasks.touch(&id, entry);
         });
     }
 
@@ -263,7 +306,7 @@ impl Tasks {
                 return;
             };
             call.answer(None);
-            entry.touch();
+            tasks.touch(&id, entry);
             let cancel = entry.cancel.clone();
             drop(entries);
             tasks.drive(id, call, cancel);
@@ -328,7 +371,7 @@ impl Tasks {
             return Ok(());
         };
         call.answer(Some(responses));
-        entry.touch();
+        self.touch(id, entry);
         let cancel = entry.cancel.clone();
         drop(entries);
         self.drive(id.to_owned(), call, cancel);
@@ -348,7 +391,7 @@ impl Tasks {
         }
         entry.cancel.cancel();
         let previous = std::mem::replace(&mut entry.state, State::Ended(TaskPayload::Cancelled));
-        entry.touch();
+        self.touch(id, entry);
         drop(entries);
         // A call parked on a question is ended here (a running one by its driver).
         if let State::Asks { call, .. } = previous {
@@ -378,16 +421,151 @@ impl Tasks {
     }
 }
 
-impl Entry {
-    /// Its status and `lastUpdatedAt` after a change of its state.
-    fn touch(&mut self) {
-        self.task.status = match &self.state {
+impl Tasks {
+    /// Task `id`'s status and `lastUpdatedAt` after a change of its state, recorded.
+    fn touch(&self, id: &str, entry: &mut Entry) {
+        entry.task.status = match &entry.state {
             State::Working => TaskStatus::Working,
             State::Asks { .. } => TaskStatus::InputRequired,
             State::Ended(payload) => payload.status(),
         };
-        self.task.last_updated_at = timestamp();
-        self.touches += 1;
+        entry.task.last_updated_at = timestamp();
+        entry.touches += 1;
+        self.record(id, entry);
+    }
+
+    /// Publishes task `id`'s record (to the journal, among others).
+    fn record(&self, id: &str, entry: &Entry) {
+        let (status, end) = match &entry.state {
+            State::Working => (Recorded::Working, None),
+            State::Asks { .. } => (Recorded::InputRequired, None),
+            State::Ended(TaskPayload::Completed { result }) => {
+                (Recorded::Completed, Some(result.clone()))
+            }
+            State::Ended(TaskPayload::Failed { error }) => (Recorded::Failed, Some(error.clone())),
+            State::Ended(_) => (Recorded::Cancelled, None),
+        };
+        self.bus.publish(
+            None,
+            EventKind::TaskChanged {
+                task_id: id.to_owned(),
+                owner: entry.owner.clone(),
+                status,
+                tool: entry.tool.clone(),
+                call_id: entry.call_id.clone(),
+                created_ms: entry.created_ms,
+                ttl_ms: self.ttl.as_millis() as u64,
+                end: end.map(serde_json::Value::Object),
+            },
+        );
+    }
+
+    /// Reads back the tasks earlier runs recorded in the host's journal, those not yet expired:
+    /// an ended one as it ended, one a restart interrupted as `failed` (recorded so).
+    fn restore(&self, host: &Host) {
+        let Some(earlier) = host.earlier(EventType::TaskChanged) else {
+            return;
+        };
+        let earlier = match earlier {
+            Ok(earlier) => earlier,
+            Err(e) => {
+                tracing::warn!("tasks of earlier runs not read back: {e}");
+                return;
+            }
+        };
+        // The last record of each task, oldest task first.
+        let mut last: HashMap<String, (u64, rho_runtime::Event)> = HashMap::new();
+        for event in earlier {
+            let event = match event {
+                Ok(event) => event,
+                Err(e) => {
+                    tracing::warn!("tasks of earlier runs read back in part: {e}");
+                    break;
+                }
+            };
+            let EventKind::TaskChanged { task_id, .. } = &event.kind else {
+                continue;
+            };
+            let order = last
+                .get(task_id)
+                .map_or(last.len() as u64, |(order, _)| *order);
+            last.insert(task_id.clone(), (order, event));
+        }
+        let mut last: Vec<_> = last.into_values().collect();
+        last.sort_by_key(|(order, _)| *order);
+        let now = unix_ms();
+        let mut interrupted = 0;
+        for (_, event) in last {
+            let EventKind::TaskChanged {
+                task_id,
+                owner,
+                status,
+                tool,
+                call_id,
+                created_ms,
+                ttl_ms,
+                end,
+            } = event.kind
+            else {
+                continue;
+            };
+            let Some(left) = (created_ms + ttl_ms)
+                .checked_sub(now)
+                .filter(|&left| left > 0)
+            else {
+                continue;
+            };
+            let object = |end: Option<serde_json::Value>| match end {
+                Some(serde_json::Value::Object(object)) => object,
+                _ => JsonObject::new(),
+            };
+            let payload = match status {
+                Recorded::Completed => TaskPayload::Completed {
+                    result: object(end),
+                },
+                Recorded::Failed => TaskPayload::Failed { error: object(end) },
+                Recorded::Cancelled => TaskPayload::Cancelled,
+                _ => {
+                    interrupted += 1;
+                    TaskPayload::Failed {
+                        error: as_object(&McpError::internal_error(
+                            "rho: the server restarted while this task ran; its call was \
+                             interrupted and did not end",
+                            None,
+                        )),
+                    }
+                }
+            };
+            let mut entry = Entry {
+                owner,
+                task: Task::new(
+                    task_id.clone(),
+                    payload.status(),
+                    rfc3339(created_ms),
+                    rfc3339(event.ts_ms),
+                )
+                .with_ttl_ms(ttl_ms)
+                .with_poll_interval_ms(self.poll_ms),
+                state: State::Ended(payload),
+                expires: Instant::now() + Duration::from_millis(left),
+                touches: 0,
+                cancel: CancellationToken::new(),
+                tool,
+                call_id,
+                created_ms,
+            };
+            if !status.is_terminal() {
+                self.touch(&task_id, &mut entry);
+            }
+            let mut entries = self.lock();
+            if entries.len() >= MAX_TASKS {
+                break;
+            }
+            entries.insert(task_id, entry);
+        }
+        if interrupted > 0 {
+            tracing::info!(interrupted, "tasks a restart interrupted are failed");
+        }
     }
 }
 

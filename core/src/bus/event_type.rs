@@ -66,6 +66,8 @@ pub enum EventType {
     Warning,
     /// A tool source's state changed (starting, serving, restarting, down).
     SourceStateChanged,
+    /// A long call's task (MCP Tasks on `rho serve`) was made or changed status.
+    TaskChanged,
 }
 
 /// Text that is no event type, with the types there are.
@@ -78,7 +80,7 @@ pub struct UnknownEventType {
 
 impl EventType {
     /// Every type, in the order of their variants.
-    pub const ALL: [EventType; 23] = [
+    pub const ALL: [EventType; 24] = [
         EventType::AgentStart,
         EventType::AgentEnd,
         EventType::TurnStart,
@@ -102,6 +104,7 @@ impl EventType {
         EventType::ExportStatus,
         EventType::Warning,
         EventType::SourceStateChanged,
+        EventType::TaskChanged,
     ];
 
     /// Its place in [`EventType::ALL`].
@@ -135,6 +138,7 @@ impl EventType {
             EventType::SourceStateChanged => "source_state_changed",
             EventType::ExportStatus => "export_status",
             EventType::Warning => "warning",
+            EventType::TaskChanged => "task_changed",
         }
     }
 }
@@ -187,7 +191,10 @@ mod tests {
             line.starts_with("no event type `tool_execution_ended` (the types: agent_start, "),
             "{line}"
         );
-        assert!(line.ends_with("warning, source_state_changed)"), "{line}");
+        assert!(
+            line.ends_with("warning, source_state_changed, task_changed)"),
+            "{line}"
+        );
         assert!(serde_json::from_str::<EventType>("\"toolexecutionend\"").is_err());
     }
 }

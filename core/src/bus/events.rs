@@ -416,6 +416,57 @@ pub enum EventKind {
         /// What is wrong and what to do.
         message: String,
     },
+    /// A long call's task (MCP Tasks on `rho serve`) was made or changed status. The record a
+    /// restarted server reads back from its journal ([`Journal::earlier`](crate::Journal::earlier))
+    /// to answer for the tasks an earlier run made: one when the task is made, one at each
+    /// change, the last with its end.
+    TaskChanged {
+        /// The task's id (unguessable: who holds it may read the task).
+        task_id: String,
+        /// Who may read it: a digest of the session or token that made it, never the secret.
+        owner: String,
+        /// Its status now.
+        status: TaskStatus,
+        /// The tool it runs.
+        tool: String,
+        /// Its call's id.
+        call_id: String,
+        /// When it was made, Unix milliseconds.
+        created_ms: u64,
+        /// How long after it was made it stays readable.
+        ttl_ms: u64,
+        /// Its end as the server answers it, for `completed` (the tool's result) and `failed`
+        /// (the error): a JSON object.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        end: Option<Value>,
+    },
+}
+
+/// Where a task is ([`EventKind::TaskChanged`]): MCP Tasks' statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TaskStatus {
+    /// Its call runs.
+    Working,
+    /// Its tool asked a question and waits for the answer.
+    InputRequired,
+    /// Its call ended (with any outcome: the result says which).
+    Completed,
+    /// It could not run, or a server restart interrupted it.
+    Failed,
+    /// Its client cancelled it.
+    Cancelled,
+}
+
+impl TaskStatus {
+    /// Whether the task has ended (nothing changes it any more).
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled
+        )
+    }
 }
 
 impl EventKind {
@@ -449,6 +500,7 @@ impl EventKind {
             EventKind::RemoteToolsChanged { .. } => EventType::RemoteToolsChanged,
             EventKind::SourceStateChanged { .. } => EventType::SourceStateChanged,
             EventKind::ExportStatus { .. } => EventType::ExportStatus,
+            EventKind::TaskChanged { .. } => EventType::TaskChanged,
             EventKind::Warning { .. } => EventType::Warning,
         }
     }

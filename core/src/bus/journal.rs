@@ -25,6 +25,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::bus::event_type::EventType;
 use crate::bus::events::Event;
 use crate::bus::{Bus, Sink};
 
@@ -234,6 +235,75 @@ impl Journal {
                 .map_or(self.start, |at| progress.index[at].1)
         };
         Replay::open(&self.path, offset, from, to)
+    }
+}
+
+impl Journal {
+    /// The events of type `kind` that earlier runs wrote to this journal's file (hosts before
+    /// this one on the same path), oldest first, read lazily: how a restarted server picks up
+    /// what it had promised to remember (`rho serve`'s tasks). Only lines of that type are
+    /// parsed; the read costs one pass over the earlier runs' bytes.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use rho_runtime::{Bus, EventKind, EventType, Journal};
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("events.jsonl");
+    /// // What an earlier host wrote.
+    /// std::fs::write(&path, "{\"seq\":1,\"ts_ms\":0,\"type\":\"warning\",\"subject\":\"run 1\",\"message\":\"kept\"}\n")?;
+    /// let bus = Bus::default();
+    /// let journal = Journal::attach(&bus, &path)?;
+    /// bus.publish(None, EventKind::Warning { subject: "run 2".into(), message: "not earlier".into() });
+    /// let earlier: Vec<_> = journal.earlier(EventType::Warning)?.collect::<Result<_, _>>()?;
+    /// assert_eq!(earlier.len(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn earlier(&self, kind: EventType) -> Result<Earlier, JournalError> {
+        use std::io::Read;
+        let file = File::open(&self.path).map_err(|e| io_error(&self.path, &e))?;
+        Ok(Earlier {
+            path: self.path.clone(),
+            lines: BufReader::new(file.take(self.start)).lines(),
+            tag: format!("\"type\":\"{}\"", kind.name()),
+            done: false,
+        })
+    }
+}
+
+/// The events of one type of a journal's earlier runs ([`Journal::earlier`]), read from the file
+/// as they are taken; lines that do not parse (one cut by a crash) are skipped.
+pub struct Earlier {
+    path: PathBuf,
+    lines: std::io::Lines<BufReader<std::io::Take<File>>>,
+    /// The type's tag as it is written (`"type":"task_changed"`): lines without it are not parsed.
+    tag: String,
+    /// A read failed: nothing more comes.
+    done: bool,
+}
+
+impl Iterator for Earlier {
+    type Item = Result<Event, JournalError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            let line = match self.lines.next()? {
+                Ok(line) => line,
+                // A line that is not UTF-8 is no event of ours.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => continue,
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(io_error(&self.path, &e)));
+                }
+            };
+            if !line.contains(&self.tag) {
+                continue;
+            }
+            if let Ok(event) = serde_json::from_str::<Event>(&line) {
+                return Some(Ok(event));
+            }
+        }
+        None
     }
 }
 
