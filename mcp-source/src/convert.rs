@@ -51,6 +51,7 @@ pub(crate) fn spec(server: &str, tool: &Tool, over: Option<&ToolOverride>) -> To
         // A server's own tasks are not relayed: rho calls it within one request, and runs the
         // call as a task of its own when the host's threshold says the tool is long.
         task_support: Default::default(),
+        asks_first: false,
         plugin: Some(format!("mcp:{server}")),
         plugin_version: None,
     }

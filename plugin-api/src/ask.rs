@@ -4,27 +4,61 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// A tool's question to the user: a message, and the JSON Schema of the answer it wants.
+/// A tool's question to the user: a message, the JSON Schema of the answer it wants, and
+/// optionally the name it goes by.
 ///
 /// MCP clients ask with a form: the schema is an object whose properties are strings, numbers,
 /// integers, booleans or enums of strings (the "elicitation" schema subset), with `default`s
 /// and `required` as JSON Schema has them. A host that cannot put a schema to its user declines
 /// with a reason saying so.
+///
+/// A question's [`key`](Question::key) is the name a client sees it under (MCP's
+/// `inputRequests`, 2026-07-28): a client that already holds the answer (it retries a call
+/// with `inputResponses` under that name) has it handed to the tool at once. Without a key the
+/// host names the question; the keys of the questions asked together must differ.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Question {
     /// What the user is asked, in words for a person.
     pub message: String,
     /// The JSON Schema of the answer (an object schema).
     pub schema: Value,
+    /// The name it goes by (`^[A-Za-z0-9_.-]{1,64}$`), or `None` for one the host chooses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// The longest [`Question::key`].
+pub const MAX_KEY_LEN: usize = 64;
+
+/// Whether `key` is a question key a host accepts: 1 to [`MAX_KEY_LEN`] ASCII letters, digits,
+/// `_`, `.` or `-`.
+pub fn is_valid_key(key: &str) -> bool {
+    (1..=MAX_KEY_LEN).contains(&key.len())
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
 impl Question {
-    /// `message`, answered by a value of `schema`.
+    /// `message`, answered by a value of `schema`; the host names it.
     pub fn new(message: impl Into<String>, schema: Value) -> Self {
         Question {
             message: message.into(),
             schema,
+            key: None,
         }
+    }
+
+    /// The same question under the name `key` (see [`Question::key`]).
+    ///
+    /// ```
+    /// use rho_plugin_api::{Question, json};
+    /// let q = Question::new("What is your name?", json!({"type": "object"})).with_key("user_name");
+    /// assert_eq!(q.key.as_deref(), Some("user_name"));
+    /// ```
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
     }
 
     /// A yes-or-no question: its answer is `{"confirm": true}` or `{"confirm": false}`.

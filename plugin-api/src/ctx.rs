@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 #[cfg(not(target_arch = "wasm32"))]
-use abi_stable::std_types::RStr;
+use abi_stable::std_types::{RSlice, RStr};
 
 #[cfg(not(target_arch = "wasm32"))]
-use crate::ffi::{FfiCallInfo, FfiCtx, FfiHost, FfiReplyKind};
+use crate::ffi::{FfiCallInfo, FfiCtx, FfiHost, FfiQuestion, FfiReplyKind};
 use crate::{LogLevel, Question, Reply};
 
 /// The context of one call, handed to a tool function by reference for the duration of the call.
@@ -265,57 +265,136 @@ impl Ctx {
     /// assert_eq!(ctx.asked().len(), 2);
     /// ```
     pub fn ask(&self, question: Question) -> Reply {
+        self.ask_all(vec![question])
+            .pop()
+            .unwrap_or_else(|| Reply::Cancelled("the host gave no reply".into()))
+    }
+
+    /// Asks the user several questions at once and waits until every reply is in: one reply
+    /// per question, in their order. A client that can shows them together (an MCP client gets
+    /// them in one `inputRequests`, each under its [`Question::key`], and may answer them one at
+    /// a time); a host that cannot asks them one after another. The wait is the user's time, as
+    /// with [`Ctx::ask`].
+    ///
+    /// ```
+    /// use rho_plugin_api::{Ctx, Question, Reply, json};
+    /// let ctx = Ctx::detached("call-1").with_replies([
+    ///     Reply::Accepted(json!({"name": "Ada"})),
+    ///     Reply::Declined("no".into()),
+    /// ]);
+    /// let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+    /// let replies = ctx.ask_all(vec![
+    ///     Question::new("Your name?", schema.clone()).with_key("name"),
+    ///     Question::confirm("Proceed?").with_key("proceed"),
+    /// ]);
+    /// assert_eq!(replies[0].accepted().unwrap()["name"], "Ada");
+    /// assert!(!replies[1].confirmed());
+    /// ```
+    pub fn ask_all(&self, questions: Vec<Question>) -> Vec<Reply> {
         match &self.inner {
             #[cfg(target_arch = "wasm32")]
-            Inner::Component { .. } => {
-                let (reply, left) = crate::wasm::ask(&question);
-                self.set_deadline(
-                    left.and_then(|ms| Instant::now().checked_add(Duration::from_millis(ms))),
-                );
-                reply
-            }
+            Inner::Component { .. } => questions
+                .iter()
+                .map(|question| {
+                    let (reply, left) = crate::wasm::ask(question);
+                    self.set_time_left(left);
+                    reply
+                })
+                .collect(),
             #[cfg(not(target_arch = "wasm32"))]
             Inner::Host(_, Some(host)) => {
-                let Some(ask) = host.fns.ask() else {
-                    return Reply::Declined(
-                        "this host cannot ask its user (it is older than interface 3's questions)"
-                            .into(),
-                    );
-                };
-                let schema = question.schema.to_string();
-                let reply = ask(
-                    host.sink,
-                    RStr::from_str(&question.message),
-                    RStr::from_str(&schema),
-                );
-                let left = reply.time_left_ms.into_option();
-                self.set_deadline(
-                    left.and_then(|ms| Instant::now().checked_add(Duration::from_millis(ms))),
-                );
-                let text = reply.text.into_string();
-                match reply.kind {
-                    FfiReplyKind::Accepted => match serde_json::from_str(&text) {
-                        Ok(value) => Reply::Accepted(value),
-                        Err(e) => Reply::Cancelled(format!("the host's answer is not JSON: {e}")),
-                    },
-                    FfiReplyKind::Declined => Reply::Declined(text),
-                    FfiReplyKind::Cancelled => Reply::Cancelled(text),
+                let schemas: Vec<String> = questions.iter().map(|q| q.schema.to_string()).collect();
+                if let Some(ask_all) = host.fns.ask_all() {
+                    let ffi: Vec<FfiQuestion<'_>> = questions
+                        .iter()
+                        .zip(&schemas)
+                        .map(|(q, schema)| FfiQuestion {
+                            key: RStr::from_str(q.key.as_deref().unwrap_or_default()),
+                            message: RStr::from_str(&q.message),
+                            schema_json: RStr::from_str(schema),
+                        })
+                        .collect();
+                    let replies = ask_all(host.sink, RSlice::from_slice(&ffi));
+                    let mut replies: Vec<Reply> =
+                        replies.into_iter().map(|r| self.reply_of(r)).collect();
+                    replies.resize_with(questions.len(), || {
+                        Reply::Cancelled("the host gave no reply".into())
+                    });
+                    return replies;
                 }
+                let Some(ask) = host.fns.ask() else {
+                    return questions
+                        .iter()
+                        .map(|_| {
+                            Reply::Declined(
+                                "this host cannot ask its user (it is older than interface 3's \
+                                 questions)"
+                                    .into(),
+                            )
+                        })
+                        .collect();
+                };
+                // A host of interface 3: one after another, named by the host.
+                questions
+                    .iter()
+                    .zip(&schemas)
+                    .map(|(q, schema)| {
+                        self.reply_of(ask(
+                            host.sink,
+                            RStr::from_str(&q.message),
+                            RStr::from_str(schema),
+                        ))
+                    })
+                    .collect()
             }
             #[cfg(not(target_arch = "wasm32"))]
-            Inner::Host(_, None) => Reply::Declined(
-                "this host cannot ask its user (it is older than interface 3)".into(),
-            ),
+            Inner::Host(_, None) => questions
+                .iter()
+                .map(|_| {
+                    Reply::Declined(
+                        "this host cannot ask its user (it is older than interface 3)".into(),
+                    )
+                })
+                .collect(),
             Inner::Detached { replies, asked, .. } => {
+                let n = questions.len();
                 if let Ok(mut asked) = asked.lock() {
-                    asked.push(question);
+                    asked.extend(questions);
                 }
-                replies
-                    .lock()
-                    .ok()
-                    .and_then(|mut r| r.pop_front())
-                    .unwrap_or_else(|| Reply::Declined("no one to ask: a detached context".into()))
+                (0..n)
+                    .map(|_| {
+                        replies
+                            .lock()
+                            .ok()
+                            .and_then(|mut r| r.pop_front())
+                            .unwrap_or_else(|| {
+                                Reply::Declined("no one to ask: a detached context".into())
+                            })
+                    })
+                    .collect()
             }
+        }
+    }
+
+    /// The deadline after a reply that says `left` milliseconds remain.
+    fn set_time_left(&self, left: Option<u64>) {
+        self.set_deadline(
+            left.and_then(|ms| Instant::now().checked_add(Duration::from_millis(ms))),
+        );
+    }
+
+    /// A host's reply as the tool reads it; the deadline moved as it says.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn reply_of(&self, reply: crate::ffi::FfiReply) -> Reply {
+        self.set_time_left(reply.time_left_ms.into_option());
+        let text = reply.text.into_string();
+        match reply.kind {
+            FfiReplyKind::Accepted => match serde_json::from_str(&text) {
+                Ok(value) => Reply::Accepted(value),
+                Err(e) => Reply::Cancelled(format!("the host's answer is not JSON: {e}")),
+            },
+            FfiReplyKind::Declined => Reply::Declined(text),
+            FfiReplyKind::Cancelled => Reply::Cancelled(text),
         }
     }
 

@@ -190,6 +190,10 @@ pub struct ToolDeclaration {
     /// Whether its calls may outlive the client's request as MCP Tasks.
     #[serde(skip_serializing_if = "TaskSupport::is_never")]
     pub task_support: TaskSupport,
+    /// Whether a call asks its questions first, before its long work: a task's questions are
+    /// then asked within the request, and the task is made once they are answered.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub asks_first: bool,
 }
 
 /// Whether a tool's calls run as MCP Tasks (`io.modelcontextprotocol/tasks`) for clients that

@@ -24,6 +24,7 @@
 //! | 1 | `interface_version`, `describe`, `call` |
 //! | 2 | `declare` (hints, titles, output schemas, result limits, capabilities), `call_with` (time left, trace context, structured answers) |
 //! | 3 | `call_host`: `call_with` with the host's services ([`FfiHost`]: log lines, questions to the user), a table of functions that grows at its end like this module; answers of blocks ([`FfiAnswer3`]: audio, resources, links, in order) |
+//! | 4 | [`HostFns::ask_all`]: several questions at once, each under a name the tool may choose ([`FfiQuestion`]) |
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -33,13 +34,13 @@ use abi_stable::{
     marker_type::ErasedObject,
     package_version_strings,
     sabi_types::{RRef, VersionStrings},
-    std_types::{ROption, RResult, RStr, RString, RVec},
+    std_types::{ROption, RResult, RSlice, RStr, RString, RVec},
 };
 
 /// The version of the calling convention described in this module, as plugins built against this
 /// crate report it. A host refuses a plugin outside [`OLDEST_INTERFACE_VERSION`]`..=`this, on top
 /// of abi_stable's own layout check.
-pub const INTERFACE_VERSION: u32 = 3;
+pub const INTERFACE_VERSION: u32 = 4;
 
 /// The oldest interface version a host built against this crate still loads (with defaults for
 /// everything that version cannot declare).
@@ -210,6 +211,36 @@ pub struct HostFns {
         message: RStr<'_>,
         schema_json: RStr<'_>,
     ) -> FfiReply,
+    /// Asks the user several questions at once (interface 4) and blocks the calling thread
+    /// until every reply is in: one reply per question, in their order. Never unwinds.
+    pub ask_all: extern "C" fn(
+        sink: RRef<'_, ErasedObject>,
+        questions: RSlice<'_, FfiQuestion<'_>>,
+    ) -> RVec<FfiReply>,
+}
+
+/// One question across the boundary (interface 4).
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy)]
+pub struct FfiQuestion<'a> {
+    /// The name it goes by ([`crate::Question::key`]); empty: the host names it.
+    pub key: RStr<'a>,
+    /// What the user is asked.
+    pub message: RStr<'a>,
+    /// The JSON Schema of the answer, as JSON text.
+    pub schema_json: RStr<'a>,
+}
+
+/// A question as a host receives it through [`HostServices::ask`]: each part `None` when it is
+/// not UTF-8 text.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckedQuestion<'a> {
+    /// Its key; `Some("")` when the host names it.
+    pub key: Option<&'a str>,
+    /// Its message.
+    pub message: Option<&'a str>,
+    /// Its schema's JSON text.
+    pub schema_json: Option<&'a str>,
 }
 
 /// How a question was answered, across the boundary.
@@ -244,8 +275,8 @@ pub struct FfiReply {
 pub trait HostServices: Sync {
     /// One log line.
     fn log(&self, level: Option<crate::LogLevel>, line: Option<&str>);
-    /// One question (`message`, `schema_json`); blocks until the reply.
-    fn ask(&self, message: Option<&str>, schema_json: Option<&str>) -> FfiReply;
+    /// Questions asked together; blocks until every reply is in: one per question, in order.
+    fn ask(&self, questions: &[CheckedQuestion<'_>]) -> Vec<FfiReply>;
 }
 
 impl<'a> FfiHost<'a> {
@@ -258,6 +289,7 @@ impl<'a> FfiHost<'a> {
             HostFns {
                 log: log_trampoline,
                 ask: ask_trampoline,
+                ask_all: ask_all_trampoline,
             }
             .leak_into_prefix()
         });
@@ -288,16 +320,49 @@ extern "C" fn ask_trampoline(
     message: RStr<'_>,
     schema_json: RStr<'_>,
 ) -> FfiReply {
-    let (message, schema) = (checked_text(message), checked_text(schema_json));
+    let question = CheckedQuestion {
+        key: Some(""),
+        message: checked_text(message),
+        schema_json: checked_text(schema_json),
+    };
+    ask_checked(sink, &[question])
+        .into_iter()
+        .next()
+        .unwrap_or_else(host_failed)
+}
+
+extern "C" fn ask_all_trampoline(
+    sink: RRef<'_, ErasedObject>,
+    questions: RSlice<'_, FfiQuestion<'_>>,
+) -> RVec<FfiReply> {
+    let questions: Vec<CheckedQuestion<'_>> = questions
+        .iter()
+        .map(|q| CheckedQuestion {
+            key: checked_text(q.key),
+            message: checked_text(q.message),
+            schema_json: checked_text(q.schema_json),
+        })
+        .collect();
+    let mut replies = ask_checked(sink, &questions);
+    // One reply per question, whatever the host did.
+    replies.resize_with(questions.len(), host_failed);
+    replies.into()
+}
+
+/// `questions` put to the services behind `sink`, a panic caught.
+fn ask_checked(sink: RRef<'_, ErasedObject>, questions: &[CheckedQuestion<'_>]) -> Vec<FfiReply> {
     let services = services(sink);
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        services.ask(message, schema)
-    }))
-    .unwrap_or_else(|_| FfiReply {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| services.ask(questions)))
+        .unwrap_or_else(|_| questions.iter().map(|_| host_failed()).collect())
+}
+
+/// The reply of a question the host failed on.
+fn host_failed() -> FfiReply {
+    FfiReply {
         kind: FfiReplyKind::Cancelled,
         text: "the host failed while asking".into(),
         time_left_ms: ROption::RNone,
-    })
+    }
 }
 
 /// What a plugin says about itself.

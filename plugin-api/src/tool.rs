@@ -178,6 +178,16 @@ impl Tool {
         self
     }
 
+    /// The same tool, saying its calls ask their questions first ([`crate::Ctx::ask`], at the
+    /// start), before the long work: a client that declares tasks gets those questions within
+    /// its request (MCP's input-required rounds), and the call becomes a task once they are
+    /// answered, rather than a task whose first state is a question. A call that asks nothing
+    /// within the first moments becomes a task all the same.
+    pub fn asks_first(mut self) -> Self {
+        self.declared_mut().asks_first = true;
+        self
+    }
+
     /// The same tool with a title for people (the name stays what the model calls).
     pub fn title(mut self, title: impl Into<String>) -> Self {
         self.declared_mut().title = Some(title.into());

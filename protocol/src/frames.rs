@@ -116,13 +116,13 @@ pub enum ToWorker {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         traceparent: Option<String>,
     },
-    /// The reply to a call's question (`FromWorker::Ask`), and the call's time left once it
-    /// came (the wait moved the deadline).
+    /// The replies to a call's questions (`FromWorker::Ask`), one per question in their order,
+    /// and the call's time left once they came (the wait moved the deadline).
     Answered {
         /// The host's number for the call.
         id: u64,
-        /// The reply.
-        reply: rho_plugin_api::Reply,
+        /// The replies.
+        replies: Vec<rho_plugin_api::Reply>,
         /// Milliseconds until the host ends the call, as of sending.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         time_left_ms: Option<u64>,
@@ -329,13 +329,14 @@ pub enum FromWorker {
         /// The line.
         line: String,
     },
-    /// A question of a running call (interface 3): the tool's thread waits for
-    /// `ToWorker::Answered`. The message and the schema's JSON text follow as blobs, in order.
+    /// Questions of a running call, asked together (interface 3; several at once and keys:
+    /// interface 4): the tool's thread waits for `ToWorker::Answered`. Each question's message
+    /// then its schema's JSON text follow as blobs, question after question.
     Ask {
         /// The host's number for the call.
         id: u64,
-        /// The length of the message blob (the schema is the rest).
-        message_len: usize,
+        /// The questions' heads, in order.
+        questions: Vec<QuestionHead>,
     },
     /// A call's answer; the text (UTF-8, `text_len` bytes) then the image bytes follow as blobs,
     /// in order; of an answer of blocks (`kind` `blocks`), the blocks' payloads.
@@ -719,4 +720,16 @@ mod tests {
             }
         }
     }
+}
+
+/// One question of a [`FromWorker::Ask`]: its key and the lengths of its blobs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuestionHead {
+    /// The name it goes by, if the tool chose one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The length of its message blob.
+    pub message_len: usize,
+    /// The length of its schema blob.
+    pub schema_len: usize,
 }

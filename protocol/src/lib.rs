@@ -40,4 +40,4 @@ pub use spec::{MAX_SCHEMA_BYTES, MAX_SCHEMA_PATTERNS, ToolSpec, schema_cost_prob
 
 /// The version of the host <-> worker protocol. A host and a worker check each other's before
 /// anything else crosses: a mismatch is one clear line and a load error.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;

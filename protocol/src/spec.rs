@@ -40,6 +40,9 @@ pub struct ToolSpec {
     /// Whether its calls run as MCP Tasks for clients that declare them.
     #[serde(default, skip_serializing_if = "TaskSupport::is_never")]
     pub task_support: TaskSupport,
+    /// Whether its calls ask their questions first (see the plugin API's `Tool::asks_first`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub asks_first: bool,
     /// The plugin it comes from (`None` for a host-native tool).
     pub plugin: Option<String>,
     /// That plugin's version.
@@ -64,6 +67,7 @@ impl ToolSpec {
             timeout_ms: None,
             idle_timeout_ms: None,
             task_support: TaskSupport::Never,
+            asks_first: false,
             plugin: None,
             plugin_version: None,
         }

@@ -302,3 +302,82 @@ async fn blocks_arrive_whole_and_in_order_in_process_and_isolated_and_events_sum
         host.shutdown().await;
     }
 }
+
+/// Answers questions asked together in one `answer_all`, recording each batch.
+struct Together(Arc<std::sync::Mutex<Vec<Vec<Question>>>>);
+
+#[async_trait::async_trait]
+impl Answerer for Together {
+    async fn answer(&self, _question: &Question, _call: &ToolCall) -> Reply {
+        Reply::Declined("asked one at a time".into())
+    }
+
+    async fn answer_all(&self, questions: &[Question], _call: &ToolCall) -> Vec<Reply> {
+        self.0.lock().unwrap().push(questions.to_vec());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        questions
+            .iter()
+            .map(|q| Reply::Accepted(json!({"confirm": q.key.as_deref() == Some("yes")})))
+            .collect()
+    }
+}
+
+/// `Ctx::ask_all`: the questions reach the answerer together, each with the key its tool gave
+/// it, in one wait that moves the deadline once; the replies come back in order. Keys that are
+/// not keys, or repeat, are declined before anyone is asked. In process and isolated (before:
+/// a tool could ask only one question at a time, under no name of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_asked_together_reach_the_answerer_together_with_their_keys() {
+    for isolate in [false, true] {
+        let (host, _dir) = faults(isolate, RunnerConfig::default()).await;
+        let batches = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let options = CallOptions {
+            answerer: Some(Arc::new(Together(batches.clone()))),
+            ..CallOptions::default()
+        };
+        let args = json!({"message": "Go on?", "keys": ["yes", "no", "also.ok-1"]});
+        let r = host.call_with(&call("1", "ask", args), &options).await;
+        let context = format!("isolated: {isolate}: {}", r.text());
+        assert_eq!(r.outcome, Outcome::Ok, "{context}");
+        let report = replies(&r.text());
+        let confirms: Vec<&Value> = (0..3)
+            .map(|n| &report["replies"][n]["value"]["confirm"])
+            .collect();
+        assert_eq!(
+            confirms,
+            [&json!(true), &json!(false), &json!(false)],
+            "{context}"
+        );
+        // One wait of 2 s against a 3 s timeout: the deadline moved by it, once.
+        let left = report["replies"][2]["time_left_ms"].as_u64().unwrap();
+        assert!(left > 2_000 && left <= 3_000, "{context}: left {left} ms");
+        let batches = batches.lock().unwrap().clone();
+        assert_eq!(batches.len(), 1, "{context}");
+        let keys: Vec<Option<&str>> = batches[0].iter().map(|q| q.key.as_deref()).collect();
+        assert_eq!(
+            keys,
+            [Some("yes"), Some("no"), Some("also.ok-1")],
+            "{context}"
+        );
+
+        // A key that is none, and one asked twice: declined with the reason; the valid one is
+        // asked.
+        let args = json!({"message": "Go on?", "keys": ["yes", "not a key!", "yes"]});
+        let r = host.call_with(&call("2", "ask", args), &options).await;
+        let context = format!("isolated: {isolate}: {}", r.text());
+        assert_eq!(r.outcome, Outcome::Ok, "{context}");
+        let report = replies(&r.text());
+        assert_eq!(report["replies"][0]["reply"], "accepted", "{context}");
+        for n in [1, 2] {
+            assert_eq!(report["replies"][n]["reply"], "declined", "{context}");
+        }
+        assert!(
+            report["replies"][1]["value"]
+                .as_str()
+                .unwrap()
+                .contains("key"),
+            "{context}"
+        );
+        host.shutdown().await;
+    }
+}

@@ -79,17 +79,7 @@ fn the_2025_11_25_requirements_pass_but_for_what_is_listed() {
 }
 
 /// The Tasks extension's scenarios that fail, each with its reason; every other one passes.
-const TASKS_FAILING: &[(&str, &str)] = &[
-    (
-        "tasks-mrtr-input",
-        "`multi_input` must surface two questions at once; a tool asks one at a time",
-    ),
-    (
-        "tasks-mrtr-composition",
-        "a required-task tool must ask in an input-required round before its task exists; rho \
-         makes the task first and the question comes through `tasks/get`",
-    ),
-];
+const TASKS_FAILING: &[(&str, &str)] = &[];
 
 /// The 0.2 line's frozen list of what the 2026-07-28 revision requires (stateless requests,
 /// input-required rounds, caching, DNS rebinding, headers), and the Tasks extension's scenarios,

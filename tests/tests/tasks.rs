@@ -377,3 +377,160 @@ fn tasks_outlive_a_restart_on_the_same_journal() {
     ));
     poll_until(&server.addr, &fresh, "completed");
 }
+
+/// `tools/call` with `extra` params (`inputResponses`, `requestState`) beside name and arguments.
+fn call_again(addr: &str, tool: &str, extra: Value, capabilities: Value) -> Value {
+    let mut params = json!({"name": tool, "arguments": {}});
+    params
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    modern_rpc(addr, "tools/call", params, capabilities)
+}
+
+fn accept(content: Value) -> Value {
+    json!({"action": "accept", "content": content})
+}
+
+/// Input-required rounds (2026-07-28) with the keys the tool gave its questions: a retry that
+/// answers nothing it asked is asked again (a fresh state), an answer the client gives before
+/// any question is used at once, a state that names no parked call is refused (before: every
+/// question was `rho/ask`, a missing answer read as cancelled, an unknown state ran the tool
+/// anew).
+#[test]
+fn input_required_rounds_ask_by_the_tools_keys() {
+    let (server, _plugins, _state) = serve();
+    let addr = &server.addr;
+    let elicit = json!({"elicitation": {}});
+    let tool = "test_input_required_result_elicitation";
+    let first = call_again(addr, tool, json!({}), elicit.clone())["result"].clone();
+    assert_eq!(first["resultType"], "input_required", "{first}");
+    assert_eq!(
+        first["inputRequests"]["user_name"]["params"]["message"], "What is your name?",
+        "{first}"
+    );
+    let state = first["requestState"].as_str().unwrap().to_owned();
+    // A retry that answers something else: the question again, under a new state.
+    let again = call_again(
+        addr,
+        tool,
+        json!({"inputResponses": {"wrong_key": accept(json!({"x": 1}))}, "requestState": state}),
+        elicit.clone(),
+    )["result"]
+        .clone();
+    assert_eq!(again["resultType"], "input_required", "{again}");
+    assert!(again["inputRequests"]["user_name"].is_object(), "{again}");
+    let state2 = again["requestState"].as_str().unwrap().to_owned();
+    assert_ne!(state, state2);
+    // The old state is used up; an altered one names nothing.
+    for used in [state.clone(), format!("{state2}-TAMPERED")] {
+        let refused = call_again(
+            addr,
+            tool,
+            json!({"inputResponses": {"user_name": accept(json!({"name": "Eve"}))}, "requestState": used}),
+            elicit.clone(),
+        );
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    }
+    let done = call_again(
+        addr,
+        tool,
+        json!({"inputResponses": {"user_name": accept(json!({"name": "Ada"}))}, "requestState": state2}),
+        elicit.clone(),
+    )["result"]
+        .clone();
+    assert_eq!(done["content"][0]["text"], "Hello, Ada!", "{done}");
+    // The answer given with the first request: no round at all.
+    let at_once = call_again(
+        addr,
+        tool,
+        json!({"inputResponses": {"user_name": accept(json!({"name": "Grace"}))}}),
+        elicit.clone(),
+    )["result"]
+        .clone();
+    assert_eq!(at_once["content"][0]["text"], "Hello, Grace!", "{at_once}");
+    // Two rounds, each under its own key.
+    let tool = "test_input_required_result_multi_round";
+    let step1 = call_again(addr, tool, json!({}), elicit.clone())["result"].clone();
+    assert!(step1["inputRequests"]["step1"].is_object(), "{step1}");
+    let step2 = call_again(
+        addr,
+        tool,
+        json!({"inputResponses": {"step1": accept(json!({"name": "Ada"}))}, "requestState": step1["requestState"]}),
+        elicit.clone(),
+    )["result"]
+        .clone();
+    assert!(step2["inputRequests"]["step2"].is_object(), "{step2}");
+    let done = call_again(
+        addr,
+        tool,
+        json!({"inputResponses": {"step2": accept(json!({"color": "green"}))}, "requestState": step2["requestState"]}),
+        elicit,
+    )["result"]
+        .clone();
+    assert_eq!(done["content"][0]["text"], "Ada likes green", "{done}");
+}
+
+/// A task whose tool asks two questions at once shows both; a `tasks/update` that answers one
+/// is acknowledged and the task goes on asking the other alone, until it has both (before:
+/// one question at a time).
+#[test]
+fn a_task_asking_two_questions_takes_their_answers_one_at_a_time() {
+    let (server, _plugins, _state) = serve();
+    let addr = &server.addr;
+    let id = created(&call(addr, "multi_input", json!({}), with_tasks()));
+    let asking = poll_until(addr, &id, "input_required");
+    let keys: Vec<&String> = asking["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(keys, ["first", "last"], "{asking}");
+    let update = |responses: Value| {
+        let ack = modern_rpc(
+            addr,
+            "tasks/update",
+            json!({"taskId": id, "inputResponses": responses}),
+            with_tasks(),
+        );
+        assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    };
+    update(json!({"first": accept(json!({"first": "Ada"}))}));
+    let still = get(addr, &id)["result"].clone();
+    assert_eq!(still["status"], "input_required", "{still}");
+    let keys: Vec<&String> = still["inputRequests"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["last"], "{still}");
+    update(json!({"last": accept(json!({"last": "Lovelace"}))}));
+    let done = poll_until(addr, &id, "completed");
+    assert_eq!(
+        done["result"]["content"][0]["text"], "first: Ada; last: Lovelace",
+        "{done}"
+    );
+}
+
+/// A tool that asks first (`Tool::asks_first`) and runs only as a task: its question comes in
+/// the request (no task yet), and the retry that answers it gets the task, whose result has the
+/// answer (before: the task was made at once and the question came through `tasks/get`).
+#[test]
+fn a_tool_that_asks_first_becomes_a_task_once_answered() {
+    let (server, _plugins, _state) = serve();
+    let addr = &server.addr;
+    let tool = "test_tool_with_task";
+    let round = call_again(addr, tool, json!({}), with_tasks())["result"].clone();
+    assert_eq!(round["resultType"], "input_required", "{round}");
+    assert!(round["taskId"].is_null(), "{round}");
+    assert!(round["inputRequests"]["user_name"].is_object(), "{round}");
+    let made = call_again(
+        addr,
+        tool,
+        json!({"inputResponses": {"user_name": accept(json!({"name": "Alice"}))}, "requestState": round["requestState"]}),
+        with_tasks(),
+    );
+    assert!(made["result"]["requestState"].is_null(), "{made}");
+    let id = created(&made);
+    let done = poll_until(addr, &id, "completed");
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Hello, Alice!",
+        "{done}"
+    );
+}

@@ -23,7 +23,8 @@ use rho_plugin_api::Output;
 use rho_protocol::answer::{FailureKind, OutputKind};
 use rho_protocol::frames::{
     BlockFrameHead, BlockHeads, CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, GRANT_FDS,
-    HANDED_CONTROL_WORDS, HANDED_OVER, ImageHead, ImageHeads, ToWorker, read_frame, write_frame,
+    HANDED_CONTROL_WORDS, HANDED_OVER, ImageHead, ImageHeads, QuestionHead, ToWorker, read_frame,
+    write_frame,
 };
 use rho_protocol::{Failure, PROTOCOL_VERSION};
 
@@ -464,18 +465,33 @@ fn serve(
         // skipped). The host bounds the wait: it replies or ends this worker.
         let asks = channel.clone();
         let replies = Mutex::new(&mut reader);
-        let on_ask = move |question: rho_plugin_api::Question| {
-            let cancelled = |why: &str| (rho_plugin_api::Reply::Cancelled(why.into()), None);
-            let schema = question.schema.to_string();
+        let on_ask = move |questions: Vec<rho_plugin_api::Question>| {
+            let cancelled = |why: &str| {
+                let replies = questions
+                    .iter()
+                    .map(|_| rho_plugin_api::Reply::Cancelled(why.into()))
+                    .collect();
+                (replies, None)
+            };
+            let schemas: Vec<String> = questions.iter().map(|q| q.schema.to_string()).collect();
             let ask = FromWorker::Ask {
                 id,
-                message_len: question.message.len(),
+                questions: questions
+                    .iter()
+                    .zip(&schemas)
+                    .map(|(q, schema)| QuestionHead {
+                        key: q.key.clone(),
+                        message_len: q.message.len(),
+                        schema_len: schema.len(),
+                    })
+                    .collect(),
             };
-            if !send(
-                &asks,
-                &ask,
-                &[question.message.as_bytes(), schema.as_bytes()],
-            ) {
+            let blobs: Vec<&[u8]> = questions
+                .iter()
+                .zip(&schemas)
+                .flat_map(|(q, schema)| [q.message.as_bytes(), schema.as_bytes()])
+                .collect();
+            if !send(&asks, &ask, &blobs) {
                 return cancelled("the host went away");
             }
             let mut reader = replies.lock().unwrap_or_else(PoisonError::into_inner);
@@ -485,12 +501,12 @@ fn serve(
                         message:
                             ToWorker::Answered {
                                 id: answered,
-                                reply,
+                                replies,
                                 time_left_ms,
                             },
                         ..
                     }) if answered == id => {
-                        return (reply, time_left_ms.map(Duration::from_millis));
+                        return (replies, time_left_ms.map(Duration::from_millis));
                     }
                     Ok(_) => {}
                     Err(_) => return cancelled("the host went away"),

@@ -4,11 +4,16 @@
 //!   ([`ElicitAnswerer`]).
 //! - 2026-07-28 requests cannot carry a server-to-client request. The call runs in a task of its
 //!   own ([`RunningCall`]); when its tool asks, the request ends with an `InputRequiredResult`
-//!   holding the question (key [`ASK_KEY`]) and a `requestState` naming the parked call, an
-//!   unguessable token. The client's retry carries the answer and the state: the answer goes to
-//!   the tool, which goes on, and the retry waits for the call's end or its next question.
-//!   A parked call no retry claims within the host's bound on a question is cancelled (it ends
-//!   `error`, with its one end event).
+//!   holding the questions (each under the key its tool gave it, else `rho/ask-N`, N counting
+//!   the call's questions) and a `requestState` naming the parked call, an unguessable token.
+//!   The client's retry carries the answers and the state: each answer goes to its question, and
+//!   once every question asked together has one the tool goes on, and the retry waits for the
+//!   call's end or its next questions; questions a retry left unanswered (or answered with
+//!   something that is no answer) are asked again. A retry whose state names no parked call
+//!   (tampered with, expired, or used already) is refused (`-32602`). Answers a request carries
+//!   before any question (a client that knows what the tool will ask, by its key) are handed to
+//!   the tool's questions of those keys at once. A parked call no retry claims within the host's
+//!   bound on a question is cancelled (it ends `error`, with its one end event).
 //!
 //! Either way the schema goes to the client as the tool wrote it when MCP's form schema can
 //! carry it; one it cannot is declined with the reason, and the tool reads it.
@@ -20,14 +25,14 @@ use std::time::Duration;
 use rho_runtime::{Answerer, Question, Reply, ToolCall, ToolResult};
 use rmcp::model::{
     ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema,
-    InputRequest, InputRequiredResult, InputResponses,
+    InputRequest, InputRequests, InputRequiredResult, InputResponses,
 };
 use rmcp::{Peer, RoleServer};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-/// The key of a tool's question in an `InputRequiredResult` (2026-07-28).
-pub const ASK_KEY: &str = "rho/ask";
+/// The prefix of the key of a question its tool gave none (`rho/ask-1`, `rho/ask-2`, ...).
+pub const ASK_KEY_PREFIX: &str = "rho/ask-";
 
 /// The prefix of the `requestState` of a call parked on its tool's question.
 const STATE_PREFIX: &str = "rho-ask-";
@@ -74,6 +79,8 @@ pub struct ElicitAnswerer {
 
 #[async_trait::async_trait]
 impl Answerer for ElicitAnswerer {
+    /// 2025-era clients take one `elicitation/create` at a time: questions asked together are
+    /// asked one after another ([`Answerer::answer_all`]'s default).
     async fn answer(&self, question: &Question, _call: &ToolCall) -> Reply {
         if !self.can {
             return Reply::Declined(
@@ -93,22 +100,97 @@ impl Answerer for ElicitAnswerer {
     }
 }
 
-/// A question on its way from a call's tool to the request that runs it (2026-07-28).
-type Asked = (Question, oneshot::Sender<Reply>);
+/// Questions asked together on their way from a call's tool to the request that runs it
+/// (2026-07-28).
+type Asked = (Vec<Question>, oneshot::Sender<Vec<Reply>>);
 
 /// Hands a call's questions to the request running it.
 struct ForwardingAnswerer(mpsc::Sender<Asked>);
 
 #[async_trait::async_trait]
 impl Answerer for ForwardingAnswerer {
-    async fn answer(&self, question: &Question, _call: &ToolCall) -> Reply {
+    async fn answer(&self, question: &Question, call: &ToolCall) -> Reply {
+        self.answer_all(std::slice::from_ref(question), call)
+            .await
+            .pop()
+            .unwrap_or_else(|| Reply::Cancelled("the client did not answer the question".into()))
+    }
+
+    async fn answer_all(&self, questions: &[Question], _call: &ToolCall) -> Vec<Reply> {
+        let unanswered = |why: &str| {
+            questions
+                .iter()
+                .map(|_| Reply::Cancelled(why.into()))
+                .collect()
+        };
         let (reply, replied) = oneshot::channel();
-        if self.0.send((question.clone(), reply)).await.is_err() {
-            return Reply::Cancelled("the request running the call has ended".into());
+        if self.0.send((questions.to_vec(), reply)).await.is_err() {
+            return unanswered("the request running the call has ended");
         }
         replied
             .await
-            .unwrap_or_else(|_| Reply::Cancelled("the client did not answer the question".into()))
+            .unwrap_or_else(|_| unanswered("the client did not answer the question"))
+    }
+}
+
+/// Questions asked together, open until each has its reply.
+struct Open {
+    /// Each question's key and elicitation request (`None`: already replied).
+    questions: Vec<(String, Option<ElicitRequestParams>)>,
+    /// The replies so far.
+    replies: Vec<Option<Reply>>,
+    /// Where the replies go once all are in.
+    to: oneshot::Sender<Vec<Reply>>,
+}
+
+impl Open {
+    /// The questions still unanswered, as the client is asked them.
+    fn requests(&self) -> InputRequests {
+        self.questions
+            .iter()
+            .zip(&self.replies)
+            .filter(|(_, reply)| reply.is_none())
+            .filter_map(|((key, params), _)| {
+                let params = params.clone()?;
+                Some((
+                    key.clone(),
+                    InputRequest::Elicitation(ElicitRequest::new(params)),
+                ))
+            })
+            .collect()
+    }
+
+    /// Takes what `responses` answers (by key; what is no answer is left open).
+    fn take(&mut self, responses: &InputResponses) {
+        for ((key, _), reply) in self.questions.iter().zip(&mut self.replies) {
+            if reply.is_some() {
+                continue;
+            }
+            let Some(answer) = responses.get(key) else {
+                continue;
+            };
+            if let Ok(ElicitResult {
+                action, content, ..
+            }) = serde_json::from_value::<ElicitResult>(answer.clone())
+            {
+                *reply = Some(reply_of(&action, content));
+            }
+        }
+    }
+
+    /// Whether every question has its reply.
+    fn answered(&self) -> bool {
+        self.replies.iter().all(Option::is_some)
+    }
+
+    /// Hands the replies to the tool (a question still open reads `why`, as cancelled).
+    fn close(self, why: &str) {
+        let replies = self
+            .replies
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Reply::Cancelled(why.into())))
+            .collect();
+        let _ = self.to.send(replies);
     }
 }
 
@@ -136,8 +218,19 @@ fn end_of(ended: Result<ToolResult, tokio::task::JoinError>) -> ToolResult {
 pub struct RunningCall {
     result: tokio::task::JoinHandle<ToolResult>,
     questions: mpsc::Receiver<Asked>,
-    /// Where the answer to the question the client was sent goes.
-    open: Option<oneshot::Sender<Reply>>,
+    /// The questions the client was sent, until each has its reply.
+    open: Option<Open>,
+    /// Answers the client gave before any question: handed to the questions of their keys.
+    given: InputResponses,
+    /// How many questions without a key were named so far.
+    named: u64,
+    /// The call's end, once [`RunningCall::asks_within`] saw it.
+    ended: Option<ToolResult>,
+    /// Questions [`RunningCall::asks_within`] received, not yet opened.
+    pending: Option<Asked>,
+    /// The tool and call id of a call that becomes an MCP Task once its first questions are
+    /// answered (a tool that asks first).
+    pub task_after_answers: Option<(String, String)>,
     /// Cancels the call.
     cancel: CancellationToken,
     /// Whatever must live as long as the call (its turn among the calls at once).
@@ -159,14 +252,65 @@ impl RunningCall {
             result,
             questions,
             open: None,
+            given: InputResponses::new(),
+            named: 0,
+            ended: None,
+            pending: None,
+            task_after_answers: None,
             cancel,
             _holds: holds,
         }
     }
 
-    /// Waits for the call's end or its tool's next question; `cancel` (the request's) cancels
-    /// the call.
+    /// The answers a request carried before the tool asked anything: its questions of those
+    /// keys get them at once.
+    pub fn with_answers(mut self, given: Option<&InputResponses>) -> Self {
+        self.given = given.cloned().unwrap_or_default();
+        self
+    }
+
+    /// Waits up to `window` for the tool's first questions (what [`RunningCall::next`] then
+    /// returns); whether it asked within it. A call that ended meanwhile did not.
+    pub async fn asks_within(&mut self, window: std::time::Duration) -> bool {
+        if self.ended.is_some() {
+            return false;
+        }
+        if self.pending.is_some() || self.open.is_some() {
+            return true;
+        }
+        tokio::select! {
+            biased;
+            ended = &mut self.result => {
+                self.ended = Some(end_of(ended));
+                false
+            }
+            Some(asked) = self.questions.recv() => {
+                self.pending = Some(asked);
+                true
+            }
+            () = tokio::time::sleep(window) => false,
+        }
+    }
+
+    /// Waits for the call's end or its tool's next questions (those a retry left open first);
+    /// `cancel` (the request's) cancels the call.
     pub async fn next(&mut self, cancel: &CancellationToken) -> Step {
+        if let Some(result) = self.ended.take() {
+            return Step::Done(result);
+        }
+        // Questions a retry left unanswered are asked again.
+        if let Some(open) = &self.open {
+            return Step::Asks(InputRequiredResult::new(Some(open.requests()), None));
+        }
+        if let Some((questions, reply)) = self.pending.take() {
+            let open = self.open_questions(questions, reply);
+            if !open.answered() {
+                let requests = open.requests();
+                self.open = Some(open);
+                return Step::Asks(InputRequiredResult::new(Some(requests), None));
+            }
+            open.close("");
+        }
         // Once cancelled, the call's end is all there is to wait for (a cancelled token is
         // ready at every poll: selecting it again would spin without yielding).
         let mut cancelling = false;
@@ -174,20 +318,15 @@ impl RunningCall {
             tokio::select! {
                 biased;
                 ended = &mut self.result => return Step::Done(end_of(ended)),
-                Some((question, reply)) = self.questions.recv() => {
-                    match elicit_params(&question) {
-                        Ok(params) => {
-                            self.open = Some(reply);
-                            let requests = std::collections::BTreeMap::from([(
-                                ASK_KEY.to_owned(),
-                                InputRequest::Elicitation(ElicitRequest::new(params)),
-                            )]);
-                            return Step::Asks(InputRequiredResult::new(Some(requests), None));
-                        }
-                        Err(why) => {
-                            let _ = reply.send(Reply::Declined(why));
-                        }
+                Some((questions, reply)) = self.questions.recv() => {
+                    let open = self.open_questions(questions, reply);
+                    if open.answered() {
+                        open.close("");
+                        continue;
                     }
+                    let requests = open.requests();
+                    self.open = Some(open);
+                    return Step::Asks(InputRequiredResult::new(Some(requests), None));
                 }
                 () = cancel.cancelled(), if !cancelling => {
                     cancelling = true;
@@ -201,35 +340,92 @@ impl RunningCall {
     /// a call no request drives any more (a task cancelled, expired or refused).
     pub async fn finish(mut self) -> ToolResult {
         self.cancel.cancel();
+        if let Some(result) = self.ended.take() {
+            return result;
+        }
         if let Some(open) = self.open.take() {
-            let _ = open.send(Reply::Cancelled("the call was cancelled".into()));
+            open.close("the call was cancelled");
+        }
+        if let Some((questions, reply)) = self.pending.take() {
+            let cancelled = questions
+                .iter()
+                .map(|_| Reply::Cancelled("the call was cancelled".into()))
+                .collect();
+            let _ = reply.send(cancelled);
         }
         loop {
             tokio::select! {
                 biased;
                 ended = &mut self.result => return end_of(ended),
-                Some((_, reply)) = self.questions.recv() => {
-                    let _ = reply.send(Reply::Cancelled("the call was cancelled".into()));
+                Some((questions, reply)) = self.questions.recv() => {
+                    let cancelled = questions
+                        .iter()
+                        .map(|_| Reply::Cancelled("the call was cancelled".into()))
+                        .collect();
+                    let _ = reply.send(cancelled);
                 }
             }
         }
     }
 
-    /// Hands the client's answer (from a retry's `inputResponses`) to the open question.
-    pub fn answer(&mut self, responses: Option<&InputResponses>) {
-        let Some(open) = self.open.take() else {
-            return;
+    /// The questions of one asking, keyed: those the client cannot be shown (their schema is
+    /// no form) declined with the reason, those whose answer the client gave before answered.
+    fn open_questions(
+        &mut self,
+        questions: Vec<Question>,
+        to: oneshot::Sender<Vec<Reply>>,
+    ) -> Open {
+        let mut open = Open {
+            questions: Vec::with_capacity(questions.len()),
+            replies: Vec::with_capacity(questions.len()),
+            to,
         };
-        let reply = match responses.and_then(|r| r.get(ASK_KEY)) {
-            None => Reply::Cancelled("the client's retry carried no answer".into()),
-            Some(answer) => match serde_json::from_value::<ElicitResult>(answer.clone()) {
-                Ok(ElicitResult {
-                    action, content, ..
-                }) => reply_of(&action, content),
-                Err(e) => Reply::Cancelled(format!("the client's answer is not one: {e}")),
-            },
-        };
-        let _ = open.send(reply);
+        for question in questions {
+            let key = question.key.clone().unwrap_or_else(|| {
+                self.named += 1;
+                format!("{ASK_KEY_PREFIX}{}", self.named)
+            });
+            let (params, reply) = match elicit_params(&question) {
+                Ok(params) => (Some(params), None),
+                Err(why) => (None, Some(Reply::Declined(why))),
+            };
+            open.questions.push((key, params));
+            open.replies.push(reply);
+        }
+        if !self.given.is_empty() {
+            open.take(&self.given);
+            // Each answer given before is used once.
+            for (key, _) in &open.questions {
+                self.given.remove(key);
+            }
+        }
+        open
+    }
+
+    /// Hands the client's answers (a retry's `inputResponses`, a `tasks/update`'s) to the open
+    /// questions of their keys. Once every question has its answer the tool has them all and
+    /// goes on (`None`); else the questions still open, to ask again (the client may answer
+    /// them one at a time).
+    pub fn answer(&mut self, responses: Option<&InputResponses>) -> Option<InputRequests> {
+        let mut open = self.open.take()?;
+        if let Some(responses) = responses {
+            open.take(responses);
+        }
+        if open.answered() {
+            open.close("");
+            return None;
+        }
+        let requests = open.requests();
+        self.open = Some(open);
+        Some(requests)
+    }
+
+    /// Gives up on the open questions (the host's bound on a question passed): each still
+    /// unanswered reads as cancelled, and the tool goes on.
+    pub fn give_up(&mut self) {
+        if let Some(open) = self.open.take() {
+            open.close("no answer came within the host's bound on a question");
+        }
     }
 }
 
@@ -269,8 +465,7 @@ impl Parked {
 
     /// The call parked under `state`, taken out (`None`: not a state of a parked call, or one
     /// already claimed or expired).
-    pub fn claim(&self, state: Option<&str>) -> Option<RunningCall> {
-        let state = state.filter(|s| s.starts_with(STATE_PREFIX))?;
+    pub fn claim(&self, state: &str) -> Option<RunningCall> {
         self.lock().remove(state)
     }
 

@@ -100,6 +100,25 @@ rmcp::elicit_safe!(Approval);
 /// The key of the approval question in an `InputRequiredResult` (2026-07-28).
 const APPROVAL_KEY: &str = "rho/approve";
 
+/// The `requestState` of a round that asks for a call's approval (the call has not started:
+/// nothing is parked).
+const APPROVAL_STATE: &str = "rho-approval";
+
+/// How long a call of a tool that asks first may take to ask before it becomes a task all the
+/// same.
+const FIRST_QUESTIONS_WINDOW: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether a call runs as an MCP Task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AsTask {
+    /// Answered within the request.
+    No,
+    /// A task from the start.
+    Now,
+    /// Its first questions within the request, then a task (a tool that asks first).
+    AfterQuestions,
+}
+
 impl ElicitAsker {
     fn fallback(&self, call: &ToolCall, why: &str) -> Verdict {
         match self.fallback {
@@ -250,22 +269,23 @@ impl RhoServer {
         )]);
         Err(InputRequiredResult::new(
             Some(requests),
-            Some("rho-approval".into()),
+            Some(APPROVAL_STATE.into()),
         ))
     }
 
     /// Whether a call of `name` for the client of `context` runs as an MCP Task: the client
     /// declared tasks and the tool is long (it declares task support, or its timeout is over
-    /// `task_after`). `Err`: the tool runs only as a task and the client declared none
-    /// (`-32021`, naming the extension).
+    /// `task_after`); a tool that asks first asks within the request when the client can
+    /// elicit there (2026-07-28). `Err`: the tool runs only as a task and the client declared
+    /// none (`-32021`, naming the extension).
     fn runs_as_task(
         &self,
         name: &str,
         context: &RequestContext<RoleServer>,
-    ) -> Result<bool, McpError> {
+    ) -> Result<AsTask, McpError> {
         use rho_runtime::TaskSupport;
         let Some(spec) = self.host.spec(name) else {
-            return Ok(false);
+            return Ok(AsTask::No);
         };
         let declared = context
             .client_capabilities()
@@ -281,7 +301,11 @@ impl RhoServer {
             || self
                 .task_after
                 .is_some_and(|after| self.host.timeout_for(&spec) > after);
-        Ok(declared && long)
+        Ok(match (declared && long, spec.asks_first) {
+            (false, _) => AsTask::No,
+            (true, true) if modern(context) && can_elicit(context) => AsTask::AfterQuestions,
+            (true, _) => AsTask::Now,
+        })
     }
 
     /// Runs the call in a task of its own: whatever happens, the request gets an answer.
@@ -290,13 +314,36 @@ impl RhoServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        // The retry of a round whose tool asked (2026-07-28): the answer goes to the parked
-        // call, which goes on.
-        if let Some(mut running) = self.parked.claim(request.request_state.as_deref()) {
-            running.answer(request.input_responses.as_ref());
+        // The retry of a round whose tool asked (2026-07-28): the answers go to the parked
+        // call, which goes on once its questions have them all (a call that asks first then
+        // becomes a task). A state that names no parked call is refused: tampered with,
+        // expired, or used already.
+        if let Some(state) = request
+            .request_state
+            .as_deref()
+            .filter(|state| *state != APPROVAL_STATE)
+        {
+            let Some(mut running) = self.parked.claim(state) else {
+                return Err(McpError::invalid_params(
+                    "rho: the requestState names no call waiting for answers (altered, expired \
+                     after the host's bound on a question, or used already); call the tool \
+                     again without it",
+                    None,
+                ));
+            };
+            let open = running.answer(request.input_responses.as_ref());
+            if open.is_none()
+                && let Some((tool, call_id)) = running.task_after_answers.take()
+            {
+                let task = self
+                    .tasks
+                    .create(owner(&context), &tool, &call_id, running)?;
+                return Ok(CallToolResponse::Task(task));
+            }
             return Ok(self.drive(running, &context).await);
         }
-        let as_task = self.runs_as_task(&request.name, &context)?;
+        let mode = self.runs_as_task(&request.name, &context)?;
+        let as_task = mode != AsTask::No;
         // The server's own counter: request ids `1` and `"1"` are different requests.
         let n = self
             .calls
@@ -431,7 +478,8 @@ impl RhoServer {
         let response = if as_task || (modern(&context) && can_elicit(&context)) {
             let host = self.host.clone();
             let (tool, call_id) = (call.name.clone(), call.id.clone());
-            let running = RunningCall::start(
+            let given = request.input_responses.clone();
+            let mut running = RunningCall::start(
                 move |answerer, cancel| async move {
                     let options = CallOptions {
                         answerer: Some(answerer),
@@ -441,8 +489,12 @@ impl RhoServer {
                     host.call_with(&call, &options).await
                 },
                 Box::new(turn),
-            );
-            if as_task {
+            )
+            .with_answers(given.as_ref());
+            if mode == AsTask::AfterQuestions && running.asks_within(FIRST_QUESTIONS_WINDOW).await {
+                running.task_after_answers = Some((tool, call_id));
+                self.drive(running, &context).await
+            } else if as_task {
                 CallToolResponse::Task(self.tasks.create(
                     owner(&context),
                     &tool,

@@ -6,9 +6,12 @@
 //! `[serve] task_after_ms`), `tools/call` answers at once with a task (`resultType: "task"`);
 //! the call runs on in a task of its own ([`RunningCall`]). The client then:
 //!
-//! - polls `tasks/get`: `working`, `input_required` (the tool asks: the question is in
-//!   `inputRequests` under [`ASK_KEY`](super::asking::ASK_KEY)), then a terminal status;
-//! - answers a question with `tasks/update` (`inputResponses`), acknowledged at once;
+//! - polls `tasks/get`: `working`, `input_required` (the tool asks: its questions are in
+//!   `inputRequests`, each under its key, as [`super::asking`] names them), then a terminal
+//!   status;
+//! - answers questions with `tasks/update` (`inputResponses`), acknowledged at once: all of
+//!   them, or some (the task stays `input_required`, showing only those still open, until each
+//!   has its answer);
 //! - cancels with `tasks/cancel`: the task is `cancelled` from then on and the call is cancelled
 //!   (it ends, with its one end event, as a cancelled call does).
 //!
@@ -99,7 +102,7 @@ enum State {
     /// Its tool asks: the question, and the call parked until the client answers.
     Asks {
         requests: InputRequests,
-        call: RunningCall,
+        call: Box<RunningCall>,
     },
     /// Its end.
     Ended(TaskPayload),
@@ -279,7 +282,7 @@ impl Tasks {
                     tasks.give_up_unanswered(&id, entry.touches + 1);
                     State::Asks {
                         requests: asked.input_requests.unwrap_or_default(),
-                        call,
+                        call: Box::new(call),
                     }
                 }
                 (Step::Done(_), None) => return,
@@ -305,11 +308,11 @@ impl Tasks {
             else {
                 return;
             };
-            call.answer(None);
+            call.give_up();
             tasks.touch(&id, entry);
             let cancel = entry.cancel.clone();
             drop(entries);
-            tasks.drive(id, call, cancel);
+            tasks.drive(id, *call, cancel);
         });
     }
 
@@ -350,8 +353,10 @@ impl Tasks {
         )))
     }
 
-    /// `tasks/update`: hands `responses` to the question the task's tool asked; the task works
-    /// on. Responses to a task that asks nothing now are ignored (acknowledged all the same).
+    /// `tasks/update`: hands `responses` to the questions the task's tool asked, by key; once
+    /// each has its answer the task works on, until then it shows those still open. Responses
+    /// to a task that asks nothing now, and keys it did not ask, are ignored (acknowledged all
+    /// the same).
     pub fn update(
         &self,
         owner: &str,
@@ -370,11 +375,17 @@ impl Tasks {
         else {
             return Ok(());
         };
-        call.answer(Some(responses));
+        if let Some(requests) = call.answer(Some(responses)) {
+            // Some are still open: the task keeps asking those.
+            entry.state = State::Asks { requests, call };
+            self.touch(id, entry);
+            self.give_up_unanswered(id, entry.touches);
+            return Ok(());
+        }
         self.touch(id, entry);
         let cancel = entry.cancel.clone();
         drop(entries);
-        self.drive(id.to_owned(), call, cancel);
+        self.drive(id.to_owned(), *call, cancel);
         Ok(())
     }
 

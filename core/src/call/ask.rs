@@ -9,8 +9,10 @@
 //! the question was open. The wait itself is bounded
 //! ([`RunnerConfig::ask_timeout`](crate::RunnerConfig::ask_timeout)): past it the tool reads
 //! [`Reply::Cancelled`] and goes on. A call cancelled or stopped while its tool waits ends as
-//! any call does; the tool reads `Cancelled`. A call's questions are asked one at a time, in
-//! the order the tool asked them.
+//! any call does; the tool reads `Cancelled`. A tool may ask several questions at once
+//! ([`ToolCtx::ask_all`](crate::ToolCtx::ask_all)): they reach the answerer together
+//! ([`Answerer::answer_all`]) and the wait is one wait, bounded as one. A call's askings are
+//! answered one at a time, in the order the tool made them.
 
 use std::sync::Arc;
 
@@ -41,6 +43,18 @@ pub trait Answerer: Send + Sync + 'static {
     /// The user's reply to `question`, asked by the tool of `call`. A panic in it cancels the
     /// question (the tool reads `Cancelled`), never the call.
     async fn answer(&self, question: &Question, call: &ToolCall) -> Reply;
+
+    /// The user's replies to `questions`, asked together by the tool of `call`: one reply per
+    /// question, in their order (missing ones read as cancelled). By default they are answered
+    /// one after another with [`Answerer::answer`]; an answerer that can show them together
+    /// (an MCP client's `inputRequests`) does so.
+    async fn answer_all(&self, questions: &[Question], call: &ToolCall) -> Vec<Reply> {
+        let mut replies = Vec::with_capacity(questions.len());
+        for question in questions {
+            replies.push(self.answer(question, call).await);
+        }
+        replies
+    }
 }
 
 #[async_trait::async_trait]
@@ -74,12 +88,12 @@ pub fn no_one_to_ask() -> Arc<dyn Answerer> {
     Arc::new(NoOneToAsk)
 }
 
-/// A question on its way from a running tool to its call's runner.
+/// Questions asked together on their way from a running tool to its call's runner.
 pub(crate) struct Asked {
-    /// The question.
-    pub question: Question,
-    /// Where the reply goes (dropped unanswered: the tool reads `Cancelled`).
-    pub reply: oneshot::Sender<Reply>,
+    /// The questions.
+    pub questions: Vec<Question>,
+    /// Where the replies go, one per question (dropped unanswered: the tool reads `Cancelled`).
+    pub reply: oneshot::Sender<Vec<Reply>>,
 }
 
 /// A call's questions on their way to its answerer.
@@ -88,52 +102,81 @@ pub(crate) struct Questions {
     pub(crate) answerer: Arc<dyn Answerer>,
 }
 
-/// The question open now.
+/// The questions open now (asked together).
 pub(crate) struct Asking {
-    reply: std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send>>,
-    to: oneshot::Sender<Reply>,
+    reply: std::pin::Pin<Box<dyn std::future::Future<Output = Vec<Reply>> + Send>>,
+    to: oneshot::Sender<Vec<Reply>>,
+    /// How many questions.
+    count: usize,
     asked_at: tokio::time::Instant,
 }
 
 impl Asking {
-    /// Asks `answerer` the question of `asked` (a panic in it cancels the question).
+    /// Asks `answerer` the questions of `asked` (a panic in it cancels them).
     pub(crate) fn start(asked: Asked, answerer: Arc<dyn Answerer>, call: &ToolCall) -> Asking {
         let Asked {
-            question,
+            questions,
             reply: to,
         } = asked;
         let call = call.clone();
-        tracing::debug!(call = %call.id, tool = %call.name, "the tool asks its user");
+        let count = questions.len();
+        tracing::debug!(call = %call.id, tool = %call.name, count, "the tool asks its user");
         let reply = Box::pin(async move {
-            let reply = match catch(|| answerer.answer(&question, &call)).await {
-                Ok(reply) => reply,
-                Err(caught) => return Reply::Cancelled(caught.describe("the host's answerer")),
+            let mut replies = match catch(|| answerer.answer_all(&questions, &call)).await {
+                Ok(replies) => replies,
+                Err(caught) => {
+                    let why = caught.describe("the host's answerer");
+                    return questions
+                        .iter()
+                        .map(|_| Reply::Cancelled(why.clone()))
+                        .collect();
+                }
             };
-            tokio::task::spawn_blocking(move || crate::call::ask::checked(&question, reply))
-                .await
-                .unwrap_or_else(|_| Reply::Cancelled("checking the answer failed".into()))
+            replies.resize_with(questions.len(), || {
+                Reply::Cancelled("the host's answerer gave no reply".into())
+            });
+            replies.truncate(questions.len());
+            tokio::task::spawn_blocking(move || {
+                questions
+                    .iter()
+                    .zip(replies)
+                    .map(|(question, reply)| crate::call::ask::checked(question, reply))
+                    .collect()
+            })
+            .await
+            .unwrap_or_else(|_| {
+                (0..count)
+                    .map(|_| Reply::Cancelled("checking the answer failed".into()))
+                    .collect()
+            })
         });
         Asking {
             reply,
             to,
+            count,
             asked_at: tokio::time::Instant::now(),
         }
     }
 
-    /// The reply of the question open in `asking` (pending while none is).
-    pub(crate) async fn reply(asking: &mut Option<Asking>) -> Reply {
+    /// The replies of the questions open in `asking` (pending while none are).
+    pub(crate) async fn reply(asking: &mut Option<Asking>) -> Vec<Reply> {
         match asking {
             Some(open) => (&mut open.reply).await,
             None => std::future::pending().await,
         }
     }
 
-    /// Hands `reply` to the tool, the call's `deadline` moved later by the time the question
-    /// was open first (`move_to` tells the tool's context, so the tool reads the moved one with
-    /// its reply); the moved deadline.
+    /// `reply` for every question open (the host's bound passed).
+    pub(crate) fn all(&self, reply: Reply) -> Vec<Reply> {
+        vec![reply; self.count]
+    }
+
+    /// Hands `replies` to the tool, the call's `deadline` moved later by the time the questions
+    /// were open first (`move_to` tells the tool's context, so the tool reads the moved one with
+    /// its replies); the moved deadline.
     pub(crate) fn finish(
         self,
-        reply: Reply,
+        replies: Vec<Reply>,
         deadline: Option<tokio::time::Instant>,
         move_to: impl FnOnce(std::time::Instant),
     ) -> Option<tokio::time::Instant> {
@@ -142,7 +185,7 @@ impl Asking {
         if let Some(moved) = moved {
             move_to(moved.into_std());
         }
-        let _ = self.to.send(reply);
+        let _ = self.to.send(replies);
         moved
     }
 }

@@ -170,28 +170,47 @@ impl ToolCtx {
     /// ([`RunnerConfig::ask_timeout`](crate::RunnerConfig::ask_timeout)). A context made
     /// outside a runner ([`ToolCtx::new`]) declines.
     pub async fn ask(&self, question: Question) -> Reply {
-        match self.send_question(question) {
-            Ok(reply) => reply.await.unwrap_or_else(|_| ended()),
-            Err(declined) => declined,
-        }
+        self.ask_all(vec![question])
+            .await
+            .pop()
+            .unwrap_or_else(ended)
     }
 
-    /// [`ToolCtx::ask`] for a plugin's thread (not a runtime thread): blocks it until the reply,
-    /// and says the time left then.
-    pub(crate) fn ask_blocking(&self, question: Question) -> (Reply, Option<Duration>) {
-        let reply = match self.send_question(question) {
-            Ok(reply) => reply.blocking_recv().unwrap_or_else(|_| ended()),
-            Err(declined) => declined,
+    /// Asks the user `questions` together (see [`crate::Answerer::answer_all`]) and waits for
+    /// every reply: one per question, in order. The wait is one wait, as with
+    /// [`ToolCtx::ask`].
+    pub async fn ask_all(&self, questions: Vec<Question>) -> Vec<Reply> {
+        let count = questions.len();
+        let replies = match self.send_questions(questions) {
+            Ok(replied) => replied.await.ok(),
+            Err(declined) => Some(declined),
         };
-        (reply, self.time_left())
+        filled(replies, count)
     }
 
-    fn send_question(&self, question: Question) -> Result<oneshot::Receiver<Reply>, Reply> {
+    /// [`ToolCtx::ask_all`] for a plugin's thread (not a runtime thread): blocks it until the
+    /// replies, and says the time left then.
+    pub(crate) fn ask_blocking(&self, questions: Vec<Question>) -> (Vec<Reply>, Option<Duration>) {
+        let count = questions.len();
+        let replies = match self.send_questions(questions) {
+            Ok(replied) => replied.blocking_recv().ok(),
+            Err(declined) => Some(declined),
+        };
+        (filled(replies, count), self.time_left())
+    }
+
+    fn send_questions(
+        &self,
+        questions: Vec<Question>,
+    ) -> Result<oneshot::Receiver<Vec<Reply>>, Vec<Reply>> {
         let Some(asks) = &self.shared.asks else {
-            return Err(Reply::Declined(crate::call::ask::NO_ONE_TO_ASK.into()));
+            let declined = Reply::Declined(crate::call::ask::NO_ONE_TO_ASK.into());
+            return Err(vec![declined; questions.len()]);
         };
+        let count = questions.len();
         let (reply, replied) = oneshot::channel();
-        asks.send(Asked { question, reply }).map_err(|_| ended())?;
+        asks.send(Asked { questions, reply })
+            .map_err(|_| vec![ended(); count])?;
         Ok(replied)
     }
 
@@ -204,6 +223,14 @@ impl ToolCtx {
 /// The reply to a question of a call that ended meanwhile.
 fn ended() -> Reply {
     Reply::Cancelled("the call ended before the question was answered".into())
+}
+
+/// `replies` as one per question: none (the call ended) or too few read as [`ended`].
+fn filled(replies: Option<Vec<Reply>>, count: usize) -> Vec<Reply> {
+    let mut replies = replies.unwrap_or_default();
+    replies.resize_with(count, ended);
+    replies.truncate(count);
+    replies
 }
 
 /// Whether `value` is a W3C trace context `traceparent` a host hands on: version `00` to `fe`,

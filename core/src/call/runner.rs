@@ -624,7 +624,8 @@ impl ToolRunner {
                         self.config.ask_timeout.as_secs()
                     );
                     if let Some(open) = asking.take() {
-                        deadline = open.finish(Reply::Cancelled(text), deadline, |at| ctx.move_deadline(at));
+                        let replies = open.all(Reply::Cancelled(text));
+                        deadline = open.finish(replies, deadline, |at| ctx.move_deadline(at));
                     }
                     timer_armed = arm(timer.as_mut(), deadline);
                     idle_armed = rearm_idle(idle_timer.as_mut());

@@ -13,7 +13,9 @@ use serde_json::Value;
 use crate::call::invoke::{CallFuture, Failure, Invoke, ToolCtx};
 use crate::isolate::pool::{Pool, Worker};
 use rho_protocol::CrashReason;
-use rho_protocol::frames::{BlockHeads, Frame, FrameError, FromWorker, ImageHeads, ToWorker};
+use rho_protocol::frames::{
+    BlockHeads, Frame, FrameError, FromWorker, ImageHeads, QuestionHead, ToWorker,
+};
 
 /// One tool of an isolated plugin version.
 pub(crate) struct IsolatedInvoke {
@@ -63,11 +65,11 @@ impl Drop for CallGuard {
             // The send is inside the grace period too: a worker that never reads its cancel
             // channel must not hold this task (and the worker) forever.
             let settled = tokio::time::timeout(grace, async {
-                // A tool waiting for the reply to its question reads this one (a worker not
-                // waiting skips it), then its cancellation.
+                // A tool waiting for the replies to its questions reads this one (no reply: each
+                // reads as cancelled; a worker not waiting skips it), then its cancellation.
                 let unasked = ToWorker::Answered {
                     id,
-                    reply: rho_plugin_api::Reply::Cancelled("the call ended".into()),
+                    replies: Vec::new(),
                     time_left_ms: None,
                 };
                 if worker.send(&unasked, &[]).await.is_err()
@@ -164,11 +166,11 @@ impl Invoke for IsolatedInvoke {
                         }
                     }
                     Ok(Frame {
-                        message: FromWorker::Ask { id: q, message_len },
+                        message: FromWorker::Ask { id: q, questions },
                         blobs,
                     }) if q == id => {
-                        let reply = match question(message_len, blobs) {
-                            Ok(question) => ctx.ask(question).await,
+                        let replies = match questions_of(&questions, blobs) {
+                            Ok(questions) => ctx.ask_all(questions).await,
                             Err(why) => {
                                 guard.kill();
                                 return crash(CrashReason::Protocol(why));
@@ -176,7 +178,7 @@ impl Invoke for IsolatedInvoke {
                         };
                         let answered = ToWorker::Answered {
                             id,
-                            reply,
+                            replies,
                             time_left_ms: ctx
                                 .time_left()
                                 .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
@@ -280,21 +282,44 @@ fn json_of(tool: &str, what: &str, json: Option<String>) -> Result<Option<Value>
 
 /// The question of an `Ask` message: its message (`message_len` bytes of `blobs`) and its
 /// schema (the rest), or why they are not one (the worker checked them: this is a forged frame).
-fn question(message_len: usize, mut blobs: Vec<u8>) -> Result<Question, String> {
-    if message_len > blobs.len() {
+/// The questions of an `Ask` frame, from their heads and the frame's blobs (each question's
+/// message then its schema): what the worker checked, checked again (the worker runs the
+/// plugin's code).
+fn questions_of(heads: &[QuestionHead], blobs: Vec<u8>) -> Result<Vec<Question>, String> {
+    let announced = heads.iter().try_fold(0usize, |sum, head| {
+        sum.checked_add(head.message_len)?
+            .checked_add(head.schema_len)
+    });
+    if heads.is_empty() || announced != Some(blobs.len()) {
         return Err(format!(
-            "a question announcing {message_len} bytes of message carried {}",
+            "{} questions announcing {announced:?} bytes carried {}",
+            heads.len(),
             blobs.len()
         ));
     }
-    let schema = blobs.split_off(message_len);
-    let message = String::from_utf8(blobs).map_err(|_| "a question not UTF-8".to_owned())?;
-    let schema = std::str::from_utf8(&schema)
-        .map_err(|_| "a question's schema not UTF-8".to_owned())
-        .and_then(|schema| {
-            rho_protocol::details::parse(schema).map_err(|e| format!("a question's schema {e}"))
-        })?;
-    Ok(Question::new(message, schema))
+    let mut keys = std::collections::HashSet::new();
+    let mut at = 0;
+    let mut questions = Vec::with_capacity(heads.len());
+    for head in heads {
+        let mut text = |len: usize, what: &str| {
+            let part = std::str::from_utf8(&blobs[at..at + len])
+                .map_err(|_| format!("a question's {what} not UTF-8"));
+            at += len;
+            part
+        };
+        let message = text(head.message_len, "message")?.to_owned();
+        let schema = rho_protocol::details::parse(text(head.schema_len, "schema")?)
+            .map_err(|e| format!("a question's schema {e}"))?;
+        let question = Question::new(message, schema);
+        questions.push(match &head.key {
+            Some(key) if !rho_plugin_api::is_valid_key(key) || !keys.insert(key.clone()) => {
+                return Err(format!("a question's key `{key}` is not one or not unique"));
+            }
+            Some(key) => question.with_key(key.clone()),
+            None => question,
+        });
+    }
+    Ok(questions)
 }
 
 /// The parts of an `Answer` message besides its blobs.

@@ -255,38 +255,81 @@ fn confirm_delete(args: DeleteArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
     }))
 }
 
+/// A question whose answer is an object of one required string `field`.
+fn text_question(message: &str, field: &str) -> Question {
+    let schema = json!({
+        "type": "object",
+        "properties": {field: {"type": "string"}},
+        "required": [field],
+    });
+    Question::new(message, schema)
+}
+
+/// The string `field` of an accepted answer, else what the reply was.
+fn field_of(reply: &Reply, field: &str) -> String {
+    match reply {
+        Reply::Accepted(content) => content[field].as_str().unwrap_or_default().to_owned(),
+        other => described(other),
+    }
+}
+
+/// Two questions at once: the client sees both pending, and may answer them one at a time.
 fn multi_input(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
-    let text = |message: &str, field: &str| {
-        let schema = json!({
-            "type": "object",
-            "properties": {field: {"type": "string"}},
-            "required": [field],
-        });
-        ctx.ask(Question::new(message, schema))
-    };
-    let first = text("Your first name?", "first");
-    let last = text("Your last name?", "last");
+    let replies = ctx.ask_all(vec![
+        text_question("Your first name?", "first").with_key("first"),
+        text_question("Your last name?", "last").with_key("last"),
+    ]);
     Ok(Answer::text(format!(
         "first: {}; last: {}",
-        described(&first),
-        described(&last)
+        field_of(&replies[0], "first"),
+        field_of(&replies[1], "last")
     )))
 }
 
+/// Asks a name first (within the request), then runs as a task and greets it.
 fn tool_with_task(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
-    let schema = json!({
-        "type": "object",
-        "properties": {"user_name": {"type": "string"}},
-        "required": ["user_name"],
-    });
-    let reply = ctx.ask(Question::new("Your name?", schema));
+    let reply = ctx.ask(text_question("What is your name?", "name").with_key("user_name"));
     match reply {
-        Reply::Accepted(content) => Ok(Answer::text(format!(
+        Reply::Accepted(_) => Ok(Answer::text(format!(
             "Hello, {}!",
-            content["user_name"].as_str().unwrap_or_default()
+            field_of(&reply, "name")
         ))),
         other => Err(ToolError::new(described(&other))),
     }
+}
+
+/// The 2026-07-28 suite's input-required tools: one question under the key `user_name`.
+fn input_required_elicitation(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    let reply = ctx.ask(text_question("What is your name?", "name").with_key("user_name"));
+    Ok(Answer::text(format!(
+        "Hello, {}!",
+        field_of(&reply, "name")
+    )))
+}
+
+/// Two rounds: `step1` (a name), then `step2` (a color).
+fn input_required_multi_round(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    let name = ctx.ask(text_question("Step 1: What is your name?", "name").with_key("step1"));
+    let color =
+        ctx.ask(text_question("Step 2: What is your favorite color?", "color").with_key("step2"));
+    Ok(Answer::text(format!(
+        "{} likes {}",
+        field_of(&name, "name"),
+        field_of(&color, "color")
+    )))
+}
+
+/// One question under `confirm`. The call goes on only after a retry that carries the
+/// `requestState` rho gave (it names the parked call; any other state is refused), so reaching
+/// the answer means the state was checked: `state-ok`.
+fn input_required_request_state(_args: NoArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
+    let schema = json!({
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}},
+        "required": ["ok"],
+    });
+    let reply = ctx.ask(Question::new("Please confirm", schema).with_key("confirm"));
+    Ok(Answer::text(format!("state-ok: {}", described(&reply))))
 }
 
 export_plugin! {
@@ -314,10 +357,27 @@ export_plugin! {
         .read_only(true)
         .open_world(false)
         .task_support(TaskSupport::Optional),
-    Tool::new("test_tool_with_task", "Asks the user's name, then greets it; runs only as a task.", tool_with_task)
+    Tool::new("test_tool_with_task", "Asks the user's name first, then greets it; runs only as a task.", tool_with_task)
         .read_only(true)
         .open_world(false)
-        .task_support(TaskSupport::Required),
+        .task_support(TaskSupport::Required)
+        .asks_first(),
+    // The 2026-07-28 suite's input-required (MRTR) fixtures.
+    Tool::new("test_input_required_result_elicitation", "Asks a name (key `user_name`), then greets it.", input_required_elicitation)
+        .read_only(true)
+        .open_world(false),
+    Tool::new("test_input_required_result_multi_round", "Asks a name (`step1`), then a color (`step2`).", input_required_multi_round)
+        .read_only(true)
+        .open_world(false),
+    Tool::new("test_input_required_result_request_state", "Asks for a confirmation (`confirm`).", input_required_request_state)
+        .read_only(true)
+        .open_world(false),
+    Tool::new("test_input_required_result_tampered_state", "Asks for a confirmation (`confirm`).", input_required_request_state)
+        .read_only(true)
+        .open_world(false),
+    Tool::new("test_input_required_result_capabilities", "Asks a name (key `user_name`), then greets it.", input_required_elicitation)
+        .read_only(true)
+        .open_world(false),
     Tool::new("test_simple_text", "Answers a simple text.", simple_text)
         .read_only(true)
         .idempotent(true)

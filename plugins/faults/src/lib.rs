@@ -332,6 +332,9 @@ pub struct AskArgs {
     /// How many times to ask it (default 1).
     #[serde(default)]
     pub times: Option<u32>,
+    /// Ask it once under each of these keys, all at once (`Ctx::ask_all`), instead.
+    #[serde(default)]
+    pub keys: Option<Vec<String>>,
 }
 
 /// Asks the user, then answers each reply and the time left after it, as JSON.
@@ -341,17 +344,27 @@ fn ask(args: AskArgs, ctx: &Ctx) -> Result<Answer, ToolError> {
         None => Question::confirm(args.message),
     };
     let before = ctx.time_left().map(|left| left.as_millis() as u64);
-    let replies: Vec<_> = (0..args.times.unwrap_or(1))
-        .map(|_| {
-            let (kind, value) = match ctx.ask(question.clone()) {
-                Reply::Accepted(answer) => ("accepted", answer),
-                Reply::Declined(why) => ("declined", json!(why)),
-                Reply::Cancelled(why) => ("cancelled", json!(why)),
-            };
-            let left = ctx.time_left().map(|left| left.as_millis() as u64);
-            json!({"reply": kind, "value": value, "time_left_ms": left, "cancelled": ctx.is_cancelled()})
-        })
-        .collect();
+    let report = |reply: Reply| {
+        let (kind, value) = match reply {
+            Reply::Accepted(answer) => ("accepted", answer),
+            Reply::Declined(why) => ("declined", json!(why)),
+            Reply::Cancelled(why) => ("cancelled", json!(why)),
+        };
+        let left = ctx.time_left().map(|left| left.as_millis() as u64);
+        json!({"reply": kind, "value": value, "time_left_ms": left, "cancelled": ctx.is_cancelled()})
+    };
+    let replies: Vec<_> = match args.keys {
+        Some(keys) => {
+            let questions = keys
+                .into_iter()
+                .map(|key| question.clone().with_key(key))
+                .collect();
+            ctx.ask_all(questions).into_iter().map(report).collect()
+        }
+        None => (0..args.times.unwrap_or(1))
+            .map(|_| report(ctx.ask(question.clone())))
+            .collect(),
+    };
     Ok(Answer::text(
         json!({"time_left_ms_before": before, "replies": replies}).to_string(),
     ))

@@ -10,8 +10,8 @@ use abi_stable::std_types::{ROption, RResult, RStr, RString};
 use rho_plugin_api::Answer;
 use rho_plugin_api::LogLevel;
 use rho_plugin_api::ffi::{
-    FfiAnswer2, FfiAnswer3, FfiCallInfo, FfiCtx, FfiHost, FfiOutcome3, FfiReply, FfiReplyKind,
-    HostServices, PluginModRef,
+    CheckedQuestion, FfiAnswer2, FfiAnswer3, FfiCallInfo, FfiCtx, FfiHost, FfiOutcome3, FfiReply,
+    FfiReplyKind, HostServices, PluginModRef,
 };
 use rho_plugin_api::{BlockHead, Image, Output, Question, Reply};
 use rho_protocol::answer::{self, FailureKind};
@@ -198,9 +198,10 @@ pub struct CallInfo<'a> {
 /// Where a call's log lines go, checked: their level and their text.
 pub type OnLog<'a> = &'a (dyn Fn(LogLevel, &str) + Sync);
 
-/// Who answers a call's questions: the reply and the call's time left once it came (the wait
-/// moved the deadline). Blocks the plugin's thread until then.
-pub type OnAsk<'a> = &'a (dyn Fn(Question) -> (Reply, Option<Duration>) + Sync);
+/// Who answers a call's questions, asked together: one reply per question, in order, and the
+/// call's time left once they came (the wait moved the deadline). Blocks the plugin's thread
+/// until then.
+pub type OnAsk<'a> = &'a (dyn Fn(Vec<Question>) -> (Vec<Reply>, Option<Duration>) + Sync);
 
 /// A call's services as the plugin reaches them ([`HostServices`]): each line and question
 /// checked; what breaks the contract is remembered and crashes the call when it ends.
@@ -208,6 +209,59 @@ struct CallServices<'a> {
     info: CallInfo<'a>,
     bad_log: AtomicBool,
     bad_question: AtomicBool,
+}
+
+impl CallServices<'_> {
+    /// One of the questions asked together, checked: text, its key (valid, not taken by an
+    /// earlier one of them), the size of all of them so far (`total`), its schema. What breaks
+    /// the contract (text that is not UTF-8, a schema that is not JSON) is remembered and
+    /// crashes the call when it ends; a question too large or a bad key is declined.
+    fn checked(
+        &self,
+        q: &CheckedQuestion<'_>,
+        total: &mut usize,
+        keys: &mut std::collections::HashSet<String>,
+    ) -> Result<Question, Reply> {
+        let (Some(key), Some(message), Some(schema)) = (q.key, q.message, q.schema_json) else {
+            self.bad_question.store(true, Ordering::Relaxed);
+            return Err(Reply::Cancelled("the question is not UTF-8 text".into()));
+        };
+        *total = total
+            .saturating_add(key.len())
+            .saturating_add(message.len())
+            .saturating_add(schema.len());
+        if *total > answer::MAX_QUESTION_BYTES {
+            return Err(Reply::Declined(format!(
+                "the questions are {total} bytes or more; the questions asked together may be at \
+                 most {} bytes",
+                answer::MAX_QUESTION_BYTES
+            )));
+        }
+        if !key.is_empty() && !rho_plugin_api::is_valid_key(key) {
+            return Err(Reply::Declined(format!(
+                "the question's key is not 1 to {} letters, digits, `_`, `.` or `-`",
+                rho_plugin_api::MAX_KEY_LEN
+            )));
+        }
+        if !key.is_empty() && !keys.insert(key.to_owned()) {
+            return Err(Reply::Declined(format!(
+                "another question asked with it has the key `{key}`"
+            )));
+        }
+        let schema = match rho_protocol::details::parse(schema) {
+            Ok(schema) => schema,
+            Err(e) => {
+                self.bad_question.store(true, Ordering::Relaxed);
+                return Err(Reply::Cancelled(format!("the question's schema {e}")));
+            }
+        };
+        let question = Question::new(message, schema);
+        Ok(if key.is_empty() {
+            question
+        } else {
+            question.with_key(key)
+        })
+    }
 }
 
 impl HostServices for CallServices<'_> {
@@ -223,7 +277,7 @@ impl HostServices for CallServices<'_> {
         }
     }
 
-    fn ask(&self, message: Option<&str>, schema_json: Option<&str>) -> FfiReply {
+    fn ask(&self, asked: &[CheckedQuestion<'_>]) -> Vec<FfiReply> {
         let reply = |reply: Reply, left: Option<Duration>| {
             let (kind, text) = match reply {
                 Reply::Accepted(value) => (FfiReplyKind::Accepted, value.to_string()),
@@ -238,41 +292,49 @@ impl HostServices for CallServices<'_> {
                     .into(),
             }
         };
-        let left = || self.info.time_left;
-        let (Some(message), Some(schema)) = (message, schema_json) else {
-            self.bad_question.store(true, Ordering::Relaxed);
-            return reply(
-                Reply::Cancelled("the question is not UTF-8 text".into()),
-                left(),
-            );
-        };
-        let size = message.len().saturating_add(schema.len());
-        if size > answer::MAX_QUESTION_BYTES {
-            return reply(
-                Reply::Declined(format!(
-                    "the question is {size} bytes; a question may be at most {} bytes",
-                    answer::MAX_QUESTION_BYTES
-                )),
-                left(),
-            );
-        }
-        let schema = match rho_protocol::details::parse(schema) {
-            Ok(schema) => schema,
-            Err(e) => {
-                self.bad_question.store(true, Ordering::Relaxed);
-                return reply(
-                    Reply::Cancelled(format!("the question's schema {e}")),
-                    left(),
-                );
+        // Each question checked; those that fail get their reply here, the others are asked
+        // together.
+        let mut replies: Vec<Option<Reply>> = Vec::with_capacity(asked.len());
+        let mut questions = Vec::new();
+        let mut total = 0usize;
+        let mut keys = std::collections::HashSet::new();
+        for q in asked {
+            match self.checked(q, &mut total, &mut keys) {
+                Ok(question) => {
+                    questions.push(question);
+                    replies.push(None);
+                }
+                Err(refused) => replies.push(Some(refused)),
             }
-        };
-        match self.info.on_ask {
-            Some(on_ask) => {
-                let (answer, left) = on_ask(Question::new(message, schema));
-                reply(answer, left)
-            }
-            None => reply(Reply::Declined("no one can be asked here".into()), left()),
         }
+        let (mut answers, left) = match (self.info.on_ask, questions.is_empty()) {
+            (_, true) => (Vec::new(), self.info.time_left),
+            (Some(on_ask), false) => {
+                let n = questions.len();
+                let (mut answers, left) = on_ask(questions);
+                answers.resize_with(n, || {
+                    Reply::Cancelled("the call ended before the question was answered".into())
+                });
+                (answers, left)
+            }
+            (None, false) => (
+                questions
+                    .iter()
+                    .map(|_| Reply::Declined("no one can be asked here".into()))
+                    .collect(),
+                self.info.time_left,
+            ),
+        };
+        answers.reverse();
+        replies
+            .into_iter()
+            .map(|r| {
+                let r = r
+                    .or_else(|| answers.pop())
+                    .unwrap_or_else(|| Reply::Cancelled("no reply came".into()));
+                reply(r, left)
+            })
+            .collect()
     }
 }
 

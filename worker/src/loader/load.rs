@@ -278,6 +278,7 @@ impl RawTool {
                 max_result_bytes: spec.max_result_bytes,
                 idle_timeout_ms: spec.idle_timeout_ms,
                 task_support: spec.task_support,
+                asks_first: spec.asks_first,
             },
             name: Some(spec.name),
             description: Some(spec.description),
@@ -396,6 +397,7 @@ pub fn check_tools(
             max_result_bytes,
             idle_timeout_ms,
             task_support,
+            asks_first,
             ..
         } = tool.declared;
         let spec = ToolSpec {
@@ -409,6 +411,7 @@ pub fn check_tools(
             timeout_ms: tool.timeout_ms,
             idle_timeout_ms,
             task_support,
+            asks_first,
             plugin: Some(plugin.to_owned()),
             plugin_version: Some(version.to_owned()),
         };
