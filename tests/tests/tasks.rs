@@ -534,3 +534,70 @@ fn a_tool_that_asks_first_becomes_a_task_once_answered() {
         "{done}"
     );
 }
+
+/// The official Tasks extension client (`@modelcontextprotocol/ext-tasks` over the TypeScript
+/// SDK, 2026-07-28): a long call is a task it settles, a task's question reaches its input
+/// handler and the answer goes back by `tasks/update`, a cancelled task settles cancelled, a
+/// quick tool answers at once; and after the server is killed and started again on the same
+/// journal, the task references it kept resume: the ended task with its result, the
+/// interrupted one failed, saying so.
+#[test]
+fn the_typescript_tasks_client_runs_tasks_and_resumes_them_after_a_restart() {
+    let project = rho_tests::npm_project("typescript");
+    // Resolved from the installed project's node_modules.
+    let script = project.join("tasks.mjs");
+    std::fs::copy(
+        rho_tests::workspace_dir().join("tests/typescript/tasks.mjs"),
+        &script,
+    )
+    .unwrap();
+    let node = |url: &str, args: &[&str], context: &str| {
+        let mut client = std::process::Command::new("node");
+        client.arg(&script).arg(url).args(args);
+        rho_tests::client_report(client, context)
+    };
+    let (server, plugins, state) = serve();
+    let report = node(&server.url(), &["run"], "run");
+    assert_eq!(
+        report["slow"],
+        json!({"kind": "task", "status": "completed", "text": "Computed after 0.5 seconds"}),
+        "{report}"
+    );
+    assert_eq!(
+        report["confirm"],
+        json!({"kind": "task", "status": "completed", "text": "Deleted /srv/ts"}),
+        "{report}"
+    );
+    assert_eq!(report["asked"], json!(["Delete /srv/ts?"]), "{report}");
+    assert_eq!(
+        report["cancelled"],
+        json!({"kind": "task", "status": "cancelled"}),
+        "{report}"
+    );
+    assert_eq!(
+        report["greet"],
+        json!({"kind": "immediate", "status": "completed", "text": "Hello, Ada!"}),
+        "{report}"
+    );
+
+    let references = node(&server.url(), &["start"], "start");
+    // The quick task ends and is journaled; then the server dies without a word.
+    std::thread::sleep(Duration::from_millis(1000));
+    drop(server);
+    let server = serve_again(plugins.path(), state.path());
+    let references = references.to_string();
+    let resumed = node(&server.url(), &["resume", &references], "resume");
+    assert_eq!(
+        resumed["ended"],
+        json!({"status": "completed", "text": "Computed after 0.2 seconds"}),
+        "{resumed}"
+    );
+    assert_eq!(resumed["running"]["status"], "failed", "{resumed}");
+    assert!(
+        resumed["running"]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("server restarted"),
+        "{resumed}"
+    );
+}
