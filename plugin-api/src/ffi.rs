@@ -12,8 +12,8 @@
 //! `#[sabi(missing_field(option))]`, so a host reads `None` from a plugin built before them.
 //! Nothing else changes: no field of an existing type is added, removed, reordered or retyped (a
 //! new shape is a new type, reached through a new field of [`PluginMod`]; [`HostFns`] is the
-//! other prefix type, grown the same way, each step freezing the older tables as [`v1`] and
-//! [`v2`] freeze the root module), and what can grow
+//! other prefix type, grown the same way, each step freezing the older tables as [`v1`],
+//! [`v2`] and [`v3`] freeze the root module and the table), and what can grow
 //! without an ABI step (what a plugin declares) travels as JSON ([`crate::declare`]).
 //! [`INTERFACE_VERSION`] counts the steps; a host loads every version from
 //! [`OLDEST_INTERFACE_VERSION`] to its own, and the package version stays `0.1.x`, which
@@ -179,6 +179,95 @@ pub mod v2 {
         const BASE_NAME: &'static str = "rho_plugin";
         const NAME: &'static str = "rho_plugin";
         const VERSION_STRINGS: VersionStrings = package_version_strings!();
+    }
+}
+
+/// Interface 3's root module and table of host functions, frozen: as [`v1`], a host checks the
+/// layout of a plugin built against interface 3 with them (its `call_host` takes an [`FfiHost`]
+/// whose [`HostFns`] had `log` and `ask` only), then reads it through today's types: the table a
+/// host hands it has every later function too, which the plugin never asks for. Never change
+/// these types.
+pub mod v3 {
+    use abi_stable::{
+        StableAbi, declare_root_module_statics,
+        library::RootModule,
+        marker_type::ErasedObject,
+        package_version_strings,
+        sabi_types::{RRef, VersionStrings},
+        std_types::{RResult, RStr, RString},
+    };
+
+    use super::{
+        FfiCallInfo, FfiCtx, FfiOutcome, FfiOutcome2, FfiOutcome3, FfiPluginInfo, FfiReply,
+    };
+
+    /// The root module of interface 3.
+    #[repr(C)]
+    #[derive(StableAbi)]
+    #[sabi(kind(Prefix(prefix_ref = PluginModRef)))]
+    #[sabi(missing_field(panic))]
+    pub struct PluginMod {
+        /// 3.
+        pub interface_version: u32,
+        /// Describes the plugin and its tools.
+        pub describe: extern "C" fn() -> RResult<FfiPluginInfo, RString>,
+        /// Calls one tool.
+        #[sabi(last_prefix_field)]
+        pub call: extern "C" fn(tool: RStr<'_>, args_json: RStr<'_>, ctx: FfiCtx<'_>) -> FfiOutcome,
+        /// What the plugin declares.
+        #[sabi(missing_field(option))]
+        pub declare: extern "C" fn() -> RResult<RString, RString>,
+        /// `call` with call info and structured answers.
+        #[sabi(missing_field(option))]
+        pub call_with: extern "C" fn(
+            tool: RStr<'_>,
+            args_json: RStr<'_>,
+            ctx: FfiCtx<'_>,
+            info: FfiCallInfo<'_>,
+        ) -> FfiOutcome2,
+        /// `call_with` with the host's functions, answering blocks.
+        #[sabi(missing_field(option))]
+        pub call_host: extern "C" fn(
+            tool: RStr<'_>,
+            args_json: RStr<'_>,
+            ctx: FfiCtx<'_>,
+            info: FfiCallInfo<'_>,
+            host: FfiHost<'_>,
+        ) -> FfiOutcome3,
+    }
+
+    impl RootModule for PluginModRef {
+        declare_root_module_statics! {PluginModRef}
+        const BASE_NAME: &'static str = "rho_plugin";
+        const NAME: &'static str = "rho_plugin";
+        const VERSION_STRINGS: VersionStrings = package_version_strings!();
+    }
+
+    /// What a host offered a running call in interface 3.
+    #[repr(C)]
+    #[derive(StableAbi, Clone, Copy)]
+    pub struct FfiHost<'a> {
+        /// Opaque host state.
+        pub sink: RRef<'a, ErasedObject>,
+        /// The functions.
+        pub fns: HostFnsRef,
+    }
+
+    /// The host's functions of interface 3.
+    #[repr(C)]
+    #[derive(StableAbi)]
+    #[sabi(kind(Prefix(prefix_ref = HostFnsRef)))]
+    #[sabi(missing_field(option))]
+    pub struct HostFns {
+        /// One log line.
+        #[sabi(last_prefix_field)]
+        pub log: extern "C" fn(sink: RRef<'_, ErasedObject>, level: u8, line: RStr<'_>),
+        /// One question.
+        pub ask: extern "C" fn(
+            sink: RRef<'_, ErasedObject>,
+            message: RStr<'_>,
+            schema_json: RStr<'_>,
+        ) -> FfiReply,
     }
 }
 

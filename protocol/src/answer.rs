@@ -104,8 +104,12 @@ pub const MAX_BLOCKS: usize = 1024;
 pub const MAX_BLOCK_HEAD_BYTES: usize = 16 << 10;
 
 /// The largest question a tool may ask: bytes of its message and its schema's JSON text
-/// together. A larger one is declined, with a reason naming the bound.
+/// together (of the questions it asks together: of all of them, with their keys). A larger one
+/// is declined, with a reason naming the bound.
 pub const MAX_QUESTION_BYTES: usize = 256 << 10;
+
+/// The most questions a tool may ask together; those past it are declined.
+pub const MAX_QUESTIONS_AT_ONCE: usize = 32;
 
 /// The largest details, and the largest structured content, one answer may carry: bytes of JSON
 /// text (as the plugin or node sent it; a native tool's values are measured as serialized).

@@ -436,15 +436,27 @@ pub fn abi_v1_fixture() -> &'static AbiV1 {
 /// `context` (details `{time_left_ms, traceparent}` of its call) and `fail` ("failed on purpose").
 pub fn abi_v2_fixture() -> &'static Path {
     static FIXTURE: OnceLock<PathBuf> = OnceLock::new();
-    FIXTURE.get_or_init(|| {
-        // Hosts serve the fixture, isolated too: the worker binary must be there.
-        built();
-        build_fixture("abi-v2").join(format!(
-            "{}echo_v2{}",
-            std::env::consts::DLL_PREFIX,
-            std::env::consts::DLL_SUFFIX
-        ))
-    })
+    FIXTURE.get_or_init(|| fixture_lib("abi-v2", "echo_v2"))
+}
+
+/// `libecho_v3.so`, built against the frozen plugin interface 3 (`tests/fixtures/abi-v3`): tool
+/// `confirm` (`what`; a 5 s timeout of its own) logs `asking about WHAT` at notice, asks the
+/// user to confirm `WHAT?`, and answers two text blocks: the reply (`accepted {...}`,
+/// `declined: why`, `cancelled: why`), then `time left: true` when time was left after it.
+pub fn abi_v3_fixture() -> &'static Path {
+    static FIXTURE: OnceLock<PathBuf> = OnceLock::new();
+    FIXTURE.get_or_init(|| fixture_lib("abi-v3", "echo_v3"))
+}
+
+/// The library `lib` of the fixture workspace `fixture`, built (the binaries it serves with
+/// built first: hosts serve fixtures isolated too, so the worker binary must be there).
+fn fixture_lib(fixture: &str, lib: &str) -> PathBuf {
+    built();
+    build_fixture(fixture).join(format!(
+        "{}{lib}{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    ))
 }
 
 /// The official MCP Python SDK of `requirement` (`mcp>=2`, `mcp<2`), installed from PyPI into the

@@ -1,5 +1,5 @@
-//! The plugin ABI across versions: plugins built against the frozen interfaces 1 and 2
-//! (`tests/fixtures/abi-v1`, `tests/fixtures/abi-v2`) load and answer in today's host, in process
+//! The plugin ABI across versions: plugins built against the frozen interfaces 1, 2 and 3
+//! (`tests/fixtures/abi-v1`, `abi-v2`, `abi-v3`) load and answer in today's host, in process
 //! and isolated, with everything their interface can say; a plugin
 //! built against today's interface is refused by an interface-1 host with one line naming both
 //! versions.
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rho_runtime::{BusItem, CallOptions, DirOptions, Event, EventKind, Outcome};
-use rho_tests::{abi_v1_fixture, abi_v2_fixture, call, host_with, plugin_lib};
+use rho_tests::{abi_v1_fixture, abi_v2_fixture, abi_v3_fixture, call, host_with, plugin_lib};
 use serde_json::json;
 use tokio_stream::StreamExt;
 
@@ -186,6 +186,63 @@ async fn a_plugin_built_against_interface_2_loads_and_answers_in_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_built_against_interface_2_loads_and_answers_isolated() {
     interface_2_loads_and_answers(DirOptions::default()).await;
+}
+
+/// Serves `echo-v3` (built against the frozen interface 3, whose table of host functions has
+/// `log` and `ask` only) from a fresh directory with `options`: it loads as interface 3, and a
+/// call logs, asks (the answerer's reply reaches it) and answers blocks (before interface 4's
+/// freeze, today's host refused it: its `HostFns` has fewer fields than the host's).
+async fn interface_3_loads_and_answers(options: DirOptions) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(abi_v3_fixture(), dir.path().join("libecho_v3.so")).unwrap();
+    let (host, report) = host_with(dir.path(), options, |b| b).await;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let infos = host.plugins().await;
+    assert_eq!(
+        (infos[0].name.as_str(), infos[0].interface_version),
+        ("echo-v3", 3)
+    );
+    let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = asked.clone();
+    let answerer = move |question: rho_runtime::Question, _call: rho_runtime::ToolCall| {
+        seen.lock().unwrap().push(question.message.clone());
+        async move { rho_runtime::Reply::Accepted(json!({"confirm": true})) }
+    };
+    let options = CallOptions {
+        answerer: Some(Arc::new(answerer)),
+        ..CallOptions::default()
+    };
+    let mut events = host.subscribe();
+    let r = host
+        .call_with(&call("q", "confirm", json!({"what": "Proceed"})), &options)
+        .await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
+    assert_eq!(
+        &*r.text(),
+        "accepted {\"confirm\":true}\ntime left: true",
+        "{r:?}"
+    );
+    assert_eq!(*asked.lock().unwrap(), ["Proceed?"]);
+    let logs: Vec<String> = events_of(&mut events, "q")
+        .await
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolExecutionLog { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(logs, ["asking about Proceed"]);
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_built_against_interface_3_loads_and_answers_in_process() {
+    interface_3_loads_and_answers(DirOptions::in_process()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_built_against_interface_3_loads_and_answers_isolated() {
+    interface_3_loads_and_answers(DirOptions::default()).await;
 }
 
 #[test]

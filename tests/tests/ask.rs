@@ -378,6 +378,17 @@ async fn questions_asked_together_reach_the_answerer_together_with_their_keys() 
                 .contains("key"),
             "{context}"
         );
+        // At most 32 together: the 33rd is declined, the others asked.
+        let keys: Vec<String> = (0..33).map(|n| format!("k{n}")).collect();
+        let args = json!({"message": "Go on?", "keys": keys});
+        let r = host.call_with(&call("3", "ask", args), &options).await;
+        let context = format!("isolated: {isolate}: {}", r.text());
+        let report = replies(&r.text());
+        let kinds: Vec<&str> = (0..33)
+            .map(|n| report["replies"][n]["reply"].as_str().unwrap())
+            .collect();
+        assert!(kinds[..32].iter().all(|k| *k == "accepted"), "{context}");
+        assert_eq!(kinds[32], "declined", "{context}");
         host.shutdown().await;
     }
 }

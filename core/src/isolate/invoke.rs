@@ -290,7 +290,11 @@ fn questions_of(heads: &[QuestionHead], blobs: Vec<u8>) -> Result<Vec<Question>,
         sum.checked_add(head.message_len)?
             .checked_add(head.schema_len)
     });
-    if heads.is_empty() || announced != Some(blobs.len()) {
+    if heads.is_empty()
+        || heads.len() > rho_protocol::answer::MAX_QUESTIONS_AT_ONCE
+        || announced.is_none_or(|n| n > rho_protocol::answer::MAX_QUESTION_BYTES)
+        || announced != Some(blobs.len())
+    {
         return Err(format!(
             "{} questions announcing {announced:?} bytes carried {}",
             heads.len(),

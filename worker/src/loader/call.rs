@@ -298,7 +298,14 @@ impl HostServices for CallServices<'_> {
         let mut questions = Vec::new();
         let mut total = 0usize;
         let mut keys = std::collections::HashSet::new();
-        for q in asked {
+        for (n, q) in asked.iter().enumerate() {
+            if n >= answer::MAX_QUESTIONS_AT_ONCE {
+                replies.push(Some(Reply::Declined(format!(
+                    "a tool may ask at most {} questions together",
+                    answer::MAX_QUESTIONS_AT_ONCE
+                ))));
+                continue;
+            }
             match self.checked(q, &mut total, &mut keys) {
                 Ok(question) => {
                     questions.push(question);

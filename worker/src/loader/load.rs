@@ -9,6 +9,7 @@ use rho_plugin_api::Capabilities;
 use rho_plugin_api::declare::{Declaration, ToolDeclaration};
 use rho_plugin_api::ffi::{
     FfiPluginInfo, FfiToolDesc, INTERFACE_VERSION, OLDEST_INTERFACE_VERSION, PluginModRef, v1, v2,
+    v3,
 };
 
 use crate::loader::abi::{plain_text, uses_interface};
@@ -120,7 +121,9 @@ fn open_module(path: &Path, copy: &Path) -> Result<PluginModRef, LoadError> {
             // abi_stable wants a library to have every field of the host's root module; a plugin
             // of an older interface has fewer. Checked against that interface's frozen layout, it
             // is read through today's type, whose later fields then read as `None`.
-            let frozen = if header.ensure_layout::<v2::PluginModRef>().is_ok() {
+            let frozen = if header.ensure_layout::<v3::PluginModRef>().is_ok() {
+                3
+            } else if header.ensure_layout::<v2::PluginModRef>().is_ok() {
                 2
             } else if header.ensure_layout::<v1::PluginModRef>().is_ok() {
                 1
