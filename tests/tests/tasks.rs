@@ -601,3 +601,120 @@ fn the_typescript_tasks_client_runs_tasks_and_resumes_them_after_a_restart() {
         "{resumed}"
     );
 }
+
+/// `rho serve` over stdio, its requests 2026-07-28's (each with its own `_meta`).
+struct Stdio {
+    child: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    next: u64,
+}
+
+impl Stdio {
+    fn start(plugins: &std::path::Path, journal: &std::path::Path) -> Stdio {
+        let mut child = std::process::Command::new(rho_tests::rho_bin())
+            .args(["serve", "--plugins"])
+            .arg(plugins)
+            .arg("--journal")
+            .arg(journal)
+            .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"))
+            .env("XDG_RUNTIME_DIR", rho_tests::host_dir("rho-runtime"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        Stdio {
+            child,
+            lines: std::io::BufRead::lines(std::io::BufReader::new(stdout)),
+            next: 0,
+        }
+    }
+
+    fn rpc(&mut self, method: &str, mut params: Value) -> Value {
+        use std::io::Write;
+        self.next += 1;
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": with_tasks(),
+        });
+        let request =
+            json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params});
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{request}").unwrap();
+        stdin.flush().unwrap();
+        loop {
+            let line = self.lines.next().unwrap().unwrap();
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == self.next {
+                return message;
+            }
+        }
+    }
+
+    fn poll_until(&mut self, id: &str, want: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let result = self.rpc("tasks/get", json!({"taskId": id}))["result"].clone();
+            if result["status"] == want {
+                return result;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "task {id} never {want}: {result}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Stdio {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Tasks over stdio: a long call is a task polled to its end, a question is answered with
+/// `tasks/update`; killed and started again on the same journal, the server answers for the
+/// ended task (the one stdio client is its owner again).
+#[test]
+fn tasks_over_stdio_end_are_answered_and_outlive_a_restart() {
+    let plugins = tempfile::tempdir_in(rho_tests::host_dir("rho-tasks-tests")).unwrap();
+    install(plugins.path(), "conformance");
+    let state = tempfile::tempdir().unwrap();
+    let journal = state.path().join("stdio.jsonl");
+    let mut server = Stdio::start(plugins.path(), &journal);
+    let call = json!({"name": "slow_compute", "arguments": {"seconds": 0.2}});
+    let id = created(&server.rpc("tools/call", call));
+    let done = server.poll_until(&id, "completed");
+    assert_eq!(
+        done["result"]["content"][0]["text"],
+        "Computed after 0.2 seconds"
+    );
+    let call = json!({"name": "confirm_delete", "arguments": {"path": "/srv/io"}});
+    let asking_id = created(&server.rpc("tools/call", call));
+    let asking = server.poll_until(&asking_id, "input_required");
+    let key = asking["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let answer = json!({key: {"action": "accept", "content": {"confirm": true}}});
+    let ack = server.rpc(
+        "tasks/update",
+        json!({"taskId": asking_id, "inputResponses": answer}),
+    );
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    let deleted = server.poll_until(&asking_id, "completed");
+    assert_eq!(deleted["result"]["content"][0]["text"], "Deleted /srv/io");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(server);
+
+    let mut server = Stdio::start(plugins.path(), &journal);
+    let after = server.rpc("tasks/get", json!({"taskId": id}))["result"].clone();
+    assert_eq!(after["status"], "completed", "{after}");
+    assert_eq!(after["result"], done["result"], "{after}");
+}
