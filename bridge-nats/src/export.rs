@@ -564,6 +564,8 @@ impl Runner {
                 confirmed,
                 behind,
                 reason,
+                // The NATS export falls behind and catches up from the journal: it drops nothing.
+                dropped: 0,
             },
         );
     }

@@ -78,10 +78,13 @@ pub struct Config {
     pub mcp: Vec<rho_mcp_source::McpServer>,
     /// `[wasm]`: the engine of the components in plugin directories.
     pub wasm: WasmConfig,
+    /// `[otel]`: the calls as OpenTelemetry spans and metrics over OTLP (rho-otel), with the
+    /// standard `OTEL_*` environment variables applied when a command starts.
+    pub otel: rho_otel::OtelConfig,
 }
 
 /// The sections the parts `rho` links read, besides the host's.
-const PARTS: [&str; 5] = ["serve", "nats", "remote", "mcp", "wasm"];
+const PARTS: [&str; 6] = ["serve", "nats", "remote", "mcp", "wasm", "otel"];
 
 impl Config {
     /// Checks every section's ranges and names.
@@ -90,6 +93,10 @@ impl Config {
         self.serve.check()?;
         self.nats.check()?;
         self.wasm.check()?;
+        self.otel.check().map_err(|e| ConfigError {
+            key: "otel".into(),
+            problem: e.to_string().trim_start_matches("otel: ").to_owned(),
+        })?;
         let mut names = std::collections::BTreeSet::new();
         for server in &self.mcp {
             server.check()?;
@@ -157,6 +164,7 @@ pub fn parse(text: &str) -> Result<Config, String> {
     let remote = section(&mut table, "remote", text)?;
     let mcp = section(&mut table, "mcp", text)?;
     let wasm = section(&mut table, "wasm", text)?;
+    let otel = section(&mut table, "otel", text)?;
     let host = deserialize(Spanned::new(span, table), text)?;
     Ok(Config {
         host,
@@ -165,6 +173,7 @@ pub fn parse(text: &str) -> Result<Config, String> {
         remote,
         mcp,
         wasm,
+        otel,
     })
 }
 

@@ -189,6 +189,11 @@ pub async fn build(
         }
         unusable |= report.dir_error.is_some();
     }
+    if let Err(line) = crate::telemetry::start(&host, &config.otel) {
+        eprintln!("rho: {}", crate::render::terminal_safe(&line));
+        host.shutdown().await;
+        return Err(ExitCode::from(1));
+    }
     // A directory that cannot be used at all is the command's failure, not a quiet empty list.
     if unusable {
         host.shutdown().await;

@@ -23,6 +23,7 @@ mod plugin;
 mod render;
 mod run;
 mod serve;
+mod telemetry;
 mod tools;
 mod view;
 mod wasm;
@@ -99,7 +100,7 @@ fn main() -> ExitCode {
         }
     };
     let code = runtime.block_on(async {
-        match command {
+        let code = match command {
             Command::Tools(args) => tools::main(args, config).await,
             Command::Call(args) => call::main(args, config).await,
             Command::Run(args) => run::main(args, config).await,
@@ -107,7 +108,10 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::main(args, config).await,
             Command::Node(args) => node::main(args, config).await,
             Command::Plugin(command) => plugin::main(command),
-        }
+        };
+        // What the calls exported is sent before the process exits.
+        telemetry::flush().await;
+        code
     });
     // Runaway plugin threads must not keep the process alive.
     runtime.shutdown_background();

@@ -288,6 +288,7 @@ pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
             call_id,
             tool,
             args,
+            ..
         } => {
             format!("-> {tool} #{call_id} {}", one_line(&args.to_string(), 100))
         }
@@ -410,13 +411,22 @@ pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
             confirmed,
             behind,
             reason,
-        } => match (connected, reason) {
-            (false, Some(reason)) => format!(
-                "export to {exporter} interrupted ({reason}): {behind} events waiting, seq {confirmed} confirmed"
-            ),
-            _ if *behind == 0 => format!("export to {exporter}: caught up at seq {confirmed}"),
-            _ => format!("export to {exporter}: {behind} events behind, seq {confirmed} confirmed"),
-        },
+            dropped,
+        } => {
+            let mut line = match (connected, reason) {
+                (false, Some(reason)) => format!(
+                    "export to {exporter} interrupted ({reason}): {behind} events waiting, seq {confirmed} confirmed"
+                ),
+                _ if *behind == 0 => format!("export to {exporter}: caught up at seq {confirmed}"),
+                _ => format!(
+                    "export to {exporter}: {behind} events behind, seq {confirmed} confirmed"
+                ),
+            };
+            if *dropped > 0 {
+                line.push_str(&format!(", {dropped} dropped"));
+            }
+            line
+        }
         EventKind::SourceStateChanged {
             source,
             kind,

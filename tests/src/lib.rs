@@ -506,7 +506,8 @@ fn pip_install(flags: &[&str], target: &Path, requirement: &str) {
         ])
         .args(flags)
         .arg(target)
-        .arg(requirement)
+        // One requirement, or several separated by spaces.
+        .args(requirement.split_whitespace())
         .status()
         .expect("run pip");
     assert!(status.success(), "pip install {requirement}");

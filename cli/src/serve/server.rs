@@ -24,6 +24,7 @@ use super::mcp::{mcp_result, mcp_tool};
 use super::meta_tools;
 use super::settings::ServeConfig;
 use super::tasks::{Tasks, owner};
+use crate::telemetry;
 
 /// The MCP server.
 #[derive(Clone)]
@@ -308,11 +309,38 @@ impl RhoServer {
         })
     }
 
+    /// `tools/call`, its calls' trace context `traceparent` when a server span stands for the
+    /// request (else the request's own).
+    async fn call_tool_traced(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+        traceparent: Option<String>,
+    ) -> Result<CallToolResponse, McpError> {
+        if self.meta_tools {
+            if request.name == meta_tools::FIND {
+                let arguments = request.arguments.unwrap_or_default();
+                return Ok(CallToolResponse::Complete(meta_tools::find(
+                    &self.listed(),
+                    &arguments,
+                )));
+            }
+            if request.name == meta_tools::CALL {
+                return match meta_tools::unwrap_call(request) {
+                    Ok(inner) => self.call(inner, context, traceparent).await,
+                    Err(refused) => Ok(CallToolResponse::Complete(refused)),
+                };
+            }
+        }
+        self.call(request, context, traceparent).await
+    }
+
     /// Runs the call in a task of its own: whatever happens, the request gets an answer.
     async fn call(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
+        traceparent: Option<String>,
     ) -> Result<CallToolResponse, McpError> {
         // The retry of a round whose tool asked (2026-07-28): the answers go to the parked
         // call, which goes on once its questions have them all (a call that asks first then
@@ -442,11 +470,13 @@ impl RhoServer {
             }),
         ));
         // W3C trace context from the request's `_meta.traceparent` (checked by the runner).
-        let traceparent = context
-            .meta
-            .get("traceparent")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let traceparent = traceparent.or_else(|| {
+            context
+                .meta
+                .get("traceparent")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
         let mut options = CallOptions {
             cancel: Some(context.ct.clone()),
             traceparent,
@@ -551,6 +581,35 @@ impl RhoServer {
     }
 }
 
+/// The SERVER span of a request of `method` on `target` that arrives now with `context`.
+fn server_span(
+    method: &str,
+    target: Option<&str>,
+    context: &RequestContext<RoleServer>,
+) -> rho_otel::ServerSpan {
+    let inbound = context.meta.get("traceparent").and_then(Value::as_str);
+    let mut span = rho_otel::ServerSpan::begin(method, target, inbound);
+    span.request_id = request_id(context);
+    span.protocol_version = context
+        .meta
+        .protocol_version()
+        .map(|v| v.to_string())
+        .or_else(|| {
+            context
+                .peer
+                .peer_info()
+                .map(|info| info.protocol_version.to_string())
+        });
+    let parts = context.extensions.get::<axum::http::request::Parts>();
+    span.transport = if parts.is_some() { "tcp" } else { "pipe" };
+    // The session id lets whoever holds it act in the session: a digest of it is exported.
+    span.session_id = parts
+        .and_then(|p| p.headers.get("mcp-session-id"))
+        .and_then(|v| v.to_str().ok())
+        .map(|id| rho_runtime::sha256_hex(id.as_bytes())[..32].to_owned());
+    span
+}
+
 /// Whether `context`'s request is of the 2026-07-28 revision or later.
 fn modern(context: &RequestContext<RoleServer>) -> bool {
     context
@@ -601,11 +660,16 @@ impl ServerHandler for RhoServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        let span = telemetry::export().map(|_| server_span("tools/list", None, &context));
         let tools = self.listed();
         // Fresh only now: a client that caches lists (2026-07-28) sees a reload at its next look.
-        Ok(ListToolsResult::with_all_items(tools).with_ttl_ms(0))
+        let listed = Ok(ListToolsResult::with_all_items(tools).with_ttl_ms(0));
+        if let (Some(export), Some(span)) = (telemetry::export(), span) {
+            export.server_span(span.ended(None));
+        }
+        listed
     }
 
     async fn call_tool(
@@ -613,22 +677,24 @@ impl ServerHandler for RhoServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        if self.meta_tools {
-            if request.name == meta_tools::FIND {
-                let arguments = request.arguments.unwrap_or_default();
-                return Ok(CallToolResponse::Complete(meta_tools::find(
-                    &self.listed(),
-                    &arguments,
-                )));
+        // With OpenTelemetry on: a SERVER span for the request, the call's span its child.
+        let Some(export) = telemetry::export() else {
+            return self.call_tool_traced(request, context, None).await;
+        };
+        let span = server_span("tools/call", Some(&request.name), &context);
+        let traceparent = span.traceparent();
+        let response = self
+            .call_tool_traced(request, context, Some(traceparent))
+            .await;
+        let error_type = match &response {
+            Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
+                Some("tool_error".to_owned())
             }
-            if request.name == meta_tools::CALL {
-                return match meta_tools::unwrap_call(request) {
-                    Ok(inner) => self.call(inner, context).await,
-                    Err(refused) => Ok(CallToolResponse::Complete(refused)),
-                };
-            }
-        }
-        self.call(request, context).await
+            Err(e) => Some(e.code.0.to_string()),
+            _ => None,
+        };
+        export.server_span(span.ended(error_type));
+        response
     }
 
     /// `tasks/get` ([`super::tasks`]).

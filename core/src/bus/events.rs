@@ -196,6 +196,11 @@ pub enum EventKind {
         tool: String,
         /// Its arguments.
         args: std::sync::Arc<Value>,
+        /// The call's W3C trace context, when its caller gave a valid one
+        /// ([`CallOptions::traceparent`](crate::CallOptions::traceparent)): what a trace
+        /// exporter parents the call's span with.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        traceparent: Option<String>,
     },
     /// The gate has not answered within a short moment (a screen can show "waiting for approval").
     ToolGateWaiting {
@@ -408,6 +413,10 @@ pub enum EventKind {
         /// Why it is not connected, if it is not.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// How many items it dropped so far (its queue full, an export that failed): an
+        /// exporter that never waits (OpenTelemetry's) drops rather than falls behind.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        dropped: u64,
     },
     /// A warning about the host's health (e.g. too many plugin versions left mapped).
     Warning {
@@ -637,6 +646,6 @@ impl std::fmt::Display for SourceState {
 }
 
 /// Whether `n` is zero (a field left out of an event's JSON).
-fn is_zero(n: &u32) -> bool {
-    *n == 0
+fn is_zero<N: Default + PartialEq>(n: &N) -> bool {
+    *n == N::default()
 }

@@ -259,6 +259,11 @@ impl ToolRunner {
                     call_id: call.id.clone(),
                     tool: call.name.clone(),
                     args: call.arguments.clone(),
+                    traceparent: options
+                        .traceparent
+                        .as_deref()
+                        .filter(|t| is_valid_traceparent(t))
+                        .map(str::to_owned),
                 }
             })
             .await;

@@ -1,0 +1,469 @@
+//! [11/13]: OpenTelemetry over OTLP, received by a real OTLP receiver (`tests/python/
+//! otlp_receiver.py`: OTLP/HTTP protobuf and OTLP/gRPC decoded with the official
+//! `opentelemetry-proto` definitions): `rho serve --http` with the standard environment
+//! variables exports one `execute_tool` span per call, the child of the request's SERVER span,
+//! itself the child of the client's `traceparent`; `crashed` and `timed_out` calls carry
+//! `error.type`; the duration histograms count the calls; over gRPC too; `rho call` flushes
+//! before it exits; and with the receiver down every call still ends, the drops counted in an
+//! `export_status` event.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rho_tests::{HttpServer, install, modern_rpc};
+use serde_json::{Value, json};
+
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT: &str = "00f067aa0ba902b7";
+
+/// The receiver, running; killed when dropped.
+struct Receiver {
+    child: Child,
+    http: u16,
+    grpc: u16,
+    output: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        let deps = rho_tests::python_sdk("opentelemetry-proto==1.45.2 grpcio==1.85.4", "otlp");
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("received.jsonl");
+        let mut child = Command::new("python3")
+            .arg(rho_tests::workspace_dir().join("tests/python/otlp_receiver.py"))
+            .arg(&output)
+            .env("PYTHONPATH", &deps)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let ports: Vec<u16> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|p| p.parse().unwrap())
+            .collect();
+        assert_eq!(ports.len(), 2, "the receiver said {line:?}");
+        Receiver {
+            child,
+            http: ports[0],
+            grpc: ports[1],
+            output,
+            _dir: dir,
+        }
+    }
+
+    /// Every span received so far, with its resource's attributes and the protocol it came by.
+    fn spans(&self) -> Vec<Value> {
+        let mut spans = Vec::new();
+        for line in std::fs::read_to_string(&self.output)
+            .unwrap_or_default()
+            .lines()
+        {
+            let received: Value = serde_json::from_str(line).unwrap();
+            if received["signal"] != "traces" {
+                continue;
+            }
+            for resource in received["request"]["resourceSpans"].as_array().unwrap() {
+                for scope in resource["scopeSpans"].as_array().unwrap_or(&Vec::new()) {
+                    for span in scope["spans"].as_array().unwrap_or(&Vec::new()) {
+                        let mut span = span.clone();
+                        span["protocol"] = received["protocol"].clone();
+                        span["resource"] = resource["resource"].clone();
+                        spans.push(span);
+                    }
+                }
+            }
+        }
+        spans
+    }
+
+    /// The data points of metric `name` in the latest metrics export that has it.
+    fn latest_points(&self, name: &str) -> Vec<Value> {
+        let mut points = Vec::new();
+        for line in std::fs::read_to_string(&self.output)
+            .unwrap_or_default()
+            .lines()
+        {
+            let received: Value = serde_json::from_str(line).unwrap();
+            if received["signal"] != "metrics" {
+                continue;
+            }
+            for resource in received["request"]["resourceMetrics"].as_array().unwrap() {
+                for scope in resource["scopeMetrics"].as_array().unwrap_or(&Vec::new()) {
+                    for metric in scope["metrics"].as_array().unwrap_or(&Vec::new()) {
+                        if metric["name"] == name {
+                            points = metric["histogram"]["dataPoints"]
+                                .as_array()
+                                .cloned()
+                                .unwrap_or_default();
+                        }
+                    }
+                }
+            }
+        }
+        points
+    }
+
+    /// Waits (20 s at most) until `done` holds of what was received.
+    fn wait_for(&self, what: &str, done: impl Fn(&Receiver) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done(self) {
+            assert!(
+                Instant::now() < deadline,
+                "never received {what}: {:#?}",
+                self.spans()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// OTLP ids come as base64 in the JSON of the protobuf: as lowercase hex.
+fn hex_id(value: &Value) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let text = value.as_str().unwrap_or_default().trim_end_matches('=');
+    let mut bits = 0u32;
+    let mut count = 0;
+    let mut out = String::new();
+    for c in text.bytes() {
+        let v = ALPHABET.iter().position(|&a| a == c).unwrap() as u32;
+        bits = (bits << 6) | v;
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            out.push_str(&format!("{:02x}", (bits >> count) & 0xff));
+        }
+    }
+    out
+}
+
+/// The string, integer or boolean value of attribute `key` of `span`.
+fn attribute(span: &Value, key: &str) -> Value {
+    span["attributes"]
+        .as_array()
+        .and_then(|a| a.iter().find(|kv| kv["key"] == key))
+        .map(|kv| {
+            let value = &kv["value"];
+            value
+                .get("stringValue")
+                .or(value.get("intValue"))
+                .or(value.get("boolValue"))
+                .cloned()
+                .unwrap_or(Value::Null)
+        })
+        .unwrap_or(Value::Null)
+}
+
+fn named<'a>(spans: &'a [Value], name: &str) -> Vec<&'a Value> {
+    spans.iter().filter(|s| s["name"] == name).collect()
+}
+
+/// A plugin directory with `echo` and `faults`, and a `rho.toml` with `config`.
+fn setup(config: &str) -> (tempfile::TempDir, tempfile::TempDir) {
+    let plugins = tempfile::tempdir_in(rho_tests::host_dir("rho-otel-tests")).unwrap();
+    install(plugins.path(), "echo");
+    install(plugins.path(), "faults");
+    let state = tempfile::tempdir().unwrap();
+    std::fs::write(state.path().join("rho.toml"), config).unwrap();
+    (plugins, state)
+}
+
+/// `rho serve --http` over `plugins` with `state`'s configuration and journal and `env` set.
+fn serve(plugins: &Path, state: &Path, env: &[(&str, String)]) -> HttpServer {
+    for (key, value) in env {
+        // SAFETY: tests of this file set the variables of the servers they start, one at a
+        // time (the lock below), and nothing else reads them.
+        unsafe { std::env::set_var(key, value) };
+    }
+    let config = state.join("rho.toml");
+    let args = [
+        "--http",
+        "127.0.0.1:0",
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let server = HttpServer::start(plugins, &args, &state.join("journal.jsonl"));
+    for (key, _) in env {
+        // SAFETY: as above.
+        unsafe { std::env::remove_var(key) };
+    }
+    server
+}
+
+/// The servers' environment is the process's: one test at a time starts one.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `tools/call` of `tool` in the client's trace.
+fn call(addr: &str, tool: &str, arguments: Value) -> Value {
+    let params = json!({
+        "name": tool,
+        "arguments": arguments,
+        "_meta": {"traceparent": format!("00-{TRACE}-{PARENT}-01")},
+    });
+    traced_rpc(addr, "tools/call", params)
+}
+
+/// A 2026-07-28 request whose `_meta` carries the client's trace context too.
+fn traced_rpc(addr: &str, method: &str, params: Value) -> Value {
+    let traceparent = params["_meta"]["traceparent"].clone();
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "traceparent": traceparent,
+    });
+    let name = params["name"].as_str().map(str::to_owned);
+    let mut headers = vec![
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", method),
+    ];
+    if let Some(name) = &name {
+        headers.push(("Mcp-Name", name));
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+    let (_, response) = rho_tests::post(addr, &headers, body.to_string().as_bytes());
+    rho_tests::rpc_of(&response)
+}
+
+#[test]
+fn calls_are_spans_in_the_clients_trace_with_their_outcomes_and_durations() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let receiver = Receiver::start();
+    let (plugins, state) = setup("[otel]\nmetric_interval_ms = 300\n");
+    let endpoint = format!("http://127.0.0.1:{}", receiver.http);
+    let server = serve(
+        plugins.path(),
+        state.path(),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+            ("OTEL_SERVICE_NAME", "rho-under-test".into()),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "deployment.environment=test".into(),
+            ),
+        ],
+    );
+    let addr = &server.addr;
+    let echoed = call(addr, "echo", json!({"text": "traced"}));
+    assert_eq!(echoed["result"]["content"][0]["text"], "traced", "{echoed}");
+    let crashed = call(addr, "panic", json!({"message": "on purpose"}));
+    assert_eq!(
+        crashed["result"]["_meta"]["rho/outcome"], "crashed",
+        "{crashed}"
+    );
+    let slow = call(addr, "slow", json!({"ms": 5000}));
+    assert_eq!(
+        slow["result"]["_meta"]["rho/outcome"], "timed_out",
+        "{slow}"
+    );
+    let listed = modern_rpc(addr, "tools/list", json!({}), json!({}));
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+
+    receiver.wait_for("the three calls' spans", |r| {
+        let spans = r.spans();
+        [
+            "execute_tool echo",
+            "execute_tool panic",
+            "execute_tool slow",
+        ]
+        .iter()
+        .all(|name| !named(&spans, name).is_empty())
+    });
+    let spans = receiver.spans();
+    let echo = named(&spans, "execute_tool echo")[0];
+    let server_span = named(&spans, "tools/call echo")[0];
+    // One trace: the client's, through the server span, to the call.
+    assert_eq!(hex_id(&echo["traceId"]), TRACE);
+    assert_eq!(hex_id(&server_span["traceId"]), TRACE);
+    assert_eq!(hex_id(&server_span["parentSpanId"]), PARENT);
+    assert_eq!(
+        hex_id(&echo["parentSpanId"]),
+        hex_id(&server_span["spanId"])
+    );
+    assert_eq!(echo["kind"], "SPAN_KIND_INTERNAL");
+    assert_eq!(server_span["kind"], "SPAN_KIND_SERVER");
+    assert_eq!(attribute(echo, "gen_ai.operation.name"), "execute_tool");
+    assert_eq!(attribute(echo, "gen_ai.tool.name"), "echo");
+    assert_eq!(attribute(echo, "gen_ai.tool.type"), "function");
+    assert!(attribute(echo, "gen_ai.tool.call.id").is_string());
+    assert_eq!(attribute(echo, "rho.outcome"), "ok");
+    assert_eq!(attribute(echo, "rho.plugin.name"), "echo");
+    assert!(attribute(echo, "rho.plugin.version").is_string());
+    assert_eq!(attribute(echo, "rho.source"), "plugin");
+    assert_eq!(attribute(echo, "rho.isolation"), "process");
+    assert!(attribute(echo, "rho.gate.wait_ms").is_string(), "{echo}");
+    assert_eq!(attribute(echo, "error.type"), Value::Null);
+    // Arguments and results stay home unless asked for.
+    assert_eq!(attribute(echo, "gen_ai.tool.call.arguments"), Value::Null);
+    assert_eq!(attribute(server_span, "mcp.method.name"), "tools/call");
+    assert_eq!(attribute(server_span, "mcp.protocol.version"), "2026-07-28");
+    assert_eq!(attribute(server_span, "network.transport"), "tcp");
+    assert_eq!(attribute(server_span, "jsonrpc.request.id"), "7");
+    let panic = named(&spans, "execute_tool panic")[0];
+    assert_eq!(attribute(panic, "error.type"), "crashed");
+    assert_eq!(panic["status"]["code"], "STATUS_CODE_ERROR");
+    let slow = named(&spans, "execute_tool slow")[0];
+    assert_eq!(attribute(slow, "error.type"), "timed_out");
+    assert!(!named(&spans, "tools/list").is_empty());
+    let resource = &echo["resource"]["attributes"];
+    assert!(
+        resource.to_string().contains("rho-under-test")
+            && resource.to_string().contains("deployment.environment"),
+        "{resource}"
+    );
+
+    // The histograms count the calls made.
+    receiver.wait_for("durations of the three calls", |r| {
+        let count = |name: &str| -> u64 {
+            r.latest_points(name)
+                .iter()
+                .map(|p| {
+                    p["count"]
+                        .as_str()
+                        .unwrap_or("0")
+                        .parse::<u64>()
+                        .unwrap_or(0)
+                })
+                .sum()
+        };
+        count("gen_ai.execute_tool.duration") == 3 && count("mcp.server.operation.duration") == 4
+    });
+    drop(server);
+}
+
+#[test]
+fn over_grpc_and_from_a_one_shot_rho_call() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let receiver = Receiver::start();
+    let (plugins, state) = setup("[otel]\nmetric_interval_ms = 300\n");
+    let server = serve(
+        plugins.path(),
+        state.path(),
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{}", receiver.grpc),
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
+        ],
+    );
+    let echoed = call(&server.addr, "echo", json!({"text": "over grpc"}));
+    assert_eq!(echoed["result"]["content"][0]["text"], "over grpc");
+    receiver.wait_for("a span over gRPC", |r| {
+        r.spans()
+            .iter()
+            .any(|s| s["name"] == "execute_tool echo" && s["protocol"] == "grpc")
+    });
+    drop(server);
+
+    // `rho call` exits right after its call: what it exported went out before.
+    let config = state.path().join("rho.toml");
+    let out = Command::new(rho_tests::rho_bin())
+        .args(["--config", config.to_str().unwrap(), "call", "--plugins"])
+        .arg(plugins.path())
+        .args(["echo", r#"{"text": "one shot"}"#])
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{}", receiver.http),
+        )
+        .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"))
+        .env("XDG_RUNTIME_DIR", rho_tests::host_dir("rho-runtime"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spans = receiver.spans();
+    assert!(
+        spans
+            .iter()
+            .any(|s| s["name"] == "execute_tool echo" && s["protocol"] == "http"),
+        "rho call exited without its span: {spans:#?}"
+    );
+
+    // OTEL_SDK_DISABLED wins over the endpoint: nothing more arrives.
+    let before = receiver.spans().len();
+    let out = Command::new(rho_tests::rho_bin())
+        .args(["call", "--plugins"])
+        .arg(plugins.path())
+        .args(["echo", r#"{"text": "not exported"}"#])
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{}", receiver.http),
+        )
+        .env("OTEL_SDK_DISABLED", "true")
+        .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"))
+        .env("XDG_RUNTIME_DIR", rho_tests::host_dir("rho-runtime"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(receiver.spans().len(), before);
+}
+
+/// The receiver down: every call ends with its outcome, and the spans that could not go are
+/// counted in an `export_status` event (its `dropped`) in the journal.
+#[test]
+fn with_the_receiver_down_calls_end_and_the_drops_are_counted() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (plugins, state) = setup("[otel]\ntimeout_ms = 500\n");
+    // A port nothing listens on.
+    let port = rho_tests::free_port();
+    let server = serve(
+        plugins.path(),
+        state.path(),
+        &[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{port}"),
+        )],
+    );
+    for n in 0..20 {
+        let echoed = call(&server.addr, "echo", json!({"text": format!("call {n}")}));
+        assert_eq!(echoed["result"]["content"][0]["text"], format!("call {n}"));
+    }
+    let journal = state.path().join("journal.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        let found = std::fs::read_to_string(&journal)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .rfind(|e| e["type"] == "export_status" && e["dropped"].as_u64().unwrap_or(0) > 0);
+        if let Some(status) = found {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "no export_status with drops");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status["connected"], false, "{status}");
+    assert!(
+        status["exporter"]
+            .as_str()
+            .unwrap()
+            .starts_with("otlp http/protobuf"),
+        "{status}"
+    );
+    assert!(status["reason"].is_string(), "{status}");
+}
