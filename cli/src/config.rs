@@ -443,6 +443,16 @@ mod tests {
         scratch_mb = 8
         fuel = 1000000
         cache_dir = "/var/cache/rho/wasm"
+
+        [otel]
+        endpoint = "http://collector:4317"
+        protocol = "grpc"
+        service_name = "agent-tools"
+        resource_attributes = { "deployment.environment" = "test" }
+        export_arguments = true
+        queue = 1024
+        metric_interval_ms = 5000
+        timeout_ms = 2000
     "#;
 
     /// `config` as a `rho.toml` text, each section serialised by its own type.
@@ -459,6 +469,7 @@ mod tests {
         );
         table.insert("mcp".into(), toml::Value::try_from(&config.mcp).unwrap());
         table.insert("wasm".into(), toml::Value::try_from(&config.wasm).unwrap());
+        table.insert("otel".into(), toml::Value::try_from(&config.otel).unwrap());
         toml::to_string(&table).unwrap()
     }
 
@@ -482,6 +493,7 @@ mod tests {
         assert_ne!(config.remote, defaults.remote);
         assert_ne!(config.mcp, defaults.mcp);
         assert_ne!(config.wasm, defaults.wasm);
+        assert_ne!(config.otel, defaults.otel);
         assert_eq!(config.mcp[0].tools["echo"].read_only, Some(true));
         let text = to_toml(&config);
         let again = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -578,7 +590,10 @@ mod tests {
             err.contains("line 4: unknown section `plugin`, expected one of plugins, runner"),
             "{err}"
         );
-        assert!(err.ends_with("serve, nats, remote, mcp, wasm"), "{err}");
+        assert!(
+            err.ends_with("serve, nats, remote, mcp, wasm, otel"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -62,13 +62,13 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
 use rho_runtime::{Event, EventType, Host, Sink};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 pub use spans::ServerSpan;
 
 /// How spans and metrics travel to the receiver.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Protocol {
     /// OTLP over HTTP, protobuf bodies (`http/protobuf`; port 4318 by convention).
     #[default]
@@ -91,7 +91,7 @@ impl Protocol {
 }
 
 /// Where and how to export (`[otel]` in `rho.toml`). Off unless it has an endpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OtelConfig {
     /// The receiver's base URL (`http://HOST:4318` for HTTP: the signals go to `/v1/traces` and
