@@ -56,7 +56,7 @@ pub fn load(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     }])
 }
 
-fn tempfile_dir() -> Result<std::path::PathBuf, String> {
+pub(super) fn tempfile_dir() -> Result<std::path::PathBuf, String> {
     let dir = std::env::temp_dir().join(format!("rho-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(dir)

@@ -9,6 +9,7 @@ mod isolated;
 pub mod mcp;
 mod mcp_source;
 mod nats;
+mod otel;
 mod reload;
 mod wasm;
 
@@ -304,6 +305,7 @@ const GROUPS: &[&[&str]] = &[
     &["mem_plugin"],
     &["bus"],
     &["nats"],
+    &["otel"],
     &["instr"],
 ];
 
@@ -412,6 +414,9 @@ pub fn exec(
     }
     if wanted("nats") {
         figures.extend(runtime.block_on(nats::figures(&ctx))?);
+    }
+    if wanted("otel") {
+        figures.extend(runtime.block_on(otel::figures(&ctx))?);
     }
     if wanted("instr") {
         figures.extend(instructions::figures(&ctx)?);
