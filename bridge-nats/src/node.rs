@@ -284,6 +284,14 @@ async fn serve_call(
             return;
         }
     };
+    // The caller's trace context: its `traceparent` header, else the request's field.
+    let traceparent = request
+        .message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("traceparent"))
+        .map(|v| v.as_str().to_owned())
+        .or_else(|| call.traceparent.clone());
     let cancel = CancellationToken::new();
     running
         .lock()
@@ -292,7 +300,7 @@ async fn serve_call(
     let (updates, mut pending) = tokio::sync::mpsc::channel::<String>(256);
     let options = CallOptions {
         cancel: Some(cancel),
-        traceparent: call.traceparent.clone(),
+        traceparent,
         on_update: Some(Arc::new(move |partial: &str| {
             let _ = updates.try_send(partial.to_owned());
         })),

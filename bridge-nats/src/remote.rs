@@ -346,8 +346,13 @@ async fn call(
         node: None,
         answered: false,
     };
+    // The W3C trace context in a header too, as tracing over messaging carries it.
+    let mut headers = async_nats::HeaderMap::new();
+    if let Some(traceparent) = &request.traceparent {
+        headers.insert("traceparent", traceparent.as_str());
+    }
     client
-        .publish_with_reply(subject, inbox, payload.into())
+        .publish_with_reply_and_headers(subject, inbox, headers, payload.into())
         .await
         .map_err(|e| Failure::Unavailable(format!("{what}: cannot reach NATS: {e}")))?;
     let mut parts: Vec<u8> = Vec::new();

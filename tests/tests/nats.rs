@@ -404,6 +404,20 @@ async fn tools_served_by_nodes_keep_every_local_guarantee() {
         ["node-a", "node-b"],
         "{ran_on:?}"
     );
+    // The caller's trace context reaches the node's tool (in the request's `traceparent`
+    // header).
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let traced = host
+        .call_with(
+            &rho_runtime::ToolCall::new("traced", "call_info", json!({})),
+            &rho_runtime::CallOptions {
+                traceparent: Some(traceparent.into()),
+                ..rho_runtime::CallOptions::default()
+            },
+        )
+        .await;
+    let info: serde_json::Value = serde_json::from_str(&traced.text()).unwrap();
+    assert_eq!(info["traceparent"], traceparent, "{info}");
     // The caller's timeout counts, and the node is told to stop the call.
     let started = std::time::Instant::now();
     let result = host

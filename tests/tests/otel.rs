@@ -467,3 +467,51 @@ fn with_the_receiver_down_calls_end_and_the_drops_are_counted() {
     );
     assert!(status["reason"].is_string(), "{status}");
 }
+
+/// The call's trace context goes on into an MCP server run as a source: the server receives a
+/// `traceparent` of the client's trace whose parent is rho's SERVER span, and the call's span
+/// says where the tool came from (`rho.source = mcp_server`).
+#[test]
+fn the_trace_goes_on_into_an_mcp_server_source() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let receiver = Receiver::start();
+    rho_tests::built();
+    let sdk = rho_tests::python_sdk("mcp>=1.9,<2", "mcp1");
+    let scripts = rho_tests::workspace_dir().join("tests/python");
+    let config = format!(
+        "[[mcp]]\nname = \"misbehaving\"\ncommand = \"env\"\n\
+         args = [\"PYTHONPATH={sdk}\", \"python3\", \"{script}\"]\n\
+         grants = {{ read = [\"{sdk}\", \"{scripts}\"] }}\n",
+        sdk = sdk.display(),
+        script = scripts.join("mcp_server.py").display(),
+        scripts = scripts.display(),
+    );
+    let (plugins, state) = setup(&config);
+    let server = serve(
+        plugins.path(),
+        state.path(),
+        &[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{}", receiver.http),
+        )],
+    );
+    let answered = call(&server.addr, "traceparent", json!({}));
+    let received = answered["result"]["structuredContent"]["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answered}"))
+        .to_owned();
+    assert!(received.starts_with(&format!("00-{TRACE}-")), "{received}");
+    receiver.wait_for("the call's span", |r| {
+        !named(&r.spans(), "execute_tool traceparent").is_empty()
+    });
+    let spans = receiver.spans();
+    let span = named(&spans, "execute_tool traceparent")[0];
+    let server_span = named(&spans, "tools/call traceparent")[0];
+    assert_eq!(attribute(span, "rho.source"), "mcp_server");
+    assert_eq!(attribute(span, "rho.plugin.name"), "mcp:misbehaving");
+    // What the MCP server received is the server span's context: one trace, client to tool.
+    assert_eq!(
+        received,
+        format!("00-{TRACE}-{}-01", hex_id(&server_span["spanId"]))
+    );
+}
