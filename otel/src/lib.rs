@@ -282,6 +282,8 @@ impl Sink for QueueSink {
                 | EventType::PluginLoaded
                 | EventType::PluginReloaded
                 | EventType::PluginRemoved
+                | EventType::RemoteToolsChanged
+                | EventType::SourceStateChanged
         );
         if wanted && self.queue.try_send(Item::Event(event.clone())).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);

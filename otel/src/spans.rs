@@ -39,6 +39,15 @@ struct OpenCall {
     gate_wait_ms: Option<u64>,
 }
 
+/// Where tools come from, as known since the last change of plugins or sources.
+#[derive(Default)]
+struct Origins {
+    /// The host's plugins: name → (version, wasm, isolated), read when first needed.
+    plugins: Option<HashMap<String, (String, bool, bool)>>,
+    /// Each tool's, once worked out.
+    by_tool: HashMap<String, Origin>,
+}
+
 /// Where a tool comes from, as spans say it.
 #[derive(Clone)]
 struct Origin {
@@ -72,7 +81,7 @@ struct Standing {
 impl Worker {
     pub(crate) async fn run(mut self) {
         let mut open: HashMap<String, OpenCall> = HashMap::new();
-        let mut plugins: Option<HashMap<String, (String, bool, bool)>> = None;
+        let mut origins = Origins::default();
         let mut batch: Vec<SpanData> = Vec::new();
         let mut standing = Standing::default();
         let mut tick = tokio::time::interval(EVERY);
@@ -81,7 +90,7 @@ impl Worker {
             let stop = tokio::select! {
                 item = self.received.recv() => match item {
                     Some(Item::Event(event)) => {
-                        if let Some(span) = self.follow(&event, &mut open, &mut plugins).await {
+                        if let Some(span) = self.follow(&event, &mut open, &mut origins).await {
                             batch.push(span);
                         }
                         false
@@ -109,7 +118,7 @@ impl Worker {
         while let Ok(item) = self.received.try_recv() {
             match item {
                 Item::Event(event) => {
-                    if let Some(span) = self.follow(&event, &mut open, &mut plugins).await {
+                    if let Some(span) = self.follow(&event, &mut open, &mut origins).await {
                         batch.push(span);
                     }
                 }
@@ -130,7 +139,7 @@ impl Worker {
         &self,
         event: &Event,
         open: &mut HashMap<String, OpenCall>,
-        plugins: &mut Option<HashMap<String, (String, bool, bool)>>,
+        origins: &mut Origins,
     ) -> Option<SpanData> {
         match &event.kind {
             EventKind::ToolExecutionStart {
@@ -167,18 +176,29 @@ impl Worker {
                 ..
             } => {
                 let call = open.remove(call_id)?;
-                if plugins.is_none() {
-                    *plugins = Some(self.plugins().await);
-                }
-                let origin = self.origin(&call.tool, plugins.as_ref());
+                let origin = match origins.by_tool.get(&call.tool) {
+                    Some(origin) => origin.clone(),
+                    None => {
+                        if origins.plugins.is_none() {
+                            origins.plugins = Some(self.plugins().await);
+                        }
+                        let origin = self.origin(&call.tool, origins.plugins.as_ref());
+                        if origins.by_tool.len() < MAX_OPEN {
+                            origins.by_tool.insert(call.tool.clone(), origin.clone());
+                        }
+                        origin
+                    }
+                };
                 let result = self.export_arguments.then(|| cut(output.text.clone()));
                 Some(self.call_span(call_id, call, *outcome, *duration_ms, origin, result))
             }
             EventKind::PluginLoaded { .. }
             | EventKind::PluginReloaded { .. }
-            | EventKind::PluginRemoved { .. } => {
-                // Read again at the next call's end.
-                *plugins = None;
+            | EventKind::PluginRemoved { .. }
+            | EventKind::RemoteToolsChanged { .. }
+            | EventKind::SourceStateChanged { .. } => {
+                // Where tools come from may have changed: read again at the next call's end.
+                *origins = Origins::default();
                 None
             }
             _ => None,
