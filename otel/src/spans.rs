@@ -73,6 +73,7 @@ pub(crate) struct Worker {
 struct Standing {
     exported: u64,
     connected: Option<bool>,
+    reported_connected: Option<bool>,
     reported_dropped: u64,
     reported_at: Option<Instant>,
     reason: Option<String>,
@@ -148,7 +149,15 @@ impl Worker {
                 args,
                 traceparent,
             } => {
-                if open.len() < super::spans::MAX_OPEN {
+                // A start whose end was dropped (the queue full) would stay for ever: when full,
+                // the oldest eighth goes.
+                if open.len() >= MAX_OPEN {
+                    let mut ages: Vec<u64> = open.values().map(|c| c.started_ms).collect();
+                    let (_, cut, _) = ages.select_nth_unstable(MAX_OPEN / 8);
+                    let cut = *cut;
+                    open.retain(|_, call| call.started_ms > cut);
+                }
+                {
                     open.insert(
                         call_id.clone(),
                         OpenCall {
@@ -332,16 +341,22 @@ impl Worker {
         }
     }
 
-    /// An `export_status` event when the link changed or more was dropped (once a second at
-    /// most).
+    /// An `export_status` event when the link went down or came back, or more was dropped
+    /// (once a second at most: a change meanwhile is reported at the next chance).
     fn report(&self, standing: &mut Standing) {
         let dropped = self.dropped.load(Ordering::Relaxed);
-        let changed_link = standing.connected == Some(false) && standing.reason.is_some();
+        // The first report is of a link lost (a working one needs no word).
+        let changed_link = match (standing.reported_connected, standing.connected) {
+            (None, Some(false)) => true,
+            (Some(before), Some(now)) => before != now,
+            _ => false,
+        };
         let due = standing.reported_at.is_none_or(|at| at.elapsed() >= EVERY);
         if !(dropped > standing.reported_dropped || changed_link) || !due {
             return;
         }
         standing.reported_dropped = dropped;
+        standing.reported_connected = standing.connected;
         standing.reported_at = Some(Instant::now());
         self.host.bus().publish(
             None,
@@ -381,6 +396,8 @@ pub struct ServerSpan {
     pub span_id: [u8; 8],
     /// The trace it belongs to (the parent's, else a new one).
     pub trace_id: [u8; 16],
+    /// The trace flags it passes on (the parent's: its sampling decision; sampled without one).
+    pub flags: u8,
     /// When the request came.
     pub started: SystemTime,
     /// When the answer went, once it did.
@@ -393,13 +410,10 @@ impl ServerSpan {
     /// The span of a request of `method` on `target` that arrives now, parented by `parent`
     /// (a W3C `traceparent`, taken only when valid).
     pub fn begin(method: &str, target: Option<&str>, parent: Option<&str>) -> ServerSpan {
-        let parent = parent
-            .filter(|p| parse_traceparent(p).is_some())
-            .map(str::to_owned);
-        let trace_id = parent
-            .as_deref()
-            .and_then(parse_traceparent)
-            .map_or_else(new_trace_id, |(trace, _, _)| trace.to_bytes());
+        let parsed = parent.and_then(parse_traceparent);
+        let parent = parent.filter(|_| parsed.is_some()).map(str::to_owned);
+        let trace_id = parsed.map_or_else(new_trace_id, |(trace, _, _)| trace.to_bytes());
+        let flags = parsed.map_or(TraceFlags::SAMPLED, |(_, _, flags)| flags);
         ServerSpan {
             method: method.to_owned(),
             target: target.map(str::to_owned),
@@ -410,6 +424,7 @@ impl ServerSpan {
             parent,
             span_id: new_span_id().to_bytes(),
             trace_id,
+            flags: flags.to_u8(),
             started: SystemTime::now(),
             ended: None,
             error_type: None,
@@ -426,9 +441,10 @@ impl ServerSpan {
     /// The trace context of this span, for what the request calls (a W3C `traceparent`).
     pub fn traceparent(&self) -> String {
         format!(
-            "00-{}-{}-01",
+            "00-{}-{}-{:02x}",
             TraceId::from_bytes(self.trace_id),
-            SpanId::from_bytes(self.span_id)
+            SpanId::from_bytes(self.span_id),
+            self.flags
         )
     }
 
@@ -528,13 +544,14 @@ fn span_data(
 
 /// The trace id, parent span id and flags of a W3C `traceparent`.
 fn parse_traceparent(text: &str) -> Option<(TraceId, SpanId, TraceFlags)> {
-    let parts: Vec<&str> = text.trim().split('-').collect();
-    let [version, trace, parent, flags] = parts.as_slice() else {
-        return None;
-    };
-    if version.len() != 2 || trace.len() != 32 || parent.len() != 16 || flags.len() != 2 {
+    // As the runner checks it: lowercase hex, version `00` to `fe`, ids not all zero.
+    if !rho_runtime::is_valid_traceparent(text) {
         return None;
     }
+    let parts: Vec<&str> = text.split('-').collect();
+    let [_, trace, parent, flags] = parts.as_slice() else {
+        return None;
+    };
     let trace = TraceId::from_hex(trace)
         .ok()
         .filter(|t| *t != TraceId::INVALID)?;
@@ -604,6 +621,19 @@ mod tests {
             SpanId::from_hex("00f067aa0ba902b7").unwrap()
         );
         assert!(child.contains(&data.span_context.span_id().to_string()));
+        // The parent's sampling decision goes on; a traceparent W3C forbids is no parent.
+        let unsampled = ServerSpan::begin(
+            "tools/call",
+            None,
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"),
+        );
+        assert!(unsampled.traceparent().ends_with("-00"));
+        let forbidden = ServerSpan::begin(
+            "tools/call",
+            None,
+            Some("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        );
+        assert!(forbidden.parent.is_none());
         // Without a parent: a trace of its own, which its calls join.
         let root = ServerSpan::begin("tools/list", None, Some("not a traceparent"));
         let child = root.traceparent();

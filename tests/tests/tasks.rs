@@ -718,3 +718,52 @@ fn tasks_over_stdio_end_are_answered_and_outlive_a_restart() {
     assert_eq!(after["status"], "completed", "{after}");
     assert_eq!(after["result"], done["result"], "{after}");
 }
+
+/// `tasks/update`s that answer nothing do not hold a question open past the host's bound: the
+/// task still ends (before: each one restarted the bound, so a client that kept sending them
+/// held the task, and its turn among the calls at once, for ever).
+#[test]
+fn updates_that_answer_nothing_do_not_hold_a_question_open() {
+    let (server, _plugins, _state) = serve_with("[runner]\nask_timeout_ms = 800\n");
+    let addr = &server.addr;
+    let id = created(&call(addr, "multi_input", json!({}), with_tasks()));
+    poll_until(addr, &id, "input_required");
+    let started = Instant::now();
+    loop {
+        let ack = modern_rpc(
+            addr,
+            "tasks/update",
+            json!({"taskId": id, "inputResponses": {"not_asked": {"action": "accept"}}}),
+            with_tasks(),
+        );
+        assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+        let now = get(addr, &id)["result"].clone();
+        if now["status"] == "completed" {
+            let text = now["result"]["content"][0]["text"].as_str().unwrap();
+            assert!(text.contains("action=cancel"), "{now}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the question outlived its bound: {now}"
+        );
+        std::thread::sleep(Duration::from_millis(150));
+    }
+}
+
+/// A tool that asks first, called with the answer already in the request: no round, the task
+/// at once (before: the call then ran inside the request).
+#[test]
+fn a_tool_that_asks_first_answered_in_advance_is_a_task_at_once() {
+    let (server, _plugins, _state) = serve();
+    let addr = &server.addr;
+    let made = call_again(
+        addr,
+        "test_tool_with_task",
+        json!({"inputResponses": {"user_name": accept(json!({"name": "Bo"}))}}),
+        with_tasks(),
+    );
+    let id = created(&made);
+    let done = poll_until(addr, &id, "completed");
+    assert_eq!(done["result"]["content"][0]["text"], "Hello, Bo!", "{done}");
+}

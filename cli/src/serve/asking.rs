@@ -141,6 +141,8 @@ struct Open {
     replies: Vec<Option<Reply>>,
     /// Where the replies go once all are in.
     to: oneshot::Sender<Vec<Reply>>,
+    /// When they were asked (the host's bound on a question runs from then).
+    asked_at: tokio::time::Instant,
 }
 
 impl Open {
@@ -181,6 +183,12 @@ impl Open {
     /// Whether every question has its reply.
     fn answered(&self) -> bool {
         self.replies.iter().all(Option::is_some)
+    }
+
+    /// Whether the tool no longer waits for the replies: the host's bound on a question passed
+    /// (the tool read them as cancelled and went on), or the call ended.
+    fn given_up(&self) -> bool {
+        self.to.is_closed()
     }
 
     /// Hands the replies to the tool (a question still open reads `why`, as cancelled).
@@ -298,18 +306,16 @@ impl RunningCall {
         if let Some(result) = self.ended.take() {
             return Step::Done(result);
         }
+        // Questions the tool no longer waits for are not asked again.
+        if self.open.as_ref().is_some_and(Open::given_up) {
+            self.open = None;
+        }
         // Questions a retry left unanswered are asked again.
         if let Some(open) = &self.open {
             return Step::Asks(InputRequiredResult::new(Some(open.requests()), None));
         }
-        if let Some((questions, reply)) = self.pending.take() {
-            let open = self.open_questions(questions, reply);
-            if !open.answered() {
-                let requests = open.requests();
-                self.open = Some(open);
-                return Step::Asks(InputRequiredResult::new(Some(requests), None));
-            }
-            open.close("");
+        if let Some(requests) = self.open_pending() {
+            return Step::Asks(InputRequiredResult::new(Some(requests), None));
         }
         // Once cancelled, the call's end is all there is to wait for (a cancelled token is
         // ready at every poll: selecting it again would spin without yielding).
@@ -319,14 +325,20 @@ impl RunningCall {
                 biased;
                 ended = &mut self.result => return Step::Done(end_of(ended)),
                 Some((questions, reply)) = self.questions.recv() => {
-                    let open = self.open_questions(questions, reply);
-                    if open.answered() {
-                        open.close("");
+                    // A cancelled call is not parked on a question: its tool reads it as
+                    // cancelled and the call ends.
+                    if cancelling {
+                        let cancelled = questions
+                            .iter()
+                            .map(|_| Reply::Cancelled("the call was cancelled".into()))
+                            .collect();
+                        let _ = reply.send(cancelled);
                         continue;
                     }
-                    let requests = open.requests();
-                    self.open = Some(open);
-                    return Step::Asks(InputRequiredResult::new(Some(requests), None));
+                    self.pending = Some((questions, reply));
+                    if let Some(requests) = self.open_pending() {
+                        return Step::Asks(InputRequiredResult::new(Some(requests), None));
+                    }
                 }
                 () = cancel.cancelled(), if !cancelling => {
                     cancelling = true;
@@ -368,6 +380,28 @@ impl RunningCall {
         }
     }
 
+    /// Opens the questions received and not yet opened: the requests of those still open, or
+    /// `None` (none received, or the answers given before answered them all: the tool has them).
+    pub fn open_pending(&mut self) -> Option<InputRequests> {
+        let (questions, reply) = self.pending.take()?;
+        let open = self.open_questions(questions, reply);
+        if open.answered() {
+            open.close("");
+            return None;
+        }
+        let requests = open.requests();
+        self.open = Some(open);
+        Some(requests)
+    }
+
+    /// How long the open questions may still wait for their answers, of the host's `bound`
+    /// (all of it when none are open).
+    pub fn ask_time_left(&self, bound: std::time::Duration) -> std::time::Duration {
+        self.open
+            .as_ref()
+            .map_or(bound, |open| bound.saturating_sub(open.asked_at.elapsed()))
+    }
+
     /// The questions of one asking, keyed: those the client cannot be shown (their schema is
     /// no form) declined with the reason, those whose answer the client gave before answered.
     fn open_questions(
@@ -379,6 +413,7 @@ impl RunningCall {
             questions: Vec::with_capacity(questions.len()),
             replies: Vec::with_capacity(questions.len()),
             to,
+            asked_at: tokio::time::Instant::now(),
         };
         for question in questions {
             let key = question.key.clone().unwrap_or_else(|| {
@@ -408,6 +443,10 @@ impl RunningCall {
     /// them one at a time).
     pub fn answer(&mut self, responses: Option<&InputResponses>) -> Option<InputRequests> {
         let mut open = self.open.take()?;
+        // The tool went on without them (the host's bound passed): nothing to hand over.
+        if open.given_up() {
+            return None;
+        }
         if let Some(responses) = responses {
             open.take(responses);
         }
@@ -429,47 +468,54 @@ impl RunningCall {
     }
 }
 
-/// The calls parked on a question, by `requestState`, each for at most the host's bound on a
-/// question.
+/// The calls parked on a question, by `requestState`, each bound to who made it, for at most
+/// what is left of the host's bound on a question.
 #[derive(Clone, Default)]
 pub struct Parked {
-    calls: Arc<Mutex<HashMap<String, RunningCall>>>,
+    calls: Arc<Mutex<HashMap<String, (String, RunningCall)>>>,
 }
 
 impl Parked {
-    /// Parks `call` until a retry claims it, at most `within`; past it the call is cancelled.
-    /// The `requestState` that claims it.
-    pub fn park(&self, call: RunningCall, within: Duration) -> String {
+    /// Parks `call` of `owner` until a retry of theirs claims it, at most `within`; past it the
+    /// call is cancelled. The `requestState` that claims it; `Err` (the call handed back) without
+    /// randomness for it (a guessable state would let anyone answer the call's questions).
+    pub fn park(
+        &self,
+        owner: String,
+        call: RunningCall,
+        within: Duration,
+    ) -> Result<String, Box<RunningCall>> {
         let mut bytes = [0u8; 16];
-        // Without randomness the state is still unique (a counter), only guessable.
         if getrandom::fill(&mut bytes).is_err() {
-            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            bytes[..8].copy_from_slice(&n.to_le_bytes());
+            return Err(Box::new(call));
         }
         let state: String = std::iter::once(STATE_PREFIX.to_owned())
             .chain(bytes.iter().map(|b| format!("{b:02x}")))
             .collect();
-        self.lock().insert(state.clone(), call);
+        self.lock().insert(state.clone(), (owner, call));
         let calls = self.clone();
         let expired = state.clone();
         tokio::spawn(async move {
             tokio::time::sleep(within).await;
-            if let Some(call) = calls.lock().remove(&expired) {
+            if let Some((_, call)) = calls.lock().remove(&expired) {
                 tracing::info!(state = %expired, "a call parked on a question no retry claimed is cancelled");
                 call.cancel.cancel();
             }
         });
-        state
+        Ok(state)
     }
 
-    /// The call parked under `state`, taken out (`None`: not a state of a parked call, or one
-    /// already claimed or expired).
-    pub fn claim(&self, state: &str) -> Option<RunningCall> {
-        self.lock().remove(state)
+    /// The call `owner` parked under `state`, taken out (`None`: not a state of a parked call of
+    /// theirs, or one already claimed or expired).
+    pub fn claim(&self, state: &str, owner: &str) -> Option<RunningCall> {
+        let mut calls = self.lock();
+        if calls.get(state).is_none_or(|(made_by, _)| made_by != owner) {
+            return None;
+        }
+        calls.remove(state).map(|(_, call)| call)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunningCall>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, RunningCall)>> {
         self.calls.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -351,11 +351,11 @@ impl RhoServer {
             .as_deref()
             .filter(|state| *state != APPROVAL_STATE)
         {
-            let Some(mut running) = self.parked.claim(state) else {
+            let Some(mut running) = self.parked.claim(state, &owner(&context)) else {
                 return Err(McpError::invalid_params(
-                    "rho: the requestState names no call waiting for answers (altered, expired \
-                     after the host's bound on a question, or used already); call the tool \
-                     again without it",
+                    "rho: the requestState names no call of yours waiting for answers (altered, \
+                     expired after the host's bound on a question, or used already); call the \
+                     tool again without it",
                     None,
                 ));
             };
@@ -522,8 +522,20 @@ impl RhoServer {
             )
             .with_answers(given.as_ref());
             if mode == AsTask::AfterQuestions && running.asks_within(FIRST_QUESTIONS_WINDOW).await {
-                running.task_after_answers = Some((tool, call_id));
-                self.drive(running, &context).await
+                match running.open_pending() {
+                    // Asked within the request; the task once they are answered.
+                    Some(_) => {
+                        running.task_after_answers = Some((tool, call_id));
+                        self.drive(running, &context).await
+                    }
+                    // The request carried every answer: the task now.
+                    None => CallToolResponse::Task(self.tasks.create(
+                        owner(&context),
+                        &tool,
+                        &call_id,
+                        running,
+                    )?),
+                }
             } else if as_task {
                 CallToolResponse::Task(self.tasks.create(
                     owner(&context),
@@ -573,9 +585,26 @@ impl RhoServer {
                 CallToolResponse::Complete(mcp_result(&result, self.max_result_bytes))
             }
             Step::Asks(mut input_required) => {
-                let state = self.parked.park(running, self.host.ask_timeout());
-                input_required.request_state = Some(state);
-                CallToolResponse::InputRequired(input_required)
+                let within = running.ask_time_left(self.host.ask_timeout());
+                match self.parked.park(owner(context), running, within) {
+                    Ok(state) => {
+                        input_required.request_state = Some(state);
+                        CallToolResponse::InputRequired(input_required)
+                    }
+                    Err(running) => {
+                        tokio::spawn(running.finish());
+                        CallToolResponse::Complete(mcp_result(
+                            &ToolResult::failed(
+                                "?",
+                                "?",
+                                Outcome::Error,
+                                "rho: the tool asks a question, but there is no randomness to \
+                                 make its requestState unguessable: not asked",
+                            ),
+                            self.max_result_bytes,
+                        ))
+                    }
+                }
             }
         }
     }

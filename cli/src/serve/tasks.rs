@@ -59,6 +59,10 @@ use super::mcp::mcp_result;
 /// The most tasks one server keeps at once (ended ones included, until their TTL).
 pub const MAX_TASKS: usize = 4096;
 
+/// The most of them one owner (a session, a token's clients, the stdio client) keeps: one
+/// client cannot take every other's room.
+pub const MAX_TASKS_PER_OWNER: usize = 1024;
+
 /// The tasks of one `rho serve`, shared by every session.
 #[derive(Clone)]
 pub struct Tasks {
@@ -228,8 +232,19 @@ impl Tasks {
         let Some(id) = new_id() else {
             return refused(call, "no randomness for its id");
         };
-        if self.lock().len() >= MAX_TASKS {
-            return refused(call, "the server keeps too many tasks; try again later");
+        {
+            let entries = self.lock();
+            if entries.len() >= MAX_TASKS {
+                drop(entries);
+                return refused(call, "the server keeps too many tasks; try again later");
+            }
+            if entries.values().filter(|e| e.owner == owner).count() >= MAX_TASKS_PER_OWNER {
+                drop(entries);
+                return refused(
+                    call,
+                    "you keep too many tasks (1024); wait for some to expire, or cancel them",
+                );
+            }
         }
         let created_ms = unix_ms();
         let now = rfc3339(created_ms);
@@ -371,15 +386,22 @@ impl Tasks {
         if !matches!(entry.state, State::Asks { .. }) {
             return Ok(());
         }
-        let State::Asks { mut call, .. } = std::mem::replace(&mut entry.state, State::Working)
+        let State::Asks {
+            requests: before,
+            mut call,
+        } = std::mem::replace(&mut entry.state, State::Working)
         else {
             return Ok(());
         };
         if let Some(requests) = call.answer(Some(responses)) {
-            // Some are still open: the task keeps asking those.
+            // Some are still open: the task keeps asking those. An update that answered
+            // nothing changes nothing (nor restarts the bound on the question).
+            let progressed = requests.len() < before.len();
             entry.state = State::Asks { requests, call };
-            self.touch(id, entry);
-            self.give_up_unanswered(id, entry.touches);
+            if progressed {
+                self.touch(id, entry);
+                self.give_up_unanswered(id, entry.touches);
+            }
             return Ok(());
         }
         self.touch(id, entry);
@@ -445,7 +467,9 @@ impl Tasks {
         self.record(id, entry);
     }
 
-    /// Publishes task `id`'s record (to the journal, among others).
+    /// Publishes task `id`'s record (to the journal, among others). A result over
+    /// [`MAX_EVENT_TEXT`](rho_runtime::MAX_EVENT_TEXT) bytes of JSON is not put in it (events
+    /// stay bounded): after a restart such a task reads as failed, saying so.
     fn record(&self, id: &str, entry: &Entry) {
         let (status, end) = match &entry.state {
             State::Working => (Recorded::Working, None),
@@ -466,7 +490,7 @@ impl Tasks {
                 call_id: entry.call_id.clone(),
                 created_ms: entry.created_ms,
                 ttl_ms: self.ttl.as_millis() as u64,
-                end: end.map(serde_json::Value::Object),
+                end: end.map(serde_json::Value::Object).filter(kept_in_records),
             },
         );
     }
@@ -484,8 +508,11 @@ impl Tasks {
                 return;
             }
         };
-        // The last record of each task, oldest task first.
+        // The last record of each task not expired yet, oldest task first (at most
+        // `MAX_TASKS` of them: the newest).
+        let now = unix_ms();
         let mut last: HashMap<String, (u64, rho_runtime::Event)> = HashMap::new();
+        let mut order = 0u64;
         for event in earlier {
             let event = match event {
                 Ok(event) => event,
@@ -494,17 +521,40 @@ impl Tasks {
                     break;
                 }
             };
-            let EventKind::TaskChanged { task_id, .. } = &event.kind else {
+            let EventKind::TaskChanged {
+                task_id,
+                created_ms,
+                ttl_ms,
+                ..
+            } = &event.kind
+            else {
                 continue;
             };
-            let order = last
-                .get(task_id)
-                .map_or(last.len() as u64, |(order, _)| *order);
-            last.insert(task_id.clone(), (order, event));
+            if created_ms.saturating_add(*ttl_ms) <= now {
+                last.remove(task_id);
+                continue;
+            }
+            let first = last.get(task_id).map_or_else(
+                || {
+                    order += 1;
+                    order
+                },
+                |(first, _)| *first,
+            );
+            last.insert(task_id.clone(), (first, event));
+            if last.len() > MAX_TASKS {
+                // The oldest goes.
+                if let Some(oldest) = last
+                    .iter()
+                    .min_by_key(|(_, (first, _))| *first)
+                    .map(|(id, _)| id.clone())
+                {
+                    last.remove(&oldest);
+                }
+            }
         }
         let mut last: Vec<_> = last.into_values().collect();
         last.sort_by_key(|(order, _)| *order);
-        let now = unix_ms();
         let mut interrupted = 0;
         for (_, event) in last {
             let EventKind::TaskChanged {
@@ -531,6 +581,13 @@ impl Tasks {
                 _ => JsonObject::new(),
             };
             let payload = match status {
+                Recorded::Completed if end.is_none() => TaskPayload::Failed {
+                    error: as_object(&McpError::internal_error(
+                        "rho: the server restarted; this task's result was too large to keep \
+                         across a restart",
+                        None,
+                    )),
+                },
                 Recorded::Completed => TaskPayload::Completed {
                     result: object(end),
                 },
@@ -586,4 +643,9 @@ fn as_object(value: &impl serde::Serialize) -> JsonObject {
         Ok(serde_json::Value::Object(object)) => object,
         _ => JsonObject::new(),
     }
+}
+
+/// Whether a task's end is small enough to go in its record.
+fn kept_in_records(end: &serde_json::Value) -> bool {
+    serde_json::to_vec(end).is_ok_and(|bytes| bytes.len() <= rho_runtime::MAX_EVENT_TEXT)
 }

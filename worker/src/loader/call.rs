@@ -226,16 +226,19 @@ impl CallServices<'_> {
             self.bad_question.store(true, Ordering::Relaxed);
             return Err(Reply::Cancelled("the question is not UTF-8 text".into()));
         };
+        let too_large = |total: usize| {
+            Reply::Declined(format!(
+                "the questions are {total} bytes or more; the questions asked together may be at \
+                 most {} bytes",
+                answer::MAX_QUESTION_BYTES
+            ))
+        };
         *total = total
             .saturating_add(key.len())
             .saturating_add(message.len())
             .saturating_add(schema.len());
         if *total > answer::MAX_QUESTION_BYTES {
-            return Err(Reply::Declined(format!(
-                "the questions are {total} bytes or more; the questions asked together may be at \
-                 most {} bytes",
-                answer::MAX_QUESTION_BYTES
-            )));
+            return Err(too_large(*total));
         }
         if !key.is_empty() && !rho_plugin_api::is_valid_key(key) {
             return Err(Reply::Declined(format!(
@@ -248,6 +251,7 @@ impl CallServices<'_> {
                 "another question asked with it has the key `{key}`"
             )));
         }
+        let raw_len = schema.len();
         let schema = match rho_protocol::details::parse(schema) {
             Ok(schema) => schema,
             Err(e) => {
@@ -255,6 +259,13 @@ impl CallServices<'_> {
                 return Err(Reply::Cancelled(format!("the question's schema {e}")));
             }
         };
+        // What crosses to the host is the schema written again, which may be longer (`1e15`
+        // becomes `1000000000000000.0`): the bound holds for that.
+        let written_len = schema.to_string().len();
+        *total = total.saturating_add(written_len.saturating_sub(raw_len));
+        if *total > answer::MAX_QUESTION_BYTES {
+            return Err(too_large(*total));
+        }
         let question = Question::new(message, schema);
         Ok(if key.is_empty() {
             question
