@@ -87,21 +87,27 @@ impl Worker {
         let mut standing = Standing::default();
         let mut tick = tokio::time::interval(EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // What gathered meanwhile is taken in one go: one wake-up for many events.
+        let mut items = Vec::with_capacity(256);
         loop {
             let stop = tokio::select! {
-                item = self.received.recv() => match item {
-                    Some(Item::Event(event)) => {
-                        if let Some(span) = self.follow(&event, &mut open, &mut origins).await {
-                            batch.push(span);
+                taken = self.received.recv_many(&mut items, 256) => {
+                    let mut stop = taken == 0;
+                    for item in items.drain(..) {
+                        match item {
+                            Item::Event(event) => {
+                                if let Some(span) =
+                                    self.follow(&event, &mut open, &mut origins).await
+                                {
+                                    batch.push(span);
+                                }
+                            }
+                            Item::Span(span) => batch.push(*span),
+                            Item::Stop => stop = true,
                         }
-                        false
                     }
-                    Some(Item::Span(span)) => {
-                        batch.push(*span);
-                        false
-                    }
-                    Some(Item::Stop) | None => true,
-                },
+                    stop
+                }
                 _ = tick.tick() => {
                     self.flush(&mut batch, &mut standing).await;
                     self.report(&mut standing);
@@ -536,10 +542,18 @@ fn span_data(
         events: SpanEvents::default(),
         links: SpanLinks::default(),
         status,
-        instrumentation_scope: InstrumentationScope::builder("rho")
-            .with_version(env!("CARGO_PKG_VERSION"))
-            .build(),
+        instrumentation_scope: scope().clone(),
     }
+}
+
+/// The instrumentation scope of every span: `rho` and its version.
+fn scope() -> &'static InstrumentationScope {
+    static SCOPE: std::sync::OnceLock<InstrumentationScope> = std::sync::OnceLock::new();
+    SCOPE.get_or_init(|| {
+        InstrumentationScope::builder("rho")
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build()
+    })
 }
 
 /// The trace id, parent span id and flags of a W3C `traceparent`.
@@ -562,14 +576,42 @@ fn parse_traceparent(text: &str) -> Option<(TraceId, SpanId, TraceFlags)> {
     Some((trace, parent, TraceFlags::new(flags)))
 }
 
-/// `bytes` random bytes, never all zero (a counter stands in without randomness).
+/// `N` random bytes, never all zero.
+///
+/// Ids identify, they guard nothing: a SplitMix64 stream per thread, seeded once from the
+/// system's randomness (the time and thread without it), not a system call per span.
 fn random<const N: usize>() -> [u8; N] {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
+    use std::cell::Cell;
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new({
+            let mut seed = [0u8; 8];
+            if getrandom::fill(&mut seed).is_err() {
+                let nanos = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                static THREADS: AtomicU64 = AtomicU64::new(0);
+                let thread = THREADS.fetch_add(1, Ordering::Relaxed);
+                seed = (nanos ^ thread.rotate_left(32)).to_le_bytes();
+            }
+            u64::from_le_bytes(seed)
+        });
+    }
     let mut bytes = [0u8; N];
-    if getrandom::fill(&mut bytes).is_err() || bytes.iter().all(|b| *b == 0) {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed).to_be_bytes();
-        let at = N.saturating_sub(8);
-        bytes[at..].copy_from_slice(&n[8 - (N - at)..]);
+    STATE.with(|state| {
+        for chunk in bytes.chunks_mut(8) {
+            // SplitMix64.
+            let next = state.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+            state.set(next);
+            let mut z = next;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            chunk.copy_from_slice(&z.to_le_bytes()[..chunk.len()]);
+        }
+    });
+    // An all-zero id is invalid.
+    if bytes.iter().all(|b| *b == 0) {
+        bytes[N - 1] = 1;
     }
     bytes
 }
