@@ -81,10 +81,12 @@ pub struct Config {
     /// `[otel]`: the calls as OpenTelemetry spans and metrics over OTLP (rho-otel), with the
     /// standard `OTEL_*` environment variables applied when a command starts.
     pub otel: rho_otel::OtelConfig,
+    /// `[trust]`: the public keys plugin installs accept signatures from (rho-distribution).
+    pub trust: rho_distribution::TrustConfig,
 }
 
 /// The sections the parts `rho` links read, besides the host's.
-const PARTS: [&str; 6] = ["serve", "nats", "remote", "mcp", "wasm", "otel"];
+const PARTS: [&str; 7] = ["serve", "nats", "remote", "mcp", "wasm", "otel", "trust"];
 
 impl Config {
     /// Checks every section's ranges and names.
@@ -96,6 +98,10 @@ impl Config {
         self.otel.check().map_err(|e| ConfigError {
             key: "otel".into(),
             problem: e.to_string().trim_start_matches("otel: ").to_owned(),
+        })?;
+        self.trust.check().map_err(|e| ConfigError {
+            key: "trust.keys".into(),
+            problem: e.to_string(),
         })?;
         let mut names = std::collections::BTreeSet::new();
         for server in &self.mcp {
@@ -116,6 +122,7 @@ impl Config {
         self.serve.resolve_paths(base);
         self.nats.resolve_paths(base);
         self.wasm.resolve_paths(base);
+        self.trust.resolve_paths(base);
         for remote in &mut self.remote {
             remote.resolve_paths(base);
         }
@@ -165,6 +172,7 @@ pub fn parse(text: &str) -> Result<Config, String> {
     let mcp = section(&mut table, "mcp", text)?;
     let wasm = section(&mut table, "wasm", text)?;
     let otel = section(&mut table, "otel", text)?;
+    let trust = section(&mut table, "trust", text)?;
     let host = deserialize(Spanned::new(span, table), text)?;
     Ok(Config {
         host,
@@ -174,6 +182,7 @@ pub fn parse(text: &str) -> Result<Config, String> {
         mcp,
         wasm,
         otel,
+        trust,
     })
 }
 
@@ -385,6 +394,7 @@ mod tests {
         isolate = false
         max_versions = 3
         grants = { read = ["/srv/data"], network = true }
+        locked = true
         [runner]
         default_timeout_ms = 5000
         ask_timeout_ms = 90000
@@ -453,6 +463,11 @@ mod tests {
         queue = 1024
         metric_interval_ms = 5000
         timeout_ms = 2000
+
+        [trust]
+        keys = ["RWTG7/F3IHHR67K3LBaN/Y/ZkFzmWmwCmsYf3z+Ncx0IFK3t/S7g+0iY"]
+        key_files = ["/etc/rho/publisher.pub"]
+        allow_unsigned = true
     "#;
 
     /// `config` as a `rho.toml` text, each section serialised by its own type.
@@ -470,6 +485,10 @@ mod tests {
         table.insert("mcp".into(), toml::Value::try_from(&config.mcp).unwrap());
         table.insert("wasm".into(), toml::Value::try_from(&config.wasm).unwrap());
         table.insert("otel".into(), toml::Value::try_from(&config.otel).unwrap());
+        table.insert(
+            "trust".into(),
+            toml::Value::try_from(&config.trust).unwrap(),
+        );
         toml::to_string(&table).unwrap()
     }
 
@@ -494,6 +513,7 @@ mod tests {
         assert_ne!(config.mcp, defaults.mcp);
         assert_ne!(config.wasm, defaults.wasm);
         assert_ne!(config.otel, defaults.otel);
+        assert_ne!(config.trust, defaults.trust);
         assert_eq!(config.mcp[0].tools["echo"].read_only, Some(true));
         let text = to_toml(&config);
         let again = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -591,7 +611,7 @@ mod tests {
             "{err}"
         );
         assert!(
-            err.ends_with("serve, nats, remote, mcp, wasm, otel"),
+            err.ends_with("serve, nats, remote, mcp, wasm, otel, trust"),
             "{err}"
         );
     }

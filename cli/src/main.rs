@@ -11,6 +11,7 @@ macro_rules! outln {
 mod call;
 mod config;
 mod control;
+mod distribute;
 mod gates;
 mod host;
 mod http;

@@ -62,6 +62,100 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Publish prebuilt plugin files (one per platform: a Linux .so, a macOS .dylib, a .wasm
+    /// component) as one signed OCI artifact at REFERENCE (oci://REGISTRY/REPO:TAG).
+    #[command(
+        after_help = "The declaration (tools, capabilities) is read from the file this host can load. Plain HTTP only for loopback registries.\nExit status: 0 when published and signed, 1 otherwise, 2 for a usage error."
+    )]
+    Publish {
+        /// The plugin files.
+        #[arg(value_name = "FILE", required = true)]
+        files: Vec<PathBuf>,
+        /// Where: oci://REGISTRY/REPOSITORY:TAG.
+        #[arg(value_name = "REFERENCE")]
+        reference: String,
+        /// The minisign secret key to sign with (no password: `minisign -G -W`, `rho plugin key new`).
+        #[arg(long, value_name = "KEY")]
+        key: PathBuf,
+        #[command(flatten)]
+        registry: crate::distribute::RegistryFlags,
+    },
+    /// Install a plugin from a registry into a plugin directory: pinned by digest, its signature
+    /// verified, its declared needs checked against the directory's grants, written atomically,
+    /// recorded in DIR.lock.
+    #[command(
+        after_help = "Exit status: 0 when installed, 1 when refused or failed, 2 for a usage error."
+    )]
+    Install {
+        /// oci://REGISTRY/REPOSITORY[:TAG|@DIGEST].
+        #[arg(value_name = "REFERENCE")]
+        reference: String,
+        /// The plugin directory.
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        #[command(flatten)]
+        trust: crate::distribute::TrustFlags,
+        #[command(flatten)]
+        registry: crate::distribute::RegistryFlags,
+    },
+    /// Follow the tags installed plugins came from to newer signed versions (all, or NAME).
+    #[command(
+        after_help = "Refuses a tag that moved to an older version or an unsigned digest.\nExit status: 0 when every plugin is current or updated, 1 otherwise, 2 for a usage error."
+    )]
+    Update {
+        /// One plugin (its name or file); all when left out.
+        #[arg(value_name = "NAME")]
+        name: Option<String>,
+        /// The plugin directory.
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        #[command(flatten)]
+        trust: crate::distribute::TrustFlags,
+        #[command(flatten)]
+        registry: crate::distribute::RegistryFlags,
+    },
+    /// Compare a plugin directory's files with its lock: each changed, missing or unrecorded
+    /// file is named.
+    #[command(
+        after_help = "Exit status: 0 when every file matches the lock, 1 otherwise, 2 for a usage error."
+    )]
+    Verify {
+        /// The plugin directory.
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// List the plugins installed in a directory (its lock file).
+    List {
+        /// The plugin directory.
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an installed plugin (its name or file) from a directory and its lock.
+    Remove {
+        /// The plugin's name or file.
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// The plugin directory.
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Signing keys for `rho plugin publish`.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+/// `rho plugin key` subcommands.
+#[derive(clap::Subcommand)]
+pub enum KeyCommand {
+    /// Make a minisign key pair without a password: PATH (secret, owner-only) and PATH.pub.
+    New {
+        /// The secret key's file (the public key goes to PATH.pub).
+        #[arg(value_name = "PATH")]
+        path: PathBuf,
+    },
 }
 
 /// Runs one `rho plugin` command.
@@ -115,6 +209,37 @@ pub fn main(command: Command) -> ExitCode {
             check_component(&file, json)
         }
         Command::Check { file, json } => rho_devkit::check::check(&file, json),
+        Command::Publish {
+            files,
+            reference,
+            key,
+            registry,
+        } => distributed(crate::distribute::publish(
+            &files, &reference, &key, &registry,
+        )),
+        Command::Install {
+            reference,
+            dir,
+            trust,
+            registry,
+        } => distributed(crate::distribute::install(
+            &reference, &dir, &trust, &registry,
+        )),
+        Command::Update {
+            name,
+            dir,
+            trust,
+            registry,
+        } => distributed(crate::distribute::update(
+            name.as_deref(),
+            &dir,
+            &trust,
+            &registry,
+        )),
+        Command::Verify { dir } => distributed(crate::distribute::verify(&dir)),
+        Command::List { dir, json } => distributed(crate::distribute::list(&dir, json)),
+        Command::Remove { name, dir } => distributed(crate::distribute::remove(&name, &dir)),
+        Command::Key(KeyCommand::New { path }) => distributed(crate::distribute::key_new(&path)),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -126,54 +251,57 @@ pub fn main(command: Command) -> ExitCode {
     }
 }
 
-/// `rho plugin check NAME.wasm`: compiles and loads the component as a host does (no grants, the
-/// default limits, nothing cached) and shows what it offers.
-#[cfg(feature = "wasm")]
-fn check_component(file: &std::path::Path, json: bool) -> Result<bool, rho_devkit::DevkitError> {
-    use rho_runtime_wasm::{WORLD_VERSION, WasmEngine, WasmLimits};
-    let failed = |reason: String| {
-        eprintln!("{}: {reason}", file.display());
-        Ok(false)
-    };
-    let bytes = match std::fs::read(file) {
-        Ok(bytes) => bytes,
-        Err(e) => return failed(e.to_string()),
-    };
-    let engine = match WasmEngine::new(WasmLimits::default()) {
-        Ok(engine) => engine,
-        Err(e) => return failed(e.to_string()),
-    };
-    let plugin = match engine.load(file, &bytes, &rho_runtime::Grants::default()) {
-        Ok(plugin) => plugin,
-        Err(e) => {
-            eprintln!("{e}");
-            return Ok(false);
-        }
-    };
-    Ok(rho_devkit::check::show(
-        &rho_devkit::check::Checked {
-            info: rho_worker::loader::PluginInfo {
-                name: plugin.name().to_owned(),
-                version: plugin.version().to_owned(),
-                interface_version: WORLD_VERSION,
-                path: file.to_owned(),
-                sha256: rho_runtime::sha256_hex(&bytes),
-                capabilities: plugin.capabilities().clone(),
-                granted: None,
-            },
-            tools: plugin.tools().to_vec(),
-            rejected: plugin.rejected().to_vec(),
-        },
-        json,
-    ))
+/// A distribution command's result: its one-line error is printed as is.
+fn distributed(result: Result<bool, String>) -> Result<bool, rho_devkit::DevkitError> {
+    Ok(result.unwrap_or_else(|e| {
+        eprintln!("rho: {e}");
+        false
+    }))
 }
 
-/// Without the `wasm` feature a component cannot be checked: one line says so.
+/// `rho plugin check NAME.wasm`: compiles and loads the component as a host does (no grants, the
+/// default limits, nothing cached) and shows what it offers.
+fn check_component(file: &std::path::Path, json: bool) -> Result<bool, rho_devkit::DevkitError> {
+    match inspect_component(file) {
+        Ok(checked) => Ok(rho_devkit::check::show(&checked, json)),
+        Err(error) => {
+            eprintln!("{error}");
+            Ok(false)
+        }
+    }
+}
+
+/// What the component at `file` offers, loaded as a host does (no grants, the default limits,
+/// nothing cached); `Err` is one line naming the file.
+#[cfg(feature = "wasm")]
+pub fn inspect_component(file: &std::path::Path) -> Result<rho_devkit::check::Checked, String> {
+    use rho_runtime_wasm::{WORLD_VERSION, WasmEngine, WasmLimits};
+    let failed = |reason: String| format!("{}: {reason}", file.display());
+    let bytes = std::fs::read(file).map_err(|e| failed(e.to_string()))?;
+    let engine = WasmEngine::new(WasmLimits::default()).map_err(|e| failed(e.to_string()))?;
+    let plugin = engine
+        .load(file, &bytes, &rho_runtime::Grants::default())
+        .map_err(|e| e.to_string())?;
+    Ok(rho_devkit::check::Checked {
+        info: rho_worker::loader::PluginInfo {
+            name: plugin.name().to_owned(),
+            version: plugin.version().to_owned(),
+            interface_version: WORLD_VERSION,
+            path: file.to_owned(),
+            sha256: rho_runtime::sha256_hex(&bytes),
+            capabilities: plugin.capabilities().clone(),
+            granted: None,
+        },
+        tools: plugin.tools().to_vec(),
+        rejected: plugin.rejected().to_vec(),
+    })
+}
+
+/// Without the `wasm` feature a component cannot be loaded: one line says so.
 #[cfg(not(feature = "wasm"))]
-fn check_component(file: &std::path::Path, _json: bool) -> Result<bool, rho_devkit::DevkitError> {
-    eprintln!(
+pub fn inspect_component(file: &std::path::Path) -> Result<rho_devkit::check::Checked, String> {
+    Err(format!(
         "{}: this rho was built without components (the `wasm` feature)",
         file.display()
-    );
-    Ok(false)
+    ))
 }

@@ -87,6 +87,10 @@ pub struct PluginSource {
     pub load_timeout_ms: Option<u64>,
     /// What its isolated plugins may do; replaces `workers.grants` for this directory.
     pub grants: Option<Grants>,
+    /// Load only the files its lock file (`<dir>.lock`, written by `rho plugin install`) names
+    /// with their SHA-256 (see [`DirOptions::locked`]).
+    #[serde(default)]
+    pub locked: bool,
 }
 
 impl PluginSource {
@@ -100,6 +104,7 @@ impl PluginSource {
             max_file_size: None,
             load_timeout_ms: None,
             grants: None,
+            locked: false,
         }
     }
 
@@ -128,6 +133,7 @@ impl PluginSource {
                 .load_timeout_ms
                 .map(Duration::from_millis)
                 .unwrap_or(defaults.load_timeout),
+            locked: self.locked,
         }
     }
 }

@@ -59,6 +59,7 @@ pub use host::{Host, HostBuilder, HostError, async_gate_fn, gate_fn};
 pub use isolate::WorkerOptions;
 pub use isolate::command::{SandboxedChild, SandboxedCommand, SpawnError};
 pub use plugin::component::{ComponentEngine, LoadedComponent};
+pub use plugin::lock::{LOCK_VERSION, LockError, LockedPlugin, PluginLock};
 pub use plugin::options::{DirOptions, Isolation};
 pub use plugin::scan::ScanReport;
 pub use plugin::watch::DEFAULT_DEBOUNCE;

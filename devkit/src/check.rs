@@ -19,25 +19,30 @@ macro_rules! out {
 /// Loads `path`; prints its identity and tools (or JSON) on stdout, or the one-line load error on
 /// stderr. `Ok(true)` when it loaded with every tool accepted.
 pub fn check(path: &Path, as_json: bool) -> Result<bool, crate::DevkitError> {
+    match inspect(path)? {
+        Ok(checked) => Ok(show(&checked, as_json)),
+        Err(error) => {
+            eprintln!("{error}");
+            Ok(false)
+        }
+    }
+}
+
+/// Loads the library at `path` in this process, as `rho plugin check` does, and returns what it
+/// offers; the inner `Err` is the one-line load error. The outer `Err`: no private copy could be
+/// made.
+pub fn inspect(path: &Path) -> Result<Result<Checked, rho_runtime::LoadError>, crate::DevkitError> {
     let copies = CopyDir::new().map_err(|e| crate::DevkitError::Io {
         path: std::env::temp_dir(),
         reason: e.to_string(),
     })?;
-    let loaded = match PluginFile::open(path, &copies).and_then(|file| load_in_process(&file)) {
-        Ok(loaded) => loaded,
-        Err(error) => {
-            eprintln!("{error}");
-            return Ok(false);
-        }
-    };
-    Ok(show(
-        &Checked {
+    Ok(PluginFile::open(path, &copies)
+        .and_then(|file| load_in_process(&file))
+        .map(|loaded| Checked {
             info: loaded.info,
             tools: loaded.tools,
             rejected: loaded.rejected,
-        },
-        as_json,
-    ))
+        }))
 }
 
 /// What a check found in a plugin file, whatever loaded it.

@@ -370,32 +370,167 @@ pub fn install_bytes(dest: &Path, bytes: &[u8]) {
     std::fs::rename(&tmp, dest).expect("rename plugin into place");
 }
 
+/// The component of plugin crate `name` built with `RHO_FAULTS_TAG` = `tag` (or unset), copied
+/// to `to`. Stripped release builds, as users ship them (with debug information a component is
+/// fifteen times the size, and takes that much longer to read and compile). Builds are serialized in this process (the target added with rustup when
+/// missing).
+pub fn build_component(name: &str, tag: Option<&str>, to: &Path) {
+    static BUILDING: OnceLock<Mutex<()>> = OnceLock::new();
+    let _one = BUILDING
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let target = built().parent().expect("target dir").to_owned();
+    let added = std::process::Command::new("rustup")
+        .args(["target", "add", "wasm32-wasip2"])
+        .output()
+        .expect("run rustup");
+    assert!(added.status.success(), "rustup target add wasm32-wasip2");
+    let mut build = std::process::Command::new(env!("CARGO"));
+    build
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "-p",
+            name,
+        ])
+        .args(["--config", "profile.release.strip=true"])
+        .args(["--config", "profile.release.debug=false"])
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(workspace_dir());
+    match tag {
+        Some(tag) => build.env("RHO_FAULTS_TAG", tag),
+        None => build.env_remove("RHO_FAULTS_TAG"),
+    };
+    assert!(
+        build.status().expect("run cargo").success(),
+        "building {name} for wasm32-wasip2"
+    );
+    let built = target
+        .join("wasm32-wasip2/release")
+        .join(format!("{name}.wasm"));
+    std::fs::copy(built, to).expect("copy the component");
+}
+
 /// The `tmux` that drives terminal UIs under a pseudo-terminal in the tests: installed with
 /// `apt-get` when missing (on this machine's kind), or a clear failure.
 pub fn tmux() -> &'static Path {
     static TMUX: OnceLock<PathBuf> = OnceLock::new();
-    TMUX.get_or_init(|| {
-        let found = |name: &str| {
-            std::env::var_os("PATH").and_then(|path| {
-                std::env::split_paths(&path)
-                    .map(|d| d.join(name))
-                    .find(|p| p.is_file())
-            })
+    TMUX.get_or_init(|| debian_tool("tmux", "tmux"))
+}
+
+/// The program `name` on `PATH`, installed from Debian's package `package` with `apt-get` when
+/// missing (on this machine's kind), or a clear failure.
+pub fn debian_tool(name: &str, package: &str) -> PathBuf {
+    let found = || {
+        std::env::var_os("PATH").and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
+    };
+    if let Some(tool) = found() {
+        return tool;
+    }
+    // One apt-get at a time in this process (its lock refuses a second).
+    static APT: Mutex<()> = Mutex::new(());
+    let _one = APT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(tool) = found() {
+        return tool;
+    }
+    let installed = Command::new("apt-get")
+        .args(["install", "-y", "-q", package])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        installed,
+        "{name} is missing and `apt-get install {package}` failed"
+    );
+    found().unwrap_or_else(|| panic!("{name} after installing {package}"))
+}
+
+/// A CNCF distribution registry (Debian's `docker-registry`, 2.8: no referrers API) on a free
+/// loopback port with temporary storage, deletes enabled; stopped when dropped.
+pub struct OciRegistry {
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    /// Its storage directory (blobs under `docker/registry/v2/blobs/sha256/`).
+    pub storage: tempfile::TempDir,
+    child: std::process::Child,
+}
+
+impl OciRegistry {
+    /// Starts one and waits until it answers `GET /v2/`.
+    pub fn start() -> OciRegistry {
+        let binary = debian_tool("docker-registry", "docker-registry");
+        let storage = tempfile::tempdir().expect("registry storage");
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let config = storage.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
+                storage.path().join("data").display()
+            ),
+        )
+        .expect("registry config");
+        let child = Command::new(binary)
+            .arg("serve")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start docker-registry");
+        let registry = OciRegistry {
+            addr,
+            storage,
+            child,
         };
-        if let Some(tmux) = found("tmux") {
-            return tmux;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Ok(mut stream) = std::net::TcpStream::connect(&registry.addr) {
+                use std::io::{Read, Write};
+                let _ = write!(
+                    stream,
+                    "GET /v2/ HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                    registry.addr
+                );
+                let mut head = [0u8; 12];
+                if stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200") {
+                    return registry;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "docker-registry did not answer on {} within 30 s",
+                registry.addr
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        let installed = Command::new("apt-get")
-            .args(["install", "-y", "-q", "tmux"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            installed,
-            "tmux is missing and `apt-get install tmux` failed"
-        );
-        found("tmux").expect("tmux after installing it")
-    })
+    }
+
+    /// The file holding blob `digest` (`sha256:HEX`) in its storage.
+    pub fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.storage
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+}
+
+impl Drop for OciRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// The frozen plugin interface 1 (`tests/fixtures/abi-v1`), built: a plugin built against it and a

@@ -114,6 +114,48 @@ fn table() -> BTreeMap<&'static str, Run> {
             "rho serve --plugins ~/rho-plugins --mcp \"fs=$HOME/mcp/node_modules/.bin/mcp-server-filesystem $HOME/notes\" --grant-read ~/mcp --grant-read ~/notes",
             Substituted(&[RHO], Serves),
         ),
+        (
+            "rho plugin key new ~/.rho/publisher.key",
+            Elsewhere(
+                "tests/tests/distribution.rs: the_readme_commands_publish_install_update_verify_list_and_remove runs README's block as written",
+            ),
+        ),
+        (
+            "rho plugin publish target/release/libecho.so echo.wasm oci://registry.example/tools/echo:0.1.0 --key ~/.rho/publisher.key",
+            Elsewhere(
+                "tests/tests/distribution.rs: the_readme_commands_publish_install_update_verify_list_and_remove runs README's block as written",
+            ),
+        ),
+        (
+            "rho plugin install oci://registry.example/tools/echo:0.1.0 --dir ~/rho-plugins --trust-key ~/.rho/publisher.key.pub",
+            Elsewhere(
+                "tests/tests/distribution.rs: the_readme_commands_publish_install_update_verify_list_and_remove runs README's block as written",
+            ),
+        ),
+        (
+            "rho plugin update --dir ~/rho-plugins --trust-key ~/.rho/publisher.key.pub",
+            Elsewhere(
+                "tests/tests/distribution.rs: the_readme_commands_publish_install_update_verify_list_and_remove runs README's block as written",
+            ),
+        ),
+        (
+            "rho plugin verify --dir ~/rho-plugins",
+            Elsewhere(
+                "tests/tests/distribution.rs: the_readme_commands_publish_install_update_verify_list_and_remove runs README's block as written",
+            ),
+        ),
+        (
+            "rho plugin list --dir ~/rho-plugins",
+            Elsewhere(
+                "tests/tests/distribution.rs: the_readme_commands_publish_install_update_verify_list_and_remove runs README's block as written",
+            ),
+        ),
+        (
+            "rho plugin remove echo --dir ~/rho-plugins",
+            Elsewhere(
+                "tests/tests/distribution.rs: the_readme_commands_publish_install_update_verify_list_and_remove runs README's block as written",
+            ),
+        ),
         ("rho plugin new greet", Substituted(&[RHO], Exit(0))),
         (
             "rho plugin new greet --wasm",

@@ -20,50 +20,8 @@ use rho_runtime::{
     ToolCall, WorkerOptions,
 };
 use rho_runtime_wasm::{WasmEngine, WasmLimits};
-use rho_tests::{call, install, install_bytes, wait_for, workspace_dir};
+use rho_tests::{build_component, call, install, install_bytes, wait_for, workspace_dir};
 use serde_json::json;
-
-/// The component of plugin crate `name` built with `RHO_FAULTS_TAG` = `tag` (or unset), copied
-/// to `to`. Stripped release builds, as users ship them (with debug information a component is
-/// fifteen times the size, and takes that much longer to read and compile). Builds are serialized in this process (the target added with rustup when
-/// missing).
-fn build_component(name: &str, tag: Option<&str>, to: &Path) {
-    static BUILDING: OnceLock<Mutex<()>> = OnceLock::new();
-    let _one = BUILDING.get_or_init(Mutex::default).lock().unwrap();
-    let target = rho_tests::built().parent().unwrap().to_owned();
-    let added = std::process::Command::new("rustup")
-        .args(["target", "add", "wasm32-wasip2"])
-        .output()
-        .unwrap();
-    assert!(added.status.success(), "rustup target add wasm32-wasip2");
-    let mut build = std::process::Command::new(env!("CARGO"));
-    build
-        .args([
-            "build",
-            "--quiet",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "-p",
-            name,
-        ])
-        .args(["--config", "profile.release.strip=true"])
-        .args(["--config", "profile.release.debug=false"])
-        .env("CARGO_TARGET_DIR", &target)
-        .current_dir(workspace_dir());
-    match tag {
-        Some(tag) => build.env("RHO_FAULTS_TAG", tag),
-        None => build.env_remove("RHO_FAULTS_TAG"),
-    };
-    assert!(
-        build.status().unwrap().success(),
-        "building {name} for wasm32-wasip2"
-    );
-    let built = target
-        .join("wasm32-wasip2/release")
-        .join(format!("{name}.wasm"));
-    std::fs::copy(built, to).unwrap();
-}
 
 /// Puts the component of plugin crate `name` into `dir` as `NAME.wasm`.
 fn install_component(dir: &Path, name: &str) -> PathBuf {

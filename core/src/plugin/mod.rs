@@ -4,6 +4,7 @@ pub(crate) mod backend;
 pub(crate) mod component;
 pub(crate) mod dir;
 pub(crate) mod inproc;
+pub(crate) mod lock;
 pub(crate) mod options;
 pub(crate) mod pool;
 pub(crate) mod scan;

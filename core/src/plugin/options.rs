@@ -53,6 +53,12 @@ pub struct DirOptions {
         rename = "load_timeout_ms"
     )]
     pub load_timeout: std::time::Duration,
+    /// Load only what was installed: a file loads only if the directory's lock file
+    /// ([`PluginLock`](crate::PluginLock), `<dir>.lock`) names it with the SHA-256 of its
+    /// bytes, checked on the private copy before anything of it is mapped or run. Anything else
+    /// is refused with one line (a `plugin_load_failed` event), and the others load.
+    #[serde(default)]
+    pub locked: bool,
 }
 
 fn default_max_file_size() -> u64 {
@@ -78,7 +84,8 @@ impl DirOptions {
 }
 
 impl Default for DirOptions {
-    /// Isolated (sandboxed workers), owner-only trust, 64 versions, 256 MiB files, 10 s loads.
+    /// Isolated (sandboxed workers), owner-only trust, 64 versions, 256 MiB files, 10 s loads,
+    /// not locked.
     fn default() -> Self {
         DirOptions {
             isolation: Isolation::default(),
@@ -86,6 +93,7 @@ impl Default for DirOptions {
             max_versions: default_max_versions(),
             max_file_size: default_max_file_size(),
             load_timeout: default_load_timeout(),
+            locked: false,
         }
     }
 }
