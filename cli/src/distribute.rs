@@ -155,7 +155,7 @@ fn declaration_of(files: &[PlatformFile]) -> Result<Declaration, String> {
                 .map_err(|e| e.to_string())?
                 .map_err(|e| e.to_string())?
         } else if file.platform == Platform::Wasm {
-            crate::plugin::inspect_component(&file.path)?
+            crate::inspect::component(&file.path)?
         } else {
             continue;
         };

@@ -15,6 +15,7 @@ mod distribute;
 mod gates;
 mod host;
 mod http;
+mod inspect;
 mod journals;
 mod jsonrpc;
 mod live;

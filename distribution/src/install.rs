@@ -466,6 +466,7 @@ fn sync_dir(dir: &Path) {
 
 /// What [`update`] did for one installed plugin.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // a few per update
 pub enum Update {
     /// Its tag still names the installed digest.
     Current(LockedPlugin),

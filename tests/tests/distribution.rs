@@ -691,7 +691,13 @@ fn the_readme_commands_publish_install_update_verify_list_and_remove() {
         .split("## Signed installs from OCI registries")
         .nth(1)
         .unwrap();
-    let block = section.split("```sh\n").nth(1).unwrap().split("```").next().unwrap();
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
     let lines: Vec<&str> = block
         .lines()
         .map(|l| l.split("  #").next().unwrap().trim())
@@ -703,7 +709,11 @@ fn the_readme_commands_publish_install_update_verify_list_and_remove() {
     let home = tempfile::tempdir().unwrap();
     let cwd = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(cwd.path().join("target/release")).unwrap();
-    std::fs::copy(plugin_lib("echo"), cwd.path().join("target/release/libecho.so")).unwrap();
+    std::fs::copy(
+        plugin_lib("echo"),
+        cwd.path().join("target/release/libecho.so"),
+    )
+    .unwrap();
     rho_tests::build_component("echo", None, &cwd.path().join("echo.wasm"));
     std::fs::create_dir(home.path().join("rho-plugins")).unwrap();
     let rho = rho_bin();
@@ -727,10 +737,26 @@ fn the_readme_commands_publish_install_update_verify_list_and_remove() {
         "{}",
         outputs[1]
     );
-    assert!(outputs[2].contains("signed by trusted key"), "{}", outputs[2]);
-    assert!(outputs[3].contains("echo 0.1.0: up to date"), "{}", outputs[3]);
-    assert!(outputs[4].contains("1 installed plugin(s) match"), "{}", outputs[4]);
-    assert!(outputs[5].starts_with("echo 0.1.0  libecho.so  sha256:"), "{}", outputs[5]);
+    assert!(
+        outputs[2].contains("signed by trusted key"),
+        "{}",
+        outputs[2]
+    );
+    assert!(
+        outputs[3].contains("echo 0.1.0: up to date"),
+        "{}",
+        outputs[3]
+    );
+    assert!(
+        outputs[4].contains("1 installed plugin(s) match"),
+        "{}",
+        outputs[4]
+    );
+    assert!(
+        outputs[5].starts_with("echo 0.1.0  libecho.so  sha256:"),
+        "{}",
+        outputs[5]
+    );
     assert!(outputs[6].contains("removed echo 0.1.0"), "{}", outputs[6]);
     assert!(!home.path().join("rho-plugins/libecho.so").exists());
 }

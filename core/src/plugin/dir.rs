@@ -432,7 +432,7 @@ impl PluginDir {
                     .private_copy(&mut source, &copying, &inner.copies, max)
             }?;
             if inner.options.locked {
-                admit_locked(&inner.dir, &copying, &file.sha256)?;
+                crate::plugin::lock::admit(&inner.dir, &copying, &file.sha256)?;
             }
             Ok(file)
         })
@@ -786,20 +786,4 @@ mod tests {
         assert!(report.dir_error.is_none(), "{report:?}");
         assert!(registry.names().is_empty());
     }
-}
-
-/// In a locked directory: whether `path`, whose private copy hashes to `sha256`, is what the
-/// directory's lock file says was installed (read at each load: an install writes the lock
-/// before it renames the file in).
-fn admit_locked(dir: &Path, path: &Path, sha256: &str) -> Result<(), LoadError> {
-    let refused = |reason: String| LoadError::Refused {
-        path: path.to_owned(),
-        reason,
-    };
-    let lock = crate::PluginLock::read(dir).map_err(|e| refused(e.to_string()))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    lock.admits(&name, sha256).map_err(refused)
 }

@@ -230,6 +230,22 @@ impl PluginLock {
     }
 }
 
+/// In a locked directory: whether `path`, whose private copy hashes to `sha256`, is what the
+/// directory's lock file says was installed (read at each load: an install writes the lock
+/// before it renames the file in).
+pub(crate) fn admit(dir: &Path, path: &Path, sha256: &str) -> Result<(), rho_worker::LoadError> {
+    let refused = |reason: String| rho_worker::LoadError::Refused {
+        path: path.to_owned(),
+        reason,
+    };
+    let lock = PluginLock::read(dir).map_err(|e| refused(e.to_string()))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    lock.admits(&name, sha256).map_err(refused)
+}
+
 /// A file name with no path in it.
 fn plain_name(name: &str) -> bool {
     !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('\0')
