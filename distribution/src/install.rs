@@ -136,6 +136,10 @@ async fn signed_by(
     declaration: &Declaration,
     trusted: &TrustedKeys,
 ) -> Result<String, String> {
+    registry
+        .client
+        .store_auth_if_needed(pinned.registry(), &registry.auth)
+        .await;
     let referrers = registry
         .client
         .pull_referrers(pinned.oci(), Some(SIGNATURE_ARTIFACT))

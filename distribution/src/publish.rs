@@ -118,6 +118,17 @@ pub async fn publish(
     }
     let registry = Registry::connect(at, access)?;
     let push_error = |e| registry_error(at, e);
+    // Blobs are pushed one by one: the credentials go in first (the client sends them only
+    // from here on).
+    registry
+        .client
+        .auth(
+            at.oci(),
+            &registry.auth,
+            oci_client::RegistryOperation::Push,
+        )
+        .await
+        .map_err(push_error)?;
 
     let mut layers = Vec::new();
     for file in files {

@@ -307,6 +307,10 @@ impl Registry {
                 ),
             });
         }
+        // The client sends credentials only for registries it was told them for.
+        self.client
+            .store_auth_if_needed(at.registry(), &self.auth)
+            .await;
         let mut bytes = Vec::with_capacity(descriptor.size as usize);
         self.client
             .pull_blob(at.oci(), descriptor, &mut bytes)

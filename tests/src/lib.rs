@@ -466,6 +466,16 @@ pub struct OciRegistry {
 impl OciRegistry {
     /// Starts one and waits until it answers `GET /v2/`.
     pub fn start() -> OciRegistry {
+        Self::start_with(None)
+    }
+
+    /// Starts one that takes only `user` with `password` (HTTP basic, an htpasswd file made by
+    /// Debian's `htpasswd`, bcrypt as the registry requires), and waits until it asks for them.
+    pub fn start_with_password(user: &str, password: &str) -> OciRegistry {
+        Self::start_with(Some((user, password)))
+    }
+
+    fn start_with(login: Option<(&str, &str)>) -> OciRegistry {
         let binary = debian_tool("docker-registry", "docker-registry");
         let storage = tempfile::tempdir().expect("registry storage");
         let port = free_port();
@@ -479,6 +489,22 @@ impl OciRegistry {
             ),
         )
         .expect("registry config");
+        if let Some((user, password)) = login {
+            let htpasswd = storage.path().join("htpasswd");
+            let out = Command::new(debian_tool("htpasswd", "apache2-utils"))
+                .args(["-Bbc"])
+                .arg(&htpasswd)
+                .args([user, password])
+                .output()
+                .expect("run htpasswd");
+            assert!(out.status.success(), "htpasswd: {out:?}");
+            let mut text = std::fs::read_to_string(&config).expect("registry config");
+            text.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: rho-tests\n    path: {}\n",
+                htpasswd.display()
+            ));
+            std::fs::write(&config, text).expect("registry config");
+        }
         let child = Command::new(binary)
             .arg("serve")
             .arg(&config)
@@ -501,7 +527,12 @@ impl OciRegistry {
                     registry.addr
                 );
                 let mut head = [0u8; 12];
-                if stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200") {
+                let ready: &[u8] = if login.is_some() {
+                    b"HTTP/1.1 401"
+                } else {
+                    b"HTTP/1.1 200"
+                };
+                if stream.read_exact(&mut head).is_ok() && head.starts_with(ready) {
                     return registry;
                 }
             }

@@ -254,10 +254,13 @@ fn unsigned_foreign_signed_and_tampered_artifacts_are_refused() {
     assert!(index.starts_with("sha256:"));
     let out = install(&["--trust-key", s(&stranger)]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("it is not signed"),
-        "{}",
-        text(&out)
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("it is not signed"), "{}", text(&out));
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "nothing written"
     );
     let out = install(&["--allow-unsigned"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -287,6 +290,8 @@ fn unsigned_foreign_signed_and_tampered_artifacts_are_refused() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("does not match its digest"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(!rho_runtime::PluginLock::path_for(&dir).exists());
     assert_eq!(
         std::fs::read_dir(&dir).unwrap().count(),
         0,
@@ -380,6 +385,18 @@ fn capabilities_beyond_the_grants_are_refused_unless_granted_or_accepted() {
     .unwrap();
     let out = install(&["--config", s(&config)]);
     assert!(out.status.success(), "{}", text(&out));
+    // It loads in the sandbox with what the directory grants (its token passed through).
+    let out = Command::new(rho_bin())
+        .args(["call", "token", "{}", "--config", s(&config)])
+        .env("RHO_NEEDS_TOKEN", "granted-token")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("granted-token"),
+        "{}",
+        text(&out)
+    );
     // One grant short (no network): refused again, naming it.
     std::fs::remove_file(dir.join("libneeds.so")).unwrap();
     std::fs::remove_file(rho_runtime::PluginLock::path_for(&dir)).unwrap();
@@ -400,9 +417,79 @@ fn capabilities_beyond_the_grants_are_refused_unless_granted_or_accepted() {
         text(&out)
     );
 
-    // Accepted explicitly: installed.
-    let out = install(&["--accept-capabilities"]);
+    // Accepted explicitly: installed, and sandboxed as granted: without the network grant
+    // the host refuses to load it (one line naming the network), and serves the others.
+    let out = install(&["--config", s(&config), "--accept-capabilities"]);
     assert!(out.status.success(), "{}", text(&out));
+    std::fs::copy(plugin_lib("echo"), dir.join("libecho.so")).unwrap();
+    let out = rho(&["tools", "--config", s(&config), "--json"]);
+    let tools: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out)));
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["echo"], "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("libneeds.so") && stderr.contains("network"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_registry_with_a_password_takes_the_docker_config_credentials_and_refuses_without() {
+    use base64::Engine as _;
+    let registry = OciRegistry::start_with_password("publisher", "s3cret-pass");
+    let work = tempfile::tempdir().unwrap();
+    let (key, public) = minisign_key(work.path(), "publisher");
+    let docker = work.path().join("docker");
+    std::fs::create_dir(&docker).unwrap();
+    let auth = base64::engine::general_purpose::STANDARD.encode("publisher:s3cret-pass");
+    std::fs::write(
+        docker.join("config.json"),
+        format!(r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#, registry.addr),
+    )
+    .unwrap();
+    let reference = format!("oci://{}/tools/echo:0.1.0", registry.addr);
+    let dir = work.path().join("plugins");
+    std::fs::create_dir(&dir).unwrap();
+    let with = |config: &Path, args: &[&str]| {
+        Command::new(rho_bin())
+            .args(args)
+            .env("DOCKER_CONFIG", config)
+            .output()
+            .unwrap()
+    };
+    let lib = plugin_lib("echo");
+    let publish = ["plugin", "publish", s(&lib), &reference, "--key", s(&key)];
+    let install = [
+        "plugin",
+        "install",
+        &reference,
+        "--dir",
+        s(&dir),
+        "--trust-key",
+        s(&public),
+    ];
+    // Without credentials: refused, one line, nothing written.
+    let nowhere = work.path().join("no-docker-config");
+    for args in [&publish[..], &install[..]] {
+        let out = with(&nowhere, args);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("the registry:"), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    // With them: published and installed.
+    let out = with(&docker, &publish);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = with(&docker, &install);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(dir.join("libecho.so").exists());
 }
 
 #[test]
@@ -580,12 +667,19 @@ fn updates_follow_a_tag_forwards_to_signed_versions_only() {
     );
     let out = update();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("not newer than the installed 1.1.0"),
+        stderr.contains("not newer than the installed 1.1.0"),
         "{}",
         text(&out)
     );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert_eq!(lock_of(&dir)["plugins"][0]["digest"], second.as_str());
+    assert_eq!(
+        std::fs::read(dir.join(&installed_file)).unwrap(),
+        std::fs::read(&faults_v2).unwrap(),
+        "nothing written"
+    );
 
     // A newer version whose signature is gone: refused even when unsigned installs are allowed.
     let third = publish_version(&registry, &faults_default, "1.2.0", "stable", &key);
