@@ -214,7 +214,7 @@ fn show(verified: &Verified) {
 /// Prints where `installed` went.
 fn show_installed(installed: &Installed, dir: &Path) {
     let entry = &installed.entry;
-    if let Some(old) = &installed.replaced {
+    for old in &installed.replaced {
         println!("replaced {} {} ({})", old.name, old.version, old.file);
     }
     println!(

@@ -83,7 +83,7 @@ pub use rho_protocol::{
     CrashReason, Failure, Grants, Identity, MAX_DETAILS_BYTES, MAX_GRANTS, MAX_IMAGES, Outcome,
     SandboxReport, ToolResult, ToolSpec, WasmSandbox, WorkerLimits,
 };
-pub use rho_worker::loader::trust::Trust;
+pub use rho_worker::loader::trust::{PluginKind, Trust, plugin_kind};
 pub use rho_worker::loader::{PluginInfo, sha256_hex};
 pub use rho_worker::sandbox::host::secure_temp_dir;
 pub use rho_worker::{LoadError, run_if_worker};

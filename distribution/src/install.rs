@@ -5,7 +5,6 @@
 //! platform, and writes it in atomically: a hidden temporary file, synced, the lock updated,
 //! then renamed in (hot reload takes it whole; a locked directory finds its hash in the lock).
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest};
@@ -18,7 +17,7 @@ use crate::artifact::{
     platforms_of,
 };
 use crate::publish::MAX_PLUGIN_FILE_BYTES;
-use crate::registry::{Registry, hex, registry_error};
+use crate::registry::{Registry, registry_error};
 use crate::{Access, DistributionError, Platform, PluginRef, TrustedKeys};
 
 /// The most signatures looked at for one artifact.
@@ -106,6 +105,18 @@ async fn fetch_with(
         .await?;
     let declaration: Declaration = serde_json::from_slice(&config)
         .map_err(|e| artifact(&pinned, format!("its declaration is not readable: {e}")))?;
+    // Shown and written to the lock before anyone vouched for it: plain text only.
+    let plain =
+        |text: &str| !text.is_empty() && text.len() <= 128 && !text.chars().any(char::is_control);
+    if !plain(&declaration.name) || !plain(&declaration.version) {
+        return Err(artifact(
+            &pinned,
+            format!(
+                "its declaration names plugin {:?} version {:?} (plain text of at most 128 bytes)",
+                declaration.name, declaration.version
+            ),
+        ));
+    }
     let signer = match signed_by(registry, &pinned, &digest, &declaration, trusted).await {
         Ok(signer) => Some(signer),
         Err(_) if allow_unsigned => None,
@@ -138,7 +149,7 @@ async fn signed_by(
 ) -> Result<String, String> {
     registry
         .client
-        .store_auth_if_needed(pinned.registry(), &registry.auth)
+        .store_auth_if_needed(pinned.oci().resolve_registry(), &registry.auth)
         .await;
     let referrers = registry
         .client
@@ -154,6 +165,7 @@ async fn signed_by(
                 .as_deref()
                 .is_none_or(|t| t == SIGNATURE_ARTIFACT)
         })
+        .filter(|m| is_sha256_digest(&m.digest))
         .take(MAX_SIGNATURES)
     {
         match one_signature(
@@ -264,8 +276,8 @@ pub fn check_capabilities(
 pub struct Installed {
     /// The lock entry written.
     pub entry: LockedPlugin,
-    /// The entry it replaced (the same file or the same plugin under another file name).
-    pub replaced: Option<LockedPlugin>,
+    /// The entries it replaced (the same file, the same plugin under another file name).
+    pub replaced: Vec<LockedPlugin>,
 }
 
 /// Installs `at` into plugin directory `dir` (see the module doc); records it in `<dir>.lock`.
@@ -307,17 +319,10 @@ async fn put(
         .into_iter()
         .chain([Platform::Wasm])
         .collect();
-    let layer = wanted
+    let files: Vec<(Platform, &OciDescriptor)> = file_layers(&verified.manifest).collect();
+    let (platform, layer) = wanted
         .iter()
-        .find_map(|platform| {
-            verified.manifest.layers.iter().find(|l| {
-                l.media_type == FILE_MEDIA_TYPE
-                    && l.annotations
-                        .as_ref()
-                        .and_then(|a| a.get(PLATFORM_ANNOTATION))
-                        .is_some_and(|p| p == platform.as_str())
-            })
-        })
+        .find_map(|want| files.iter().find(|(p, _)| p == want).copied())
         .ok_or_else(|| DistributionError::Platform {
             reference: verified.pinned.to_string(),
             wanted: wanted
@@ -332,12 +337,6 @@ async fn put(
                 .collect::<Vec<_>>()
                 .join(", "),
         })?;
-    let platform = layer
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(PLATFORM_ANNOTATION))
-        .and_then(|p| Platform::parse(p))
-        .ok_or_else(|| artifact(&verified.pinned, "a file layer without a platform".into()))?;
     let file = file_name_for(layer, platform, &declaration.name)
         .map_err(|reason| artifact(&verified.pinned, reason))?;
     let bytes = registry
@@ -358,63 +357,30 @@ async fn put(
             ));
         }
     }
-
-    let mut lock = PluginLock::read(dir)?;
-    let target = dir.join(&file);
-    if lock.get(&file).is_none() && target.symlink_metadata().is_ok() {
-        return Err(DistributionError::Conflict {
-            path: target,
-            reason: "it exists and was not installed from a registry (remove it first)".into(),
-        });
-    }
     let entry = LockedPlugin {
-        file: file.clone(),
+        file,
         name: declaration.name.clone(),
         version: declaration.version.clone(),
-        sha256: hex(&<sha2::Sha256 as sha2::Digest>::digest(&bytes)),
+        sha256: rho_runtime::sha256_hex(&bytes),
         digest: verified.digest.clone(),
         source: verified.source.to_string(),
         signer: verified.signer.clone(),
         capabilities: declaration.capabilities.clone(),
     };
-    // The same plugin under another file name (a platform change) goes when this one is in.
-    let other = lock
-        .plugins
-        .iter()
-        .find(|p| p.name == entry.name && p.file != entry.file)
-        .map(|p| p.file.clone());
-    let temporary = dir.join(format!(".{file}.tmp.{}", std::process::id()));
-    let written = write_synced(&temporary, &bytes);
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&temporary);
-        return Err(DistributionError::File {
-            path: temporary,
-            reason: e.to_string(),
-        });
-    }
-    let before = lock.clone();
-    let mut replaced = lock.take(&file);
-    if let Some(other) = &other {
-        replaced = lock.take(other).or(replaced);
-    }
-    lock.put(entry.clone());
-    if let Err(e) = lock.write(dir) {
-        let _ = std::fs::remove_file(&temporary);
-        return Err(e.into());
-    }
-    if let Err(e) = std::fs::rename(&temporary, &target) {
-        let _ = std::fs::remove_file(&temporary);
-        let _ = before.write(dir);
-        return Err(DistributionError::File {
-            path: target,
-            reason: e.to_string(),
-        });
-    }
-    sync_dir(dir);
-    if let Some(other) = other {
-        let _ = std::fs::remove_file(dir.join(other));
-    }
+    let replaced = PluginLock::install_file(dir, entry.clone(), &bytes)?;
     Ok(Installed { entry, replaced })
+}
+
+/// The file layers of `manifest`, each with the platform its annotation names.
+fn file_layers(manifest: &OciImageManifest) -> impl Iterator<Item = (Platform, &OciDescriptor)> {
+    manifest
+        .layers
+        .iter()
+        .filter(|l| l.media_type == FILE_MEDIA_TYPE)
+        .filter_map(|l| {
+            let platform = l.annotations.as_ref()?.get(PLATFORM_ANNOTATION)?;
+            Some((Platform::parse(platform)?, l))
+        })
 }
 
 /// The file name a layer is installed under: its title when that is a plain name with the
@@ -446,25 +412,6 @@ fn file_name_for(layer: &OciDescriptor, platform: Platform, name: &str) -> Resul
         Ok(fallback)
     } else {
         Err(format!("no usable file name for plugin {name:?}"))
-    }
-}
-
-/// Writes `bytes` to a new file at `path` (readable by all, writable by its owner) and syncs it.
-fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
-}
-
-/// Syncs directory `dir` so a rename in it survives a crash (best effort).
-fn sync_dir(dir: &Path) {
-    if let Ok(dir) = std::fs::File::open(dir) {
-        let _ = dir.sync_all();
     }
 }
 
@@ -545,6 +492,13 @@ pub async fn update(
             reference: source.to_string(),
             reason,
         };
+        if entry.signer.is_some() && verified.signer != entry.signer {
+            return Err(refused(format!(
+                "the new version is signed by key {}, the installed one by {} (remove and install to change publishers)",
+                verified.signer.as_deref().unwrap_or("none"),
+                entry.signer.as_deref().unwrap_or("none")
+            )));
+        }
         if declared.name != entry.name {
             return Err(refused(format!(
                 "the tag now names plugin {:?}, not {:?}",
@@ -638,7 +592,7 @@ pub fn verify(dir: &Path) -> Result<Vec<Finding>, DistributionError> {
     let mut findings = Vec::new();
     for entry in &lock.plugins {
         let path = dir.join(&entry.file);
-        match hash_file(&path) {
+        match std::fs::read(&path).map(|bytes| rho_runtime::sha256_hex(&bytes)) {
             Ok(on_disk) if on_disk == entry.sha256 => {}
             Ok(on_disk) => findings.push(Finding::Changed {
                 path,
@@ -658,11 +612,7 @@ pub fn verify(dir: &Path) -> Result<Vec<Finding>, DistributionError> {
     let mut extra: Vec<PathBuf> = listed
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|name| {
-            !name.starts_with('.')
-                && [".so", ".dylib", ".wasm"].iter().any(|s| name.ends_with(s))
-                && lock.get(name).is_none()
-        })
+        .filter(|name| rho_runtime::plugin_kind(name, true).is_some() && lock.get(name).is_none())
         .map(|name| dir.join(name))
         .collect();
     extra.sort();
@@ -670,58 +620,17 @@ pub fn verify(dir: &Path) -> Result<Vec<Finding>, DistributionError> {
     Ok(findings)
 }
 
-/// SHA-256 of the file at `path`, hex.
-fn hash_file(path: &Path) -> std::io::Result<String> {
-    use sha2::Digest as _;
-    use std::io::Read as _;
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = sha2::Sha256::new();
-    let mut buffer = vec![0u8; 64 << 10];
-    loop {
-        match file.read(&mut buffer)? {
-            0 => break,
-            n => hasher.update(&buffer[..n]),
-        }
-    }
-    Ok(hex(&hasher.finalize()))
-}
-
 /// Removes the installed plugin named `what` (its name or file) from `dir`: its lock entry,
-/// then its file.
+/// then its file (see [`PluginLock::remove_file`]).
 pub fn remove(dir: &Path, what: &str) -> Result<LockedPlugin, DistributionError> {
-    let mut lock = PluginLock::read(dir)?;
-    let file = lock
-        .plugins
-        .iter()
-        .find(|p| p.name == what || p.file == what)
-        .map(|p| p.file.clone())
-        .ok_or_else(|| DistributionError::NotInstalled {
-            lock: PluginLock::path_for(dir),
-            what: what.to_owned(),
-        })?;
-    let entry = lock
-        .take(&file)
-        .ok_or_else(|| DistributionError::NotInstalled {
-            lock: PluginLock::path_for(dir),
-            what: what.to_owned(),
-        })?;
-    lock.write(dir)?;
-    match std::fs::remove_file(dir.join(&entry.file)) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(DistributionError::File {
-                path: dir.join(&entry.file),
-                reason: e.to_string(),
-            });
-        }
-    }
-    sync_dir(dir);
-    Ok(entry)
+    PluginLock::remove_file(dir, what)?.ok_or_else(|| DistributionError::NotInstalled {
+        lock: PluginLock::path_for(dir),
+        what: what.to_owned(),
+    })
 }
 
 /// `sha256:` and 64 lowercase hex digits.
-fn is_sha256_digest(digest: &str) -> bool {
+pub(crate) fn is_sha256_digest(digest: &str) -> bool {
     digest.strip_prefix("sha256:").is_some_and(|h| {
         h.len() == 64
             && h.bytes()

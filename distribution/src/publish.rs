@@ -286,17 +286,19 @@ async fn add_referrer(
     mut referrer: OciDescriptor,
 ) -> Result<(), DistributionError> {
     let tag_at = at.at_tag(&subject.replace(':', "-"));
+    // Only an index that is not there starts empty: any other failure keeps the signatures
+    // the index lists from being dropped.
     let mut index = match registry
-        .manifest(&tag_at, &[OCI_IMAGE_INDEX_MEDIA_TYPE])
-        .await
+        .manifest_if_exists(&tag_at, &[OCI_IMAGE_INDEX_MEDIA_TYPE])
+        .await?
     {
-        Ok((bytes, _)) => serde_json::from_slice::<OciImageIndex>(&bytes).map_err(|e| {
+        Some((bytes, _)) => serde_json::from_slice::<OciImageIndex>(&bytes).map_err(|e| {
             DistributionError::Artifact {
                 reference: tag_at.to_string(),
                 reason: format!("the referrers index is not an image index: {e}"),
             }
         })?,
-        Err(_) => OciImageIndex {
+        None => OciImageIndex {
             schema_version: 2,
             media_type: Some(OCI_IMAGE_INDEX_MEDIA_TYPE.into()),
             manifests: Vec::new(),

@@ -265,6 +265,8 @@ impl Registry {
         };
         let client = Client::new(ClientConfig {
             protocol,
+            connect_timeout: Some(std::time::Duration::from_secs(30)),
+            read_timeout: Some(std::time::Duration::from_secs(60)),
             ..ClientConfig::default()
         });
         Ok(Registry {
@@ -290,6 +292,36 @@ impl Registry {
         Ok((bytes.to_vec(), digest))
     }
 
+    /// [`manifest`](Self::manifest), or `None` when the registry has none at `at`; any other
+    /// failure is an error.
+    pub(crate) async fn manifest_if_exists(
+        &self,
+        at: &PluginRef,
+        media_types: &[&str],
+    ) -> Result<Option<(Vec<u8>, String)>, DistributionError> {
+        match self
+            .client
+            .pull_manifest_raw(at.oci(), &self.auth, media_types)
+            .await
+        {
+            Err(oci_client::errors::OciDistributionError::ImageManifestNotFoundError(_)) => {
+                Ok(None)
+            }
+            Err(oci_client::errors::OciDistributionError::RegistryError { envelope, .. })
+                if envelope.errors.iter().all(|e| {
+                    matches!(
+                        e.code,
+                        oci_client::errors::OciErrorCode::ManifestUnknown
+                            | oci_client::errors::OciErrorCode::NotFound
+                    )
+                }) =>
+            {
+                Ok(None)
+            }
+            _ => self.manifest(at, media_types).await.map(Some),
+        }
+    }
+
     /// Blob `descriptor` of `at`'s repository, checked against its digest and size; refused
     /// when its size is over `max`.
     pub(crate) async fn blob(
@@ -307,15 +339,29 @@ impl Registry {
                 ),
             });
         }
+        if descriptor.urls.as_ref().is_some_and(|u| !u.is_empty()) {
+            // The client would fetch them anywhere, over any scheme.
+            return Err(DistributionError::Artifact {
+                reference: at.to_string(),
+                reason: format!(
+                    "blob {} names other URLs to fetch it from",
+                    descriptor.digest
+                ),
+            });
+        }
         // The client sends credentials only for registries it was told them for.
         self.client
-            .store_auth_if_needed(at.registry(), &self.auth)
+            .store_auth_if_needed(at.oci().resolve_registry(), &self.auth)
             .await;
-        let mut bytes = Vec::with_capacity(descriptor.size as usize);
+        let mut bytes = Capped {
+            bytes: Vec::with_capacity(descriptor.size as usize),
+            max: descriptor.size as usize,
+        };
         self.client
             .pull_blob(at.oci(), descriptor, &mut bytes)
             .await
             .map_err(|e| registry_error(at, e))?;
+        let bytes = bytes.bytes;
         if bytes.len() as i64 != descriptor.size {
             return Err(DistributionError::Artifact {
                 reference: at.to_string(),
@@ -329,6 +375,43 @@ impl Registry {
         }
         check_digest(at, &bytes, &descriptor.digest, max)?;
         Ok(bytes)
+    }
+}
+
+/// A blob's bytes as they arrive, refused past its descriptor's size (a registry that sends
+/// more is not read to the end).
+struct Capped {
+    bytes: Vec<u8>,
+    max: usize,
+}
+
+impl tokio::io::AsyncWrite for Capped {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if self.bytes.len() + buf.len() > self.max {
+            return std::task::Poll::Ready(Err(std::io::Error::other(
+                "the registry sent more than the blob's size",
+            )));
+        }
+        self.bytes.extend_from_slice(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
     }
 }
 

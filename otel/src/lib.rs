@@ -268,8 +268,33 @@ enum Item {
 
 /// The bus's end of the queue: never waits; a full queue drops and counts.
 struct QueueSink {
-    queue: mpsc::Sender<Item>,
+    queue: Queue,
+}
+
+/// The exporter's queue, as its producers see it: items go in without waiting (a full queue
+/// drops them, counted), and the exporter is woken only when the queue is half full (it also
+/// looks every [`spans::DRAIN_EVERY`]): a call's events cost no thread wake-up of their own.
+#[derive(Clone)]
+pub(crate) struct Queue {
+    sender: mpsc::Sender<Item>,
+    half: usize,
+    wake: Arc<tokio::sync::Notify>,
     dropped: Arc<AtomicU64>,
+}
+
+impl Queue {
+    /// Queues `item`; `false` when the queue was full (counted as dropped).
+    fn push(&self, item: Item) -> bool {
+        if self.sender.try_send(item).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.wake.notify_one();
+            return false;
+        }
+        if self.sender.capacity() <= self.half {
+            self.wake.notify_one();
+        }
+        true
+    }
 }
 
 impl Sink for QueueSink {
@@ -285,8 +310,8 @@ impl Sink for QueueSink {
                 | EventType::RemoteToolsChanged
                 | EventType::SourceStateChanged
         );
-        if wanted && self.queue.try_send(Item::Event(event.clone())).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        if wanted {
+            self.queue.push(Item::Event(event.clone()));
         }
     }
 }
@@ -294,8 +319,7 @@ impl Sink for QueueSink {
 /// A running export of a host's calls (see the crate's documentation). Clones share it.
 #[derive(Clone)]
 pub struct OtelExport {
-    queue: mpsc::Sender<Item>,
-    dropped: Arc<AtomicU64>,
+    queue: Queue,
     task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
     server_duration: Histogram<f64>,
     /// Whether arguments and results are exported.
@@ -339,11 +363,17 @@ impl OtelExport {
             .with_unit("s")
             .with_description("Duration of MCP requests a server handled")
             .build();
-        let (queue, received) = mpsc::channel(config.queue);
+        let (sender, received) = mpsc::channel(config.queue);
         let dropped = Arc::new(AtomicU64::new(0));
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let queue = Queue {
+            sender,
+            half: config.queue / 2,
+            wake: wake.clone(),
+            dropped: dropped.clone(),
+        };
         host.bus().add_sink(Arc::new(QueueSink {
             queue: queue.clone(),
-            dropped: dropped.clone(),
         }));
         let worker = spans::Worker {
             host: host.clone(),
@@ -351,7 +381,8 @@ impl OtelExport {
             meters,
             tool_duration,
             received,
-            dropped: dropped.clone(),
+            wake,
+            dropped,
             destination: format!(
                 "otlp {} {endpoint}",
                 match config.protocol {
@@ -364,7 +395,6 @@ impl OtelExport {
         let task = tokio::spawn(worker.run());
         Ok(OtelExport {
             queue,
-            dropped,
             task: Arc::new(std::sync::Mutex::new(Some(task))),
             server_duration,
             export_arguments: config.export_arguments,
@@ -373,7 +403,7 @@ impl OtelExport {
 
     /// How many events and spans were dropped so far (the queue full, an export failed).
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.queue.dropped.load(Ordering::Relaxed)
     }
 
     /// Records an MCP server's span (kind SERVER) and its `mcp.server.operation.duration`;
@@ -381,9 +411,7 @@ impl OtelExport {
     pub fn server_span(&self, span: ServerSpan) {
         let (data, seconds, attributes) = span.into_data();
         self.server_duration.record(seconds, &attributes);
-        if self.queue.try_send(Item::Span(Box::new(data))).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
+        self.queue.push(Item::Span(Box::new(data)));
     }
 
     /// Exports what is queued and stops (within the exporters' timeouts): what a process does
@@ -395,7 +423,8 @@ impl OtelExport {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         // The bus's sink keeps a sender, so the queue never closes: the task is told to stop.
-        let _ = self.queue.send(Item::Stop).await;
+        let _ = self.queue.sender.send(Item::Stop).await;
+        self.queue.wake.notify_one();
         if let Some(task) = task {
             let _ = task.await;
         }

@@ -27,6 +27,10 @@ const BATCH: usize = 512;
 /// How often what gathered is exported, and how often a status may be published.
 const EVERY: Duration = Duration::from_secs(1);
 
+/// How often the exporter takes what its queue holds when nobody woke it (the queue half full
+/// wakes it at once): a call never wakes it.
+pub(crate) const DRAIN_EVERY: Duration = Duration::from_millis(20);
+
 /// The longest text attribute (arguments, results), bytes.
 const MAX_TEXT: usize = 8 << 10;
 
@@ -63,6 +67,7 @@ pub(crate) struct Worker {
     pub(crate) meters: SdkMeterProvider,
     pub(crate) tool_duration: Histogram<f64>,
     pub(crate) received: mpsc::Receiver<Item>,
+    pub(crate) wake: Arc<tokio::sync::Notify>,
     pub(crate) dropped: Arc<AtomicU64>,
     pub(crate) destination: String,
     pub(crate) export_arguments: bool,
@@ -87,38 +92,41 @@ impl Worker {
         let mut standing = Standing::default();
         let mut tick = tokio::time::interval(EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // What gathered meanwhile is taken in one go: one wake-up for many events.
-        let mut items = Vec::with_capacity(256);
+        let mut drain = tokio::time::interval(DRAIN_EVERY);
+        drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let stop = tokio::select! {
-                taken = self.received.recv_many(&mut items, 256) => {
-                    let mut stop = taken == 0;
-                    for item in items.drain(..) {
-                        match item {
-                            Item::Event(event) => {
-                                if let Some(span) =
-                                    self.follow(&event, &mut open, &mut origins).await
-                                {
-                                    batch.push(span);
-                                }
-                            }
-                            Item::Span(span) => batch.push(*span),
-                            Item::Stop => stop = true,
+            let flush_now = tokio::select! {
+                _ = drain.tick() => false,
+                () = self.wake.notified() => false,
+                _ = tick.tick() => true,
+            };
+            // What gathered meanwhile, in one go (never waiting: the queue is not awaited, so
+            // its senders wake nobody).
+            let mut stop = false;
+            loop {
+                match self.received.try_recv() {
+                    Ok(Item::Event(event)) => {
+                        if let Some(span) = self.follow(&event, &mut open, &mut origins).await {
+                            batch.push(span);
                         }
                     }
-                    stop
+                    Ok(Item::Span(span)) => batch.push(*span),
+                    Ok(Item::Stop) | Err(mpsc::error::TryRecvError::Disconnected) => {
+                        stop = true;
+                        break;
+                    }
+                    Err(mpsc::error::TryRecvError::Empty) => break,
                 }
-                _ = tick.tick() => {
+                if batch.len() >= BATCH {
                     self.flush(&mut batch, &mut standing).await;
-                    self.report(&mut standing);
-                    false
                 }
-            };
+            }
             if stop {
                 break;
             }
-            if batch.len() >= BATCH {
+            if flush_now {
                 self.flush(&mut batch, &mut standing).await;
+                self.report(&mut standing);
             }
         }
         // What came before the stop, then the metrics.

@@ -701,6 +701,28 @@ fn updates_follow_a_tag_forwards_to_signed_versions_only() {
     );
     assert_eq!(lock_of(&dir)["plugins"][0]["digest"], second.as_str());
 
+    // A newer version signed by another trusted key: refused (the publisher is pinned).
+    let (other_file, other_public) = minisign_key(work.path(), "other");
+    let other = SigningKey::from_file(&other_file).unwrap();
+    publish_version(&registry, &faults_default, "1.3.0", "stable", &other);
+    let out = rho(&[
+        "plugin",
+        "update",
+        "--dir",
+        s(&dir),
+        "--trust-key",
+        s(&public),
+        "--trust-key",
+        s(&other_public),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("remove and install to change publishers"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(lock_of(&dir)["plugins"][0]["digest"], second.as_str());
+
     // The library refuses the same, and says nothing is trusted without keys.
     let policy = InstallPolicy {
         trusted: TrustedKeys::none(),

@@ -107,6 +107,14 @@ pub enum LockError {
         /// The operating system's reason.
         reason: String,
     },
+    /// An install or removal that would overwrite or take what it should not.
+    #[error("{}: {reason}", path.display())]
+    Conflict {
+        /// The file in the way.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// It is not a lock file of this version.
     #[error("{}: not a plugin lock file: {reason}", path.display())]
     Invalid {
@@ -119,32 +127,47 @@ pub enum LockError {
 
 impl PluginLock {
     /// The lock file of plugin directory `dir`: `dir` with `.lock` appended (`plugins` ->
-    /// `plugins.lock`), beside it.
+    /// `plugins.lock`), beside it: `dir` is made absolute and `.` and `..` taken out first, so
+    /// `--dir .` run inside `/srv/plugins` names `/srv/plugins.lock`, never a file inside the
+    /// directory. The root directory has no place beside it (see [`PluginLock::read`]).
     pub fn path_for(dir: &Path) -> PathBuf {
+        let dir = normalized(dir);
         let mut name = dir
             .file_name()
             .map(|n| n.to_os_string())
             .unwrap_or_else(|| "plugins".into());
         name.push(".lock");
-        let parent = dir
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        parent.join(name)
+        dir.parent().unwrap_or(Path::new("/")).join(name)
     }
 
     /// Reads `dir`'s lock; an absent lock file is an empty lock.
     pub fn read(dir: &Path) -> Result<PluginLock, LockError> {
-        let path = Self::path_for(dir);
+        let path = Self::path_for_named(dir)?;
         let io = |e: std::io::Error| LockError::Io {
             path: path.clone(),
             reason: e.to_string(),
         };
-        let file = match std::fs::File::open(&path) {
+        let file = match open_nofollow(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
             Err(e) => return Err(io(e)),
         };
+        // As plugin files are: a lock others can write decides nothing.
+        let meta = file.metadata().map_err(io)?;
+        {
+            use std::os::unix::fs::MetadataExt as _;
+            // SAFETY: geteuid has no preconditions.
+            let me = unsafe { libc::geteuid() };
+            if !meta.is_file() || meta.mode() & 0o022 != 0 || (meta.uid() != me && meta.uid() != 0)
+            {
+                return Err(LockError::Invalid {
+                    path: path.clone(),
+                    reason:
+                        "not a regular file owned by this user or root and writable by it alone"
+                            .into(),
+                });
+            }
+        }
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_LOCK_BYTES), &mut text)
             .map_err(io)?;
@@ -168,18 +191,20 @@ impl PluginLock {
     /// Writes the lock beside `dir` atomically: a temporary file beside it, synced, then renamed
     /// over the old one (a reader sees the old lock or the new one, never a part).
     pub fn write(&self, dir: &Path) -> Result<(), LockError> {
-        let path = Self::path_for(dir);
+        let path = Self::path_for_named(dir)?;
         let io = |e: std::io::Error| LockError::Io {
             path: path.clone(),
             reason: e.to_string(),
         };
         let mut text = serde_json::to_vec_pretty(self).map_err(|e| io(std::io::Error::other(e)))?;
         text.push(b'\n');
-        let mut temporary = path.clone().into_os_string();
-        temporary.push(format!(".tmp.{}", std::process::id()));
-        let temporary = PathBuf::from(temporary);
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let (temporary, mut file) = temporary_beside(&path, &name).map_err(io)?;
         let written = (|| {
-            let mut file = std::fs::File::create(&temporary)?;
             file.write_all(&text)?;
             file.sync_all()?;
             std::fs::rename(&temporary, &path)
@@ -190,6 +215,17 @@ impl PluginLock {
         written.map_err(io)?;
         sync_parent(&path);
         Ok(())
+    }
+
+    /// [`path_for`](Self::path_for), refusing a directory with nothing beside it (`/`).
+    fn path_for_named(dir: &Path) -> Result<PathBuf, LockError> {
+        if normalized(dir).file_name().is_none() {
+            return Err(LockError::Invalid {
+                path: dir.to_owned(),
+                reason: "the root directory has no place beside it for a lock file".into(),
+            });
+        }
+        Ok(Self::path_for(dir))
     }
 
     /// The entry for file `file`.
@@ -208,6 +244,130 @@ impl PluginLock {
     pub fn take(&mut self, file: &str) -> Option<LockedPlugin> {
         let at = self.plugins.iter().position(|p| p.file == file)?;
         Some(self.plugins.remove(at))
+    }
+
+    /// Installs `bytes` as `entry.file` in plugin directory `dir` and records `entry`, so that
+    /// a watching host takes the file whole and a locked host finds its hash: a hidden temporary
+    /// file in `dir` (created new, links not followed), synced; the lock written; the file
+    /// renamed in; the directory synced. Another file of the same plugin (another platform's
+    /// name) goes once this one is in. Installs and removals of one directory take turns (an
+    /// exclusive lock on `<dir>.lock.lck`), so none loses another's entry. Refused: a file in
+    /// the way that the lock does not name (not installed from a registry), and a file the lock
+    /// gives to another plugin. Returns the entries replaced.
+    pub fn install_file(
+        dir: &Path,
+        entry: LockedPlugin,
+        bytes: &[u8],
+    ) -> Result<Vec<LockedPlugin>, LockError> {
+        let _turn = Self::take_turn(dir)?;
+        let mut lock = Self::read(dir)?;
+        let target = dir.join(&entry.file);
+        let conflict = |reason: String| LockError::Conflict {
+            path: target.clone(),
+            reason,
+        };
+        match lock.get(&entry.file) {
+            None if target.symlink_metadata().is_ok() => {
+                return Err(conflict(
+                    "it exists and was not installed from a registry (remove it first)".into(),
+                ));
+            }
+            Some(other) if other.name != entry.name => {
+                return Err(conflict(format!(
+                    "the lock gives it to plugin {:?}, not {:?} (remove that one first)",
+                    other.name, entry.name
+                )));
+            }
+            _ => {}
+        }
+        let io = |path: &Path, e: std::io::Error| LockError::Io {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        };
+        let (temporary, mut file) =
+            temporary_beside(&target, &entry.file).map_err(|e| io(dir, e))?;
+        if let Err(e) = file.write_all(bytes).and_then(|()| file.sync_all()) {
+            let _ = std::fs::remove_file(&temporary);
+            return Err(io(&target, e));
+        }
+        let before = lock.clone();
+        let others: Vec<String> = lock
+            .plugins
+            .iter()
+            .filter(|p| p.name == entry.name && p.file != entry.file)
+            .map(|p| p.file.clone())
+            .collect();
+        let mut replaced: Vec<LockedPlugin> = lock.take(&entry.file).into_iter().collect();
+        replaced.extend(others.iter().filter_map(|other| lock.take(other)));
+        lock.put(entry);
+        if let Err(e) = lock.write(dir) {
+            let _ = std::fs::remove_file(&temporary);
+            return Err(e);
+        }
+        if let Err(e) = std::fs::rename(&temporary, &target) {
+            let _ = std::fs::remove_file(&temporary);
+            let _ = before.write(dir);
+            return Err(io(&target, e));
+        }
+        sync_parent(&target);
+        for other in others {
+            let _ = std::fs::remove_file(dir.join(other));
+        }
+        Ok(replaced)
+    }
+
+    /// Removes the plugin named `what` (its name or file) from `dir`: its entry, then its file
+    /// (in turn with installs, as [`install_file`](Self::install_file)). `Ok(None)` when the
+    /// lock names no such plugin.
+    pub fn remove_file(dir: &Path, what: &str) -> Result<Option<LockedPlugin>, LockError> {
+        let _turn = Self::take_turn(dir)?;
+        let mut lock = Self::read(dir)?;
+        let Some(file) = lock
+            .plugins
+            .iter()
+            .find(|p| p.name == what || p.file == what)
+            .map(|p| p.file.clone())
+        else {
+            return Ok(None);
+        };
+        let entry = lock.take(&file);
+        lock.write(dir)?;
+        let path = dir.join(&file);
+        match std::fs::remove_file(&path) {
+            Ok(()) => sync_parent(&path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(LockError::Io {
+                    path,
+                    reason: e.to_string(),
+                });
+            }
+        }
+        Ok(entry)
+    }
+
+    /// This process's turn at changing `dir` and its lock: an exclusive lock on
+    /// `<dir>.lock.lck`, held until the returned file drops.
+    fn take_turn(dir: &Path) -> Result<std::fs::File, LockError> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut path = Self::path_for_named(dir)?.into_os_string();
+        path.push(".lck");
+        let path = PathBuf::from(path);
+        let io = |e: std::io::Error| LockError::Io {
+            path: path.clone(),
+            reason: e.to_string(),
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(io)?;
+        file.lock().map_err(io)?;
+        Ok(file)
     }
 
     /// Whether a file named `file` whose bytes hash to `sha256` may load in a locked directory:
@@ -246,6 +406,59 @@ pub(crate) fn admit(dir: &Path, path: &Path, sha256: &str) -> Result<(), rho_wor
     lock.admits(&name, sha256).map_err(refused)
 }
 
+/// `path` absolute, with `.` and `..` taken out lexically (links are not followed).
+fn normalized(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    let mut out = PathBuf::new();
+    for part in absolute.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Opens `path` for reading without following a final symlink.
+fn open_nofollow(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// A new file beside `path` (`.NAME.tmp.PID.N`, created, never an existing name or a link
+/// followed), mode 0644, for writing and renaming over `path`.
+fn temporary_beside(path: &Path, name: &str) -> std::io::Result<(PathBuf, std::fs::File)> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let parent = path.parent().unwrap_or(Path::new("."));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut last = None;
+    for _ in 0..16 {
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let temporary = parent.join(format!(".{name}.tmp.{}.{nanos:x}{n}", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&temporary)
+        {
+            Ok(file) => return Ok((temporary, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free temporary name")))
+}
+
 /// A file name with no path in it.
 fn plain_name(name: &str) -> bool {
     !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('\0')
@@ -257,7 +470,7 @@ fn short(sha256: &str) -> &str {
 }
 
 /// Syncs the directory holding `path`, so a rename in it survives a crash (best effort).
-pub(crate) fn sync_parent(path: &Path) {
+fn sync_parent(path: &Path) {
     if let Some(parent) = path.parent()
         && let Ok(dir) = std::fs::File::open(if parent.as_os_str().is_empty() {
             Path::new(".")
@@ -279,10 +492,26 @@ mod tests {
             PluginLock::path_for(Path::new("/srv/plugins")),
             Path::new("/srv/plugins.lock")
         );
+        let here = std::env::current_dir().unwrap();
         assert_eq!(
             PluginLock::path_for(Path::new("plugins")),
-            Path::new("./plugins.lock")
+            here.join("plugins.lock")
         );
+        // Never inside the directory, however it is named.
+        assert_eq!(
+            PluginLock::path_for(Path::new("/srv/plugins/.")),
+            Path::new("/srv/plugins.lock")
+        );
+        assert_eq!(
+            PluginLock::path_for(Path::new("/srv/plugins/x/..")),
+            Path::new("/srv/plugins.lock")
+        );
+        let beside = format!("{}.lock", here.file_name().unwrap().to_string_lossy());
+        assert_eq!(
+            PluginLock::path_for(Path::new(".")),
+            here.parent().unwrap().join(beside)
+        );
+        assert!(PluginLock::read(Path::new("/")).is_err());
         assert_eq!(
             PluginLock::path_for(Path::new("/srv/plugins/")),
             Path::new("/srv/plugins.lock")
@@ -293,6 +522,14 @@ mod tests {
     fn a_lock_naming_a_path_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let plugins = dir.path().join("p");
+        let lock = PluginLock::default();
+        lock.write(&plugins).unwrap();
+        assert_eq!(PluginLock::read(&plugins).unwrap(), lock);
+        // A link in the lock's place is not followed.
+        std::fs::remove_file(PluginLock::path_for(&plugins)).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", PluginLock::path_for(&plugins)).unwrap();
+        assert!(PluginLock::read(&plugins).is_err());
+        std::fs::remove_file(PluginLock::path_for(&plugins)).unwrap();
         std::fs::write(
             PluginLock::path_for(&plugins),
             r#"{"lock_version":1,"plugins":[{"file":"../x.so","name":"x","version":"1","sha256":"","digest":"","source":"","signer":null}]}"#,
@@ -300,5 +537,72 @@ mod tests {
         .unwrap();
         let err = PluginLock::read(&plugins).unwrap_err().to_string();
         assert!(err.contains("not a file name"), "{err}");
+    }
+
+    fn entry(file: &str, name: &str) -> LockedPlugin {
+        LockedPlugin {
+            file: file.into(),
+            name: name.into(),
+            version: "1.0.0".into(),
+            sha256: String::new(),
+            digest: String::new(),
+            source: String::new(),
+            signer: None,
+            capabilities: Capabilities::default(),
+        }
+    }
+
+    #[test]
+    fn installs_take_turns_and_never_take_what_is_not_theirs() {
+        let dir = tempfile::tempdir().unwrap();
+        let plugins = dir.path().join("plugins");
+        std::fs::create_dir(&plugins).unwrap();
+        // Sixteen installs at once, each of its own plugin: every one is in the lock.
+        std::thread::scope(|scope| {
+            for i in 0..16 {
+                let plugins = &plugins;
+                scope.spawn(move || {
+                    let name = format!("p{i}");
+                    PluginLock::install_file(plugins, entry(&format!("lib{name}.so"), &name), b"x")
+                        .unwrap();
+                });
+            }
+        });
+        let lock = PluginLock::read(&plugins).unwrap();
+        assert_eq!(lock.plugins.len(), 16);
+        let hidden: Vec<_> = std::fs::read_dir(&plugins)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with('.')
+            })
+            .collect();
+        assert!(hidden.is_empty(), "no temporary file left: {hidden:?}");
+        // A file the lock gives another plugin, and one copied in by hand: refused, untouched.
+        let err = PluginLock::install_file(&plugins, entry("libp1.so", "other"), b"y")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("gives it to plugin \"p1\""), "{err}");
+        std::fs::write(plugins.join("libhand.so"), b"hand").unwrap();
+        let err = PluginLock::install_file(&plugins, entry("libhand.so", "hand"), b"y")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not installed from a registry"), "{err}");
+        assert_eq!(std::fs::read(plugins.join("libhand.so")).unwrap(), b"hand");
+        // The same plugin under another name replaces its old file.
+        let replaced = PluginLock::install_file(&plugins, entry("p2.wasm", "p2"), b"z").unwrap();
+        assert_eq!(replaced.len(), 1);
+        assert!(!plugins.join("libp2.so").exists());
+        assert_eq!(
+            PluginLock::remove_file(&plugins, "p2")
+                .unwrap()
+                .unwrap()
+                .file,
+            "p2.wasm"
+        );
+        assert!(PluginLock::remove_file(&plugins, "p2").unwrap().is_none());
     }
 }
