@@ -207,23 +207,16 @@ fn published_plugins_install_pinned_load_answer_verify_and_go() {
 
 #[test]
 fn unsigned_foreign_signed_and_tampered_artifacts_are_refused() {
-    let registry = OciRegistry::start();
-    let work = tempfile::tempdir().unwrap();
-    let (key, _) = minisign_key(work.path(), "publisher");
+    let Published {
+        registry,
+        work,
+        key,
+        public,
+        reference,
+        digest,
+        dir,
+    } = published("echo", "tools/echo:0.1.0");
     let (_, stranger) = minisign_key(work.path(), "stranger");
-    let dir = work.path().join("plugins");
-    std::fs::create_dir(&dir).unwrap();
-    let reference = format!("oci://{}/tools/echo:0.1.0", registry.addr);
-    let out = rho(&[
-        "plugin",
-        "publish",
-        s(&plugin_lib("echo")),
-        &reference,
-        "--key",
-        s(&key),
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
-    let digest = published_digest(&out);
     let install = |extra: &[&str]| {
         let mut args = vec!["plugin", "install", reference.as_str(), "--dir", s(&dir)];
         args.extend(extra);
@@ -285,7 +278,6 @@ fn unsigned_foreign_signed_and_tampered_artifacts_are_refused() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
     std::fs::write(&stored, bytes).unwrap();
-    let public = work.path().join("publisher.pub");
     let out = install(&["--trust-key", s(&public)]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -329,23 +321,56 @@ fn delete_tag(registry: &OciRegistry, repository: &str, tag: &str) -> String {
     digest
 }
 
-#[test]
-fn capabilities_beyond_the_grants_are_refused_unless_granted_or_accepted() {
+/// A registry, a publisher's key pair (minisign's), `plugin` published with `rho plugin
+/// publish` at `repo_tag` of it, and an empty plugin directory.
+struct Published {
+    registry: OciRegistry,
+    work: tempfile::TempDir,
+    key: PathBuf,
+    public: PathBuf,
+    reference: String,
+    digest: String,
+    dir: PathBuf,
+}
+
+fn published(plugin: &str, repo_tag: &str) -> Published {
     let registry = OciRegistry::start();
     let work = tempfile::tempdir().unwrap();
     let (key, public) = minisign_key(work.path(), "publisher");
-    let reference = format!("oci://{}/tools/needs:1", registry.addr);
+    let reference = format!("oci://{}/{repo_tag}", registry.addr);
     let out = rho(&[
         "plugin",
         "publish",
-        s(&plugin_lib("needs")),
+        s(&plugin_lib(plugin)),
         &reference,
         "--key",
         s(&key),
     ]);
     assert!(out.status.success(), "{}", text(&out));
+    let digest = published_digest(&out);
     let dir = work.path().join("plugins");
     std::fs::create_dir(&dir).unwrap();
+    Published {
+        registry,
+        work,
+        key,
+        public,
+        reference,
+        digest,
+        dir,
+    }
+}
+
+#[test]
+fn capabilities_beyond_the_grants_are_refused_unless_granted_or_accepted() {
+    let Published {
+        registry: _registry,
+        work,
+        public,
+        reference,
+        dir,
+        ..
+    } = published("needs", "tools/needs:1");
     let install = |extra: &[&str]| {
         let mut args = vec![
             "plugin",
@@ -494,21 +519,14 @@ fn a_registry_with_a_password_takes_the_docker_config_credentials_and_refuses_wi
 
 #[test]
 fn a_locked_directory_loads_only_what_its_lock_names() {
-    let registry = OciRegistry::start();
-    let work = tempfile::tempdir().unwrap();
-    let (key, public) = minisign_key(work.path(), "publisher");
-    let reference = format!("oci://{}/tools/echo:0.1.0", registry.addr);
-    let out = rho(&[
-        "plugin",
-        "publish",
-        s(&plugin_lib("echo")),
-        &reference,
-        "--key",
-        s(&key),
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
-    let dir = work.path().join("plugins");
-    std::fs::create_dir(&dir).unwrap();
+    let Published {
+        registry: _registry,
+        work,
+        public,
+        reference,
+        dir,
+        ..
+    } = published("echo", "tools/echo:0.1.0");
     let out = rho(&[
         "plugin",
         "install",
@@ -848,31 +866,22 @@ fn the_readme_commands_publish_install_update_verify_list_and_remove() {
         assert!(out.status.success(), "`{line}`: {}", text(&out));
         outputs.push(String::from_utf8_lossy(&out.stdout).into_owned());
     }
-    assert!(
-        outputs[1].contains("published echo 0.1.0 (linux-x86_64, wasm32-wasip2)"),
-        "{}",
-        outputs[1]
-    );
-    assert!(
-        outputs[2].contains("signed by trusted key"),
-        "{}",
-        outputs[2]
-    );
-    assert!(
-        outputs[3].contains("echo 0.1.0: up to date"),
-        "{}",
-        outputs[3]
-    );
-    assert!(
-        outputs[4].contains("1 installed plugin(s) match"),
-        "{}",
-        outputs[4]
-    );
-    assert!(
-        outputs[5].starts_with("echo 0.1.0  libecho.so  sha256:"),
-        "{}",
-        outputs[5]
-    );
-    assert!(outputs[6].contains("removed echo 0.1.0"), "{}", outputs[6]);
+    // What each line prints, in order (the key's line says nothing checked here).
+    let expected = [
+        (1, "published echo 0.1.0 (linux-x86_64, wasm32-wasip2)"),
+        (2, "signed by trusted key"),
+        (3, "echo 0.1.0: up to date"),
+        (4, "1 installed plugin(s) match"),
+        (5, "echo 0.1.0  libecho.so  sha256:"),
+        (6, "removed echo 0.1.0"),
+    ];
+    for (line, says) in expected {
+        assert!(
+            outputs[line].contains(says),
+            "`{}`: {}",
+            lines[line],
+            outputs[line]
+        );
+    }
     assert!(!home.path().join("rho-plugins/libecho.so").exists());
 }
