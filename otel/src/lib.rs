@@ -272,8 +272,10 @@ struct QueueSink {
 }
 
 /// The exporter's queue, as its producers see it: items go in without waiting (a full queue
-/// drops them, counted), and the exporter is woken only when the queue is half full (it also
-/// looks every [`spans::DRAIN_EVERY`]): a call's events cost no thread wake-up of their own.
+/// drops them, counted); the exporter wakes for the first of a burst, then takes what gathers
+/// for [`spans::DRAIN_EVERY`] in one go, sooner when the queue is half full: a call's events
+/// cost no thread wake-up of their own while calls run, and an idle host only for its
+/// once-a-second flush.
 #[derive(Clone)]
 pub(crate) struct Queue {
     sender: mpsc::Sender<Item>,

@@ -27,8 +27,8 @@ const BATCH: usize = 512;
 /// How often what gathered is exported, and how often a status may be published.
 const EVERY: Duration = Duration::from_secs(1);
 
-/// How often the exporter takes what its queue holds when nobody woke it (the queue half full
-/// wakes it at once): a call never wakes it.
+/// How long the exporter lets events gather after the first of a burst woke it (the queue half
+/// full wakes it at once): while calls run, it wakes once per this, not once per event.
 pub(crate) const DRAIN_EVERY: Duration = Duration::from_millis(20);
 
 /// The longest text attribute (arguments, results), bytes.
@@ -92,18 +92,39 @@ impl Worker {
         let mut standing = Standing::default();
         let mut tick = tokio::time::interval(EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut drain = tokio::time::interval(DRAIN_EVERY);
-        drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let flush_now = tokio::select! {
-                _ = drain.tick() => false,
-                () = self.wake.notified() => false,
-                _ = tick.tick() => true,
+            // Idle, the task sleeps until an event comes (one wake-up), then lets the burst
+            // gather for DRAIN_EVERY (or until the queue is half full) and takes it in one go:
+            // while calls run, one wake-up per DRAIN_EVERY, not one per event.
+            let first = tokio::select! {
+                item = self.received.recv() => Some(item),
+                _ = tick.tick() => None,
             };
-            // What gathered meanwhile, in one go (never waiting: the queue is not awaited, so
-            // its senders wake nobody).
-            let mut stop = false;
-            loop {
+            let mut stop = match first {
+                None => {
+                    self.flush(&mut batch, &mut standing).await;
+                    self.report(&mut standing);
+                    continue;
+                }
+                Some(None) | Some(Some(Item::Stop)) => true,
+                Some(Some(Item::Event(event))) => {
+                    if let Some(span) = self.follow(&event, &mut open, &mut origins).await {
+                        batch.push(span);
+                    }
+                    false
+                }
+                Some(Some(Item::Span(span))) => {
+                    batch.push(*span);
+                    false
+                }
+            };
+            if !stop {
+                tokio::select! {
+                    () = tokio::time::sleep(DRAIN_EVERY) => {}
+                    () = self.wake.notified() => {}
+                }
+            }
+            while !stop {
                 match self.received.try_recv() {
                     Ok(Item::Event(event)) => {
                         if let Some(span) = self.follow(&event, &mut open, &mut origins).await {
@@ -111,10 +132,7 @@ impl Worker {
                         }
                     }
                     Ok(Item::Span(span)) => batch.push(*span),
-                    Ok(Item::Stop) | Err(mpsc::error::TryRecvError::Disconnected) => {
-                        stop = true;
-                        break;
-                    }
+                    Ok(Item::Stop) | Err(mpsc::error::TryRecvError::Disconnected) => stop = true,
                     Err(mpsc::error::TryRecvError::Empty) => break,
                 }
                 if batch.len() >= BATCH {
@@ -123,10 +141,6 @@ impl Worker {
             }
             if stop {
                 break;
-            }
-            if flush_now {
-                self.flush(&mut batch, &mut standing).await;
-                self.report(&mut standing);
             }
         }
         // What came before the stop, then the metrics.
