@@ -88,13 +88,17 @@ impl SignedPayload {
     }
 }
 
-/// The platform of each file a plugin version was published for, as its manifest's layers say.
-pub fn platforms_of(manifest: &oci_client::manifest::OciImageManifest) -> Vec<Platform> {
+/// The file layers of a plugin version's manifest, each with the platform its annotation names
+/// (layers of another media type or without a known platform are not files).
+pub fn files_of(
+    manifest: &oci_client::manifest::OciImageManifest,
+) -> impl Iterator<Item = (Platform, &oci_client::manifest::OciDescriptor)> {
     manifest
         .layers
         .iter()
         .filter(|l| l.media_type == FILE_MEDIA_TYPE)
-        .filter_map(|l| l.annotations.as_ref()?.get(PLATFORM_ANNOTATION))
-        .filter_map(|p| Platform::parse(p))
-        .collect()
+        .filter_map(|l| {
+            let platform = l.annotations.as_ref()?.get(PLATFORM_ANNOTATION)?;
+            Some((Platform::parse(platform)?, l))
+        })
 }

@@ -11,10 +11,9 @@ use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest
 use rho_runtime::{Grants, LockedPlugin, PluginLock};
 
 use crate::artifact::{
-    DECLARATION_MEDIA_TYPE, Declaration, FILE_MEDIA_TYPE, MAX_DECLARATION_BYTES,
-    MAX_SMALL_BLOB_BYTES, MINISIGN_MEDIA_TYPE, PAYLOAD_MEDIA_TYPE, PAYLOAD_TYPE,
-    PLATFORM_ANNOTATION, PLUGIN_ARTIFACT, SIGNATURE_ARTIFACT, SignedPayload, TITLE_ANNOTATION,
-    platforms_of,
+    DECLARATION_MEDIA_TYPE, Declaration, MAX_DECLARATION_BYTES, MAX_SMALL_BLOB_BYTES,
+    MINISIGN_MEDIA_TYPE, PAYLOAD_MEDIA_TYPE, PAYLOAD_TYPE, PLUGIN_ARTIFACT, SIGNATURE_ARTIFACT,
+    SignedPayload, TITLE_ANNOTATION, files_of,
 };
 use crate::publish::MAX_PLUGIN_FILE_BYTES;
 use crate::registry::{Registry, registry_error};
@@ -129,7 +128,7 @@ async fn fetch_with(
     };
     Ok(Verified {
         source: at.clone(),
-        platforms: platforms_of(&manifest),
+        platforms: files_of(&manifest).map(|(p, _)| p).collect(),
         pinned,
         digest,
         declaration,
@@ -319,7 +318,7 @@ async fn put(
         .into_iter()
         .chain([Platform::Wasm])
         .collect();
-    let files: Vec<(Platform, &OciDescriptor)> = file_layers(&verified.manifest).collect();
+    let files: Vec<(Platform, &OciDescriptor)> = files_of(&verified.manifest).collect();
     let (platform, layer) = wanted
         .iter()
         .find_map(|want| files.iter().find(|(p, _)| p == want).copied())
@@ -369,18 +368,6 @@ async fn put(
     };
     let replaced = PluginLock::install_file(dir, entry.clone(), &bytes)?;
     Ok(Installed { entry, replaced })
-}
-
-/// The file layers of `manifest`, each with the platform its annotation names.
-fn file_layers(manifest: &OciImageManifest) -> impl Iterator<Item = (Platform, &OciDescriptor)> {
-    manifest
-        .layers
-        .iter()
-        .filter(|l| l.media_type == FILE_MEDIA_TYPE)
-        .filter_map(|l| {
-            let platform = l.annotations.as_ref()?.get(PLATFORM_ANNOTATION)?;
-            Some((Platform::parse(platform)?, l))
-        })
 }
 
 /// The file name a layer is installed under: its title when that is a plain name with the

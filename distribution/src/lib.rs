@@ -158,14 +158,6 @@ pub enum DistributionError {
         /// Why.
         reason: String,
     },
-    /// A file in the way of an install.
-    #[error("{}: {reason}", path.display())]
-    Conflict {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
     /// A declaration that cannot be published.
     #[error("the declaration: {0}")]
     Declaration(String),
@@ -177,7 +169,8 @@ pub enum DistributionError {
         /// The name or file asked for.
         what: String,
     },
-    /// The lock file cannot be read or written.
+    /// The lock file cannot be read or written, or an install would overwrite what is not its
+    /// own ([`LockError::Conflict`](rho_runtime::LockError::Conflict)).
     #[error(transparent)]
     Lock(#[from] rho_runtime::LockError),
 }
