@@ -2,6 +2,8 @@
 //! number of calls, with the OpenTelemetry export on (OTLP/HTTP to a receiver on loopback that
 //! answers every export at once) against the same host's calls with no export: the runs
 //! alternate between two hosts of the same plugin, one exporting (goal: ≥ 0.95).
+//! `otel_events_calls_per_s`: the same calls with a sink that drops every event against none,
+//! the share of the gap that is building and publishing the calls' events, not exporting them.
 
 use std::time::Instant;
 
@@ -101,15 +103,29 @@ pub(super) async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         ..rho_otel::OtelConfig::default()
     };
     let export = rho_otel::OtelExport::start(&traced, &config).map_err(|e| e.to_string())?;
-    let n = if ctx.quick { 4_000 } else { 20_000 };
-    let (mut on, mut off) = (Vec::new(), Vec::new());
-    // The first pair warms up.
+    // A host whose events go to a sink that does nothing with them: what building and
+    // publishing each call's events costs, apart from the export.
+    let listened = host(&dir).await?;
+    listened.bus().add_sink(std::sync::Arc::new(Discard));
+    // Rounds of about half a second; after each, a pause in which the exporter finishes with
+    // the round's events (it takes them in 20 ms bursts), so no round pays for another's.
+    let n = if ctx.quick { 40_000 } else { 100_000 };
+    let settle = std::time::Duration::from_millis(100);
+    let (mut on, mut off, mut sink, mut off_sink) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // The first round of each warms up.
     for run in 0..=ctx.runs() {
         let traced_rate = round(&traced, n).await?;
+        tokio::time::sleep(settle).await;
         let plain_rate = round(&plain, n).await?;
+        tokio::time::sleep(settle).await;
+        let listened_rate = round(&listened, n).await?;
+        tokio::time::sleep(settle).await;
         if run > 0 {
             on.push(traced_rate);
             off.push(plain_rate);
+            sink.push(listened_rate);
+            off_sink.push(plain_rate);
         }
     }
     let dropped = export.dropped();
@@ -117,11 +133,29 @@ pub(super) async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     if dropped > 0 {
         eprintln!("otel_calls_per_s: {dropped} events dropped (the queue was full)");
     }
-    Ok(vec![Figure::paired(
-        "otel_calls_per_s",
-        "calls/s",
-        format!("the same calls, no export ({CALLERS} callers)"),
-        &mut on,
-        &mut off,
-    )])
+    Ok(vec![
+        Figure::paired(
+            "otel_calls_per_s",
+            "calls/s",
+            format!("the same calls, no export ({CALLERS} callers)"),
+            &mut on,
+            &mut off,
+        ),
+        Figure::paired(
+            "otel_events_calls_per_s",
+            "calls/s",
+            format!(
+                "the same calls, no listener ({CALLERS} callers; rho: a sink that drops every event)"
+            ),
+            &mut sink,
+            &mut off_sink,
+        ),
+    ])
+}
+
+/// A sink that takes every event and does nothing with it.
+struct Discard;
+
+impl rho_runtime::Sink for Discard {
+    fn accept(&self, _event: &std::sync::Arc<rho_runtime::Event>) {}
 }
