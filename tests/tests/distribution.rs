@@ -65,6 +65,19 @@ fn s(path: &Path) -> &str {
     path.to_str().unwrap()
 }
 
+/// `rho plugin install REFERENCE --dir DIR --trust-key PUBLIC`.
+fn install_trusting(reference: &str, dir: &Path, public: &Path) -> Output {
+    rho(&[
+        "plugin",
+        "install",
+        reference,
+        "--dir",
+        s(dir),
+        "--trust-key",
+        s(public),
+    ])
+}
+
 /// The digest `rho plugin publish` printed.
 fn published_digest(out: &Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -105,15 +118,7 @@ fn published_plugins_install_pinned_load_answer_verify_and_go() {
 
     let dir = work.path().join("plugins");
     std::fs::create_dir(&dir).unwrap();
-    let out = rho(&[
-        "plugin",
-        "install",
-        &reference,
-        "--dir",
-        s(&dir),
-        "--trust-key",
-        s(&public),
-    ]);
+    let out = install_trusting(&reference, &dir, &public);
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("signed by trusted key"), "{stdout}");
@@ -183,15 +188,7 @@ fn published_plugins_install_pinned_load_answer_verify_and_go() {
     // Reinstalling by digest puts the reviewed bytes back.
     let pinned = format!("oci://{}/tools/echo@{digest}", registry.addr);
     std::fs::remove_file(dir.join("libfiles.so")).unwrap();
-    let out = rho(&[
-        "plugin",
-        "install",
-        &pinned,
-        "--dir",
-        s(&dir),
-        "--trust-key",
-        s(&public),
-    ]);
+    let out = install_trusting(&pinned, &dir, &public);
     assert!(out.status.success(), "{}", text(&out));
     assert!(
         rho(&["plugin", "verify", "--dir", s(&dir)])
@@ -527,15 +524,7 @@ fn a_locked_directory_loads_only_what_its_lock_names() {
         dir,
         ..
     } = published("echo", "tools/echo:0.1.0");
-    let out = rho(&[
-        "plugin",
-        "install",
-        &reference,
-        "--dir",
-        s(&dir),
-        "--trust-key",
-        s(&public),
-    ]);
+    let out = install_trusting(&reference, &dir, &public);
     assert!(out.status.success(), "{}", text(&out));
     // A file copied in by hand, not installed.
     std::fs::copy(plugin_lib("picture"), dir.join("libpicture.so")).unwrap();
@@ -639,15 +628,7 @@ fn updates_follow_a_tag_forwards_to_signed_versions_only() {
             s(&public),
         ])
     };
-    let out = rho(&[
-        "plugin",
-        "install",
-        &stable,
-        "--dir",
-        s(&dir),
-        "--trust-key",
-        s(&public),
-    ]);
+    let out = install_trusting(&stable, &dir, &public);
     assert!(out.status.success(), "{}", text(&out));
     let out = update();
     assert!(out.status.success(), "{}", text(&out));
