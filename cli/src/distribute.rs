@@ -7,7 +7,7 @@ use rho_distribution::{
     Access, Credentials, Declaration, DistributionError, InstallPolicy, Installed, Platform,
     PlatformFile, PluginRef, SigningKey, TrustedKeys, Update, Verified,
 };
-use rho_runtime::{Grants, PluginLock};
+use rho_runtime::{Grants, Isolation, PluginLock};
 
 /// Where registry credentials come from.
 #[derive(clap::Args, Debug, Clone)]
@@ -83,15 +83,14 @@ fn grants_of(config: &crate::config::Config, dir: &Path) -> Option<Grants> {
         (Ok(a), Ok(b)) => a == b,
         _ => a == dir,
     };
+    let workers = &config.host.workers;
     match config.host.plugins.iter().find(|p| same(&p.dir)) {
-        Some(source) if !source.isolate => None,
-        Some(source) => Some(
-            source
-                .grants
-                .clone()
-                .unwrap_or_else(|| config.host.workers.grants.clone()),
-        ),
-        None => Some(config.host.workers.grants.clone()),
+        // The directory's options as a host builds them.
+        Some(source) => match source.dir_options(workers).isolation {
+            Isolation::Process(workers) => Some(workers.grants),
+            Isolation::InProcess => None,
+        },
+        None => Some(workers.grants.clone()),
     }
 }
 

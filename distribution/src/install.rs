@@ -60,7 +60,7 @@ pub struct Verified {
 /// and declaration hash to their digests, signed by a key of `policy` over that digest, name and
 /// version (or unsigned, only with `allow_unsigned`).
 pub async fn fetch(at: &PluginRef, policy: &InstallPolicy) -> Result<Verified, DistributionError> {
-    let registry = Registry::connect(at, &policy.access)?;
+    let registry = Registry::connect(at, &policy.access).await?;
     fetch_with(&registry, at, policy.allow_unsigned, &policy.trusted).await
 }
 
@@ -146,10 +146,6 @@ async fn signed_by(
     declaration: &Declaration,
     trusted: &TrustedKeys,
 ) -> Result<String, String> {
-    registry
-        .client
-        .store_auth_if_needed(pinned.oci().resolve_registry(), &registry.auth)
-        .await;
     let referrers = registry
         .client
         .pull_referrers(pinned.oci(), Some(SIGNATURE_ARTIFACT))
@@ -285,7 +281,7 @@ pub async fn install(
     dir: &Path,
     policy: &InstallPolicy,
 ) -> Result<Installed, DistributionError> {
-    let registry = Registry::connect(at, &policy.access)?;
+    let registry = Registry::connect(at, &policy.access).await?;
     let verified = fetch_with(&registry, at, policy.allow_unsigned, &policy.trusted).await?;
     put(&registry, &verified, dir, policy).await
 }
@@ -297,7 +293,7 @@ pub async fn install_verified(
     dir: &Path,
     policy: &InstallPolicy,
 ) -> Result<Installed, DistributionError> {
-    let registry = Registry::connect(&verified.pinned, &policy.access)?;
+    let registry = Registry::connect(&verified.pinned, &policy.access).await?;
     put(&registry, verified, dir, policy).await
 }
 
@@ -448,7 +444,7 @@ pub async fn update(
             done.push(Update::Pinned(entry));
             continue;
         }
-        let registry = Registry::connect(&source, &policy.access)?;
+        let registry = Registry::connect(&source, &policy.access).await?;
         let digest = registry
             .client
             .fetch_manifest_digest(source.oci(), &registry.auth)

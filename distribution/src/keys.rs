@@ -239,19 +239,21 @@ impl TrustConfig {
 
     /// Checks that every inline key is a minisign public key.
     pub fn check(&self) -> Result<(), DistributionError> {
+        self.inline_keys().map(drop)
+    }
+
+    /// The inline keys.
+    fn inline_keys(&self) -> Result<TrustedKeys, DistributionError> {
         let mut keys = TrustedKeys::none();
         for key in &self.keys {
             keys.add_text(key)?;
         }
-        Ok(())
+        Ok(keys)
     }
 
     /// The keys, read (key files are read now).
     pub fn trusted_keys(&self) -> Result<TrustedKeys, DistributionError> {
-        let mut keys = TrustedKeys::none();
-        for key in &self.keys {
-            keys.add_text(key)?;
-        }
+        let mut keys = self.inline_keys()?;
         for file in &self.key_files {
             keys.add_file(file)?;
         }

@@ -116,10 +116,10 @@ pub async fn publish(
             });
         }
     }
-    let registry = Registry::connect(at, access)?;
+    let registry = Registry::connect(at, access).await?;
     let push_error = |e| registry_error(at, e);
-    // Blobs are pushed one by one: the credentials go in first (the client sends them only
-    // from here on).
+    // Blobs are pushed one by one, not through `Client::push`: the push's authorization (a
+    // registry's token for pushing to this repository) is taken first.
     registry
         .client
         .auth(

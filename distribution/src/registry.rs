@@ -39,10 +39,14 @@ impl PluginRef {
             ));
         }
         let reference: Reference = bare.parse().map_err(|e| bad(format!("{e}")))?;
-        Ok(PluginRef {
+        Ok(PluginRef::from(reference))
+    }
+
+    fn from(reference: Reference) -> PluginRef {
+        PluginRef {
             text: format!("oci://{}", reference.whole()),
             reference,
-        })
+        }
     }
 
     /// The registry's host (and port).
@@ -67,28 +71,20 @@ impl PluginRef {
 
     /// The same repository at `digest`.
     pub fn at_digest(&self, digest: &str) -> PluginRef {
-        let reference = Reference::with_digest(
+        PluginRef::from(Reference::with_digest(
             self.registry().to_owned(),
             self.repository().to_owned(),
             digest.to_owned(),
-        );
-        PluginRef {
-            text: format!("oci://{}", reference.whole()),
-            reference,
-        }
+        ))
     }
 
     /// The same repository at `tag`.
     pub fn at_tag(&self, tag: &str) -> PluginRef {
-        let reference = Reference::with_tag(
+        PluginRef::from(Reference::with_tag(
             self.registry().to_owned(),
             self.repository().to_owned(),
             tag.to_owned(),
-        );
-        PluginRef {
-            text: format!("oci://{}", reference.whole()),
-            reference,
-        }
+        ))
     }
 
     pub(crate) fn oci(&self) -> &Reference {
@@ -249,7 +245,10 @@ pub(crate) struct Registry {
 impl Registry {
     /// A client for `at`'s registry: HTTPS, or plain HTTP for a loopback registry. Plain HTTP
     /// asked for any other registry is refused.
-    pub(crate) fn connect(at: &PluginRef, access: &Access) -> Result<Registry, DistributionError> {
+    pub(crate) async fn connect(
+        at: &PluginRef,
+        access: &Access,
+    ) -> Result<Registry, DistributionError> {
         if access.plain_http && !at.is_loopback() {
             return Err(DistributionError::Reference {
                 reference: at.to_string(),
@@ -269,27 +268,29 @@ impl Registry {
             read_timeout: Some(std::time::Duration::from_secs(60)),
             ..ClientConfig::default()
         });
-        Ok(Registry {
-            client,
-            auth: access.credentials.auth(at.registry())?,
-        })
+        let auth = access.credentials.auth(at.registry())?;
+        // The client sends credentials only to registries it was told them for (by the name
+        // it resolves the registry to), and only after this for requests that do not pass them.
+        client
+            .store_auth_if_needed(at.oci().resolve_registry(), &auth)
+            .await;
+        Ok(Registry { client, auth })
     }
 
     /// The manifest at `at` (a tag or a digest): its bytes, checked against its digest, and the
-    /// digest. A manifest over `max` bytes is refused.
+    /// digest. A manifest over [`MAX_SMALL_BLOB_BYTES`](crate::artifact::MAX_SMALL_BLOB_BYTES)
+    /// is refused.
     pub(crate) async fn manifest(
         &self,
         at: &PluginRef,
         media_types: &[&str],
     ) -> Result<(Vec<u8>, String), DistributionError> {
-        let (bytes, digest) = self
+        let pulled = self
             .client
             .pull_manifest_raw(at.oci(), &self.auth, media_types)
             .await
             .map_err(|e| registry_error(at, e))?;
-        let digest = at.digest().map(str::to_owned).unwrap_or(digest);
-        check_digest(at, &bytes, &digest, crate::artifact::MAX_SMALL_BLOB_BYTES)?;
-        Ok((bytes.to_vec(), digest))
+        checked_manifest(at, pulled)
     }
 
     /// [`manifest`](Self::manifest), or `None` when the registry has none at `at`; any other
@@ -299,26 +300,25 @@ impl Registry {
         at: &PluginRef,
         media_types: &[&str],
     ) -> Result<Option<(Vec<u8>, String)>, DistributionError> {
+        use oci_client::errors::{OciDistributionError, OciErrorCode};
         match self
             .client
             .pull_manifest_raw(at.oci(), &self.auth, media_types)
             .await
         {
-            Err(oci_client::errors::OciDistributionError::ImageManifestNotFoundError(_)) => {
-                Ok(None)
-            }
-            Err(oci_client::errors::OciDistributionError::RegistryError { envelope, .. })
+            Ok(pulled) => checked_manifest(at, pulled).map(Some),
+            Err(OciDistributionError::ImageManifestNotFoundError(_)) => Ok(None),
+            Err(OciDistributionError::RegistryError { envelope, .. })
                 if envelope.errors.iter().all(|e| {
                     matches!(
                         e.code,
-                        oci_client::errors::OciErrorCode::ManifestUnknown
-                            | oci_client::errors::OciErrorCode::NotFound
+                        OciErrorCode::ManifestUnknown | OciErrorCode::NotFound
                     )
                 }) =>
             {
                 Ok(None)
             }
-            _ => self.manifest(at, media_types).await.map(Some),
+            Err(e) => Err(registry_error(at, e)),
         }
     }
 
@@ -349,10 +349,6 @@ impl Registry {
                 ),
             });
         }
-        // The client sends credentials only for registries it was told them for.
-        self.client
-            .store_auth_if_needed(at.oci().resolve_registry(), &self.auth)
-            .await;
         let mut bytes = Capped {
             bytes: Vec::with_capacity(descriptor.size as usize),
             max: descriptor.size as usize,
@@ -413,6 +409,18 @@ impl tokio::io::AsyncWrite for Capped {
     ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
+}
+
+/// A pulled manifest (its bytes and the digest the registry gave) checked against the digest
+/// `at` names, or else the one the registry gave.
+fn checked_manifest(
+    at: &PluginRef,
+    (bytes, digest): (impl AsRef<[u8]>, String),
+) -> Result<(Vec<u8>, String), DistributionError> {
+    let bytes = bytes.as_ref();
+    let digest = at.digest().map(str::to_owned).unwrap_or(digest);
+    check_digest(at, bytes, &digest, crate::artifact::MAX_SMALL_BLOB_BYTES)?;
+    Ok((bytes.to_vec(), digest))
 }
 
 /// `sha256:HEX` of `bytes`.
@@ -479,8 +487,8 @@ pub(crate) fn registry_error(
 mod tests {
     use super::*;
 
-    #[test]
-    fn references_name_a_registry_and_loopback_is_told_apart() {
+    #[tokio::test]
+    async fn references_name_a_registry_and_loopback_is_told_apart() {
         let at = PluginRef::parse("oci://127.0.0.1:5000/tools/echo:0.1.0").unwrap();
         assert_eq!(
             (at.registry(), at.repository(), at.tag()),
@@ -506,16 +514,15 @@ mod tests {
         assert!(PluginRef::parse("https://ghcr.io/x").is_err());
         let pinned = at.at_digest(&format!("sha256:{}", "ab".repeat(32)));
         assert_eq!(pinned.digest().map(|d| d.len()), Some(71));
-        let err = Registry::connect(
-            &PluginRef::parse("oci://ghcr.io/x/y:1").unwrap(),
+        let elsewhere = PluginRef::parse("oci://ghcr.io/x/y:1").unwrap();
+        let refused = Registry::connect(
+            &elsewhere,
             &Access {
                 credentials: Credentials::Anonymous,
                 plain_http: true,
             },
-        )
-        .err()
-        .unwrap()
-        .to_string();
+        );
+        let err = refused.await.err().unwrap().to_string();
         assert!(
             err.contains("plain HTTP is only for registries on a loopback"),
             "{err}"

@@ -285,17 +285,15 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
-    /// Queues `item`; `false` when the queue was full (counted as dropped).
-    fn push(&self, item: Item) -> bool {
+    /// Queues `item`, or counts it dropped when the queue is full; wakes the exporter when the
+    /// queue is half full or more.
+    fn push(&self, item: Item) {
         if self.sender.try_send(item).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             self.wake.notify_one();
-            return false;
-        }
-        if self.sender.capacity() <= self.half {
+        } else if self.sender.capacity() <= self.half {
             self.wake.notify_one();
         }
-        true
     }
 }
 

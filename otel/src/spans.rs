@@ -106,17 +106,8 @@ impl Worker {
                     self.report(&mut standing);
                     continue;
                 }
-                Some(None) | Some(Some(Item::Stop)) => true,
-                Some(Some(Item::Event(event))) => {
-                    if let Some(span) = self.follow(&event, &mut open, &mut origins).await {
-                        batch.push(span);
-                    }
-                    false
-                }
-                Some(Some(Item::Span(span))) => {
-                    batch.push(*span);
-                    false
-                }
+                Some(None) => true,
+                Some(Some(item)) => self.take(item, &mut open, &mut origins, &mut batch).await,
             };
             if !stop {
                 tokio::select! {
@@ -126,13 +117,8 @@ impl Worker {
             }
             while !stop {
                 match self.received.try_recv() {
-                    Ok(Item::Event(event)) => {
-                        if let Some(span) = self.follow(&event, &mut open, &mut origins).await {
-                            batch.push(span);
-                        }
-                    }
-                    Ok(Item::Span(span)) => batch.push(*span),
-                    Ok(Item::Stop) | Err(mpsc::error::TryRecvError::Disconnected) => stop = true,
+                    Ok(item) => stop = self.take(item, &mut open, &mut origins, &mut batch).await,
+                    Err(mpsc::error::TryRecvError::Disconnected) => stop = true,
                     Err(mpsc::error::TryRecvError::Empty) => break,
                 }
                 if batch.len() >= BATCH {
@@ -145,15 +131,7 @@ impl Worker {
         }
         // What came before the stop, then the metrics.
         while let Ok(item) = self.received.try_recv() {
-            match item {
-                Item::Event(event) => {
-                    if let Some(span) = self.follow(&event, &mut open, &mut origins).await {
-                        batch.push(span);
-                    }
-                }
-                Item::Span(span) => batch.push(*span),
-                Item::Stop => {}
-            }
+            self.take(item, &mut open, &mut origins, &mut batch).await;
         }
         self.flush(&mut batch, &mut standing).await;
         self.report(&mut standing);
@@ -161,6 +139,30 @@ impl Worker {
         let meters = self.meters.clone();
         // The reader's final export blocks on the runtime's tasks: off this one.
         let _ = tokio::task::spawn_blocking(move || meters.shutdown()).await;
+    }
+
+    /// One queued item into `batch` (a call's span at its end, a server's span as it is);
+    /// `true` for the stop.
+    async fn take(
+        &self,
+        item: Item,
+        open: &mut HashMap<String, OpenCall>,
+        origins: &mut Origins,
+        batch: &mut Vec<SpanData>,
+    ) -> bool {
+        match item {
+            Item::Event(event) => {
+                if let Some(span) = self.follow(&event, open, origins).await {
+                    batch.push(span);
+                }
+                false
+            }
+            Item::Span(span) => {
+                batch.push(*span);
+                false
+            }
+            Item::Stop => true,
+        }
     }
 
     /// One event: a call's span when it is its end.
