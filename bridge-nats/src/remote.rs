@@ -267,6 +267,11 @@ impl NodeTool {
 }
 
 impl RemoteTool for NodeTool {
+    /// The call is a NATS request: the future only waits on the network.
+    fn never_blocks(&self) -> bool {
+        true
+    }
+
     fn call(&self, args: Arc<Value>, ctx: ToolCtx) -> RemoteCall {
         let client = self.client.clone();
         let candidates = self.candidates();

@@ -59,6 +59,11 @@ impl Drop for InFlight {
 }
 
 impl RemoteTool for McpTool {
+    /// The call is a request to the server's process: the future only waits on its pipes.
+    fn never_blocks(&self) -> bool {
+        true
+    }
+
     fn call(&self, args: Arc<Value>, ctx: ToolCtx) -> RemoteCall {
         let shared = self.shared.clone();
         let name = self.name.clone();

@@ -73,6 +73,12 @@ struct WasmTool {
 }
 
 impl RemoteTool for WasmTool {
+    /// A call computes in slices of one epoch tick (about a millisecond) and moves to a
+    /// blocking thread when it runs longer.
+    fn never_blocks(&self) -> bool {
+        true
+    }
+
     fn call(&self, args: Arc<Value>, ctx: ToolCtx) -> RemoteCall {
         let plugin = self.plugin.clone();
         let name = self.name.clone();

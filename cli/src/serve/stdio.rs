@@ -81,8 +81,7 @@ pub fn start(stdout: std::fs::File) -> Guard {
     let (rmcp_in, guard_in) = tokio::io::duplex(1 << 16);
     let (rmcp_out, guard_out) = tokio::io::duplex(1 << 16);
     let (closed_tx, closed) = mpsc::channel(2);
-    let (lines_tx, mut lines) = mpsc::channel::<Line>(16);
-    let (out_tx, mut out) = mpsc::channel::<String>(64);
+    let (out_tx, out) = mpsc::channel::<String>(64);
     let in_flight: InFlight = Arc::default();
     let unwritten = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let drain = Drain {
@@ -90,59 +89,49 @@ pub fn start(stdout: std::fs::File) -> Guard {
         unwritten: unwritten.clone(),
     };
 
+    // Each message crosses one thread boundary each way besides rmcp's own: the stdin thread
+    // reads, checks and hands a line to rmcp; the stdout thread takes rmcp's lines, settles and
+    // writes them. Both wait on the duplex pipes through the runtime's handle.
+    let runtime = tokio::runtime::Handle::current();
+
     // stdin, on a thread of its own: tokio's stdin would hold the runtime's shutdown.
+    // Client -> checks -> rmcp (or an answer of the guard's own, to the stdout thread).
+    let checked_flight = in_flight.clone();
+    let answers = out_tx;
+    let input_closed = closed_tx.clone();
+    let reader_runtime = runtime.clone();
     let reader = std::thread::Builder::new()
         .name("rho-stdin".into())
-        .spawn(move || read_lines(std::io::stdin().lock(), &lines_tx));
+        .spawn(move || {
+            let mut to_rmcp = guard_in;
+            read_lines(std::io::stdin().lock(), |line| {
+                let verdict = match line {
+                    Line::TooLong { head } => {
+                        Verdict::Answer(jsonrpc::too_large(&head, MAX_LINE))
+                    }
+                    Line::Text(text) => check(&text, &checked_flight),
+                };
+                match verdict {
+                    Verdict::Forward { mut text, .. } => {
+                        text.push('\n');
+                        reader_runtime
+                            .block_on(to_rmcp.write_all(text.as_bytes()))
+                            .is_ok()
+                    }
+                    Verdict::Answer(answer) => answers.blocking_send(answer).is_ok(),
+                    Verdict::Ignore => true,
+                }
+            });
+            let _ = input_closed.blocking_send(Closed::Input);
+            // rmcp's input stays open: the owner stops the calls first, then ends the session.
+            reader_runtime.spawn(async move {
+                std::future::pending::<()>().await;
+                drop(to_rmcp);
+            });
+        });
     if let Err(e) = reader {
         tracing::error!(error = %e, "cannot start the stdin reader");
     }
-
-    // Client -> checks -> rmcp (or an answer of the guard's own).
-    let checked_flight = in_flight.clone();
-    let answers = out_tx.clone();
-    let input_closed = closed_tx.clone();
-    tokio::spawn(async move {
-        let mut to_rmcp = guard_in;
-        while let Some(line) = lines.recv().await {
-            let verdict = match line {
-                Line::TooLong { head } => Verdict::Answer(jsonrpc::too_large(&head, MAX_LINE)),
-                Line::Text(text) => check(&text, &checked_flight),
-            };
-            match verdict {
-                Verdict::Forward { mut text, .. } => {
-                    text.push('\n');
-                    if to_rmcp.write_all(text.as_bytes()).await.is_err() {
-                        break;
-                    }
-                }
-                Verdict::Answer(answer) => {
-                    if answers.send(answer).await.is_err() {
-                        break;
-                    }
-                }
-                Verdict::Ignore => {}
-            }
-        }
-        let _ = input_closed.send(Closed::Input).await;
-        // rmcp's input stays open: the owner stops the calls first, then ends the session.
-        std::future::pending::<()>().await;
-        drop(to_rmcp);
-    });
-
-    // rmcp -> stdout, noting answered requests (owed until written).
-    let answered = in_flight;
-    let queued = unwritten.clone();
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(guard_out).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            queued.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            let line = settle(line, &answered);
-            if out_tx.send(line).await.is_err() {
-                break;
-            }
-        }
-    });
 
     // A client that stops reading is seen even when nothing is written: the pipe (or terminal)
     // reports an error or a hang-up on our end.
@@ -165,15 +154,53 @@ pub fn start(stdout: std::fs::File) -> Guard {
         }
     });
 
-    // The one writer of stdout, on a thread of its own: a blocking write per line (through
-    // tokio's file, each line was a hand-off to a blocking thread and back).
+    // The one writer of stdout, on a thread of its own: rmcp's lines (each noting its answered
+    // request, owed until written) and the guard's own answers, a blocking write per line.
     let unstarted = closed_tx.clone();
+    let answered = in_flight;
     let writer = std::thread::Builder::new()
         .name("rho-stdout".into())
         .spawn(move || {
             use std::io::Write;
             let mut stdout = stdout;
-            while let Some(mut line) = out.blocking_recv() {
+            // Each source is read until it ends; the writer ends with the last.
+            let mut from_rmcp = Some(BufReader::new(guard_out).lines());
+            let mut own = Some(out);
+            while from_rmcp.is_some() || own.is_some() {
+                let next = runtime.block_on(async {
+                    tokio::select! {
+                        line = async {
+                            match from_rmcp.as_mut() {
+                                Some(lines) => lines.next_line().await,
+                                None => std::future::pending().await,
+                            }
+                        } => Outgoing::Rmcp(line.ok().flatten()),
+                        answer = async {
+                            match own.as_mut() {
+                                Some(own) => own.recv().await,
+                                None => std::future::pending().await,
+                            }
+                        } => Outgoing::Own(answer),
+                    }
+                });
+                let mut line = match next {
+                    Outgoing::Rmcp(Some(line)) => {
+                        unwritten.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                        settle(line, &answered)
+                    }
+                    Outgoing::Own(Some(answer)) => {
+                        unwritten.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                        answer
+                    }
+                    Outgoing::Rmcp(None) => {
+                        from_rmcp = None;
+                        continue;
+                    }
+                    Outgoing::Own(None) => {
+                        own = None;
+                        continue;
+                    }
+                };
                 line.push('\n');
                 let written = stdout.write_all(line.as_bytes());
                 unwritten
@@ -203,6 +230,13 @@ pub fn start(stdout: std::fs::File) -> Guard {
     }
 }
 
+/// What the stdout thread took: one of rmcp's lines, or one of the guard's own answers (`None`:
+/// that source ended).
+enum Outgoing {
+    Rmcp(Option<String>),
+    Own(Option<String>),
+}
+
 enum Line {
     Text(String),
     /// A line over [`MAX_LINE`], of which only the head was kept (to find its id).
@@ -213,7 +247,7 @@ enum Line {
 
 /// Reads lines of at most [`MAX_LINE`] bytes; a longer one is skipped to its end, only its first
 /// [`jsonrpc::ID_HEAD`] bytes held.
-fn read_lines(mut input: impl BufRead, lines: &mpsc::Sender<Line>) {
+fn read_lines(mut input: impl BufRead, mut take: impl FnMut(Line) -> bool) {
     loop {
         let mut line = Vec::new();
         let mut too_long = false;
@@ -254,7 +288,7 @@ fn read_lines(mut input: impl BufRead, lines: &mpsc::Sender<Line>) {
             // Not UTF-8 is not JSON: the checks answer it.
             Line::Text(String::from_utf8(line).unwrap_or_else(|_| "\u{0}".into()))
         };
-        if lines.blocking_send(item).is_err() {
+        if !take(item) {
             return;
         }
     }
@@ -298,28 +332,62 @@ fn check(text: &str, in_flight: &InFlight) -> Verdict {
 }
 
 /// An outgoing line: a response frees its id; an error response without an id gets `"id": null`.
+/// Read for its head only (which members it has, and its id): nothing else of it is built.
 fn settle(line: String, in_flight: &InFlight) -> String {
-    // Results carry details up to their bound, a few levels inside the response.
-    let limit = rho_runtime::plugin_api::MAX_DETAILS_DEPTH + 16;
-    let Some(Value::Object(mut fields)) = jsonrpc::parse(&line, limit) else {
+    let Ok(head) = serde_json::from_str::<ResponseHead>(&line) else {
         return line;
     };
-    let is_response = fields.contains_key("result") || fields.contains_key("error");
-    if !is_response {
-        return line;
-    }
-    match fields.get("id") {
-        Some(id) => {
+    let is_response = head.result.is_present() || head.error.is_present();
+    match head.id {
+        _ if !is_response => line,
+        Member::Present(id) => {
             in_flight
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .remove(&id_key(id));
+                .remove(&id_key(&id));
             line
         }
-        None => {
+        Member::Absent => {
+            // Results carry details up to their bound, a few levels inside the response.
+            let limit = rho_runtime::plugin_api::MAX_DETAILS_DEPTH + 16;
+            let Some(Value::Object(mut fields)) = jsonrpc::parse(&line, limit) else {
+                return line;
+            };
             fields.insert("id".into(), Value::Null);
             Value::Object(fields).to_string()
         }
+    }
+}
+
+/// What [`settle`] reads of an outgoing message.
+#[derive(serde::Deserialize)]
+struct ResponseHead {
+    #[serde(default)]
+    id: Member<Value>,
+    #[serde(default)]
+    result: Member<serde::de::IgnoredAny>,
+    #[serde(default)]
+    error: Member<serde::de::IgnoredAny>,
+}
+
+/// Whether a JSON member is there, whatever its value (`null` included, which `Option` would
+/// read as absent).
+#[derive(Default)]
+enum Member<T> {
+    #[default]
+    Absent,
+    Present(T),
+}
+
+impl<T> Member<T> {
+    fn is_present(&self) -> bool {
+        matches!(self, Member::Present(_))
+    }
+}
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Member<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        T::deserialize(deserializer).map(Member::Present)
     }
 }
 
@@ -352,11 +420,14 @@ mod tests {
     fn long_lines_are_skipped_not_held() {
         let mut input = vec![b'x'; MAX_LINE + 10];
         input.extend_from_slice(b"\n{\"a\":1}\n");
-        let (tx, mut rx) = mpsc::channel(4);
-        read_lines(&input[..], &tx);
+        let mut lines = Vec::new();
+        read_lines(&input[..], |line| {
+            lines.push(line);
+            true
+        });
         assert!(
-            matches!(rx.try_recv(), Ok(Line::TooLong { head }) if head.len() == jsonrpc::ID_HEAD)
+            matches!(lines.first(), Some(Line::TooLong { head }) if head.len() == jsonrpc::ID_HEAD)
         );
-        assert!(matches!(rx.try_recv(), Ok(Line::Text(t)) if t == "{\"a\":1}"));
+        assert!(matches!(lines.get(1), Some(Line::Text(t)) if t == "{\"a\":1}"));
     }
 }

@@ -96,10 +96,62 @@ pub(crate) struct Asked {
     pub reply: oneshot::Sender<Vec<Reply>>,
 }
 
-/// A call's questions on their way to its answerer.
-pub(crate) struct Questions {
-    pub(crate) pending: tokio::sync::mpsc::UnboundedReceiver<Asked>,
-    pub(crate) answerer: Arc<dyn Answerer>,
+/// A call's questions on their way from its tool to its runner: a queue inside the call's
+/// context (nothing to allocate for a call that asks nothing), closed when the call ends, after
+/// which a question is answered [`Reply::Cancelled`] at once.
+#[derive(Default)]
+pub(crate) struct Inbox {
+    queue: std::sync::Mutex<InboxQueue>,
+    arrived: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct InboxQueue {
+    asked: std::collections::VecDeque<Asked>,
+    closed: bool,
+}
+
+impl Inbox {
+    fn queue(&self) -> std::sync::MutexGuard<'_, InboxQueue> {
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Queues `asked` for the runner; gives it back once the call has ended.
+    pub(crate) fn send(&self, asked: Asked) -> Result<(), Asked> {
+        let mut queue = self.queue();
+        if queue.closed {
+            return Err(asked);
+        }
+        queue.asked.push_back(asked);
+        drop(queue);
+        self.arrived.notify_one();
+        Ok(())
+    }
+
+    /// The next questions asked, in order; waits for them.
+    pub(crate) async fn next(&self) -> Asked {
+        loop {
+            if let Some(asked) = self.queue().asked.pop_front() {
+                return asked;
+            }
+            // `notify_one` leaves a permit when no one waits: a question queued after the
+            // look above still wakes this wait.
+            self.arrived.notified().await;
+        }
+    }
+
+    /// Closes the inbox: questions still queued are dropped (their tools read `Cancelled`), and
+    /// so is every later one.
+    pub(crate) fn close(&self) {
+        let dropped = {
+            let mut queue = self.queue();
+            queue.closed = true;
+            std::mem::take(&mut queue.asked)
+        };
+        drop(dropped);
+    }
 }
 
 /// The questions open now (asked together).

@@ -53,13 +53,25 @@ pub enum Verdict {
     Block(String),
 }
 
-/// Decides whether a call may run. It runs inside the call's own task, so a gate that waits
+/// Decides whether a call may run. It runs inside the call's work, so a gate that waits
 /// (a human approval of minutes) blocks neither the loop nor sibling calls, and the time it takes
 /// never counts against the tool's timeout. A panic in it ends the call `crashed`.
+///
+/// A gate that may block its thread (a synchronous wait inside `check`) is run in a task of its
+/// own, so that it holds back neither the call's cancellation nor the host's stop; that is the
+/// default. A gate whose `check` only awaits (or decides at once) says so with
+/// [`Gate::never_blocks`], and the call saves that task.
 #[async_trait::async_trait]
 pub trait Gate: Send + Sync + 'static {
     /// Allows or blocks `call`.
     async fn check(&self, call: &ToolCall, ctx: &GateCtx) -> Verdict;
+
+    /// `true` when polling [`Gate::check`] never blocks the polling thread: it decides at once or
+    /// awaits. The runner then drives the check inside the call's own task. `false` (the
+    /// default) runs it in a task of its own.
+    fn never_blocks(&self) -> bool {
+        false
+    }
 }
 
 /// The default gate: everything is allowed.
@@ -70,6 +82,10 @@ pub struct AllowAll;
 impl Gate for AllowAll {
     async fn check(&self, _call: &ToolCall, _ctx: &GateCtx) -> Verdict {
         Verdict::Allow
+    }
+
+    fn never_blocks(&self) -> bool {
+        true
     }
 }
 
@@ -101,5 +117,9 @@ impl Gate for DenyList {
         } else {
             Verdict::Allow
         }
+    }
+
+    fn never_blocks(&self) -> bool {
+        true
     }
 }

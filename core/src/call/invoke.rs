@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rho_plugin_api::{Answer, LogLevel, Question, Reply, ToolError};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use crate::call::ask::Asked;
+use crate::call::ask::{Asked, Inbox};
 use serde_json::Value;
 
 pub use rho_protocol::Failure;
@@ -29,6 +29,11 @@ pub(crate) trait Invoke: Send + Sync {
     /// Starts the call. Dropping the future abandons it (the runner does so at the timeout, after
     /// setting the context's cancellation flag).
     fn invoke(&self, args: Arc<Value>, ctx: ToolCtx) -> CallFuture;
+
+    /// `true` when polling the call's future never blocks the polling thread (the work runs on
+    /// a thread, in a process or across the network of its own): the runner may then drive it
+    /// inside the call's own task.
+    fn never_blocks(&self) -> bool;
 
     /// Blocking threads still running calls the host gave up on.
     fn runaway_threads(&self) -> usize {
@@ -53,24 +58,25 @@ struct CtxShared {
     deadline: Mutex<Option<Instant>>,
     traceparent: Option<Arc<str>>,
     /// Where the call's questions go (its runner); `None`: no one to ask.
-    asks: Option<mpsc::UnboundedSender<Asked>>,
+    inbox: Option<Inbox>,
 }
 
 impl ToolCtx {
     /// A context for call `call_id` that hands partial updates to `on_update` (and drops log
     /// lines).
     pub fn new(call_id: &str, on_update: Arc<dyn Fn(&str) + Send + Sync>) -> Self {
-        ToolCtx::for_call(call_id, on_update, None, None, None)
+        ToolCtx::for_call(call_id, on_update, None, None, false)
     }
 
-    /// The runner's context of a call: updates and log lines to the call's senders, and its
-    /// `traceparent` (already checked).
+    /// The runner's context of a call: updates and log lines to the call's senders, its
+    /// `traceparent` (already checked), and, with `asks`, an inbox for its questions
+    /// ([`ToolCtx::asked`]).
     pub(crate) fn for_call(
         call_id: &str,
         on_update: Arc<dyn Fn(&str) + Send + Sync>,
         on_log: Option<LogHook>,
         traceparent: Option<Arc<str>>,
-        asks: Option<mpsc::UnboundedSender<Asked>>,
+        asks: bool,
     ) -> Self {
         ToolCtx {
             shared: Arc::new(CtxShared {
@@ -80,7 +86,7 @@ impl ToolCtx {
                 on_log,
                 deadline: Mutex::new(None),
                 traceparent,
-                asks,
+                inbox: asks.then(Inbox::default),
             }),
         }
     }
@@ -203,15 +209,32 @@ impl ToolCtx {
         &self,
         questions: Vec<Question>,
     ) -> Result<oneshot::Receiver<Vec<Reply>>, Vec<Reply>> {
-        let Some(asks) = &self.shared.asks else {
+        let Some(inbox) = &self.shared.inbox else {
             let declined = Reply::Declined(crate::call::ask::NO_ONE_TO_ASK.into());
             return Err(vec![declined; questions.len()]);
         };
         let count = questions.len();
         let (reply, replied) = oneshot::channel();
-        asks.send(Asked { questions, reply })
+        inbox
+            .send(Asked { questions, reply })
             .map_err(|_| vec![ended(); count])?;
         Ok(replied)
+    }
+
+    /// The next questions the tool asked (the runner's side); pending for ever for a context
+    /// without an inbox.
+    pub(crate) async fn asked(&self) -> Asked {
+        match &self.shared.inbox {
+            Some(inbox) => inbox.next().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Closes the call's inbox: its questions from now on are answered `Cancelled` at once.
+    pub(crate) fn close_inbox(&self) {
+        if let Some(inbox) = &self.shared.inbox {
+            inbox.close();
+        }
     }
 
     /// The cancellation flag itself (what a plugin polls).
@@ -272,5 +295,10 @@ impl Invoke for NativeInvoke {
             let args = Arc::unwrap_or_clone(args);
             tool.call(args, ctx).await.map_err(Failure::Tool)
         })
+    }
+
+    /// A host's tool may block its thread: it runs in a task of its own.
+    fn never_blocks(&self) -> bool {
+        false
     }
 }

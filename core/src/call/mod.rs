@@ -10,4 +10,5 @@ pub(crate) mod panic;
 pub(crate) mod rules;
 pub(crate) mod runner;
 pub(crate) mod sender;
+pub(crate) mod task;
 pub(crate) mod validate;

@@ -245,6 +245,11 @@ impl Gate for RuleGate {
             },
         }
     }
+
+    /// Rules alone decide at once; an asker is the host's and may block its thread.
+    fn never_blocks(&self) -> bool {
+        !self.rules.iter().any(|rule| rule.action == Action::Ask)
+    }
 }
 
 #[cfg(test)]

@@ -2,11 +2,12 @@
 //! clock starts only when the gate allows, and ends it exactly once with a typed outcome and one
 //! `tool_execution_end` event, whatever the tool, the gate or the task does.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rho_plugin_api::{Answer, LogLevel, Output, Reply};
+use rho_plugin_api::{LogLevel, Output, Reply};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
@@ -14,11 +15,12 @@ use tokio_util::task::TaskTracker;
 use crate::bus::Bus;
 use crate::bus::event_type::EventType;
 use crate::bus::events::{EventKind, OutputView, event_text};
-use crate::call::ask::{Answerer, Asking, Questions};
+use crate::call::ask::{Answerer, Asking};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 use crate::call::invoke::{Failure, LogHook, ToolCtx, is_valid_traceparent};
 use crate::call::options::{CallOptions, CancellationToken, RunnerConfig};
-use crate::call::panic::{catch, payload_message};
+use crate::call::panic::{Caught, catch};
+use crate::call::task::{CallTask, TaskEnd};
 use crate::call::sender::{EndsOnDrop, Sender};
 use crate::registry::health::Charge;
 use crate::registry::{Probe, ResolvedTool, ToolRegistry};
@@ -51,17 +53,6 @@ impl Activity {
     fn last(&self) -> Instant {
         self.origin + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
     }
-}
-
-/// What ended a call's task, as the task reports it.
-enum TaskEnd {
-    Blocked(String),
-    Answered(Result<Answer, Failure>),
-    GateCrashed(String),
-    /// The answer broke the tool's output schema: the text says where.
-    BrokeSchema(String),
-    /// The tool failed past its deadline (a component stopped at it): `timed_out`, seen first or not.
-    FailedPastDeadline,
 }
 
 /// Runs tool calls. Cheap to clone; clones share the registry, the bus, the task tracker and the
@@ -210,9 +201,11 @@ impl ToolRunner {
         };
         let fallback = call.clone();
         let session = options.session_id.clone();
-        let joined =
-            tokio::spawn(async move { runner.run_to_end(&call, &gate, &answerer, &options).await })
-                .await;
+        // Boxed: the task's cell then holds a pointer, not the whole call's state to copy.
+        let joined = tokio::spawn(Box::pin(async move {
+            runner.run_to_end(&call, &gate, &answerer, &options).await
+        }))
+        .await;
         drop_guard.disarm();
         match joined {
             Ok(result) => result,
@@ -441,17 +434,12 @@ impl ToolRunner {
                 );
             }) as LogHook
         };
-        let (asks, questions) = tokio::sync::mpsc::unbounded_channel();
-        let ctx = ToolCtx::for_call(&call.id, on_update, Some(on_log), traceparent, Some(asks));
+        let ctx = ToolCtx::for_call(&call.id, on_update, Some(on_log), traceparent, true);
         let (running_tx, running_rx) = oneshot::channel::<Instant>();
-        let task = self.spawn_task(call, tool, gate, options, args, ctx.clone(), running_tx);
+        let task = self.call_task(call, tool, gate, options, args, ctx.clone(), running_tx);
         let answerer = options.answerer.as_ref().unwrap_or(answerer);
-        let questions = Questions {
-            pending: questions,
-            answerer: answerer.clone(),
-        };
         let (result, charge) = self
-            .supervise(call, tool, options, task, running_rx, questions, &ctx, idle)
+            .supervise(call, tool, options, task, running_rx, answerer, &ctx, idle)
             .await;
         *ended
             .lock()
@@ -459,8 +447,12 @@ impl ToolRunner {
         (result, charge, probe)
     }
 
+    /// The call's own work: the gate, then the tool, then the check of its answer. Driven inside
+    /// the call's task when neither the gate nor the tool can block the polling thread, in a task
+    /// of its own otherwise (so that a gate or a native tool that blocks its thread cannot hold
+    /// back the call's timeout or cancellation, which the supervising loop fires).
     #[allow(clippy::too_many_arguments)]
-    fn spawn_task(
+    fn call_task(
         &self,
         call: &Arc<ToolCall>,
         tool: &ResolvedTool,
@@ -469,7 +461,8 @@ impl ToolRunner {
         args: Arc<Value>,
         ctx: ToolCtx,
         running_tx: oneshot::Sender<Instant>,
-    ) -> tokio::task::JoinHandle<TaskEnd> {
+    ) -> CallTask<impl Future<Output = Result<TaskEnd, Caught>> + Send + Unpin + 'static> {
+        let inline = gate.never_blocks() && tool.invoke.never_blocks();
         let gate = gate.clone();
         let task_call = call.clone();
         let gate_ctx = GateCtx {
@@ -481,7 +474,7 @@ impl ToolRunner {
         let bus = self.bus().clone();
         let session = options.session_id.clone();
         let timeout = self.timeout_for(tool);
-        self.tracker.spawn(async move {
+        let work = async move {
             match catch(|| gate.check(&task_call, &gate_ctx)).await {
                 Err(caught) => return TaskEnd::GateCrashed(caught.describe("the gate")),
                 Ok(Verdict::Block(reason)) => return TaskEnd::Blocked(reason),
@@ -528,7 +521,13 @@ impl ToolRunner {
                     caught.describe(&format!("tool `{}`", task_call.name)),
                 )))),
             }
-        })
+        };
+        if inline {
+            let work = Box::pin(work);
+            CallTask::Inline(Some(catch(move || work)))
+        } else {
+            CallTask::Spawned(self.tracker.spawn(work))
+        }
     }
 
     /// The loop's side of a call: arms the timeout (and the idle limit, if any) when the task
@@ -541,12 +540,21 @@ impl ToolRunner {
         call: &ToolCall,
         tool: &ResolvedTool,
         options: &CallOptions,
-        mut task: tokio::task::JoinHandle<TaskEnd>,
+        mut task: CallTask<impl Future<Output = Result<TaskEnd, Caught>> + Send + Unpin>,
         mut running_rx: oneshot::Receiver<Instant>,
-        mut questions: Questions,
+        answerer: &Arc<dyn Answerer>,
         ctx: &ToolCtx,
         idle: Option<(Duration, Arc<Activity>)>,
     ) -> (ToolResult, Charge) {
+        // However the loop ends (or is dropped), the tool's questions from then on are
+        // answered at once.
+        struct ClosesInbox<'a>(&'a ToolCtx);
+        impl Drop for ClosesInbox<'_> {
+            fn drop(&mut self) {
+                self.0.close_inbox();
+            }
+        }
+        let _closes_inbox = ClosesInbox(ctx);
         // Whom its end is charged to: the tool, unless the client or the host ended it.
         let mut charge = Charge::Tool;
         let session = options.session_id.as_deref();
@@ -607,14 +615,14 @@ impl ToolRunner {
                         idle_armed = rearm_idle(idle_timer.as_mut());
                     }
                 }
-                joined = &mut task => break self.joined(joined),
-                Some(asked) = questions.pending.recv(), if asking.is_none() => {
+                ended = &mut task => break ended,
+                asked = ctx.asked(), if asking.is_none() => {
                     // The timeout and the idle limit pause while the user is asked.
                     timer_armed = false;
                     idle_armed = false;
                     let now = tokio::time::Instant::now();
                     ask_bound.as_mut().reset(now + self.config.ask_timeout);
-                    asking = Some(Asking::start(asked, questions.answerer.clone(), call));
+                    asking = Some(Asking::start(asked, answerer.clone(), call));
                 }
                 reply = Asking::reply(&mut asking), if asking.is_some() => {
                     if let Some(open) = asking.take() {
@@ -760,24 +768,4 @@ impl ToolRunner {
         (result, charge)
     }
 
-    /// Turns the task's join result into its end, reading nothing of a foreign panic payload but
-    /// a `&str` or `String`.
-    fn joined(
-        &self,
-        joined: Result<TaskEnd, tokio::task::JoinError>,
-    ) -> Result<TaskEnd, (Outcome, String)> {
-        match joined {
-            Ok(end) => Ok(end),
-            Err(error) if error.is_panic() => {
-                let reason = match payload_message(error.into_panic()) {
-                    Some(message) => {
-                        CrashReason::Formatted(format!("the tool's task panicked: {message}"))
-                    }
-                    None => CrashReason::NonStringPanic,
-                };
-                Err((Outcome::Crashed, crash_text(&reason)))
-            }
-            Err(_) => Err((Outcome::Crashed, crash_text(&CrashReason::Aborted))),
-        }
-    }
 }

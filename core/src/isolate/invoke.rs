@@ -101,6 +101,11 @@ impl Drop for CallGuard {
 }
 
 impl Invoke for IsolatedInvoke {
+    /// The plugin runs in a worker process; the future only waits on its pipes.
+    fn never_blocks(&self) -> bool {
+        true
+    }
+
     fn invoke(&self, args: Arc<Value>, ctx: ToolCtx) -> CallFuture {
         let pool = self.pool.clone();
         let tool = self.tool.clone();

@@ -100,6 +100,11 @@ impl Invoke for InProcessInvoke {
         })
     }
 
+    /// The plugin runs on a thread of the detached pool; the future only waits for its answer.
+    fn never_blocks(&self) -> bool {
+        true
+    }
+
     fn runaway_threads(&self) -> usize {
         self.plugin.runaway.load(Ordering::Relaxed)
     }

@@ -40,6 +40,15 @@ pub trait RemoteTool: Send + Sync + 'static {
     /// Calls the tool with arguments already checked against its schema. `ctx` has the call's
     /// id, its deadline (set: the clock has started), its traceparent and its update hook.
     fn call(&self, args: Arc<Value>, ctx: ToolCtx) -> RemoteCall;
+
+    /// `true` when polling the call's future never blocks the polling thread for long (it waits
+    /// on a process, the network or a thread of its own, or computes in slices of about a
+    /// millisecond): the runner then drives it inside the call's own task. `false` (the
+    /// default) runs it in a task of its own, so that a blocked thread holds back neither the
+    /// call's timeout nor its cancellation.
+    fn never_blocks(&self) -> bool {
+        false
+    }
 }
 
 /// A tool a remote source offers.
@@ -235,5 +244,9 @@ impl Invoke for RemoteInvoke {
             rho_protocol::answer::check_limits(&name, &answer)?;
             Ok(answer)
         })
+    }
+
+    fn never_blocks(&self) -> bool {
+        self.tool.never_blocks()
     }
 }
