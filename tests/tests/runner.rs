@@ -767,6 +767,40 @@ async fn a_gate_that_blocks_its_thread_does_not_hold_back_a_cancellation() {
     assert!(took < Duration::from_millis(1200), "ended after {took:?}");
 }
 
+/// A call whose gate and tool never block runs in one task (its work driven in place); a sibling
+/// call's gate that blocks a worker thread for 2 s does not hold back its timeout: it ends
+/// `timed_out` near its 300 ms on the runtime's other worker thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_that_blocks_its_thread_does_not_hold_back_a_sibling_timeout() {
+    let FaultsHost { host, _dir } = faults_host(300, |b| b).await;
+    let started = Instant::now();
+    let dozing = {
+        let host = host.clone();
+        tokio::spawn(async move {
+            let r = host
+                .call(&call("dozing", "doze", json!({"ms": 5_000})))
+                .await;
+            (r, started.elapsed())
+        })
+    };
+    let blocked = {
+        let host = host.clone();
+        tokio::spawn(async move {
+            let options = CallOptions {
+                gate: Some(Arc::new(ThreadBlockingGate(Duration::from_millis(2_000)))),
+                ..CallOptions::default()
+            };
+            host.call_with(&call("blocked", "echo", json!({"text": "x"})), &options)
+                .await
+        })
+    };
+    let (r, took) = dozing.await.unwrap();
+    assert_eq!(r.outcome, Outcome::TimedOut, "{}", &*r.text());
+    assert!(took < Duration::from_millis(1_200), "ended after {took:?}");
+    let r = blocked.await.unwrap();
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
+}
+
 /// A model that fails on its first turn.
 struct Failing;
 

@@ -20,7 +20,7 @@ use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 use crate::call::invoke::{Failure, LogHook, ToolCtx, is_valid_traceparent};
 use crate::call::options::{CallOptions, CancellationToken, RunnerConfig};
 use crate::call::panic::{Caught, catch};
-use crate::call::task::{CallTask, TaskEnd};
+use crate::call::task::{CallTask, Fallback, RunsToEnd, TaskEnd};
 use crate::call::sender::{EndsOnDrop, Sender};
 use crate::registry::health::Charge;
 use crate::registry::{Probe, ResolvedTool, ToolRegistry};
@@ -175,10 +175,11 @@ impl ToolRunner {
     /// `tool_execution_end`. Never panics and never hangs past the tool's timeout once the gate
     /// has allowed.
     ///
-    /// Cancellation-safe: the call is driven by a task of its own, so dropping the returned future
-    /// midway does not lose it: the call is cancelled as by `options.cancel` and ends at once
+    /// Cancellation-safe: dropping the returned future midway does not lose the call: what is
+    /// left of it goes on in a task of its own, cancelled as by `options.cancel`, and ends at once
     /// (`error`), its tool cancelled (an isolated worker is cancelled, then killed), with its one
-    /// end event. To stop a call and still get its result, cancel `options.cancel`.
+    /// end event. To stop a call and still get its result, cancel `options.cancel`. Until then
+    /// the call is driven by the caller's own task (no task of its own to start and join).
     pub async fn run(
         &self,
         call: &ToolCall,
@@ -191,49 +192,26 @@ impl ToolRunner {
             Some(outer) => outer.child_token(),
             None => CancellationToken::new(),
         };
-        let drop_guard = abandoned.clone().drop_guard();
         let runner = self.clone();
-        // One copy of the call, shared by the task, the gate and the fallback below.
+        // One copy of the call, shared by the work, the gate and the fallback.
         let (call, gate, answerer) = (Arc::new(call.clone()), gate.clone(), answerer.clone());
         let options = CallOptions {
-            cancel: Some(abandoned),
+            cancel: Some(abandoned.clone()),
             ..options.clone()
         };
-        let fallback = call.clone();
-        let session = options.session_id.clone();
-        // Boxed: the task's cell then holds a pointer, not the whole call's state to copy.
-        let joined = tokio::spawn(Box::pin(async move {
-            runner.run_to_end(&call, &gate, &answerer, &options).await
-        }))
-        .await;
-        drop_guard.disarm();
-        match joined {
-            Ok(result) => result,
-            Err(_) => {
-                // The task died before its end event (publishing it is its last step): the call
-                // still ends once, with its event (were it a probe, its guard gave it back).
-                let text = "rho: the call's task failed inside the runner";
-                let result =
-                    ToolResult::failed(&fallback.id, &fallback.name, Outcome::Crashed, text);
-                self.bus()
-                    .emit(
-                        session.as_deref(),
-                        EventKind::ToolExecutionEnd {
-                            call_id: result.call_id.clone(),
-                            tool: result.tool.clone(),
-                            outcome: result.outcome,
-                            output: (&result.output).into(),
-                            is_error: true,
-                            structured: None,
-                            details: None,
-                            full_text: None,
-                            duration_ms: 0.0,
-                        },
-                    )
-                    .await;
-                result
-            }
+        let fallback = Fallback {
+            bus: self.bus().clone(),
+            call: call.clone(),
+            session: options.session_id.clone(),
+        };
+        // Boxed: moving the call's state around costs a pointer.
+        let work = Box::pin(async move { runner.run_to_end(&call, &gate, &answerer, &options).await });
+        RunsToEnd {
+            work: Some(catch(move || work)),
+            abandoned,
+            fallback: Some(fallback),
         }
+        .await
     }
 
     async fn run_to_end(
@@ -601,6 +579,9 @@ impl ToolRunner {
         let end = loop {
             tokio::select! {
                 biased;
+                // The work first: in place, it allows and starts the tool in this poll, and
+                // the allowance below is then read at once (one arming of the timer, no wake).
+                ended = &mut task => break ended,
                 allowed = &mut running_rx, if !gate_answered => {
                     gate_answered = true;
                     // An error means the task ended without allowing: its end comes next.
@@ -615,7 +596,6 @@ impl ToolRunner {
                         idle_armed = rearm_idle(idle_timer.as_mut());
                     }
                 }
-                ended = &mut task => break ended,
                 asked = ctx.asked(), if asking.is_none() => {
                     // The timeout and the idle limit pause while the user is asked.
                     timer_armed = false;

@@ -1,7 +1,7 @@
 //! Per-tool accounting: call counts by outcome, durations, and quarantine after repeated crashes
 //! or timeouts within a window.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -302,7 +302,9 @@ pub(crate) enum Change {
 /// Stats and quarantine for every tool of a registry.
 #[derive(Default)]
 pub(crate) struct Health {
-    entries: HashMap<String, Entry>,
+    /// Ordered by name: a lookup is a few string comparisons, cheaper on every call than
+    /// hashing the name.
+    entries: BTreeMap<String, Entry>,
     /// The last probe token handed out.
     probes: u64,
 }
