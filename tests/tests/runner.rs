@@ -778,7 +778,10 @@ async fn a_gate_that_blocks_its_thread_does_not_hold_back_a_sibling_timeout() {
         let host = host.clone();
         tokio::spawn(async move {
             let r = host
-                .call(&call("dozing", "doze", json!({"ms": 5_000})))
+                .call_with(
+                    &call("dozing", "doze", json!({"ms": 5_000})),
+                    &CallOptions::default(),
+                )
                 .await;
             (r, started.elapsed())
         })

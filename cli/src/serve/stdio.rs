@@ -106,9 +106,7 @@ pub fn start(stdout: std::fs::File) -> Guard {
             let mut to_rmcp = guard_in;
             read_lines(std::io::stdin().lock(), |line| {
                 let verdict = match line {
-                    Line::TooLong { head } => {
-                        Verdict::Answer(jsonrpc::too_large(&head, MAX_LINE))
-                    }
+                    Line::TooLong { head } => Verdict::Answer(jsonrpc::too_large(&head, MAX_LINE)),
                     Line::Text(text) => check(&text, &checked_flight),
                 };
                 match verdict {

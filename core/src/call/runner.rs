@@ -20,8 +20,8 @@ use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 use crate::call::invoke::{Failure, LogHook, ToolCtx, is_valid_traceparent};
 use crate::call::options::{CallOptions, CancellationToken, RunnerConfig};
 use crate::call::panic::{Caught, catch};
-use crate::call::task::{CallTask, Fallback, RunsToEnd, TaskEnd};
 use crate::call::sender::{EndsOnDrop, Sender};
+use crate::call::task::{CallTask, Fallback, RunsToEnd, TaskEnd};
 use crate::registry::health::Charge;
 use crate::registry::{Probe, ResolvedTool, ToolRegistry};
 use rho_protocol::{
@@ -205,7 +205,8 @@ impl ToolRunner {
             session: options.session_id.clone(),
         };
         // Boxed: moving the call's state around costs a pointer.
-        let work = Box::pin(async move { runner.run_to_end(&call, &gate, &answerer, &options).await });
+        let work =
+            Box::pin(async move { runner.run_to_end(&call, &gate, &answerer, &options).await });
         RunsToEnd {
             work: Some(catch(move || work)),
             abandoned,
@@ -548,7 +549,12 @@ impl ToolRunner {
         tokio::pin!(stopped);
         // One timer: first the gate's `tool_gate_waiting` notice, then, once the gate allowed,
         // the call's deadline.
-        let timer = tokio::time::sleep(self.config.gate_waiting_after);
+        // One reading of the clock for the timers' starts.
+        let now = tokio::time::Instant::now();
+        let timer = match now.checked_add(self.config.gate_waiting_after) {
+            Some(at) => tokio::time::sleep_until(at),
+            None => tokio::time::sleep(self.config.gate_waiting_after),
+        };
         tokio::pin!(timer);
         let mut timer_armed = true;
         let mut gate_answered = false;
@@ -556,14 +562,14 @@ impl ToolRunner {
         let mut deadline: Option<tokio::time::Instant> = None;
         // The question open now: its reply, where the reply goes, when it was asked.
         let mut asking: Option<Asking> = None;
-        let ask_bound = tokio::time::sleep(Duration::ZERO);
+        let ask_bound = tokio::time::sleep_until(now);
         tokio::pin!(ask_bound);
         // The idle limit's timer, armed while the tool runs and no question is open; when it
         // fires, it waits on from the tool's last update, if there was one since.
-        let idle_timer = tokio::time::sleep(Duration::ZERO);
+        let idle_timer = tokio::time::sleep_until(now);
         tokio::pin!(idle_timer);
         let mut idle_armed = false;
-        let mut running_since = Instant::now();
+        let mut running_since = now.into_std();
         // Arms `timer` for `deadline`, if there is one; returns whether it did.
         let arm = |timer: std::pin::Pin<&mut tokio::time::Sleep>, deadline: Option<_>| {
             deadline.map(|deadline| timer.reset(deadline)).is_some()
@@ -747,5 +753,4 @@ impl ToolRunner {
         };
         (result, charge)
     }
-
 }
