@@ -609,3 +609,48 @@ async fn starting_a_worker_does_not_fork_the_host() {
     std::hint::black_box(&memory);
     served.host.shutdown().await;
 }
+
+/// Waits up to 10 s until `count` workers are alive; the count seen last.
+async fn workers_settle_at(count: usize) -> usize {
+    let mut seen = live_workers().len();
+    for _ in 0..200 {
+        if seen == count {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        seen = live_workers().len();
+    }
+    seen
+}
+
+/// A call that takes a spare while another stays idle starts no worker while it runs (a start
+/// would compete for the CPU with the call, and with a crash's report above all): the pool tops
+/// its spares up when the call ends. A crashed worker is replaced once its end is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spares_are_topped_up_when_a_call_ends_not_while_it_runs() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let options = WorkerOptions {
+        spares: 2,
+        ..WorkerOptions::default()
+    };
+    let Served { host, dir: _dir } = serve(options, |b| b.runner(timeout(5_000))).await;
+    // Two spares of each of the three plugins.
+    assert_eq!(workers_settle_at(6).await, 6, "{:?}", live_workers());
+    let sleeping = {
+        let host = host.clone();
+        tokio::spawn(async move { run(&host, "s", "sleep", json!({"ms": 600})).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        live_workers().len(),
+        6,
+        "a worker started while the call ran: {:?}",
+        live_workers()
+    );
+    let r = sleeping.await.unwrap();
+    assert_eq!(r.outcome, Outcome::Ok, "{}", &*r.text());
+    let r = run(&host, "c", "segfault", json!({})).await;
+    assert_eq!(r.outcome, Outcome::Crashed, "{}", &*r.text());
+    assert_eq!(workers_settle_at(6).await, 6, "{:?}", live_workers());
+    host.shutdown().await;
+}

@@ -11,6 +11,7 @@ use rho_plugin_api::{Answer, LogLevel, Question, Reply, ToolError};
 use tokio::sync::oneshot;
 
 use crate::call::ask::{Asked, Inbox};
+use crate::call::sender::CallSink;
 use serde_json::Value;
 
 pub use rho_protocol::Failure;
@@ -50,10 +51,11 @@ pub struct ToolCtx {
 
 /// What the clones of one call's [`ToolCtx`] share.
 struct CtxShared {
-    call_id: String,
+    /// The call (its id, for the tool).
+    call: Arc<crate::call::gate::ToolCall>,
     cancelled: AtomicBool,
-    on_update: Arc<dyn Fn(&str) + Send + Sync>,
-    on_log: Option<LogHook>,
+    /// Where updates and log lines go.
+    sends: Sends,
     /// Set when the gate allows; moved later by each question's wait.
     deadline: Mutex<Option<Instant>>,
     traceparent: Option<Arc<str>>,
@@ -63,31 +65,40 @@ struct CtxShared {
 
 impl ToolCtx {
     /// A context for call `call_id` that hands partial updates to `on_update` (and drops log
-    /// lines).
+    /// lines; questions are declined).
     pub fn new(call_id: &str, on_update: Arc<dyn Fn(&str) + Send + Sync>) -> Self {
-        ToolCtx::for_call(call_id, on_update, None, None, false)
-    }
-
-    /// The runner's context of a call: updates and log lines to the call's senders, its
-    /// `traceparent` (already checked), and, with `asks`, an inbox for its questions
-    /// ([`ToolCtx::asked`]).
-    pub(crate) fn for_call(
-        call_id: &str,
-        on_update: Arc<dyn Fn(&str) + Send + Sync>,
-        on_log: Option<LogHook>,
-        traceparent: Option<Arc<str>>,
-        asks: bool,
-    ) -> Self {
+        let call = crate::call::gate::ToolCall::new(call_id, "", Value::Null);
         ToolCtx {
             shared: Arc::new(CtxShared {
-                call_id: call_id.to_owned(),
+                call: Arc::new(call),
                 cancelled: AtomicBool::new(false),
-                on_update,
-                on_log,
+                sends: Sends::Hook(on_update),
+                deadline: Mutex::new(None),
+                traceparent: None,
+                inbox: None,
+            }),
+        }
+    }
+
+    /// The runner's context of a call: updates and log lines to the call's `sink`, its
+    /// `traceparent` (already checked), and an inbox for its questions ([`ToolCtx::asked`]).
+    pub(crate) fn for_call(sink: CallSink, traceparent: Option<Arc<str>>) -> Self {
+        ToolCtx {
+            shared: Arc::new(CtxShared {
+                call: sink.call.clone(),
+                cancelled: AtomicBool::new(false),
+                sends: Sends::Call(sink),
                 deadline: Mutex::new(None),
                 traceparent,
-                inbox: asks.then(Inbox::default),
+                inbox: Some(Inbox::default()),
             }),
+        }
+    }
+
+    /// The call has ended: the tool's updates and log lines are dropped from now on.
+    pub(crate) fn end_sends(&self) {
+        if let Sends::Call(sink) = &self.shared.sends {
+            sink.end();
         }
     }
 
@@ -115,7 +126,7 @@ impl ToolCtx {
 
     /// The call's id.
     pub fn call_id(&self) -> &str {
-        &self.shared.call_id
+        &self.shared.call.id
     }
 
     /// When the runner ends the call at its timeout (set once the gate has allowed it); `None`
@@ -157,7 +168,10 @@ impl ToolCtx {
 
     /// Sends a partial update for the call.
     pub fn update(&self, partial: &str) {
-        (self.shared.on_update)(partial);
+        match &self.shared.sends {
+            Sends::Hook(on_update) => on_update(partial),
+            Sends::Call(sink) => sink.update(partial),
+        }
     }
 
     /// Writes a log line of the call at `level`: a `tool_execution_log` event (journal, views,
@@ -165,8 +179,8 @@ impl ToolCtx {
     /// `notifications/message`), in order with its updates, never after the call's end; a line
     /// over [`MAX_UPDATE_BYTES`](crate::MAX_UPDATE_BYTES) is cut with a note.
     pub fn log(&self, level: LogLevel, message: &str) {
-        if let Some(on_log) = &self.shared.on_log {
-            on_log(level, message);
+        if let Sends::Call(sink) = &self.shared.sends {
+            sink.log(level, message);
         }
     }
 
@@ -240,6 +254,25 @@ impl ToolCtx {
     /// The cancellation flag itself (what a plugin polls).
     pub(crate) fn cancel_flag(&self) -> &AtomicBool {
         &self.shared.cancelled
+    }
+}
+
+/// Where a context's updates and log lines go.
+enum Sends {
+    /// A context made outside a runner ([`ToolCtx::new`]): updates to a closure, log lines
+    /// dropped.
+    Hook(Arc<dyn Fn(&str) + Send + Sync>),
+    /// A runner's call.
+    Call(CallSink),
+}
+
+/// Ends a call's sends when dropped, also when its runner's future dies before the end (a panic,
+/// an abort): the end event then published is still the call's last.
+pub(crate) struct EndsOnDrop(pub(crate) ToolCtx);
+
+impl Drop for EndsOnDrop {
+    fn drop(&mut self) {
+        self.0.end_sends();
     }
 }
 

@@ -4,10 +4,10 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rho_plugin_api::{LogLevel, Output, Reply};
+use rho_plugin_api::{Output, Reply};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
@@ -17,10 +17,10 @@ use crate::bus::event_type::EventType;
 use crate::bus::events::{EventKind, OutputView, event_text};
 use crate::call::ask::{Answerer, Asking};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
-use crate::call::invoke::{Failure, LogHook, ToolCtx, is_valid_traceparent};
+use crate::call::invoke::{EndsOnDrop, Failure, ToolCtx, is_valid_traceparent};
 use crate::call::options::{CallOptions, CancellationToken, RunnerConfig};
 use crate::call::panic::{Caught, catch};
-use crate::call::sender::{EndsOnDrop, Sender};
+use crate::call::sender::{Activity, CallSink};
 use crate::call::task::{CallTask, Fallback, RunsToEnd, TaskEnd};
 use crate::registry::health::Charge;
 use crate::registry::{Probe, ResolvedTool, ToolRegistry};
@@ -28,32 +28,6 @@ use rho_protocol::{
     CrashReason, Outcome, ToolResult, crash_text, cut_output, idle_timeout_text, timeout_text,
     to_result, with_text,
 };
-
-/// When a call last showed it is alive (a partial update, an answered question), for its idle
-/// limit: touched from the tool's thread, read by the loop when the idle timer fires.
-struct Activity {
-    origin: Instant,
-    /// Milliseconds from `origin`.
-    last_ms: AtomicU64,
-}
-
-impl Activity {
-    fn new() -> Self {
-        Activity {
-            origin: Instant::now(),
-            last_ms: AtomicU64::new(0),
-        }
-    }
-
-    fn touch(&self) {
-        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.store(ms, Ordering::Relaxed);
-    }
-
-    fn last(&self) -> Instant {
-        self.origin + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
-    }
-}
 
 /// Runs tool calls. Cheap to clone; clones share the registry, the bus, the task tracker and the
 /// stop switch.
@@ -341,14 +315,6 @@ impl ToolRunner {
         if let Err(text) = tool.check_args(&args) {
             return fail(Outcome::InvalidArguments, text);
         }
-        // Set once the call has ended: a runaway plugin thread that goes on sending updates or
-        // log lines must not put events after the call's `tool_execution_end`. Held across the
-        // check, the hook and the publish, and taken to set it: nothing is under way when the
-        // end goes out.
-        let ended = Arc::new(std::sync::Mutex::new(false));
-        // Also when this future dies before the end (a panic in the runner, an abort): the end
-        // event `run` then publishes is still the call's last.
-        let _ends = EndsOnDrop(ended.clone());
         let traceparent = match options.traceparent.as_deref() {
             Some(t) if is_valid_traceparent(t) => Some(Arc::from(t)),
             Some(t) => {
@@ -357,72 +323,30 @@ impl ToolRunner {
             }
             None => None,
         };
-        let sender = Sender {
-            ended: ended.clone(),
-            bus: self.bus().clone(),
-            session: options.session_id.clone(),
-            call: call.clone(),
-        };
         // The idle limit, and when the call last showed it is alive: each update moves it.
         let idle = self
             .config
             .idle_timeout_for(&tool.spec, options)
             .map(|limit| (limit, Arc::new(Activity::new())));
-        let on_update = {
-            let sender = sender.clone();
-            let hook = options.on_update.clone();
-            let activity = idle.as_ref().map(|(_, activity)| activity.clone());
-            Arc::new(move |partial: &str| {
-                if let Some(activity) = &activity {
-                    activity.touch();
-                }
-                let hook = hook.as_deref().map(|h| h as &dyn Fn(&str));
-                sender.send(
-                    EventType::ToolExecutionUpdate,
-                    "update",
-                    partial,
-                    hook,
-                    |c, partial| EventKind::ToolExecutionUpdate {
-                        call_id: c.id.clone(),
-                        tool: c.name.clone(),
-                        partial,
-                    },
-                );
-            }) as Arc<dyn Fn(&str) + Send + Sync>
+        let sink = CallSink {
+            ended: std::sync::Mutex::new(false),
+            bus: self.bus().clone(),
+            session: options.session_id.clone(),
+            call: call.clone(),
+            on_update: options.on_update.clone(),
+            on_log: options.on_log.clone(),
+            activity: idle.as_ref().map(|(_, activity)| activity.clone()),
         };
-        let on_log = {
-            let hook = options.on_log.clone();
-            Arc::new(move |level: LogLevel, message: &str| {
-                let forward = |line: &str| {
-                    if let Some(hook) = &hook {
-                        hook(level, line);
-                    }
-                };
-                let hook = hook.is_some().then_some(&forward as &dyn Fn(&str));
-                sender.send(
-                    EventType::ToolExecutionLog,
-                    "log line",
-                    message,
-                    hook,
-                    |c, message| EventKind::ToolExecutionLog {
-                        call_id: c.id.clone(),
-                        tool: c.name.clone(),
-                        level,
-                        message,
-                    },
-                );
-            }) as LogHook
-        };
-        let ctx = ToolCtx::for_call(&call.id, on_update, Some(on_log), traceparent, true);
+        let ctx = ToolCtx::for_call(sink, traceparent);
+        // The call's sends end with it, also when this future dies before the end.
+        let _ends = EndsOnDrop(ctx.clone());
         let (running_tx, running_rx) = oneshot::channel::<Instant>();
         let task = self.call_task(call, tool, gate, options, args, ctx.clone(), running_tx);
         let answerer = options.answerer.as_ref().unwrap_or(answerer);
         let (result, charge) = self
             .supervise(call, tool, options, task, running_rx, answerer, &ctx, idle)
             .await;
-        *ended
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        ctx.end_sends();
         (result, charge, probe)
     }
 

@@ -41,11 +41,14 @@ impl CallGuard {
         if let Some(worker) = self.worker.take() {
             self.pool.release(worker);
         }
+        self.pool.top_up();
     }
 
-    /// The worker is dead or broken: stop it.
+    /// The worker is dead or broken: stop it (its end, if it crashed, is read already), then
+    /// replace it.
     fn kill(mut self) {
         drop(self.worker.take());
+        self.pool.top_up();
     }
 }
 
@@ -94,8 +97,11 @@ impl Drop for CallGuard {
             .await;
             if settled == Ok(true) {
                 pool.release(worker);
+            } else {
+                // SIGKILL to its process group.
+                drop(worker);
             }
-            // Otherwise `worker` drops here: SIGKILL to its process group.
+            pool.top_up();
         });
     }
 }

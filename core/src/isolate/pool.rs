@@ -340,7 +340,10 @@ impl Pool {
     }
 
     /// An idle worker, or a new one while fewer than `max_workers` are alive; otherwise waits
-    /// for one to be released (the call's timeout bounds the wait). Starts a spare to replace it.
+    /// for one to be released (the call's timeout bounds the wait). Starts a spare to replace it
+    /// at once only when none is left idle; otherwise the call's end does
+    /// ([`Pool::top_up`]), so that a start never competes with the call for the CPU (a crash's
+    /// report above all).
     pub(crate) async fn acquire(&self) -> Result<Worker, String> {
         let max = self.inner.options.max_workers.max(1);
         loop {
@@ -351,7 +354,9 @@ impl Pool {
             let idle = self.state().idle.pop();
             if let Some(mut idle) = idle {
                 if idle.worker.alive() {
-                    self.top_up();
+                    if self.state().idle.is_empty() {
+                        self.top_up();
+                    }
                     return Ok(idle.worker);
                 }
                 // Died while idle (the OOM killer, a CPU limit): dropped here, replaced below.
@@ -393,8 +398,8 @@ impl Pool {
     }
 
     /// Starts workers in the background until `spares` are idle or starting (within
-    /// `max_workers`).
-    fn top_up(&self) {
+    /// `max_workers`); nothing when they are.
+    pub(crate) fn top_up(&self) {
         let max = self.inner.options.max_workers.max(1);
         let mut slots = Vec::new();
         {
