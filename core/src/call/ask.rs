@@ -102,7 +102,8 @@ pub(crate) struct Asked {
 #[derive(Default)]
 pub(crate) struct Inbox {
     queue: std::sync::Mutex<InboxQueue>,
-    arrived: tokio::sync::Notify,
+    /// The runner's wait for the next questions (one waiter: the call's loop).
+    arrived: futures_util::task::AtomicWaker,
 }
 
 #[derive(Default)]
@@ -126,20 +127,25 @@ impl Inbox {
         }
         queue.asked.push_back(asked);
         drop(queue);
-        self.arrived.notify_one();
+        self.arrived.wake();
         Ok(())
     }
 
-    /// The next questions asked, in order; waits for them.
+    /// The next questions asked, in order; waits for them. One waiter at a time (the call's
+    /// loop): a later one takes the wake-up of an earlier.
     pub(crate) async fn next(&self) -> Asked {
-        loop {
+        std::future::poll_fn(|cx| {
             if let Some(asked) = self.queue().asked.pop_front() {
-                return asked;
+                return std::task::Poll::Ready(asked);
             }
-            // `notify_one` leaves a permit when no one waits: a question queued after the
-            // look above still wakes this wait.
-            self.arrived.notified().await;
-        }
+            self.arrived.register(cx.waker());
+            // Questions queued between the look above and the registration still wake it.
+            match self.queue().asked.pop_front() {
+                Some(asked) => std::task::Poll::Ready(asked),
+                None => std::task::Poll::Pending,
+            }
+        })
+        .await
     }
 
     /// Closes the inbox: questions still queued are dropped (their tools read `Cancelled`), and

@@ -21,7 +21,7 @@ use crate::call::invoke::{EndsOnDrop, Failure, ToolCtx, is_valid_traceparent};
 use crate::call::options::{CallOptions, CancellationToken, RunnerConfig};
 use crate::call::panic::{Caught, catch};
 use crate::call::sender::{Activity, CallSink};
-use crate::call::task::{CallTask, Fallback, RunsToEnd, TaskEnd};
+use crate::call::task::{CallTask, TaskEnd, fallback_end};
 use crate::registry::health::Charge;
 use crate::registry::{Probe, ResolvedTool, ToolRegistry};
 use rho_protocol::{
@@ -145,15 +145,17 @@ impl ToolRunner {
     }
 
     /// Runs `call` to its end: publishes `tool_execution_start`, resolves and validates it, runs
-    /// the gate and then the tool in a task of its own, and publishes exactly one
-    /// `tool_execution_end`. Never panics and never hangs past the tool's timeout once the gate
-    /// has allowed.
+    /// the gate and then the tool, and publishes exactly one `tool_execution_end`. Never panics
+    /// and never hangs past the tool's timeout once the gate has allowed.
     ///
-    /// Cancellation-safe: dropping the returned future midway does not lose the call: what is
-    /// left of it goes on in a task of its own, cancelled as by `options.cancel`, and ends at once
-    /// (`error`), its tool cancelled (an isolated worker is cancelled, then killed), with its one
-    /// end event. To stop a call and still get its result, cancel `options.cancel`. Until then
-    /// the call is driven by the caller's own task (no task of its own to start and join).
+    /// The call runs in a task of its own (one per call, not tied to the caller): the gate and
+    /// the tool are driven inside it, unless either may block its thread, which then runs in a
+    /// task of its own too (so that it holds back neither the timeout nor a cancellation).
+    ///
+    /// Cancellation-safe: dropping the returned future midway does not lose the call: it is
+    /// cancelled as by `options.cancel` and ends at once (`error`), its tool cancelled (an
+    /// isolated worker is cancelled, then killed), with its one end event. To stop a call and
+    /// still get its result, cancel `options.cancel`.
     pub async fn run(
         &self,
         call: &ToolCall,
@@ -166,27 +168,25 @@ impl ToolRunner {
             Some(outer) => outer.child_token(),
             None => CancellationToken::new(),
         };
+        let drop_guard = abandoned.clone().drop_guard();
         let runner = self.clone();
-        // One copy of the call, shared by the work, the gate and the fallback.
-        let (call, gate, answerer) = (Arc::new(call.clone()), gate.clone(), answerer.clone());
-        let options = CallOptions {
-            cancel: Some(abandoned.clone()),
+        // One copy of the call, shared by the task and the gate.
+        let (task_call, gate, answerer) = (Arc::new(call.clone()), gate.clone(), answerer.clone());
+        let task_options = CallOptions {
+            cancel: Some(abandoned),
             ..options.clone()
         };
-        let fallback = Fallback {
-            bus: self.bus().clone(),
-            call: call.clone(),
-            session: options.session_id.clone(),
-        };
-        // Boxed: moving the call's state around costs a pointer.
-        let work =
-            Box::pin(async move { runner.run_to_end(&call, &gate, &answerer, &options).await });
-        RunsToEnd {
-            work: Some(catch(move || work)),
-            abandoned,
-            fallback: Some(fallback),
-        }
-        .await
+        // Boxed: the task's cell then holds a pointer, not the whole call's state to copy.
+        let joined = tokio::spawn(Box::pin(async move {
+            runner
+                .run_to_end(&task_call, &gate, &answerer, &task_options)
+                .await
+        }))
+        .await;
+        drop_guard.disarm();
+        // The task died before its end event (publishing it is its last step): the call still
+        // ends once, with its event.
+        joined.unwrap_or_else(|_| fallback_end(self.bus(), call, options.session_id.as_deref()))
     }
 
     async fn run_to_end(

@@ -1,7 +1,7 @@
 //! A call's own work (the gate, the tool, the check of its answer) as its supervising loop
 //! drives it: inside the call's task when nothing in it can block the polling thread, in a task
 //! of its own otherwise. Either way the loop sees one future that ends once, with how the work
-//! ended or why it could not.
+//! ended or why it could not. And the call's end when its task died before it published one.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,9 +10,10 @@ use std::task::{Context, Poll};
 use rho_plugin_api::Answer;
 use rho_protocol::{CrashReason, Failure, Outcome, ToolResult, crash_text};
 use tokio::task::{JoinError, JoinHandle};
-use tokio_util::sync::CancellationToken;
 
+use crate::bus::Bus;
 use crate::bus::events::EventKind;
+use crate::call::gate::ToolCall;
 use crate::call::panic::{Caught, payload_message};
 
 /// What ended a call's work, as the work reports it.
@@ -88,100 +89,25 @@ fn joined(joined: Result<TaskEnd, JoinError>) -> Result<TaskEnd, (Outcome, Strin
     }
 }
 
-/// A call's end when its work died before publishing one (a panic inside the runner, whose
-/// last step publishes the end): the call still ends once, `crashed`, with its event (were it
-/// a probe, its guard gave it back).
-pub(crate) struct Fallback {
-    pub(crate) bus: crate::bus::Bus,
-    pub(crate) call: std::sync::Arc<crate::call::gate::ToolCall>,
-    pub(crate) session: Option<String>,
-}
-
-impl Fallback {
-    fn end(self) -> ToolResult {
-        let text = "rho: the call's task failed inside the runner";
-        let result = ToolResult::failed(&self.call.id, &self.call.name, Outcome::Crashed, text);
-        self.bus.publish(
-            self.session.as_deref(),
-            EventKind::ToolExecutionEnd {
-                call_id: result.call_id.clone(),
-                tool: result.tool.clone(),
-                outcome: result.outcome,
-                output: (&result.output).into(),
-                is_error: true,
-                structured: None,
-                details: None,
-                full_text: None,
-                duration_ms: 0.0,
-            },
-        );
-        result
-    }
-}
-
-/// A whole call (`ToolRunner::run`'s work) driven by its caller's task; dropped before its end,
-/// it cancels the call and hands what is left to a task of its own, which ends it (so a caller
-/// that goes away never loses a call's end or its event).
-pub(crate) struct RunsToEnd<W>
-where
-    W: Future<Output = Result<ToolResult, Caught>> + Send + Unpin + 'static,
-{
-    pub(crate) work: Option<W>,
-    /// The call's own cancellation, fired when the caller goes away.
-    pub(crate) abandoned: CancellationToken,
-    pub(crate) fallback: Option<Fallback>,
-}
-
-impl<W> Future for RunsToEnd<W>
-where
-    W: Future<Output = Result<ToolResult, Caught>> + Send + Unpin + 'static,
-{
-    type Output = ToolResult;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<ToolResult> {
-        let this = self.get_mut();
-        let (Some(work), Some(_)) = (this.work.as_mut(), this.fallback.as_ref()) else {
-            // Polled again after its end: nothing more to give.
-            return Poll::Pending;
-        };
-        let ended = std::task::ready!(Pin::new(work).poll(cx));
-        this.work = None;
-        let fallback = this.fallback.take();
-        Poll::Ready(match (ended, fallback) {
-            (Ok(result), _) => result,
-            (Err(caught), fallback) => {
-                tracing::error!(panic = %caught.describe("the runner"), "a call's work panicked");
-                fallback.map(Fallback::end).unwrap_or_else(|| {
-                    ToolResult::failed("", "", Outcome::Crashed, "rho: the call's work panicked")
-                })
-            }
-        })
-    }
-}
-
-impl<W> Drop for RunsToEnd<W>
-where
-    W: Future<Output = Result<ToolResult, Caught>> + Send + Unpin + 'static,
-{
-    fn drop(&mut self) {
-        let (Some(work), Some(fallback)) = (self.work.take(), self.fallback.take()) else {
-            return;
-        };
-        self.abandoned.cancel();
-        let rest = async move {
-            if work.await.is_err() {
-                fallback.end();
-            }
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(rest);
-            }
-            // Dropped outside any runtime: nothing can drive the rest (its end event may be out
-            // already, so none is made up here).
-            Err(_) => {
-                tracing::warn!("a call dropped outside a runtime ends without its tool's end");
-            }
-        }
-    }
+/// A call's end when its task died before publishing one (a panic inside the runner, whose last
+/// step publishes the end): the call still ends once, `crashed`, with its event (were it a probe,
+/// its guard gave it back).
+pub(crate) fn fallback_end(bus: &Bus, call: &ToolCall, session: Option<&str>) -> ToolResult {
+    let text = "rho: the call's task failed inside the runner";
+    let result = ToolResult::failed(&call.id, &call.name, Outcome::Crashed, text);
+    bus.publish(
+        session,
+        EventKind::ToolExecutionEnd {
+            call_id: result.call_id.clone(),
+            tool: result.tool.clone(),
+            outcome: result.outcome,
+            output: (&result.output).into(),
+            is_error: true,
+            structured: None,
+            details: None,
+            full_text: None,
+            duration_ms: 0.0,
+        },
+    );
+    result
 }
