@@ -18,9 +18,11 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use super::{Ctx, Figure};
 
 /// The loops `xtask bench-loop` runs: rho's and the raw baseline of each path.
-pub const LOOPS: [&str; 7] = [
+pub const LOOPS: [&str; 9] = [
     "inproc",
     "inproc_raw",
+    "inproc_in_task",
+    "inproc_raw_in_task",
     "isolated",
     "isolated_64k",
     "isolated_raw",
@@ -33,9 +35,26 @@ const SHORT: usize = 200;
 const LONG: usize = 1_200;
 
 /// `xtask bench-loop`: `calls` calls of `echo` the way `what` says, after a warm-up of 50.
+/// `*_in_task`: the same loop run inside a task of the runtime (as `rho serve`'s handlers and an
+/// agent loop call), not on the thread that blocks on the runtime.
 pub fn run_loop(plugins: &Path, what: &str, calls: usize) -> Result<(), String> {
     let runtime = super::runtime()?;
-    runtime.block_on(async {
+    match what.strip_suffix("_in_task") {
+        Some(inner) => {
+            let (plugins, inner) = (plugins.to_owned(), inner.to_owned());
+            runtime.block_on(async move {
+                tokio::spawn(async move { calls_of(&plugins, &inner, calls).await })
+                    .await
+                    .map_err(|e| e.to_string())?
+            })
+        }
+        None => runtime.block_on(calls_of(plugins, what, calls)),
+    }
+}
+
+/// The loops' calls, on the runtime.
+async fn calls_of(plugins: &Path, what: &str, calls: usize) -> Result<(), String> {
+    {
         let echo = plugins.join("libecho.so");
         match what {
             "inproc" | "isolated" | "isolated_64k" => {
@@ -112,7 +131,7 @@ pub fn run_loop(plugins: &Path, what: &str, calls: usize) -> Result<(), String> 
             other => return Err(format!("no loop `{other}`")),
         }
         Ok(())
-    })
+    }
 }
 
 /// Instructions of one `bench-loop` run under callgrind.
@@ -171,6 +190,13 @@ pub fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             "inproc",
             "inproc_raw",
             "spawn_blocking + direct entry-point call",
+        ),
+        (
+            "instr_inproc_call_in_task",
+            "instr/call",
+            "inproc_in_task",
+            "inproc_raw_in_task",
+            "the same, both called from a task (as rho serve and an agent loop call)",
         ),
         (
             "instr_isolated_call",
