@@ -17,10 +17,6 @@ use serde_json::Value;
 pub use rho_protocol::Failure;
 use rho_protocol::ToolSpec;
 
-/// Receives one call's log lines with their levels, in order, each cut at
-/// [`MAX_UPDATE_BYTES`](crate::MAX_UPDATE_BYTES): see [`CallOptions::on_log`](crate::CallOptions::on_log).
-pub type LogHook = Arc<dyn Fn(LogLevel, &str) + Send + Sync>;
-
 /// A boxed future of a call's answer.
 pub type CallFuture = Pin<Box<dyn Future<Output = Result<Answer, Failure>> + Send>>;
 

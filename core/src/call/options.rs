@@ -9,7 +9,6 @@ pub use tokio_util::sync::CancellationToken;
 
 use crate::call::ask::Answerer;
 use crate::call::gate::Gate;
-use crate::call::invoke::LogHook;
 use rho_protocol::ToolSpec;
 
 /// The runner's settings.
@@ -68,6 +67,10 @@ impl Default for RunnerConfig {
 /// [`MAX_UPDATE_BYTES`](crate::MAX_UPDATE_BYTES): see
 /// [`CallOptions::on_update`].
 pub type UpdateHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Receives one call's log lines with their levels, in order, each cut at
+/// [`MAX_UPDATE_BYTES`](crate::MAX_UPDATE_BYTES): see [`CallOptions::on_log`].
+pub type LogHook = Arc<dyn Fn(rho_plugin_api::LogLevel, &str) + Send + Sync>;
 
 /// Options of one call beyond its id, tool and arguments. Every field is optional; the default
 /// runs the call in no session, behind the host's gate, cancelled by nothing but its timeout.

@@ -11,8 +11,7 @@ use crate::bus::Bus;
 use crate::bus::event_type::EventType;
 use crate::bus::events::EventKind;
 use crate::call::gate::ToolCall;
-use crate::call::invoke::LogHook;
-use crate::call::options::UpdateHook;
+use crate::call::options::{LogHook, UpdateHook};
 
 /// The longest partial update published, bytes: a plugin cannot make the host write (journal,
 /// subscribers, clients) without bound by sending huge updates.
