@@ -29,6 +29,20 @@ pub struct WatchError {
     pub reason: String,
 }
 
+/// Whether an event of `kind` may mean a changed directory. Reads are not changes: a scan opens
+/// the directory and its files, and were those opens taken for changes, every scan would start
+/// the next one (an idle host rescanning its directories for ever). A file closed after writing
+/// is one (its last write may come before the debounce's quiet time).
+fn may_change(kind: &notify_debouncer_full::notify::EventKind) -> bool {
+    use notify_debouncer_full::notify::EventKind;
+    use notify_debouncer_full::notify::event::{AccessKind, AccessMode};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
 /// How often a directory that cannot be watched (or whose parent cannot) is rescanned.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 
@@ -82,7 +96,10 @@ impl PluginDir {
             match result {
                 // A full channel means a scan is already due: nothing is lost.
                 Ok(events) => {
-                    if events.iter().any(|e| e.paths.iter().any(|p| concerns(p))) {
+                    let changes = |e: &&notify_debouncer_full::DebouncedEvent| {
+                        may_change(&e.kind) && e.paths.iter().any(|p| concerns(p))
+                    };
+                    if events.iter().any(|e| changes(&e)) {
                         let _ = tx.try_send(());
                     }
                 }
@@ -144,5 +161,42 @@ impl PluginDir {
             }
         });
         Ok(DirWatcher { task })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify_debouncer_full::notify::{self, Watcher};
+
+    /// Against the kernel's own events: reading a directory and a file in it (what a scan does)
+    /// is no change; writing a file is.
+    #[test]
+    fn reads_are_not_changes_and_writes_are() {
+        let dir = std::env::temp_dir().join(format!("rho-watch-kinds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("old.so"), b"x").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut watcher = notify::recommended_watcher(move |event| {
+            let _ = tx.send(event);
+        })
+        .unwrap();
+        watcher.watch(&dir, RecursiveMode::NonRecursive).unwrap();
+        let drain = || -> Vec<notify::EventKind> {
+            let mut kinds = Vec::new();
+            while let Ok(Ok(event)) = rx.recv_timeout(Duration::from_millis(300)) {
+                kinds.push(event.kind);
+            }
+            kinds
+        };
+        let _ = std::fs::read_dir(&dir).unwrap().count();
+        let _ = std::fs::read(dir.join("old.so")).unwrap();
+        let reads = drain();
+        assert!(!reads.is_empty(), "no events for the reads");
+        assert!(!reads.iter().any(may_change), "{reads:?}");
+        std::fs::write(dir.join("new.so"), b"y").unwrap();
+        let writes = drain();
+        assert!(writes.iter().any(may_change), "{writes:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
