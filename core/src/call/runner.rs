@@ -14,14 +14,14 @@ use tokio_util::task::TaskTracker;
 
 use crate::bus::Bus;
 use crate::bus::event_type::EventType;
-use crate::bus::events::{EventKind, OutputView, event_text};
+use crate::bus::events::{EventKind, OutputView};
 use crate::call::ask::{Answerer, Asking};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 use crate::call::invoke::{EndsOnDrop, Failure, ToolCtx, is_valid_traceparent};
 use crate::call::options::{CallOptions, CancellationToken, RunnerConfig};
 use crate::call::panic::{Caught, catch};
 use crate::call::sender::{Activity, CallSink};
-use crate::call::task::{CallTask, TaskEnd, fallback_end};
+use crate::call::task::{CallTask, TaskEnd, end_event, fallback_end};
 use crate::registry::health::Charge;
 use crate::registry::{Probe, ResolvedTool, ToolRegistry};
 use rho_protocol::{
@@ -251,20 +251,7 @@ impl ToolRunner {
                 bus.keep_images(&output, &result.output);
             }
             if end_wanted {
-                bus.publish(
-                    session,
-                    EventKind::ToolExecutionEnd {
-                        call_id: result.call_id.clone(),
-                        tool: result.tool.clone(),
-                        outcome: result.outcome,
-                        output,
-                        is_error: result.is_error(),
-                        structured: result.structured.clone(),
-                        details: result.details.clone(),
-                        full_text: result.full_text.as_deref().map(event_text),
-                        duration_ms: result.duration.as_secs_f64() * 1000.0,
-                    },
-                );
+                bus.publish(session, end_event(&result, output));
             }
         }
         tokio::task::coop::consume_budget().await;
