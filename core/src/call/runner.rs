@@ -498,8 +498,11 @@ impl ToolRunner {
                 biased;
                 // The work first: in place, it allows and starts the tool in this poll, and
                 // the allowance below is then read at once (one arming of the timer, no wake).
+                // Work in place may spend the task's whole cooperative budget (a worker that
+                // floods the channel): the branches below are polled outside the budget, so
+                // the allowance, a reply and the timers are never held back by it.
                 ended = &mut task => break ended,
-                allowed = &mut running_rx, if !gate_answered => {
+                allowed = tokio::task::unconstrained(&mut running_rx), if !gate_answered => {
                     gate_answered = true;
                     // An error means the task ended without allowing: its end comes next.
                     // A timeout too long to add (`Duration::MAX`: "never") is no deadline.
@@ -521,14 +524,14 @@ impl ToolRunner {
                     ask_bound.as_mut().reset(now + self.config.ask_timeout);
                     asking = Some(Asking::start(asked, answerer.clone(), call));
                 }
-                reply = Asking::reply(&mut asking), if asking.is_some() => {
+                reply = tokio::task::unconstrained(Asking::reply(&mut asking)), if asking.is_some() => {
                     if let Some(open) = asking.take() {
                         deadline = open.finish(reply, deadline, |at| ctx.move_deadline(at));
                     }
                     timer_armed = arm(timer.as_mut(), deadline);
                     idle_armed = rearm_idle(idle_timer.as_mut());
                 }
-                () = &mut ask_bound, if asking.is_some() => {
+                () = tokio::task::unconstrained(&mut ask_bound), if asking.is_some() => {
                     let text = format!(
                         "no answer within {} s (the host's bound on a question)",
                         self.config.ask_timeout.as_secs()
@@ -540,7 +543,7 @@ impl ToolRunner {
                     timer_armed = arm(timer.as_mut(), deadline);
                     idle_armed = rearm_idle(idle_timer.as_mut());
                 }
-                () = &mut timer, if timer_armed => {
+                () = tokio::task::unconstrained(&mut timer), if timer_armed => {
                     if gate_answered {
                         ctx.cancel();
                         task.abort();
@@ -552,7 +555,7 @@ impl ToolRunner {
                         tool: call.name.clone(),
                     }).await;
                 }
-                () = &mut idle_timer, if idle_armed => {
+                () = tokio::task::unconstrained(&mut idle_timer), if idle_armed => {
                     if let Some((limit, activity)) = &idle {
                         let due = tokio::time::Instant::from_std(activity.last()).checked_add(*limit);
                         if let Some(due) = due.filter(|due| *due > tokio::time::Instant::now()) {

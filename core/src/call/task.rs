@@ -38,10 +38,18 @@ pub(crate) enum CallTask<F> {
 }
 
 impl<F> CallTask<F> {
-    /// Stops the work: an inline one is dropped at once, a spawned one at its next await.
+    /// Stops the work: an inline one is dropped at once (a panic in its drop, a tool's code, is
+    /// caught and logged: the call still ends here), a spawned one at its next await.
     pub(crate) fn abort(&mut self) {
         match self {
-            CallTask::Inline(work) => *work = None,
+            CallTask::Inline(work) => {
+                let work = work.take();
+                let dropped =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(work)));
+                if dropped.is_err() {
+                    tracing::error!("dropping a stopped call's work panicked");
+                }
+            }
             CallTask::Spawned(task) => task.abort(),
         }
     }

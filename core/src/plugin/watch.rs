@@ -10,6 +10,12 @@ use std::time::Duration;
 
 use notify_debouncer_full::notify::RecursiveMode;
 use notify_debouncer_full::{DebounceEventResult, new_debouncer};
+
+/// The debouncer a watch runs.
+type Debouncer = notify_debouncer_full::Debouncer<
+    notify_debouncer_full::notify::RecommendedWatcher,
+    notify_debouncer_full::RecommendedCache,
+>;
 use tokio::sync::mpsc;
 
 use crate::bus::events::EventKind;
@@ -41,6 +47,25 @@ fn may_change(kind: &notify_debouncer_full::notify::EventKind) -> bool {
         EventKind::Access(_) => false,
         _ => true,
     }
+}
+
+/// Whether an event of `kind` for a path means what was there went (deleted, or renamed away).
+fn went(kind: &notify_debouncer_full::notify::EventKind) -> bool {
+    use notify_debouncer_full::notify::EventKind;
+    use notify_debouncer_full::notify::event::ModifyKind;
+    matches!(
+        kind,
+        EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
+    )
+}
+
+/// The device and inode of the directory at `path` (`None`: no directory there).
+fn dir_identity(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path)
+        .ok()
+        .filter(std::fs::Metadata::is_dir)
+        .map(|meta| (meta.dev(), meta.ino()))
 }
 
 /// How often a directory that cannot be watched (or whose parent cannot) is rescanned.
@@ -91,37 +116,59 @@ impl PluginDir {
             let dir = dir_path.clone();
             move |p: &std::path::Path| p == dir || p.parent() == Some(dir.as_path())
         };
-        let callback_warn = warn.clone();
-        let mut debouncer = new_debouncer(debounce, None, move |result: DebounceEventResult| {
-            match result {
-                // A full channel means a scan is already due: nothing is lost.
-                Ok(events) => {
-                    let changes = |e: &&notify_debouncer_full::DebouncedEvent| {
-                        may_change(&e.kind) && e.paths.iter().any(|p| concerns(p))
-                    };
-                    if events.iter().any(|e| changes(&e)) {
-                        let _ = tx.try_send(());
-                    }
-                }
-                Err(errors) => {
-                    for e in errors {
-                        callback_warn(format!("watching the plugin directory: {e}"));
-                    }
-                    let _ = tx.try_send(());
-                }
-            }
-        })
-        .map_err(|e| error(&e))?;
         let parent = match dir_path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
             _ => std::path::PathBuf::from("."),
         };
-        let watching_parent = debouncer
-            .watch(&parent, RecursiveMode::NonRecursive)
-            .is_ok();
-        let mut watching = debouncer
-            .watch(&dir_path, RecursiveMode::NonRecursive)
-            .is_ok();
+        // A debouncer watching the parent and (when it is there) the directory: whether each
+        // watch holds. Made again for a directory deleted and made again: notify's state of the
+        // old directory's watch (its removal reported late) must not swallow the new one's.
+        // Set when the directory itself went (deleted or renamed away): the kernel dropped its
+        // watch, whatever is at the path later (a directory made again may even get the same
+        // inode number).
+        let gone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let start = {
+            let (parent, dir_path, warn) = (parent.clone(), dir_path.clone(), warn.clone());
+            let gone = gone.clone();
+            move || -> Result<(Debouncer, bool, bool), notify_debouncer_full::notify::Error> {
+                let (tx, concerns, warn) = (tx.clone(), concerns.clone(), warn.clone());
+                let (gone, dir) = (gone.clone(), dir_path.clone());
+                let mut debouncer =
+                    new_debouncer(debounce, None, move |result: DebounceEventResult| {
+                        match result {
+                            // A full channel means a scan is already due: nothing is lost.
+                            Ok(events) => {
+                                let changes = |e: &&notify_debouncer_full::DebouncedEvent| {
+                                    may_change(&e.kind) && e.paths.iter().any(|p| concerns(p))
+                                };
+                                if events
+                                    .iter()
+                                    .any(|e| went(&e.kind) && e.paths.contains(&dir))
+                                {
+                                    gone.store(true, std::sync::atomic::Ordering::SeqCst);
+                                }
+                                if events.iter().any(|e| changes(&e)) {
+                                    let _ = tx.try_send(());
+                                }
+                            }
+                            Err(errors) => {
+                                for e in errors {
+                                    warn(format!("watching the plugin directory: {e}"));
+                                }
+                                let _ = tx.try_send(());
+                            }
+                        }
+                    })?;
+                let parent = debouncer
+                    .watch(&parent, RecursiveMode::NonRecursive)
+                    .is_ok();
+                let dir = debouncer
+                    .watch(&dir_path, RecursiveMode::NonRecursive)
+                    .is_ok();
+                Ok((debouncer, parent, dir))
+            }
+        };
+        let (mut debouncer, watching_parent, mut watching) = start().map_err(|e| error(&e))?;
         if !watching && dir_path.is_dir() || !watching_parent {
             warn(format!(
                 "cannot watch {} for changes: rescanning it every {} s",
@@ -133,6 +180,7 @@ impl PluginDir {
                 POLL_INTERVAL.as_secs()
             ));
         }
+        let mut watched = dir_identity(&dir_path).filter(|_| watching);
         let dir = self.clone();
         let task = tokio::spawn(async move {
             // What landed between the directory's first scan and this watch.
@@ -144,19 +192,31 @@ impl PluginDir {
                     () = tokio::time::sleep(POLL_INTERVAL), if poll => {}
                 }
                 dir.scan().await;
-                let exists = dir_path.is_dir();
-                if exists && !watching {
-                    watching = debouncer
-                        .watch(&dir_path, RecursiveMode::NonRecursive)
-                        .is_ok();
+                // The directory watched is the one at the path now, not one deleted (and maybe
+                // made again) meanwhile: the kernel dropped the watch with the old one, and a
+                // directory made again before this look is a new inode to watch.
+                let now = dir_identity(&dir_path);
+                let replaced = gone.swap(false, std::sync::atomic::Ordering::SeqCst);
+                if now.is_some() && (!watching || replaced || now != watched) {
+                    match start() {
+                        Ok((fresh, _, dir_watched)) => {
+                            debouncer = fresh;
+                            watching = dir_watched;
+                        }
+                        Err(e) => {
+                            tracing::warn!(dir = %dir_path.display(), error = %e, "watching again");
+                            watching = false;
+                        }
+                    }
+                    watched = now.filter(|_| watching);
                     // What landed between the scan and the watch.
                     if watching {
                         dir.scan().await;
                     }
-                } else if !exists && watching {
-                    // The kernel dropped the watch with the directory.
+                } else if now.is_none() && watching {
                     let _ = debouncer.unwatch(&dir_path);
                     watching = false;
+                    watched = None;
                 }
             }
         });
