@@ -49,6 +49,15 @@ fn may_change(kind: &notify_debouncer_full::notify::EventKind) -> bool {
     }
 }
 
+/// Whether `event` calls for a scan: a change of the directory (`concerns` says which paths are
+/// its own), or word that events were lost (the kernel's queue overflowed), which names no path.
+fn calls_for_scan(
+    event: &notify_debouncer_full::notify::Event,
+    concerns: &dyn Fn(&std::path::Path) -> bool,
+) -> bool {
+    event.need_rescan() || may_change(&event.kind) && event.paths.iter().any(|p| concerns(p))
+}
+
 /// Whether an event of `kind` for a path means what was there went (deleted, or renamed away).
 fn went(kind: &notify_debouncer_full::notify::EventKind) -> bool {
     use notify_debouncer_full::notify::EventKind;
@@ -138,16 +147,13 @@ impl PluginDir {
                         match result {
                             // A full channel means a scan is already due: nothing is lost.
                             Ok(events) => {
-                                let changes = |e: &&notify_debouncer_full::DebouncedEvent| {
-                                    may_change(&e.kind) && e.paths.iter().any(|p| concerns(p))
-                                };
                                 if events
                                     .iter()
                                     .any(|e| went(&e.kind) && e.paths.contains(&dir))
                                 {
                                     gone.store(true, std::sync::atomic::Ordering::SeqCst);
                                 }
-                                if events.iter().any(|e| changes(&e)) {
+                                if events.iter().any(|e| calls_for_scan(e, &concerns)) {
                                     let _ = tx.try_send(());
                                 }
                             }
@@ -228,6 +234,22 @@ impl PluginDir {
 mod tests {
     use super::*;
     use notify_debouncer_full::notify::{self, Watcher};
+
+    /// Lost events (no path) call for a scan; a read of the directory does not.
+    #[test]
+    fn lost_events_call_for_a_scan() {
+        use notify::event::{AccessKind, Flag};
+        let dir = std::path::PathBuf::from("/plugins");
+        let concerns = |p: &std::path::Path| p == dir;
+        let lost = notify::Event::new(notify::EventKind::Other).set_flag(Flag::Rescan);
+        assert!(calls_for_scan(&lost, &concerns));
+        let read =
+            notify::Event::new(notify::EventKind::Access(AccessKind::Read)).add_path(dir.clone());
+        assert!(!calls_for_scan(&read, &concerns));
+        let made = notify::Event::new(notify::EventKind::Create(notify::event::CreateKind::File))
+            .add_path(dir.clone());
+        assert!(calls_for_scan(&made, &concerns));
+    }
 
     /// Against the kernel's own events: reading a directory and a file in it (what a scan does)
     /// is no change; writing a file is.
