@@ -129,13 +129,13 @@ impl PluginDir {
             Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
             _ => std::path::PathBuf::from("."),
         };
-        // A debouncer watching the parent and (when it is there) the directory: whether each
-        // watch holds. Made again for a directory deleted and made again: notify's state of the
-        // old directory's watch (its removal reported late) must not swallow the new one's.
         // Set when the directory itself went (deleted or renamed away): the kernel dropped its
         // watch, whatever is at the path later (a directory made again may even get the same
         // inode number).
         let gone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // A debouncer watching the parent and (when it is there) the directory: whether each
+        // watch holds. Made again for a directory deleted and made again: notify's state of the
+        // old directory's watch (its removal reported late) must not swallow the new one's.
         let start = {
             let (parent, dir_path, warn) = (parent.clone(), dir_path.clone(), warn.clone());
             let gone = gone.clone();
