@@ -181,6 +181,7 @@ pub fn start(stdout: std::fs::File) -> Guard {
                         } => Outgoing::Own(answer),
                     }
                 });
+                // Owed from before its request is settled until it is written.
                 let mut line = match next {
                     Outgoing::Rmcp(Some(line)) => {
                         unwritten.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
@@ -201,13 +202,8 @@ pub fn start(stdout: std::fs::File) -> Guard {
                 };
                 line.push('\n');
                 let written = stdout.write_all(line.as_bytes());
-                unwritten
-                    .fetch_update(
-                        std::sync::atomic::Ordering::AcqRel,
-                        std::sync::atomic::Ordering::Acquire,
-                        |n| Some(n.saturating_sub(1)),
-                    )
-                    .ok();
+                // Counted up above on this thread: it cannot go below zero.
+                unwritten.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
                 if written.is_err() {
                     let _ = closed_tx.blocking_send(Closed::Output);
                     break;

@@ -46,8 +46,9 @@ impl<F> CallTask<F> {
                 let work = work.take();
                 let dropped =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(work)));
-                if dropped.is_err() {
-                    tracing::error!("dropping a stopped call's work panicked");
+                if let Err(payload) = dropped {
+                    let message = payload_message(payload);
+                    tracing::error!(?message, "dropping a stopped call's work panicked");
                 }
             }
             CallTask::Spawned(task) => task.abort(),
