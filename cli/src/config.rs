@@ -1,6 +1,6 @@
 //! `rho.toml`, composed by its reader: the host's sections are `rho-runtime`'s ([`HostConfig`]),
 //! `[serve]` is `rho serve`'s, `[nats]` and `[[remote]]` are `rho-bridge-nats`', `[[mcp]]` is
-//! `rho-mcp-source`'s, `[wasm]` is the component engine's settings; this module hands
+//! `rho-mcp`'s, `[wasm]` is the component engine's settings; this module hands
 //! each section to its owner. Every command takes `--config PATH`; flags override the file;
 //! without a file the documented defaults apply. A bad file is one line naming the key (or the
 //! unknown section), the file and what was expected.
@@ -56,8 +56,8 @@ use serde::de::DeserializeOwned;
 use toml::Spanned;
 use toml::de::DeTable;
 
-use crate::serve::settings::ServeConfig;
 use crate::wasm::WasmConfig;
+use rho_mcp::ServeConfig;
 
 /// `rho.toml` as `rho` reads it: the host's sections, read by `rho-runtime`
 /// ([`HostConfig::SECTIONS`]), and the sections of the parts `rho` links, each read by its owner.
@@ -74,8 +74,8 @@ pub struct Config {
     /// `[[remote]]`: other hosts' tools served too, in rank order after the plugin directories
     /// (rho-bridge-nats).
     pub remote: Vec<RemoteConfig>,
-    /// `[[mcp]]`: MCP servers whose tools are served too (rho-mcp-source).
-    pub mcp: Vec<rho_mcp_source::McpServer>,
+    /// `[[mcp]]`: MCP servers whose tools are served too (rho-mcp).
+    pub mcp: Vec<rho_mcp::McpServer>,
     /// `[wasm]`: the engine of the components in plugin directories.
     pub wasm: WasmConfig,
     /// `[otel]`: the calls as OpenTelemetry spans and metrics over OTLP (rho-otel), with the

@@ -109,7 +109,7 @@ fn with_flags(
 ) -> Result<Config, String> {
     let mut whole = config.clone();
     for line in &plugins.mcp {
-        let server = rho_mcp_source::McpServer::from_command_line(line)
+        let server = rho_mcp::McpServer::from_command_line(line)
             .ok_or_else(|| "--mcp: an empty command line".to_owned())?;
         server.check().map_err(|e| format!("--mcp {line:?}: {e}"))?;
         if whole.mcp.iter().any(|s| s.name == server.name) {
@@ -214,7 +214,7 @@ pub async fn build(
 /// listed its tools or failed its first start (said on stderr, one line each: it is retried).
 async fn add_mcp_servers(
     host: &Host,
-    servers: &[rho_mcp_source::McpServer],
+    servers: &[rho_mcp::McpServer],
     workers: &rho_runtime::WorkerOptions,
 ) {
     use rho_runtime::{BusItem, EventKind};
@@ -228,7 +228,7 @@ async fn add_mcp_servers(
     for server in servers {
         host.add_source(
             &format!("mcp:{}", server.name),
-            rho_mcp_source::McpSource::new(server.clone()).workers(workers.clone()),
+            rho_mcp::McpSource::new(server.clone()).workers(workers.clone()),
         );
     }
     let longest = servers

@@ -27,6 +27,47 @@ pub fn export() -> Option<&'static OtelExport> {
     EXPORT.get()
 }
 
+/// The running export as an observer of an MCP server's requests (a SERVER span each), if
+/// any.
+pub fn observer() -> Option<std::sync::Arc<dyn rho_mcp::RequestObserver>> {
+    export().map(|export| std::sync::Arc::new(ServerSpans(export)) as _)
+}
+
+/// An MCP server's requests as SERVER spans of the export.
+struct ServerSpans(&'static OtelExport);
+
+/// One request's SERVER span, exported when it ends.
+struct Request {
+    export: &'static OtelExport,
+    span: rho_otel::ServerSpan,
+}
+
+impl rho_mcp::RequestObserver for ServerSpans {
+    fn begin(&self, request: rho_mcp::RequestInfo) -> Box<dyn rho_mcp::RequestSpan> {
+        let inbound = request.traceparent.as_deref();
+        let mut span =
+            rho_otel::ServerSpan::begin(request.method, request.target.as_deref(), inbound);
+        span.request_id = request.request_id;
+        span.protocol_version = request.protocol_version;
+        span.transport = request.transport.as_str();
+        span.session_id = request.session;
+        Box::new(Request {
+            export: self.0,
+            span,
+        })
+    }
+}
+
+impl rho_mcp::RequestSpan for Request {
+    fn traceparent(&self) -> Option<String> {
+        Some(self.span.traceparent())
+    }
+
+    fn end(self: Box<Self>, error_type: Option<String>) {
+        self.export.server_span(self.span.ended(error_type));
+    }
+}
+
 /// Sends what is queued and stops the export (before the process exits).
 pub async fn flush() {
     if let Some(export) = EXPORT.get() {

@@ -5,26 +5,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use crate::Block;
-
-/// An image for the model: its mime type and encoded bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Image {
-    /// e.g. `image/png`.
-    pub mime_type: String,
-    /// The encoded image, raw.
-    pub bytes: Vec<u8>,
-}
-
-impl Image {
-    /// An image of `mime_type` made of `bytes`.
-    pub fn new(mime_type: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Self {
-        Image {
-            mime_type: mime_type.into(),
-            bytes: bytes.into(),
-        }
-    }
-}
+use crate::content::{Block, Image};
 
 /// What the model reads of an answer: text, one image with text, several images with text, or
 /// any blocks (text, images, audio, resources, links) in the order the tool put them.

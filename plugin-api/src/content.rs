@@ -3,7 +3,24 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::Image;
+/// An image for the model: its mime type and encoded bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// e.g. `image/png`.
+    pub mime_type: String,
+    /// The encoded image, raw.
+    pub bytes: Vec<u8>,
+}
+
+impl Image {
+    /// An image of `mime_type` made of `bytes`.
+    pub fn new(mime_type: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Self {
+        Image {
+            mime_type: mime_type.into(),
+            bytes: bytes.into(),
+        }
+    }
+}
 
 /// Audio for the model: its mime type and encoded bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -60,7 +60,10 @@ impl Ctx {
     /// A component's context for the duration of `f`. Not for plugin authors.
     #[cfg(target_arch = "wasm32")]
     #[doc(hidden)]
-    pub fn with_component<R>(info: crate::wasm::CallInfo, f: impl FnOnce(&Ctx) -> R) -> R {
+    pub fn with_component<R>(
+        info: crate::wasm::bindings::exports::rho::plugin::tools::CallInfo,
+        f: impl FnOnce(&Ctx) -> R,
+    ) -> R {
         let deadline = info
             .time_left_ms
             .and_then(|ms| Instant::now().checked_add(Duration::from_millis(ms)));
@@ -198,7 +201,7 @@ impl Ctx {
             #[cfg(not(target_arch = "wasm32"))]
             Inner::Host(ffi, _) => ffi.is_cancelled(),
             #[cfg(target_arch = "wasm32")]
-            Inner::Component { .. } => crate::wasm::is_cancelled(),
+            Inner::Component { .. } => crate::wasm::host::is_cancelled(),
             Inner::Detached { cancelled, .. } => cancelled.load(Ordering::Relaxed),
         }
     }
@@ -210,7 +213,7 @@ impl Ctx {
             #[cfg(not(target_arch = "wasm32"))]
             Inner::Host(ffi, _) => (ffi.send_update)(ffi.sink, RStr::from_str(partial.as_ref())),
             #[cfg(target_arch = "wasm32")]
-            Inner::Component { .. } => crate::wasm::update(partial.as_ref()),
+            Inner::Component { .. } => crate::wasm::host::update(partial.as_ref()),
             Inner::Detached { updates, .. } => {
                 if let Ok(mut updates) = updates.lock() {
                     updates.push(partial.as_ref().to_owned());
@@ -238,7 +241,7 @@ impl Ctx {
             #[cfg(not(target_arch = "wasm32"))]
             Inner::Host(_, None) => {}
             #[cfg(target_arch = "wasm32")]
-            Inner::Component { .. } => crate::wasm::log(level, line.as_ref()),
+            Inner::Component { .. } => crate::wasm::host::log(level, line.as_ref()),
             Inner::Detached { logs, .. } => {
                 if let Ok(mut logs) = logs.lock() {
                     logs.push((level, line.as_ref().to_owned()));
@@ -296,7 +299,7 @@ impl Ctx {
             Inner::Component { .. } => questions
                 .iter()
                 .map(|question| {
-                    let (reply, left) = crate::wasm::ask(question);
+                    let (reply, left) = crate::wasm::host::ask(question);
                     self.set_time_left(left);
                     reply
                 })

@@ -50,11 +50,9 @@ mod tool;
 #[doc(hidden)]
 pub mod wasm;
 
-pub use answer::{
-    Answer, Image, MAX_DETAILS_DEPTH, Output, ToolError, details_depth, drop_details,
-};
+pub use answer::{Answer, MAX_DETAILS_DEPTH, Output, ToolError, details_depth, drop_details};
 pub use ask::{MAX_KEY_LEN, Question, Reply, is_valid_key};
-pub use content::{Audio, Block, BlockHead, Resource, ResourceContents, ResourceLink};
+pub use content::{Audio, Block, BlockHead, Image, Resource, ResourceContents, ResourceLink};
 pub use ctx::Ctx;
 pub use declare::{Capabilities, ToolHints};
 pub use log::LogLevel;

@@ -26,7 +26,9 @@ pub const FILES: &[(&str, &str)] = &[
     ("src/log.rs", include_str!("log.rs")),
     ("src/source.rs", include_str!("source.rs")),
     ("src/tool.rs", include_str!("tool.rs")),
-    ("src/wasm.rs", include_str!("wasm.rs")),
+    ("src/wasm/bindings.rs", include_str!("wasm/bindings.rs")),
+    ("src/wasm/host.rs", include_str!("wasm/host.rs")),
+    ("src/wasm/mod.rs", include_str!("wasm/mod.rs")),
     ("wit/plugin.wit", include_str!("../wit/plugin.wit")),
 ];
 
@@ -39,13 +41,19 @@ mod tests {
 
     #[test]
     fn every_source_file_is_carried() {
+        fn walk(dir: &std::path::Path, under: &str, out: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let name = format!("{under}/{}", entry.file_name().to_string_lossy());
+                if entry.path().is_dir() {
+                    walk(&entry.path(), &name, out);
+                } else {
+                    out.push(name);
+                }
+            }
+        }
         let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let mut on_disk: Vec<String> = std::fs::read_dir(&src)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| format!("src/{}", e.file_name().to_string_lossy()))
-            .collect();
+        let mut on_disk = Vec::new();
+        walk(&src, "src", &mut on_disk);
         on_disk.sort();
         let carried: Vec<String> = FILES[1..]
             .iter()

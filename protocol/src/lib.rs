@@ -32,11 +32,14 @@ mod spec;
 pub use answer::{MAX_DETAILS_BYTES, MAX_IMAGES};
 pub use grants::{Grants, MAX_GRANTS};
 pub use outcome::{
-    CrashReason, Failure, Outcome, Reply, ToolResult, crash_text, cut_output, idle_timeout_text,
-    timeout_text, to_result, with_text,
+    CrashReason, Failure, Normalized, Outcome, ToolResult, crash_text, cut_output,
+    idle_timeout_text, normalize, timeout_text, with_text,
 };
 pub use sandbox::{Identity, NOBODY, SandboxReport, WasmSandbox, WorkerLimits};
-pub use spec::{MAX_SCHEMA_BYTES, MAX_SCHEMA_PATTERNS, ToolSpec, schema_cost_problem};
+pub use spec::{
+    MAX_SCHEMA_BYTES, MAX_SCHEMA_PATTERNS, RawTool, ToolSpec, check_tools, schema_cost_problem,
+    spec_problem,
+};
 
 /// The version of the host <-> worker protocol. A host and a worker check each other's before
 /// anything else crosses: a mismatch is one clear line and a load error.

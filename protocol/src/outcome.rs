@@ -1,5 +1,5 @@
 //! How a tool call ends: [`Outcome`], [`ToolResult`], and the seed's text functions
-//! ([`to_result`], [`timeout_text`], [`crash_text`]).
+//! ([`normalize`], [`timeout_text`], [`crash_text`]).
 
 use std::time::Duration;
 
@@ -125,9 +125,10 @@ impl ToolResult {
     }
 }
 
-/// A tool's answer as the loop takes it: the output (or the error text) and the details.
+/// A tool's answer as the loop takes it, normalised ([`normalize`]): the output (or the error
+/// text), the structured content and the details.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Reply {
+pub struct Normalized {
     /// `Ok(output)` for an answer, `Err(text)` for a failure.
     pub result: Result<Output, String>,
     /// Structured content of an answer.
@@ -136,26 +137,26 @@ pub struct Reply {
     pub details: Option<Value>,
 }
 
-/// Normalizes what a tool answered (`Ok(Answer)` or `Err(ToolError)`) into a [`Reply`]:
+/// Normalizes what a tool answered (`Ok(Answer)` or `Err(ToolError)`) into a [`Normalized`]:
 /// `Images` with exactly one image becomes `Image`, `Images` with none becomes `Text`, and a
 /// `null` details value counts as no details.
-pub fn to_result(answer: Result<Answer, ToolError>) -> Reply {
+pub fn normalize(answer: Result<Answer, ToolError>) -> Normalized {
     let (result, structured, details) = match answer {
         Ok(Answer {
             output,
             structured,
             details,
-        }) => (Ok(normalize(output)), structured, details),
+        }) => (Ok(normalize_output(output)), structured, details),
         Err(ToolError { message, details }) => (Err(message), None, details),
     };
-    Reply {
+    Normalized {
         result,
         structured,
         details: details.filter(|d| !d.is_null()),
     }
 }
 
-fn normalize(output: Output) -> Output {
+fn normalize_output(output: Output) -> Output {
     match output {
         Output::Images { mut images, text } if images.len() == 1 => match images.pop() {
             Some(image) => Output::Image { image, text },
@@ -330,9 +331,9 @@ mod tests {
     }
 
     #[test]
-    fn to_result_normalizes() {
+    fn normalize_normalizes_images_and_null_details() {
         let one = Image::new("image/png", vec![1]);
-        let reply = to_result(Ok(Answer::images(vec![one.clone()], "t")));
+        let reply = normalize(Ok(Answer::images(vec![one.clone()], "t")));
         assert_eq!(
             reply.result,
             Ok(Output::Image {
@@ -340,13 +341,13 @@ mod tests {
                 text: "t".into()
             })
         );
-        let reply = to_result(Ok(Answer::images(vec![], "t")));
+        let reply = normalize(Ok(Answer::images(vec![], "t")));
         assert_eq!(reply.result, Ok(Output::Text("t".into())));
-        let reply = to_result(Ok(Answer::text("a").with_details(json!({"k": 1}))));
+        let reply = normalize(Ok(Answer::text("a").with_details(json!({"k": 1}))));
         assert_eq!(reply.details, Some(json!({"k": 1})));
-        let reply = to_result(Ok(Answer::text("a").with_details(Value::Null)));
+        let reply = normalize(Ok(Answer::text("a").with_details(Value::Null)));
         assert_eq!(reply.details, None);
-        let reply = to_result(Err(ToolError::new("no").with_details(json!([1]))));
+        let reply = normalize(Err(ToolError::new("no").with_details(json!([1]))));
         assert_eq!(reply.result, Err("no".into()));
         assert_eq!(reply.details, Some(json!([1])));
     }

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use rho_mcp_source::{McpServer, McpSource};
+use rho_mcp::{McpServer, McpSource};
 use rho_runtime::{Host, Outcome};
 use rho_tests::{call, collecting_updates, free_port};
 use serde_json::json;

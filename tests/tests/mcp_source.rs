@@ -1,4 +1,4 @@
-//! An MCP server as a supervised tool source (`rho-mcp-source`), with a real server of the
+//! An MCP server as a supervised tool source (`rho-mcp`), with a real server of the
 //! project's own written with the official Python SDK (`tests/python/mcp_server.py`): its tools
 //! serve beside with their origin; progress, images, log lines and questions map; a crash
 //! mid-call is `crashed` naming the exit, calls while it is down are `unavailable` at once, and
@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rho_mcp_source::{McpServer, McpSource};
+use rho_mcp::{McpServer, McpSource};
 use rho_runtime::{
     BusItem, CallOptions, EventKind, Host, Outcome, Question, Reply, RunnerConfig, SourceState,
     ToolCall,

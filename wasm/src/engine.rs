@@ -14,7 +14,7 @@ use crate::ticker::Ticker;
 
 use rho_runtime::Grants;
 use rho_runtime::plugin_api::declare::Declaration;
-use rho_worker::loader::load::{RawTool, check_tools};
+use rho_runtime::protocol::{RawTool, check_tools};
 use serde_json::Value;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -232,7 +232,8 @@ impl WasmEngine {
                 }
             })
             .collect();
-        let (tools, rejected) = check_tools(file, &info.name, &info.version, raw);
+        let (tools, rejected) =
+            check_tools(&rho_worker::shown(file), &info.name, &info.version, raw);
         let plugin = WasmPlugin::new(PluginInner {
             engine: self.inner.clone(),
             pre,

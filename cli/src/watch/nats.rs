@@ -7,8 +7,8 @@ use rho_bridge_nats::{Follower, HostName, NatsConfig};
 use rho_runtime::Host;
 
 use super::display::Display;
-use crate::http::{Endpoint, Guard, Started};
-use crate::serve::settings::ServeConfig;
+use rho_mcp::ServeConfig;
+use rho_mcp::{Endpoint, Guard, Started};
 
 /// What `rho watch --nats` follows, and where it shows it besides the terminal.
 pub struct Follow<'a> {

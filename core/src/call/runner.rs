@@ -25,8 +25,8 @@ use crate::call::task::{CallTask, TaskEnd, end_event, fallback_end};
 use crate::registry::health::Charge;
 use crate::registry::{Probe, ResolvedTool, ToolRegistry};
 use rho_protocol::{
-    CrashReason, Outcome, ToolResult, crash_text, cut_output, idle_timeout_text, timeout_text,
-    to_result, with_text,
+    CrashReason, Outcome, ToolResult, crash_text, cut_output, idle_timeout_text, normalize,
+    timeout_text, with_text,
 };
 
 /// Runs tool calls. Cheap to clone; clones share the registry, the bus, the task tracker and the
@@ -597,7 +597,7 @@ impl ToolRunner {
                 None,
             ),
             Ok(TaskEnd::Answered(Ok(answer))) => {
-                let reply = to_result(Ok(answer));
+                let reply = normalize(Ok(answer));
                 match reply.result {
                     Ok(output) => {
                         // Structured content only from a tool that declares (and so had checked)
@@ -618,7 +618,7 @@ impl ToolRunner {
             }
             Ok(TaskEnd::Answered(Err(failure))) => match failure {
                 Failure::Tool(error) => {
-                    let reply = to_result(Err(error));
+                    let reply = normalize(Err(error));
                     let text = reply.result.err().unwrap_or_default();
                     (Outcome::Error, Output::Text(text), reply.details)
                 }

@@ -17,10 +17,11 @@ use crate::plugin::inproc::{InProcessInvoke, InProcessPlugin};
 use rho_protocol::SandboxReport;
 use rho_protocol::ToolSpec;
 use rho_protocol::frames::SandboxSpec;
+use rho_protocol::{RawTool, check_tools};
 use rho_worker::LoadError;
 use rho_worker::grants::{ResolvedGrants, resolve as resolve_grants};
 use rho_worker::loader::copy::{CopyDir, PluginFile, PrivateCopy, memfd_copy};
-use rho_worker::loader::load::{PluginInfo, RawTool, check_identity, check_tools, load_in_process};
+use rho_worker::loader::load::{PluginInfo, check_identity, load_in_process};
 
 /// A plugin version loaded by a backend, ready to register.
 pub(crate) struct LoadedVersion {
@@ -232,7 +233,12 @@ impl Isolated {
             }
         }
         let raw = ready.tools.into_iter().map(RawTool::announced).collect();
-        let (specs, mut rejected) = check_tools(&file.path, &ready.name, &ready.version, raw);
+        let (specs, mut rejected) = check_tools(
+            &rho_worker::shown(&file.path),
+            &ready.name,
+            &ready.version,
+            raw,
+        );
         rejected.extend(ready.rejected.iter().map(|line| rho_worker::one_line(line)));
         if ready.sandbox.complete() {
             tracing::debug!(file = %file.path.display(), sandbox = %ready.sandbox, "sandbox");

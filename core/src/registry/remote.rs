@@ -159,7 +159,7 @@ impl RemoteSource {
                 ));
                 continue;
             }
-            if let Some(problem) = rho_worker::loader::load::spec_problem(&entry.spec) {
+            if let Some(problem) = rho_protocol::spec_problem(&entry.spec) {
                 refused.push(format!(
                     "{}: tool `{}` refused: {problem}",
                     inner.name, entry.spec.name

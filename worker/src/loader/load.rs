@@ -16,7 +16,7 @@ use crate::loader::abi::{plain_text, uses_interface};
 
 use crate::error::LoadError;
 use crate::loader::copy::{PluginFile, PrivateCopy};
-use rho_protocol::ToolSpec;
+use rho_protocol::{RawTool, ToolSpec, check_tools};
 
 /// What a host knows about one loaded plugin version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,21 +223,6 @@ pub fn declaration(
     }
 }
 
-/// A tool as a plugin described it, before the host's checks: `None` for a string that was not
-/// UTF-8, a schema that did not parse as `Value::Null`; what it declared beside.
-pub struct RawTool {
-    /// Its name, if it was UTF-8.
-    pub name: Option<String>,
-    /// Its description, if it was UTF-8.
-    pub description: Option<String>,
-    /// Its parameters' JSON Schema, if it was UTF-8 (`Null` when it did not parse).
-    pub parameters: Option<serde_json::Value>,
-    /// Its own timeout, milliseconds.
-    pub timeout_ms: Option<u64>,
-    /// What its plugin declared of it (title, hints, output schema, result limit).
-    pub declared: ToolDeclaration,
-}
-
 /// Turns an in-process plugin's description and declaration into specs (see [`check_tools`]).
 /// A declaration is matched to its tool by name; a tool without one takes the defaults.
 pub fn tool_specs(
@@ -266,71 +251,7 @@ pub fn tool_specs(
             }
         })
         .collect();
-    check_tools(path, plugin, version, raw)
-}
-
-impl RawTool {
-    /// A spec as an isolated worker announced it, to be checked again by the host.
-    pub fn announced(spec: ToolSpec) -> Self {
-        RawTool {
-            declared: ToolDeclaration {
-                name: spec.name.clone(),
-                title: spec.title,
-                hints: spec.hints,
-                output_schema: spec.output_schema,
-                max_result_bytes: spec.max_result_bytes,
-                idle_timeout_ms: spec.idle_timeout_ms,
-                task_support: spec.task_support,
-                asks_first: spec.asks_first,
-            },
-            name: Some(spec.name),
-            description: Some(spec.description),
-            parameters: Some(spec.parameters),
-            timeout_ms: spec.timeout_ms,
-        }
-    }
-}
-
-/// Why a tool is refused, if it is, whether a plugin or a remote source offers it: its argument
-/// schema is not a JSON object; its title is empty, longer than 128 characters or holds control
-/// or invisible characters; its output schema does not describe an object (`"type": "object"`,
-/// as MCP requires); its result limit is zero; or one of its schemas costs too much to compile.
-pub fn spec_problem(spec: &ToolSpec) -> Option<String> {
-    if !spec.parameters.is_object() {
-        return Some("its parameters are not a JSON Schema object".into());
-    }
-    if let Some(title) = &spec.title
-        && (title.is_empty() || title.chars().count() > 128 || title.chars().any(invisible))
-    {
-        return Some(
-            "its title must be 1 to 128 characters without control, format or separator \
-             characters"
-                .into(),
-        );
-    }
-    if let Some(schema) = &spec.output_schema
-        && schema.get("type").and_then(|t| t.as_str()) != Some("object")
-    {
-        return Some(
-            "its output schema must describe an object (`\"type\": \"object\"`, as MCP requires)"
-                .into(),
-        );
-    }
-    if spec.max_result_bytes == Some(0) {
-        return Some("its result limit must be at least 1 byte".into());
-    }
-    if spec.idle_timeout_ms == Some(0) {
-        return Some("its idle limit must be at least 1 ms".into());
-    }
-    let costly = |which: &str, schema: &serde_json::Value| {
-        rho_protocol::schema_cost_problem(schema)
-            .map(|problem| format!("its {which} has {problem}"))
-    };
-    costly("argument schema", &spec.parameters).or_else(|| {
-        spec.output_schema
-            .as_ref()
-            .and_then(|schema| costly("output schema", schema))
-    })
+    check_tools(&crate::error::shown(path), plugin, version, raw)
 }
 
 /// Checks a plugin's name and version as the host shows them: at most 128 characters, no
@@ -347,94 +268,6 @@ pub fn check_identity(path: &Path, name: &str, version: &str) -> Result<(), Load
         }
     }
     Ok(())
-}
-
-/// The host's checks of a plugin's tools, the same in process and isolated (where the worker's
-/// word is taken for nothing): refused, one line each, are tools with a name, description or
-/// schema that is not UTF-8, a bad name, a duplicate name or a schema that is not a JSON object.
-/// A refused name is shown escaped and cut to its first 64 characters. The specs name `plugin`
-/// and `version` as the host read them.
-pub fn check_tools(
-    path: &Path,
-    plugin: &str,
-    version: &str,
-    raw: Vec<RawTool>,
-) -> (Vec<ToolSpec>, Vec<String>) {
-    let mut tools: Vec<ToolSpec> = Vec::new();
-    let mut rejected = Vec::new();
-    let file = crate::error::shown(path);
-    for (i, tool) in raw.into_iter().enumerate() {
-        let Some(name) = tool.name else {
-            rejected.push(format!(
-                "{file}: tool #{} refused: its name is not UTF-8",
-                i + 1
-            ));
-            continue;
-        };
-        if !rho_plugin_api::is_valid_tool_name(&name) {
-            let mut shown: String = name.chars().take(64).collect();
-            if shown.len() < name.len() {
-                shown.push_str("...");
-            }
-            rejected.push(format!(
-                "{file}: tool {shown:?} refused: a tool name must match ^[a-zA-Z0-9_-]{{1,64}}$"
-            ));
-            continue;
-        }
-        if tools.iter().any(|t| t.name == name) {
-            rejected.push(format!(
-                "{file}: tool `{name}` refused: the plugin lists it twice"
-            ));
-            continue;
-        }
-        let (Some(description), Some(parameters)) = (tool.description, tool.parameters) else {
-            rejected.push(format!(
-                "{file}: tool `{name}` refused: its description or schema is not UTF-8"
-            ));
-            continue;
-        };
-        let ToolDeclaration {
-            title,
-            hints,
-            output_schema,
-            max_result_bytes,
-            idle_timeout_ms,
-            task_support,
-            asks_first,
-            ..
-        } = tool.declared;
-        let spec = ToolSpec {
-            name,
-            title,
-            description,
-            parameters,
-            output_schema,
-            hints: hints.normalized(),
-            max_result_bytes,
-            timeout_ms: tool.timeout_ms,
-            idle_timeout_ms,
-            task_support,
-            asks_first,
-            plugin: Some(plugin.to_owned()),
-            plugin_version: Some(version.to_owned()),
-        };
-        match spec_problem(&spec) {
-            Some(problem) => {
-                rejected.push(format!("{file}: tool `{}` refused: {problem}", spec.name));
-            }
-            None => tools.push(spec),
-        }
-    }
-    (tools, rejected)
-}
-
-/// Characters a title must not hold: controls, and the invisible ones that reorder or hide text
-/// (bidirectional overrides and isolates, zero-width characters, line and paragraph separators).
-fn invisible(c: char) -> bool {
-    c.is_control()
-        || matches!(c,
-            '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2064}'
-            | '\u{2066}'..='\u{2069}' | '\u{feff}' | '\u{00ad}')
 }
 
 /// One line for an abi_stable error; the full report goes to `tracing`.
@@ -541,19 +374,5 @@ mod tests {
                 "/p/libp.so: tool `list` refused: its parameters are not a JSON Schema object",
             ]
         );
-    }
-
-    #[test]
-    fn refuses_a_zero_result_limit_or_idle_limit() {
-        let mut spec = ToolSpec::native("t", "d", serde_json::json!({"type": "object"}));
-        assert_eq!(spec_problem(&spec), None);
-        spec.idle_timeout_ms = Some(0);
-        assert_eq!(
-            spec_problem(&spec).as_deref(),
-            Some("its idle limit must be at least 1 ms")
-        );
-        spec.idle_timeout_ms = Some(1);
-        spec.max_result_bytes = Some(0);
-        assert!(spec_problem(&spec).is_some());
     }
 }

@@ -68,14 +68,14 @@ async fn direct(servers: &Path) -> Result<(Direct, f64), String> {
 /// A host over the server as a source, its `echo` listed: the host and how long that took, ms.
 async fn through_rho(servers: &Path) -> Result<(Host, f64), String> {
     let started = Instant::now();
-    let mut server = rho_mcp_source::McpServer::command(
+    let mut server = rho_mcp::McpServer::command(
         "everything",
         "node",
         [program(servers).display().to_string(), "stdio".into()],
     );
     server.grants.read.push(servers.to_owned());
     let (host, _) = Host::builder()
-        .source("mcp:everything", rho_mcp_source::McpSource::new(server))
+        .source("mcp:everything", rho_mcp::McpSource::new(server))
         .build()
         .await
         .map_err(|e| e.to_string())?;

@@ -1,0 +1,189 @@
+//! `rho serve`: every rho plugin as an MCP server over stdio, with rho's guarantees: gates,
+//! timeouts that really kill, crash accounting, hot reload.
+//!
+//! Nothing but protocol frames reaches stdout: the protocol gets a private duplicate of fd 1 and
+//! fd 1 itself is pointed at stderr, so a plugin that prints (in process) cannot corrupt the stream.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use rho_mcp::{Endpoint, Guard, RhoServer, ServeConfig, Stdio};
+use rho_runtime::Host;
+
+use crate::config::Config;
+use crate::host::{self, PluginFlags, RunFlags};
+
+/// `rho serve` flags.
+#[derive(clap::Args)]
+#[command(
+    after_help = "Exit status: 0 when the client ends the session (or on SIGTERM/SIGINT), 1 when the session fails or a plugin directory is unusable, 2 for a usage error."
+)]
+pub struct Args {
+    #[command(flatten)]
+    plugins: PluginFlags,
+    #[command(flatten)]
+    run: RunFlags,
+    /// Append every event to this JSON-lines journal, for `rho watch --attach PATH` (default: a
+    /// file of this server's own under ~/.local/state/rho, printed at start; `rho watch --attach`
+    /// finds the newest).
+    #[arg(long, value_name = "PATH")]
+    journal: Option<PathBuf>,
+    /// Serve MCP Streamable HTTP at http://ADDR/mcp instead of stdio (e.g. 127.0.0.1:8750; port
+    /// 0 picks a free one, printed at start). Any address but a loopback one requires a token.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
+    /// The bearer token HTTP clients must send, first line of this owner-only file (default on a
+    /// non-loopback address: one made at start and printed once).
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
+    /// A browser origin allowed to call over HTTP (repeatable; default: the loopback origins).
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allow_origins: Vec<String>,
+    /// With --http: serve a live page at http://ADDR/ (calls, images, per-tool health, reloads
+    /// and quarantines; with a token, open it as http://ADDR/?token=TOKEN).
+    #[arg(long)]
+    web: bool,
+    /// List two meta-tools besides the tools, for clients that never reread the list:
+    /// rho_find_tools (search the tools as they are now) and rho_call_tool (call one by name).
+    #[arg(long)]
+    meta_tools: bool,
+    #[command(flatten)]
+    nats: crate::nats::ExportFlags,
+}
+
+impl Args {
+    /// `[serve]` with these flags applied: they win over the file.
+    fn applied_to(&self, mut serve: ServeConfig) -> ServeConfig {
+        if let Some(journal) = &self.journal {
+            serve.journal = Some(journal.clone());
+        }
+        if self.http.is_some() {
+            serve.http = self.http;
+        }
+        if let Some(path) = &self.token_file {
+            serve.token_file = Some(path.clone());
+        }
+        if !self.allow_origins.is_empty() {
+            serve.allowed_origins = self.allow_origins.clone();
+        }
+        serve.web |= self.web;
+        serve.meta_tools |= self.meta_tools;
+        serve
+    }
+}
+
+pub async fn main(args: Args, mut config: Config) -> ExitCode {
+    config.serve = args.applied_to(config.serve);
+    // The flag asks for the page; `[serve] web` without `http` is for a file shared with stdio.
+    if args.web && config.serve.http.is_none() {
+        eprintln!("rho: --web serves its page over HTTP: give --http ADDR (or [serve] http)");
+        return ExitCode::from(2);
+    }
+    let journal = match crate::journals::for_server(config.serve.journal.as_deref()) {
+        Ok(path) => path,
+        Err(e) => {
+            eprintln!("rho: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    eprintln!("rho: journal {} (rho watch --attach)", journal.display());
+    let built = host::build(&config, &args.plugins, Some(&args.run), |b| {
+        b.watch(true).journal(journal)
+    });
+    let (host, config) = match built.await {
+        Ok(built) => built,
+        Err(code) => return code,
+    };
+    let mut server = RhoServer::new(&host, &config.serve).gate_rules(&config.host.gate);
+    if let Some(observer) = crate::telemetry::observer() {
+        server = server.observed_by(observer);
+    }
+    let nats = crate::nats::config_with(
+        &config,
+        args.nats.nats.as_deref(),
+        args.nats.nats_host.as_deref(),
+    );
+    if let Err(line) = crate::nats::start_export(&host, &nats).await {
+        eprintln!("rho: {}", crate::render::terminal_safe(&line));
+        shut_down(&host, "the NATS export could not start").await;
+        return ExitCode::from(1);
+    }
+    // `rho call --host` runs calls here, where this server's journal and views see them.
+    let _control = crate::control::listen(&host);
+    if let Some(addr) = config.serve.http {
+        return serve_http(server, &host, addr, &config.serve).await;
+    }
+    let mut terminate = match host::sigterm() {
+        Ok(signal) => signal,
+        Err(line) => {
+            eprintln!("rho: {line}");
+            return ExitCode::from(1);
+        }
+    };
+    let signalled = async move {
+        tokio::select! {
+            _ = terminate.recv() => "SIGTERM".to_owned(),
+            _ = tokio::signal::ctrl_c() => "SIGINT".to_owned(),
+        }
+    };
+    let ended = Stdio::new(server).until(signalled).serve().await;
+    crate::nats::flush(&host).await;
+    match ended {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rho: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `rho serve --http`: serves until SIGTERM or SIGINT, then stops as over stdio.
+async fn serve_http(
+    server: RhoServer,
+    host: &Host,
+    addr: std::net::SocketAddr,
+    serve: &ServeConfig,
+) -> ExitCode {
+    let refused = async |line: String| {
+        eprintln!("rho: {line}");
+        shut_down(host, "the HTTP endpoint could not start").await;
+        ExitCode::from(1)
+    };
+    let (guard, made) = match Guard::for_config(addr, serve) {
+        Ok(guard) => guard,
+        Err(e) => return refused(e.to_string()).await,
+    };
+    if made && let Some(token) = &guard.token {
+        eprintln!("rho: token (send `Authorization: Bearer TOKEN`; shown once): {token}");
+    }
+    let mut terminate = match host::sigterm() {
+        Ok(signal) => signal,
+        Err(line) => return refused(line).await,
+    };
+    let started = Endpoint::new(host.clone(), guard).mcp(server).start(addr);
+    let endpoint = match started.await {
+        Ok(endpoint) => endpoint,
+        Err(e) => return refused(e.to_string()).await,
+    };
+    eprintln!("rho: serving MCP at http://{}/mcp", endpoint.bound);
+    if serve.web {
+        eprintln!("rho: live page at http://{}/", endpoint.bound);
+    }
+    let reason = tokio::select! {
+        _ = terminate.recv() => "SIGTERM",
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+    };
+    shut_down(host, reason).await;
+    endpoint.stop().await;
+    ExitCode::SUCCESS
+}
+
+/// The one way `rho serve` ends, whatever ended it: calls in flight end at once with a text
+/// saying the host is stopping (their answers still go out while the client reads), each end
+/// event reaches the journal, workers stop and the private copies are removed. Bounded: about
+/// a second when no tool ignores cancellation, three at most.
+async fn shut_down(host: &Host, reason: &str) {
+    tracing::info!(reason, "rho serve is stopping");
+    host.shutdown_because(reason).await;
+    crate::nats::flush(host).await;
+}
