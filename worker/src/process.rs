@@ -19,12 +19,10 @@ use std::time::Duration;
 use crate::loader::call::{CallInfo, RawAnswer, RawFailure, call_module};
 use crate::loader::load::load_checked_copy;
 use crate::sandbox;
-use rho_plugin_api::Output;
-use rho_protocol::answer::{FailureKind, OutputKind};
+use rho_protocol::answer::FailureKind;
 use rho_protocol::frames::{
-    BlockFrameHead, BlockHeads, CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, GRANT_FDS,
-    HANDED_CONTROL_WORDS, HANDED_OVER, ImageHead, ImageHeads, QuestionHead, ToWorker, read_frame,
-    write_frame,
+    CANCEL_FD, CHANNEL_FD, Frame, FrameError, FromWorker, GRANT_FDS, HANDED_CONTROL_WORDS,
+    HANDED_OVER, ToWorker, encode_answer, encode_questions, read_frame, write_frame,
 };
 use rho_protocol::{Failure, PROTOCOL_VERSION};
 
@@ -473,25 +471,8 @@ fn serve(
                     .collect();
                 (replies, None)
             };
-            let schemas: Vec<String> = questions.iter().map(|q| q.schema.to_string()).collect();
-            let ask = FromWorker::Ask {
-                id,
-                questions: questions
-                    .iter()
-                    .zip(&schemas)
-                    .map(|(q, schema)| QuestionHead {
-                        key: q.key.clone(),
-                        message_len: q.message.len(),
-                        schema_len: schema.len(),
-                    })
-                    .collect(),
-            };
-            let blobs: Vec<&[u8]> = questions
-                .iter()
-                .zip(&schemas)
-                .flat_map(|(q, schema)| [q.message.as_bytes(), schema.as_bytes()])
-                .collect();
-            if !send(&asks, &ask, &blobs) {
+            let (ask, blob) = encode_questions(id, &questions);
+            if !send(&asks, &ask, &[&blob]) {
                 return cancelled("the host went away");
             }
             let mut reader = replies.lock().unwrap_or_else(PoisonError::into_inner);
@@ -565,57 +546,7 @@ fn answer(
             ref output,
             structured,
             details,
-        }) => {
-            let kind = OutputKind::of(output);
-            // Of blocks, the text is in them.
-            let text: &str = match output {
-                Output::Text(text) | Output::Image { text, .. } | Output::Images { text, .. } => {
-                    text
-                }
-                Output::Blocks(_) => "",
-            };
-            let images = match output {
-                Output::Blocks(_) => Vec::new(),
-                _ => output.images(),
-            };
-            let blocks = output.blocks();
-            let block_heads = BlockHeads::new(
-                blocks
-                    .iter()
-                    .map(|b| BlockFrameHead {
-                        head: b.head(),
-                        len: b.payload().len(),
-                    })
-                    .collect(),
-            );
-            let heads = ImageHeads::new(
-                images
-                    .iter()
-                    .map(|i| ImageHead {
-                        mime_type: i.mime_type.clone(),
-                        len: i.bytes.len(),
-                    })
-                    .collect(),
-            );
-            // The JSON parts as the plugin wrote them: the host parses them, once.
-            let message = FromWorker::Answer {
-                id,
-                kind,
-                text_len: text.len(),
-                images: heads,
-                blocks: block_heads,
-                details,
-                structured,
-                spent,
-            };
-            let blobs = match kind {
-                OutputKind::Blocks => blocks.iter().map(|b| b.payload()).collect(),
-                _ => std::iter::once(text.as_bytes())
-                    .chain(images.iter().map(|i| i.bytes.as_slice()))
-                    .collect(),
-            };
-            (message, blobs)
-        }
+        }) => encode_answer(id, output, structured, details, spent),
         Err(failure) => {
             let (kind, message, details) = match failure {
                 RawFailure::Failed {

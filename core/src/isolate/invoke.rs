@@ -5,16 +5,15 @@
 
 use std::sync::Arc;
 
-use rho_plugin_api::{Answer, Image, Question};
-
-use rho_protocol::answer::{self, OutputKind};
 use serde_json::Value;
 
 use crate::call::invoke::{CallFuture, Failure, Invoke, ToolCtx};
 use crate::isolate::pool::{Pool, Worker};
 use rho_protocol::CrashReason;
+use rho_protocol::answer;
 use rho_protocol::frames::{
-    BlockHeads, Frame, FrameError, FromWorker, ImageHeads, QuestionHead, ToWorker,
+    AnswerLayout, Frame, FrameError, FromWorker, ToWorker, decode_answer, decode_details,
+    decode_questions,
 };
 
 /// One tool of an isolated plugin version.
@@ -180,7 +179,7 @@ impl Invoke for IsolatedInvoke {
                         message: FromWorker::Ask { id: q, questions },
                         blobs,
                     }) if q == id => {
-                        let replies = match questions_of(&questions, blobs) {
+                        let replies = match decode_questions(&questions, blobs) {
                             Ok(questions) => ctx.ask_all(questions).await,
                             Err(why) => {
                                 guard.kill();
@@ -214,7 +213,7 @@ impl Invoke for IsolatedInvoke {
                             },
                         blobs,
                     }) if a == id => {
-                        let shape = AnswerShape {
+                        let layout = AnswerLayout {
                             kind,
                             text_len,
                             images,
@@ -222,7 +221,7 @@ impl Invoke for IsolatedInvoke {
                             details,
                             structured,
                         };
-                        let answer = to_answer(&tool, shape, blobs);
+                        let answer = decode_answer(&tool, layout, blobs);
                         match &answer {
                             Err(Failure::Crash(CrashReason::Protocol(_))) => guard.kill(),
                             // Damaged by the call: a fresh worker serves the next one.
@@ -242,7 +241,8 @@ impl Invoke for IsolatedInvoke {
                             },
                         ..
                     }) if f == id => {
-                        let failure = answer::failure(kind, message, || details_of(&tool, details));
+                        let failure =
+                            answer::failure(kind, message, || decode_details(&tool, details));
                         match &failure {
                             Failure::Crash(CrashReason::Protocol(_)) => guard.kill(),
                             _ if spent => guard.kill(),
@@ -271,180 +271,4 @@ impl Invoke for IsolatedInvoke {
             }
         })
     }
-}
-
-fn details_of(tool: &str, details: Option<String>) -> Result<Option<Value>, Failure> {
-    json_of(tool, "details", details)
-}
-
-/// A worker's JSON text (`what` of `tool`: details, structured content) as a value, through the
-/// answer codec's one reader of such parts.
-fn json_of(tool: &str, what: &str, json: Option<String>) -> Result<Option<Value>, Failure> {
-    let part = json
-        .map(|json| answer::json_part(tool, what, &json))
-        .transpose();
-    // The worker checked the plugin's text before sending it: text the host cannot read was
-    // forged on the channel.
-    part.map_err(|failure| match failure {
-        Failure::Crash(CrashReason::Formatted(text)) => Failure::Crash(CrashReason::Protocol(text)),
-        other => other,
-    })
-}
-
-/// The question of an `Ask` message: its message (`message_len` bytes of `blobs`) and its
-/// schema (the rest), or why they are not one (the worker checked them: this is a forged frame).
-/// The questions of an `Ask` frame, from their heads and the frame's blobs (each question's
-/// message then its schema): what the worker checked, checked again (the worker runs the
-/// plugin's code).
-fn questions_of(heads: &[QuestionHead], blobs: Vec<u8>) -> Result<Vec<Question>, String> {
-    let announced = heads.iter().try_fold(0usize, |sum, head| {
-        sum.checked_add(head.message_len)?
-            .checked_add(head.schema_len)
-    });
-    if heads.is_empty()
-        || heads.len() > rho_protocol::answer::MAX_QUESTIONS_AT_ONCE
-        || announced.is_none_or(|n| n > rho_protocol::answer::MAX_QUESTION_BYTES)
-        || announced != Some(blobs.len())
-    {
-        return Err(format!(
-            "{} questions announcing {announced:?} bytes carried {}",
-            heads.len(),
-            blobs.len()
-        ));
-    }
-    let mut keys = std::collections::HashSet::new();
-    let mut at = 0;
-    let mut questions = Vec::with_capacity(heads.len());
-    for head in heads {
-        let mut text = |len: usize, what: &str| {
-            let part = std::str::from_utf8(&blobs[at..at + len])
-                .map_err(|_| format!("a question's {what} not UTF-8"));
-            at += len;
-            part
-        };
-        let message = text(head.message_len, "message")?.to_owned();
-        let schema = rho_protocol::details::parse(text(head.schema_len, "schema")?)
-            .map_err(|e| format!("a question's schema {e}"))?;
-        let question = Question::new(message, schema);
-        questions.push(match &head.key {
-            Some(key) if !rho_plugin_api::is_valid_key(key) || !keys.insert(key.clone()) => {
-                return Err(format!("a question's key `{key}` is not one or not unique"));
-            }
-            Some(key) => question.with_key(key.clone()),
-            None => question,
-        });
-    }
-    Ok(questions)
-}
-
-/// The parts of an `Answer` message besides its blobs.
-struct AnswerShape {
-    kind: OutputKind,
-    text_len: usize,
-    images: ImageHeads,
-    blocks: BlockHeads,
-    details: Option<String>,
-    structured: Option<String>,
-}
-
-fn to_answer(tool: &str, shape: AnswerShape, mut blobs: Vec<u8>) -> Result<Answer, Failure> {
-    let AnswerShape {
-        kind,
-        text_len,
-        images,
-        blocks,
-        details,
-        structured,
-    } = shape;
-    if kind == OutputKind::Blocks {
-        return to_blocks(tool, blocks, blobs, details, structured);
-    }
-    // The heads' lengths were summed as they were read (none past the limit was kept).
-    let announced = images.total_len().and_then(|len| len.checked_add(text_len));
-    if announced != Some(blobs.len()) {
-        return Err(Failure::Crash(CrashReason::Protocol(format!(
-            "an answer announcing {text_len} text bytes and {} image bytes carried {}",
-            images
-                .total_len()
-                .map_or_else(|| "more than 2^64".to_owned(), |n| n.to_string()),
-            blobs.len()
-        ))));
-    }
-    if images.count() > answer::MAX_IMAGES {
-        return Err(answer::too_many_images(tool, images.count()));
-    }
-    let heads = images.heads();
-    // The common shapes keep the buffer the frame was read into: text alone is the whole of it,
-    // and so is a lone image after empty text. Others copy each part out once.
-    let (text, images) = match heads {
-        [] => (blobs, Vec::new()),
-        [head] if text_len == 0 => (Vec::new(), vec![Image::new(head.mime_type.clone(), blobs)]),
-        _ => {
-            let mut at = text_len;
-            let images = heads
-                .iter()
-                .map(|head| {
-                    let image = Image::new(head.mime_type.clone(), &blobs[at..at + head.len]);
-                    at += head.len;
-                    image
-                })
-                .collect();
-            blobs.truncate(text_len);
-            (blobs, images)
-        }
-    };
-    let text = String::from_utf8(text).map_err(|e| {
-        Failure::Crash(CrashReason::Protocol(format!(
-            "invalid UTF-8 in the answer's text: {}",
-            e.utf8_error()
-        )))
-    })?;
-    Ok(Answer {
-        output: answer::output(tool, kind, text, images)?,
-        structured: json_of(tool, "structured content", structured)?,
-        details: details_of(tool, details)?,
-    })
-}
-
-/// An answer of blocks: each head's payload cut from `blobs` in order.
-fn to_blocks(
-    tool: &str,
-    blocks: BlockHeads,
-    mut blobs: Vec<u8>,
-    details: Option<String>,
-    structured: Option<String>,
-) -> Result<Answer, Failure> {
-    if blocks.total_len() != Some(blobs.len()) {
-        return Err(Failure::Crash(CrashReason::Protocol(format!(
-            "an answer announcing {} block bytes carried {}",
-            blocks
-                .total_len()
-                .map_or_else(|| "more than 2^64".to_owned(), |n| n.to_string()),
-            blobs.len()
-        ))));
-    }
-    let count = blocks.count();
-    if count > answer::MAX_BLOCKS {
-        return Err(answer::too_many_blocks(tool, count));
-    }
-    // Cut from the end, so each payload is moved out once.
-    let mut parts: Vec<_> = blocks
-        .into_heads()
-        .into_iter()
-        .rev()
-        .map(|frame| {
-            let payload = blobs.split_off(blobs.len() - frame.len);
-            (frame.head, payload)
-        })
-        .collect();
-    parts.reverse();
-    let output = answer::blocks(tool, count, parts).map_err(|failure| match failure {
-        Failure::Crash(CrashReason::Formatted(text)) => Failure::Crash(CrashReason::Protocol(text)),
-        other => other,
-    })?;
-    Ok(Answer {
-        output,
-        structured: json_of(tool, "structured content", structured)?,
-        details: details_of(tool, details)?,
-    })
 }

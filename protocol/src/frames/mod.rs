@@ -8,7 +8,15 @@
 //! raw blobs the message announces, back to back. Messages are externally tagged
 //! (`{"answer": {...}}`): decoding one reads it once, where an internal tag would first buffer
 //! the whole message to find its kind. Host and worker are one build (`rho-worker` ships with the
-//! host); the protocol is theirs alone.
+//! host); the protocol is theirs alone. The blobs' layouts, each with its encoder beside its
+//! decoder, are in `layout` ([`encode_answer`] / [`decode_answer`], [`encode_questions`] /
+//! [`decode_questions`]); `protocol/snapshots/` freezes every frame's bytes.
+
+mod layout;
+
+pub use layout::{
+    AnswerLayout, decode_answer, decode_details, decode_questions, encode_answer, encode_questions,
+};
 
 use std::io::{IoSlice, Read, Write};
 
