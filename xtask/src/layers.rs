@@ -3,7 +3,9 @@
 //! - lines of each crate's `src/` (crates outside `tests/` and `plugins/`), and each crate's share:
 //!   none over [`MAX_SHARE`] %;
 //! - in every crate with a `src/` (plugins and tests included, [4/13]): no circle of file
-//!   imports (`crate::...` and `super::...` paths resolved to the files that define them);
+//!   imports (`crate::...`, `super::...` and `self::...` paths, `use` groups expanded
+//!   (`crate::{a::A, B}`), each resolved to the file that defines it: through a module's
+//!   re-exports (`pub use content::Block` in `lib.rs`) to the file of the item's definition);
 //! - in the layered crates (protocol, worker, runtime): no file over [`MAX_FILE_LINES`] lines;
 //!   no path to a higher layer from a lower one (protocol uses only the plugin API, the worker
 //!   only the protocol, the runtime the protocol and the worker).
@@ -18,17 +20,6 @@ const MAX_SHARE: f64 = 35.0;
 
 /// The longest source file of a layered crate, lines.
 const MAX_FILE_LINES: usize = 800;
-
-/// The library names of the workspace's crates a layered crate could name.
-const RHO_CRATES: &[&str] = &[
-    "rho_plugin_api",
-    "rho_protocol",
-    "rho_worker",
-    "rho_runtime",
-    "rho_bridge_nats",
-    "rho_devkit",
-    "rho_runtime_cli",
-];
 
 /// The layered crates, lowest first, with the rho crates each may use.
 const LAYERS: &[(&str, &[&str])] = &[
@@ -78,56 +69,230 @@ fn module_of(src: &Path, file: &Path) -> Vec<String> {
     parts
 }
 
-/// The paths a file names: `crate::a::b...` and `super::...` (resolved), text outside comments.
-fn named_paths(text: &str, module: &[String]) -> Vec<Vec<String>> {
-    let mut found = Vec::new();
-    for line in text.lines() {
-        let code = line.split("//").next().unwrap_or_default();
-        for (at, _) in code
-            .match_indices("crate::")
-            .chain(code.match_indices("super::"))
-        {
-            // A word boundary before it (`rho_crate::` is no path of ours).
-            if at > 0 {
-                let before = code.as_bytes()[at - 1];
-                if before.is_ascii_alphanumeric() || before == b'_' {
-                    continue;
-                }
-            }
-            let rest = &code[at..];
-            let path: String = rest
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
-                .collect();
-            let mut parts: Vec<String> = path
+/// `text` without its comments (line comments; block comments are rare enough in this code
+/// base to be read as code).
+fn uncommented(text: &str) -> String {
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A path as a file wrote it, resolved against the file's module: `crate::a::b` is `[a, b]`;
+/// `super::x` from module `a::b` is `[a, x]`; `self::x` is the module's own `x`. `None` for a
+/// path that starts elsewhere (another crate, or a name the module imported).
+fn resolved(parts: &[&str], module: &[String]) -> Option<Vec<String>> {
+    let (first, rest) = parts.split_first()?;
+    let mut base = match *first {
+        "crate" => Vec::new(),
+        "self" => module.to_vec(),
+        "super" => {
+            let mut base = module.to_vec();
+            base.pop();
+            base
+        }
+        _ => return None,
+    };
+    let mut rest = rest;
+    while rest.first() == Some(&"super") {
+        base.pop();
+        rest = &rest[1..];
+    }
+    base.extend(rest.iter().map(|p| (*p).to_owned()));
+    Some(base)
+}
+
+/// The paths of a `use` tree (`a::{b, c::{d as e, self}, f::*}`), each with the name it binds
+/// (`None` for a glob): `[a, b] b`, `[a, c, d] e`, `[a, c] c`, `[a, f] *`.
+fn use_tree(tree: &str) -> Vec<(Vec<String>, Option<String>)> {
+    fn expand(prefix: &[String], tree: &str, out: &mut Vec<(Vec<String>, Option<String>)>) {
+        let tree = tree.trim();
+        if let Some(open) = tree.find('{') {
+            let head: Vec<String> = tree[..open]
                 .split("::")
+                .map(str::trim)
                 .filter(|p| !p.is_empty())
                 .map(str::to_owned)
                 .collect();
-            if parts.first().map(String::as_str) == Some("crate") {
-                parts.remove(0);
-            } else {
-                // `super` from a file `a/b.rs` (module a::b) is `a`; from `a/mod.rs` (module a)
-                // the parent of a.
-                let mut base = module.to_vec();
-                while parts.first().map(String::as_str) == Some("super") {
-                    parts.remove(0);
-                    base.pop();
+            let inner = tree[open + 1..]
+                .trim_end()
+                .strip_suffix('}')
+                .unwrap_or(&tree[open + 1..]);
+            let mut base = prefix.to_vec();
+            base.extend(head);
+            // Split the group at its top-level commas.
+            let (mut depth, mut start) = (0usize, 0usize);
+            for (i, c) in inner.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth = depth.saturating_sub(1),
+                    ',' if depth == 0 => {
+                        expand(&base, &inner[start..i], out);
+                        start = i + 1;
+                    }
+                    _ => {}
                 }
-                base.extend(parts);
-                parts = base;
             }
-            found.push(parts);
+            expand(&base, &inner[start..], out);
+            return;
+        }
+        if tree.is_empty() {
+            return;
+        }
+        let (path, alias) = match tree.split_once(" as ") {
+            Some((path, alias)) => (path.trim(), Some(alias.trim().to_owned())),
+            None => (tree, None),
+        };
+        let mut parts = prefix.to_vec();
+        parts.extend(
+            path.split("::")
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned),
+        );
+        if parts.last().map(String::as_str) == Some("self") {
+            parts.pop();
+        }
+        let name = match parts.last().map(String::as_str) {
+            Some("*") => None,
+            _ => alias.or_else(|| parts.last().cloned()),
+        };
+        out.push((parts, name));
+    }
+    let mut out = Vec::new();
+    expand(&[], tree, &mut out);
+    out
+}
+
+/// The `use` statements of `code` (comments removed): `(public, tree)`.
+fn use_statements(code: &str) -> Vec<(bool, String)> {
+    let mut found = Vec::new();
+    let mut at = 0;
+    while let Some(i) = code[at..].find("use ") {
+        let start = at + i;
+        at = start + 4;
+        // `use` as a word starting a statement: after a line start, `;`, `{`, `}` or `pub ...`.
+        let before = code[..start].trim_end();
+        let public = before.ends_with("pub") || before.ends_with(')') && before.contains("pub(");
+        let starts = before.is_empty()
+            || before.ends_with([';', '{', '}', ']'])
+            || before.ends_with("pub")
+            || before.ends_with(')');
+        if !starts
+            || code[..start]
+                .chars()
+                .last()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_')
+        {
+            continue;
+        }
+        let Some(end) = code[at..].find(';') else {
+            break;
+        };
+        found.push((public, code[at..at + end].to_owned()));
+        at += end + 1;
+    }
+    found
+}
+
+/// The crate paths a file's code names, resolved against its module: those of its `use`
+/// statements (groups expanded) and those written inline (`crate::x::f()`).
+fn named_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    for (_, tree) in use_statements(code) {
+        for (path, _) in use_tree(&tree) {
+            let parts: Vec<&str> = path.iter().map(String::as_str).collect();
+            if let Some(path) = resolved(&parts, module) {
+                found.push(path);
+            }
+        }
+    }
+    for (at, _) in code
+        .match_indices("crate::")
+        .chain(code.match_indices("super::"))
+        .chain(code.match_indices("self::"))
+    {
+        // A word boundary before it (`rho_crate::` is no path of ours).
+        if at > 0 {
+            let before = code.as_bytes()[at - 1];
+            if before.is_ascii_alphanumeric() || before == b'_' || before == b':' {
+                continue;
+            }
+        }
+        let path: String = code[at..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+            .collect();
+        let parts: Vec<&str> = path.split("::").filter(|p| !p.is_empty()).collect();
+        if let Some(path) = resolved(&parts, module) {
+            found.push(path);
         }
     }
     found
 }
 
-/// The file of `crate` defining the longest module prefix of `path`.
-fn file_of(modules: &BTreeMap<Vec<String>, PathBuf>, path: &[String]) -> Option<PathBuf> {
-    (0..=path.len())
-        .rev()
-        .find_map(|n| modules.get(&path[..n]).cloned())
+/// What a module's file re-exports (`pub use`): each name it binds, with the path it binds it
+/// to (resolved; relative paths through the module's child modules).
+type Reexports = BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>>;
+
+fn reexports_of(
+    code: &str,
+    module: &[String],
+    modules: &BTreeMap<Vec<String>, PathBuf>,
+) -> BTreeMap<String, Vec<String>> {
+    let mut found = BTreeMap::new();
+    for (public, tree) in use_statements(code) {
+        if !public {
+            continue;
+        }
+        for (path, name) in use_tree(&tree) {
+            let Some(name) = name else { continue };
+            let parts: Vec<&str> = path.iter().map(String::as_str).collect();
+            let target = resolved(&parts, module).or_else(|| {
+                // `pub use child::X`: a path through a child module of this one.
+                let mut child = module.to_vec();
+                child.push(path.first()?.clone());
+                modules.contains_key(&child).then(|| {
+                    let mut full = module.to_vec();
+                    full.extend(path.iter().cloned());
+                    full
+                })
+            });
+            if let Some(target) = target {
+                found.insert(name, target);
+            }
+        }
+    }
+    found
+}
+
+/// The file defining what `path` names: the file of its longest module prefix, or, when the
+/// next part is a name that module re-exports, the file of what the re-export names (followed
+/// through further re-exports, at most 8 deep).
+fn file_of(
+    modules: &BTreeMap<Vec<String>, PathBuf>,
+    reexports: &Reexports,
+    path: &[String],
+) -> Option<PathBuf> {
+    let mut path = path.to_vec();
+    for _ in 0..8 {
+        let n = (0..=path.len())
+            .rev()
+            .find(|n| modules.contains_key(&path[..*n]))?;
+        let followed = path
+            .get(n)
+            .and_then(|name| reexports.get(&path[..n])?.get(name))
+            .filter(|target| target.as_slice() != &path[..=n]);
+        match followed {
+            Some(target) => {
+                let mut next = target.clone();
+                next.extend(path[n + 1..].iter().cloned());
+                path = next;
+            }
+            None => return modules.get(&path[..n]).cloned(),
+        }
+    }
+    None
 }
 
 /// The circles of a graph (strongly connected components of more than one node).
@@ -195,6 +360,18 @@ fn circles(graph: &BTreeMap<PathBuf, BTreeSet<PathBuf>>) -> Vec<Vec<PathBuf>> {
     state.found
 }
 
+/// The library name of the crate in `dir` (its package's name, `-` as `_`), if it has one.
+fn library_name(dir: &Path) -> Option<String> {
+    let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).ok()?;
+    let package = manifest.split("[package]").nth(1)?;
+    let line = package
+        .lines()
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .find(|l| l.trim_start().starts_with("name"))?;
+    let name = line.split('"').nth(1)?;
+    Some(name.replace('-', "_"))
+}
+
 /// The crates whose files are checked for circles: every member with a `src/` (the workspace's
 /// top-level folders, `tests/` and each of `plugins/`), as `(name, folder)`, sorted.
 fn source_crates(workspace: &Path) -> Result<Vec<(String, PathBuf)>, String> {
@@ -247,13 +424,20 @@ impl Imports {
             .iter()
             .map(|(f, _)| (module_of(src, f), f.clone()))
             .collect();
+        let codes: Vec<(PathBuf, Vec<String>, String)> = files
+            .iter()
+            .map(|(f, t)| (f.clone(), module_of(src, f), uncommented(code_of(t))))
+            .collect();
+        let reexports: Reexports = codes
+            .iter()
+            .map(|(_, module, code)| (module.clone(), reexports_of(code, module, &modules)))
+            .collect();
         let mut graph: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
-        for (file, text) in &files {
-            let module = module_of(src, file);
+        for (file, module, code) in &codes {
             let is_mod = file.file_stem().is_some_and(|s| s == "mod" || s == "lib");
             let edges = graph.entry(file.clone()).or_default();
-            for path in named_paths(code_of(text), &module) {
-                if let Some(target) = file_of(&modules, &path)
+            for path in named_paths(code, module) {
+                if let Some(target) = file_of(&modules, &reexports, &path)
                     && target != *file
                     // A module's own file re-exporting its children is no circle of use.
                     && !(is_mod && target.starts_with(file.parent().unwrap_or(file)))
@@ -296,6 +480,12 @@ pub fn run(workspace: &Path) -> Result<(), String> {
         }
     }
     println!("{:<20} {total:>7}", "all");
+    // Every rho crate of the workspace a layered crate could name (by its library name).
+    let rho_crates: BTreeSet<String> = members
+        .iter()
+        .filter_map(|(_, dir)| library_name(dir))
+        .filter(|name| name.starts_with("rho_"))
+        .collect();
     let shown = |f: &Path| f.strip_prefix(workspace).unwrap_or(f).display().to_string();
     // Every crate: no circle of imports between its files.
     for (name, dir) in &members {
@@ -330,15 +520,9 @@ pub fn run(workspace: &Path) -> Result<(), String> {
                 ));
             }
             // The rho crates its code names (comments aside).
-            let uncommented: String = code_of(&text)
-                .lines()
-                .map(|l| l.split("//").next().unwrap_or_default())
-                .collect::<Vec<_>>()
-                .join("\n");
-            for word in uncommented.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
-                if RHO_CRATES.contains(&word)
-                    && !allowed.contains(&word)
-                    && word != krate_lib(krate)
+            let code = uncommented(code_of(&text));
+            for word in code.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+                if rho_crates.contains(word) && !allowed.contains(&word) && word != krate_lib(krate)
                 {
                     problems.push(format!(
                         "{} uses {word}, a crate above its layer",
@@ -396,13 +580,16 @@ mod tests {
         let root = workspace(
             "bad",
             &[
-                ("protocol/Cargo.toml", ""),
+                (
+                    "protocol/Cargo.toml",
+                    "[package]\nname = \"rho-protocol\"\n",
+                ),
                 ("protocol/src/lib.rs", "pub use rho_runtime::Host;\n"),
-                ("worker/Cargo.toml", ""),
+                ("worker/Cargo.toml", "[package]\nname = \"rho-worker\"\n"),
                 ("worker/src/lib.rs", "mod a;\nmod b;\n"),
                 ("worker/src/a.rs", "use crate::b::B;\n"),
                 ("worker/src/b.rs", "use super::a::A; // crate::nothing\n"),
-                ("core/Cargo.toml", ""),
+                ("core/Cargo.toml", "[package]\nname = \"rho-runtime\"\n"),
                 ("core/src/lib.rs", &long),
                 ("cli/Cargo.toml", ""),
                 ("cli/src/main.rs", "mod serve;\nmod http;\n"),
@@ -415,6 +602,33 @@ mod tests {
                 ("plugins/echo/src/lib.rs", "mod a;\nmod b;\n"),
                 ("plugins/echo/src/a.rs", "use super::b::B;\n"),
                 ("plugins/echo/src/b.rs", "use crate::a::A;\n"),
+                // Through the root's re-exports and a `use` group, as `crate::Block` in
+                // plugin-api's answer.rs and `crate::Image` in its content.rs were.
+                ("plugins/api/Cargo.toml", ""),
+                (
+                    "plugins/api/src/lib.rs",
+                    "mod answer;\nmod content;\npub use answer::{Answer, Image as Picture};\npub use content::Block;\n",
+                ),
+                (
+                    "plugins/api/src/answer.rs",
+                    "use crate::{Block, other::Thing};\npub struct Image;\n",
+                ),
+                (
+                    "plugins/api/src/content.rs",
+                    "use crate::{\n    Picture,\n};\npub enum Block {}\n",
+                ),
+                // A group through `self` and `super` in a nested module.
+                ("plugins/deep/Cargo.toml", ""),
+                ("plugins/deep/src/lib.rs", "mod m;\n"),
+                (
+                    "plugins/deep/src/m/mod.rs",
+                    "mod x;\nmod y;\nuse self::{x::X};\n",
+                ),
+                (
+                    "plugins/deep/src/m/x.rs",
+                    "use super::{y::{self, Y}};\npub struct X;\n",
+                ),
+                ("plugins/deep/src/m/y.rs", "pub struct Y(super::x::X);\n"),
             ],
         );
         let problems = run(&root).expect_err("every measure is broken");
@@ -437,6 +651,17 @@ mod tests {
             "{problems}"
         );
         assert!(
+            problems.contains(
+                "an import circle: plugins/api/src/answer.rs <-> plugins/api/src/content.rs"
+            ),
+            "{problems}"
+        );
+        assert!(
+            problems
+                .contains("an import circle: plugins/deep/src/m/x.rs <-> plugins/deep/src/m/y.rs"),
+            "{problems}"
+        );
+        assert!(
             problems.contains("core/src/lib.rs has 801 lines"),
             "{problems}"
         );
@@ -453,9 +678,12 @@ mod tests {
         let root = workspace(
             "good",
             &[
-                ("protocol/Cargo.toml", ""),
+                (
+                    "protocol/Cargo.toml",
+                    "[package]\nname = \"rho-protocol\"\n",
+                ),
                 ("protocol/src/lib.rs", &protocol),
-                ("worker/Cargo.toml", ""),
+                ("worker/Cargo.toml", "[package]\nname = \"rho-worker\"\n"),
                 (
                     "worker/src/lib.rs",
                     "mod a;\nmod b;\npub use crate::a::A;\n",
@@ -465,7 +693,7 @@ mod tests {
                     "use crate::b::B;\nuse rho_protocol::Outcome;\n",
                 ),
                 ("worker/src/b.rs", "pub struct B;\n"),
-                ("core/Cargo.toml", ""),
+                ("core/Cargo.toml", "[package]\nname = \"rho-runtime\"\n"),
                 ("core/src/lib.rs", &core),
                 ("cli/Cargo.toml", ""),
                 ("cli/src/main.rs", &cli),

@@ -43,7 +43,7 @@ impl Relay {
             .build()
             .await
             .map_err(|e| e.to_string())?;
-        let limits = ServeConfig::default().http_limits();
+        let limits = rho_mcp::Limits::of(&ServeConfig::default());
         let (guard, made) =
             Guard::new(addr, token_file, &[], limits, true).map_err(|e| e.to_string())?;
         if made && let Some(token) = &guard.token {

@@ -30,6 +30,21 @@ pub struct Limits {
     pub sessions: SessionLimits,
 }
 
+impl Limits {
+    /// The bounds `config` (`[serve]`) states.
+    pub fn of(config: &crate::ServeConfig) -> Limits {
+        Limits {
+            max_body_bytes: config.max_body_bytes,
+            max_requests: config.max_requests,
+            sessions: SessionLimits {
+                max: config.max_sessions,
+                max_per_peer: config.max_sessions_per_peer,
+                idle: std::time::Duration::from_millis(config.session_idle_ms),
+            },
+        }
+    }
+}
+
 /// The bounds of MCP sessions (see [`super::admission`]).
 #[derive(Debug, Clone, Copy)]
 pub struct SessionLimits {
@@ -112,7 +127,7 @@ impl Guard {
             addr,
             config.token_file.as_deref(),
             &config.allowed_origins,
-            config.http_limits(),
+            Limits::of(config),
             config.web,
         )
     }

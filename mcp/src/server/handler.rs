@@ -21,7 +21,7 @@ use tokio_stream::StreamExt;
 use super::asking::{ElicitAnswerer, Parked, RunningCall, Step};
 use super::logging::{self, SessionLevel};
 use super::meta_tools;
-use super::observe::{RequestInfo, RequestObserver};
+use super::observe::{RequestInfo, RequestObserver, request_id};
 use super::settings::ServeConfig;
 use super::tasks::{Tasks, owner};
 use crate::convert::{mcp_result, mcp_tool};
@@ -660,15 +660,6 @@ fn can_elicit(context: &RequestContext<RoleServer>) -> bool {
             .peer
             .peer_info()
             .is_some_and(|info| info.capabilities.elicitation.is_some())
-    }
-}
-
-/// The JSON-RPC id of `context`'s request, as text.
-pub(crate) fn request_id(context: &RequestContext<RoleServer>) -> String {
-    match serde_json::to_value(&context.id) {
-        Ok(Value::String(s)) => s,
-        Ok(other) => other.to_string(),
-        Err(_) => "?".into(),
     }
 }
 

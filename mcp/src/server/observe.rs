@@ -98,7 +98,7 @@ impl RequestInfo {
                 .get("traceparent")
                 .and_then(Value::as_str)
                 .map(str::to_owned),
-            request_id: super::handler::request_id(context),
+            request_id: request_id(context),
             protocol_version: context
                 .meta
                 .protocol_version()
@@ -122,5 +122,14 @@ impl RequestInfo {
             #[cfg(not(feature = "server-http"))]
             session: None,
         }
+    }
+}
+
+/// The JSON-RPC id of `context`'s request, as text.
+pub(crate) fn request_id(context: &RequestContext<RoleServer>) -> String {
+    match serde_json::to_value(&context.id) {
+        Ok(Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
     }
 }

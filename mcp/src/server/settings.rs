@@ -141,19 +141,4 @@ impl ServeConfig {
             resolve_path(base, path);
         }
     }
-
-    /// The bounds of requests and sessions over HTTP.
-    #[cfg(feature = "server-http")]
-    pub fn http_limits(&self) -> crate::http::Limits {
-        use crate::http::{Limits, SessionLimits};
-        Limits {
-            max_body_bytes: self.max_body_bytes,
-            max_requests: self.max_requests,
-            sessions: SessionLimits {
-                max: self.max_sessions,
-                max_per_peer: self.max_sessions_per_peer,
-                idle: std::time::Duration::from_millis(self.session_idle_ms),
-            },
-        }
-    }
 }
