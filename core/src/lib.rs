@@ -22,6 +22,44 @@
 //!
 //! Every call ends exactly once, with a typed [`Outcome`] and one `tool_execution_end` event,
 //! whatever the plugin, the gate or the operating system does.
+//!
+//! # Which one when
+//!
+//! The crate's names are flat (one path each); by what you want to do:
+//!
+//! - **Build a host**: [`Host::builder`] ([`HostBuilder`]), from a file with [`HostConfig`]
+//!   (`.config(&config)`). Plugin directories take [`DirOptions`] (isolated by default,
+//!   [`DirOptions::in_process`] for your own code; [`WorkerOptions`] for the workers); other
+//!   tools come as a native [`Tool`] (`.tool(..)`) or a [`ToolSource`] (`.source(..)`: MCP
+//!   servers in `rho-mcp`, other hosts in `rho-bridge-nats`), components through a
+//!   [`ComponentEngine`] (`rho-runtime-wasm`). Call [`run_if_worker`] first thing in `main`.
+//! - **Decide who may run what** (a gate runs before every call, in the call's task):
+//!   - a plain function of the call: [`gate_fn`]; one that awaits (a UI, a biometric prompt):
+//!     [`async_gate_fn`];
+//!   - allow / deny / ask by tool name and hints, as `rho.toml`'s `[[gate]]` says: [`RuleGate`]
+//!     of [`GateRule`]s, whose `ask` goes to an [`Asker`] (any async closure of a
+//!     [`ToolCall`] to a [`Verdict`] is one);
+//!   - your own type with state: implement [`Gate`]; a fixed list of names: [`DenyList`];
+//!     everything: [`allow_all`] (the default).
+//!
+//!   [`Asker`] asks *whether a call may run*; [`Answerer`] answers *a tool's own question*
+//!   ([`Question`] → [`Reply`], `ctx.ask` in a plugin): set one with
+//!   [`HostBuilder::answerer`] or per call ([`CallOptions::answerer`]); without one, tools read
+//!   [`NO_ONE_TO_ASK`].
+//! - **Call**: [`Host::call`] for the common case; [`Host::call_with`] with a [`ToolCall`] and
+//!   [`CallOptions`] (session, cancellation, a per-call gate, update and log hooks, trace
+//!   context). Every call ends with one [`ToolResult`] of one [`Outcome`]; a model's loop over
+//!   calls is [`Loop`] with a [`Model`].
+//! - **Follow what happens**: [`Host::subscribe`] (a [`Subscription`] of [`BusItem`]s: every
+//!   [`Event`], told when it lagged) or [`Host::subscribe_filtered`] with a [`Filter`] of
+//!   [`EventType`]s; a [`Sink`] on the [`Bus`] sees every event in order inside `publish` (what
+//!   [`Journal`] is: a host's journal file, `HostBuilder::journal`, read back with
+//!   [`read_range`] or [`Host::replay`]); per-tool health from events: [`HealthView`], from the
+//!   host: [`Host::stats`] ([`ToolStats`]).
+//! - **What crosses from below**: the vocabulary of a call is rho-protocol's, re-exported here
+//!   ([`ToolSpec`], [`ToolResult`], [`Failure`], ...; all of it as [`protocol`]); a plugin's
+//!   words are rho-plugin-api's ([`Answer`], [`Block`], ...; all of it as [`plugin_api`]).
+//!   rho-protocol and rho-worker are this crate's internals: depend on them only through it.
 #![warn(missing_docs)]
 
 mod agent;

@@ -3,6 +3,9 @@
 //! writes through `std::io` traits it is given): the runtime, the loader and the worker all
 //! stand on it, and it stands on `rho-plugin-api` alone.
 //!
+//! **Internal to rho**: embedders reach these types through `rho-runtime` (its re-exports, and
+//! `rho_runtime::protocol`); the frames change with [`PROTOCOL_VERSION`] between releases.
+//!
 //! - a tool ([`ToolSpec`]) and how its calls end ([`Outcome`], [`ToolResult`], [`Failure`],
 //!   [`CrashReason`]), with the seed's texts ([`timeout_text`], [`crash_text`]) and the one
 //!   answer codec ([`answer`]: shapes, failure kinds and the per-answer limits every source is

@@ -120,11 +120,11 @@ fn block<'a>(section: &'a str, fence: &str) -> &'a str {
     &section[start..end]
 }
 
-#[test]
-fn the_readme_host_is_its_own_worker() {
-    // README's Cargo.toml and program, as an embedder copies them into a crate of their own.
+/// README's Cargo.toml and program under `heading`, as an embedder copies them into a crate of
+/// their own (`name`), built with the embedder fixture's lock and target directory: the binary.
+fn readme_program(heading: &str, name: &str) -> std::path::PathBuf {
     let readme = std::fs::read_to_string(rho_tests::workspace_dir().join("README.md")).unwrap();
-    let section = &readme[readme.find("## Embed rho in your host").unwrap()..];
+    let section = &readme[readme.find(heading).unwrap()..];
     let toml = block(section, "```toml\n");
     let program = block(section, "```rust\n");
     assert!(toml.contains(r#"path = "../rho/core""#), "{toml}");
@@ -132,10 +132,10 @@ fn the_readme_host_is_its_own_worker() {
         program.contains("rho_runtime::run_if_worker();"),
         "{program}"
     );
-    let core = rho_tests::workspace_dir().join("core");
+    let rho = rho_tests::workspace_dir();
     let manifest = format!(
-        "[package]\nname = \"my-agent\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[workspace]\n\n{}",
-        toml.replace("../rho/core", core.to_str().unwrap())
+        "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[workspace]\n\n{}",
+        toml.replace("../rho/", &format!("{}/", rho.to_str().unwrap()))
     );
     let project = tempfile::tempdir_in(rho_tests::host_dir("rho-embedder-tests")).unwrap();
     std::fs::create_dir(project.path().join("src")).unwrap();
@@ -143,7 +143,7 @@ fn the_readme_host_is_its_own_worker() {
     std::fs::write(project.path().join("src/main.rs"), program).unwrap();
     // The fixture's lock: the same versions, so the fixture's build of them is used.
     std::fs::copy(
-        rho_tests::workspace_dir().join("tests/fixtures/embedder/Cargo.lock"),
+        rho.join("tests/fixtures/embedder/Cargo.lock"),
         project.path().join("Cargo.lock"),
     )
     .unwrap();
@@ -160,20 +160,30 @@ fn the_readme_host_is_its_own_worker() {
     let built = build.output().unwrap();
     assert!(
         built.status.success(),
-        "README's host does not build:\n{}",
+        "README's `{heading}` does not build:\n{}",
         String::from_utf8_lossy(&built.stderr)
     );
-    let binary = target
+    target
         .join(if release { "release" } else { "debug" })
-        .join("my-agent");
+        .join(name)
+}
 
-    // Run where an embedder runs it: a `plugins` directory beside, no rho-worker anywhere.
-    let run_dir = tempfile::tempdir_in(rho_tests::host_dir("rho-embedder-tests")).unwrap();
-    std::fs::create_dir(run_dir.path().join("plugins")).unwrap();
-    install(&run_dir.path().join("plugins"), "echo");
-    let alone = run_dir.path().join("my-agent");
-    std::fs::copy(&binary, &alone).unwrap();
-    let out = run_alone(&alone, run_dir.path(), &[]);
+/// A directory where an embedder runs its binary: `plugins` beside it holding `echo`, and the
+/// binary copied in (no rho-worker anywhere); the directory and the copy.
+fn run_dir(binary: &Path) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir_in(rho_tests::host_dir("rho-embedder-tests")).unwrap();
+    std::fs::create_dir(dir.path().join("plugins")).unwrap();
+    install(&dir.path().join("plugins"), "echo");
+    let alone = dir.path().join(binary.file_name().unwrap());
+    std::fs::copy(binary, &alone).unwrap();
+    (dir, alone)
+}
+
+#[test]
+fn the_readme_host_is_its_own_worker() {
+    let binary = readme_program("## Embed rho in your host", "my-agent");
+    let (dir, alone) = run_dir(&binary);
+    let out = run_alone(&alone, dir.path(), &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         (out.status.code(), stdout.as_ref()),
@@ -181,6 +191,38 @@ fn the_readme_host_is_its_own_worker() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// What the official MCP Python SDK reads of `binary ARGS` run in `dir` as an MCP server on
+/// stdio (`tests/python/embedded_mcp.py`).
+fn mcp_client_report(binary: &Path, dir: &Path, args: &[&str]) -> Value {
+    let mut client = Command::new("python3");
+    client
+        .arg(rho_tests::workspace_dir().join("tests/python/embedded_mcp.py"))
+        .arg(binary)
+        .arg(dir)
+        .args(args)
+        .env("PYTHONPATH", rho_tests::python_sdk("mcp>=1.9,<2", "mcp1"));
+    rho_tests::client_report(client, "an embedder's MCP server")
+}
+
+#[test]
+fn the_readme_mcp_host_serves_the_python_sdk() {
+    let binary = readme_program("### Serve your host over MCP", "my-mcp-agent");
+    let (dir, alone) = run_dir(&binary);
+    let report = mcp_client_report(&alone, dir.path(), &[]);
+    assert_eq!(report["tools"], serde_json::json!(["echo"]), "{report}");
+    assert_eq!(report["echo"], "hi over MCP", "{report}");
+    assert_eq!(report["outcome"], "ok", "{report}");
+}
+
+#[test]
+fn the_embedder_fixture_serves_its_plugins_over_mcp() {
+    let (dir, alone) = run_dir(&embedder_bin());
+    let plugins = dir.path().join("plugins");
+    let report = mcp_client_report(&alone, dir.path(), &["--serve", plugins.to_str().unwrap()]);
+    assert_eq!(report["echo"], "hi over MCP", "{report}");
+    assert_eq!(report["is_error"], false, "{report}");
 }
 
 /// Runs `binary` in `dir` (also its home) as a user's shell would with nothing of rho's around:

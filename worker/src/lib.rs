@@ -4,7 +4,7 @@
 //! sandbox that confines a worker before the plugin's first instruction, behind a platform seam
 //! ([`sandbox`]: Linux's namespaces, Landlock and seccomp; macOS's Seatbelt).
 //!
-//! A host does not use this crate directly: the runtime (`rho-runtime`) loads in process and
+//! **Internal to rho**: a host does not use this crate directly: the runtime (`rho-runtime`) loads in process and
 //! starts workers through it. Tools that load one file outside a host (`rho plugin check`, the
 //! benchmarks) use [`loader`].
 //!

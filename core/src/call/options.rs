@@ -28,7 +28,7 @@ pub struct RunnerConfig {
     /// host's timeout); the host's own overrides are not capped.
     pub max_tool_timeout: Duration,
     /// The host's result limit, in bytes of answer text: longer text is cut with a note for the
-    /// model, the whole kept in [`ToolResult::full_text`] and the end event. A tool's own limit
+    /// model, the whole kept in [`ToolResult::full_text`](crate::ToolResult::full_text) and the end event. A tool's own limit
     /// applies when it is smaller. `None`: no limit but the tools' own.
     pub max_result_bytes: Option<usize>,
     /// How long plugin files still loading are waited for: by [`HostBuilder::build`](crate::HostBuilder::build)
@@ -109,7 +109,7 @@ pub struct CallOptions {
     pub on_log: Option<LogHook>,
     /// The call's W3C trace context (`traceparent`: from an MCP request's
     /// `_meta.traceparent`, or the host's own tracing), handed on to the tool
-    /// ([`ToolCtx::traceparent`], a plugin's `Ctx::traceparent`). One that is not valid
+    /// ([`ToolCtx::traceparent`](crate::ToolCtx::traceparent), a plugin's `Ctx::traceparent`). One that is not valid
     /// ([`is_valid_traceparent`](crate::is_valid_traceparent)) is dropped.
     pub traceparent: Option<String>,
     /// This call's idle limit, instead of the host's or the tool's: it ends `timed_out` once it

@@ -5,13 +5,13 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rho_runtime::{
-    Action, Asker, BusItem, CallOptions, EventType, Filter, GateRule, Host, LogHook, LogLevel,
-    Outcome, RuleGate, ToolCall, ToolResult, UpdateHook, Verdict,
+    Action, Asker, BusItem, CallOptions, EventType, Filter, GateRule, Host, Outcome, RuleGate,
+    ToolCall, ToolResult, Verdict,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, InputRequiredResult,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ServerCapabilities, ServerNotification, SubscriptionFilter, Tool, ToolListChangedNotification,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerNotification,
+    SubscriptionFilter, Tool, ToolListChangedNotification,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext, SubscriptionSink};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
@@ -21,6 +21,7 @@ use tokio_stream::StreamExt;
 use super::asking::{ElicitAnswerer, Parked, RunningCall, Step};
 use super::logging::{self, SessionLevel};
 use super::meta_tools;
+use super::notes::Notes;
 use super::observe::{RequestInfo, RequestObserver, request_id};
 use super::settings::ServeConfig;
 use super::tasks::{Tasks, owner};
@@ -53,14 +54,6 @@ pub struct RhoServer {
     tasks: Tasks,
     /// A tool whose timeout is over this runs as a task for clients that declare tasks.
     task_after: Option<std::time::Duration>,
-}
-
-/// What a call sends its client before its answer, in order.
-enum Note {
-    /// An update, as progress of the request's token.
-    Progress(ProgressToken, String),
-    /// A log line.
-    Log(LogLevel, String),
 }
 
 /// Who hears of tool list changes: the peers of initialized sessions (2025-era: one over stdio,
@@ -416,75 +409,19 @@ impl RhoServer {
             request.name.to_string(),
             Value::Object(request.arguments.unwrap_or_default()),
         );
-        // Progress and log lines: every update (with a progress token) and every log line at or
-        // above the session's level (once it set one), in order, sent before the response (the
-        // hooks are never called after the call's end). Bounded: past 1024 unsent notes, the
-        // newest are dropped, as a lagging subscriber's would be.
+        // Progress and log lines before the response (`super::notes`).
         // A task's request ends at once: its progress and log lines have no request to go with.
         let token = context.meta.get_progress_token().filter(|_| !as_task);
         // A 2026-07-28 request carries its own level; a 2025-era session has the one it set.
         let level = logging::requested(&context.meta)
             .or_else(|| self.log_level.get())
             .filter(|_| !as_task);
-        let (on_update, on_log, notes) = if token.is_none() && level.is_none() {
-            (None, None, None)
-        } else {
-            let (sender, mut pending) = tokio::sync::mpsc::channel::<Note>(1024);
-            let (ended, mut end) = tokio::sync::oneshot::channel::<()>();
-            let peer = context.peer.clone();
-            let tool = call.name.clone();
-            let forwarder = tokio::spawn(async move {
-                let mut n = 0u32;
-                let mut send = async |note: Note| match note {
-                    Note::Progress(token, partial) => {
-                        n += 1;
-                        let note = ProgressNotificationParam::new(token, f64::from(n))
-                            .with_message(partial);
-                        let _ = peer.notify_progress(note).await;
-                    }
-                    Note::Log(level, line) => logging::notify(&peer, &tool, level, line).await,
-                };
-                loop {
-                    tokio::select! {
-                        biased;
-                        Some(note) = pending.recv() => send(note).await,
-                        _ = &mut end => break,
-                    }
-                }
-                while let Ok(note) = pending.try_recv() {
-                    send(note).await;
-                }
-            });
-            let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
-            let queue = {
-                let dropped = dropped.clone();
-                move |note: Note| {
-                    if sender.try_send(note).is_err() {
-                        dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
-                }
-            };
-            let on_update = token.map(|token| {
-                let queue = queue.clone();
-                Arc::new(move |partial: &str| {
-                    queue(Note::Progress(token.clone(), partial.to_owned()));
-                }) as UpdateHook
-            });
-            let on_log = level.map(|least| {
-                Arc::new(move |level: LogLevel, line: &str| {
-                    if level >= least {
-                        queue(Note::Log(level, line.to_owned()));
-                    }
-                }) as LogHook
-            });
-            (on_update, on_log, Some((ended, forwarder, dropped)))
-        };
+        let (on_update, on_log, notes) =
+            Notes::start(context.peer.clone(), call.name.clone(), token, level);
         let asking = match self.asking(&call, &context, request.input_responses.as_ref()) {
             Ok(asking) => asking,
             Err(input_required) => {
-                if let Some((ended, ..)) = notes {
-                    let _ = ended.send(());
-                }
+                drop(notes);
                 return Ok(CallToolResponse::InputRequired(input_required));
             }
         };
@@ -584,19 +521,8 @@ impl RhoServer {
             drop(turn);
             CallToolResponse::Complete(mcp_result(&result, self.max_result_bytes))
         };
-        if let Some((ended, mut forwarder, dropped)) = notes {
-            let _ = ended.send(());
-            // Bounded: a client that does not read cannot hold the answer forever; what is not
-            // sent by then never is (no note after the answer).
-            let wait = std::time::Duration::from_secs(5);
-            if tokio::time::timeout(wait, &mut forwarder).await.is_err() {
-                forwarder.abort();
-                tracing::warn!(call = %call_id, "notifications still pending at the answer dropped");
-            }
-            let dropped = dropped.load(std::sync::atomic::Ordering::Relaxed);
-            if dropped > 0 {
-                tracing::warn!(call = %call_id, dropped, "notifications dropped (more than 1024 unsent; the journal has every line)");
-            }
+        if let Some(notes) = notes {
+            notes.finish(&call_id).await;
         }
         Ok(response)
     }

@@ -8,6 +8,7 @@ mod handler;
 pub(crate) mod jsonrpc;
 mod logging;
 mod meta_tools;
+mod notes;
 mod observe;
 mod settings;
 mod stdio;
