@@ -43,7 +43,7 @@ fn every_source_file_has_a_row_and_every_row_names_real_files() {
     let named: BTreeSet<&str> = ticked(rows).filter(|w| w.contains("/src/")).collect();
 
     let mut sources = BTreeSet::new();
-    for entry in std::fs::read_dir(&root).expect("the workspace").flatten() {
+    for entry in std::fs::read_dir(root).expect("the workspace").flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let dir = entry.path();
         if ["tests", "plugins", "workspace-hack", "target"].contains(&name.as_str())
@@ -52,7 +52,7 @@ fn every_source_file_has_a_row_and_every_row_names_real_files() {
         {
             continue;
         }
-        files_under(&root, &dir.join("src"), &mut sources);
+        files_under(root, &dir.join("src"), &mut sources);
     }
     assert!(
         sources.len() > 100,
