@@ -101,14 +101,27 @@ pub fn for_server(wanted: Option<&Path>) -> Result<PathBuf, String> {
     }
 }
 
-/// The newest default journal a running server writes, else the newest of all: what
-/// `rho watch --attach` without a path follows.
+/// The default journal of the running server that started last, else the newest of all: what
+/// `rho watch --attach` without a path follows. Servers are ordered by when they started (the
+/// time in the file's name), not by their last write: an older server that keeps writing is
+/// not the newer one.
 pub fn newest_running() -> Result<PathBuf, String> {
-    let running = journals_in(&dir()).into_iter().find(|path| in_use(path));
+    let running = journals_in(&dir())
+        .into_iter()
+        .filter(|path| in_use(path))
+        .max_by_key(|path| started_ms(path));
     match running {
         Some(path) => Ok(path),
         None => newest(),
     }
+}
+
+/// When the server of the default journal `path` started (Unix ms, from its name
+/// `serve-<ms>-<pid>.jsonl`); `None` for a path of another name.
+pub fn started_ms(path: &Path) -> Option<u64> {
+    let name = path.file_name()?.to_str()?;
+    let rest = name.strip_prefix("serve-")?.strip_suffix(".jsonl")?;
+    rest.split_once('-')?.0.parse().ok()
 }
 
 /// The most recently modified default journal.

@@ -68,9 +68,16 @@ impl rho_mcp::RequestSpan for Request {
     }
 }
 
-/// Sends what is queued and stops the export (before the process exits).
+/// Sends what is queued and stops the export (before the process exits): one try, within
+/// `[otel] exit_timeout_ms`; what did not go out is said in one line on stderr.
 pub async fn flush() {
     if let Some(export) = EXPORT.get() {
-        export.shutdown().await;
+        let report = export.shutdown().await;
+        if !report.complete() {
+            eprintln!(
+                "rho: OpenTelemetry: {}",
+                crate::render::terminal_safe(&report.to_string())
+            );
+        }
     }
 }

@@ -101,6 +101,7 @@ mod tests {
                 details: None,
                 full_text: None,
                 duration_ms: ms,
+                served_by: None,
             },
         }
     }

@@ -78,8 +78,8 @@ pub use agent::settings::{CallOrder, KeepDetails, LoopConfig};
 pub use agent::stop::{StopReason, UnknownStopReason};
 pub use bus::event_type::{EventType, UnknownEventType};
 pub use bus::events::{
-    CallRef, ContentView, Event, EventKind, ImageView, MAX_EVENT_TEXT, OutputView, SourceState,
-    TaskStatus,
+    CallRef, ContentView, Event, EventKind, ImageView, MAX_EVENT_TEXT, OutputView, Runs, ServedBy,
+    SourceState, TaskStatus,
 };
 pub use bus::journal::{Earlier, INDEX_EVERY, Journal, JournalError, Replay, read_range};
 pub use bus::{Bus, BusItem, DEFAULT_CAPACITY, Filter, RECENT_IMAGE_BYTES, Sink, Subscription};

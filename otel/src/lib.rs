@@ -58,6 +58,7 @@ use std::time::Duration;
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Histogram, MeterProvider as _};
+use opentelemetry_otlp::RetryPolicy;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
@@ -114,6 +115,11 @@ pub struct OtelConfig {
     pub metric_interval_ms: u64,
     /// How long one export may take, milliseconds (100 to 60,000; default 10,000).
     pub timeout_ms: u64,
+    /// How long the export may hold a process that exits, milliseconds (0 to 60,000; default
+    /// 1,000): what is queued goes out in one try within it (no retries), and what did not is
+    /// reported ([`ExitReport`]). While running, a failed export is retried (3 times, backoff
+    /// from 100 ms).
+    pub exit_timeout_ms: u64,
 }
 
 impl Default for OtelConfig {
@@ -128,6 +134,7 @@ impl Default for OtelConfig {
             queue: 8192,
             metric_interval_ms: 10_000,
             timeout_ms: 10_000,
+            exit_timeout_ms: 1_000,
         }
     }
 }
@@ -224,6 +231,7 @@ impl OtelConfig {
             3_600_000,
         )?;
         within("timeout_ms", self.timeout_ms, 100, 60_000)?;
+        within("exit_timeout_ms", self.exit_timeout_ms, 0, 60_000)?;
         if let Some(endpoint) = &self.endpoint
             && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
         {
@@ -320,8 +328,12 @@ impl Sink for QueueSink {
 #[derive(Clone)]
 pub struct OtelExport {
     queue: Queue,
-    task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+    task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<ExitReport>>>>,
     server_duration: Histogram<f64>,
+    /// The bound on [`OtelExport::shutdown`].
+    exit_within: Duration,
+    /// Where it exports.
+    destination: String,
     /// Whether arguments and results are exported.
     pub export_arguments: bool,
 }
@@ -338,8 +350,18 @@ impl OtelExport {
             .ok_or_else(|| OtelError::Config("no endpoint to export to".into()))?;
         let resource = config.resource();
         let timeout = Duration::from_millis(config.timeout_ms);
-        let mut spans = exporters::spans(config, timeout)?;
+        let exit_within = Duration::from_millis(config.exit_timeout_ms);
+        let mut spans = exporters::spans(config, timeout, RetryPolicy::recommended())?;
         spans.set_resource(&resource);
+        // At exit, one try bounded by the exit's own time.
+        let mut last_spans = exporters::spans(
+            config,
+            exit_within.max(Duration::from_millis(1)),
+            RetryPolicy::disabled(),
+        )?;
+        last_spans.set_resource(&resource);
+        // Metrics are cumulative: one that fails goes out with the next period's, no retries
+        // (which would hold an exiting process for the backoff).
         let metrics = exporters::metrics(config, timeout)?;
         let reader = opentelemetry_sdk::metrics::periodic_reader_with_async_runtime::PeriodicReader::builder(
             metrics,
@@ -378,6 +400,7 @@ impl OtelExport {
         let worker = spans::Worker {
             host: host.clone(),
             exporter: spans,
+            last_exporter: last_spans,
             meters,
             tool_duration,
             received,
@@ -392,12 +415,15 @@ impl OtelExport {
             ),
             export_arguments: config.export_arguments,
         };
+        let destination = worker.destination.clone();
         let task = tokio::spawn(worker.run());
         Ok(OtelExport {
             queue,
             task: Arc::new(std::sync::Mutex::new(Some(task))),
             server_duration,
             export_arguments: config.export_arguments,
+            exit_within,
+            destination,
         })
     }
 
@@ -414,20 +440,85 @@ impl OtelExport {
         self.queue.push(Item::Span(Box::new(data)));
     }
 
-    /// Exports what is queued and stops (within the exporters' timeouts): what a process does
-    /// before it exits. Later calls are no longer exported.
-    pub async fn shutdown(&self) {
+    /// Exports what is queued, in one try, and stops: what a process does before it exits.
+    /// Bounded by [`OtelConfig::exit_timeout_ms`] whatever the receiver does (down, slow,
+    /// unreachable); the report says what did not go out and why. Later calls are no longer
+    /// exported; a second call reports nothing more.
+    pub async fn shutdown(&self) -> ExitReport {
+        let started = std::time::Instant::now();
         let task = self
             .task
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
+        let Some(mut task) = task else {
+            return ExitReport::default();
+        };
         // The bus's sink keeps a sender, so the queue never closes: the task is told to stop.
-        let _ = self.queue.sender.send(Item::Stop).await;
+        let _ = self.queue.sender.try_send(Item::Stop);
         self.queue.wake.notify_one();
-        if let Some(task) = task {
-            let _ = task.await;
+        let finished = tokio::time::timeout(self.exit_within, &mut task).await;
+        let mut report = match finished {
+            Ok(Ok(report)) => report,
+            Ok(Err(_)) => ExitReport {
+                reason: Some("the export task failed".into()),
+                ..ExitReport::default()
+            },
+            Err(_) => {
+                task.abort();
+                ExitReport {
+                    reason: Some(format!(
+                        "no answer within otel.exit_timeout_ms = {} ms",
+                        self.exit_within.as_millis()
+                    )),
+                    unfinished: true,
+                    ..ExitReport::default()
+                }
+            }
+        };
+        report.dropped = report.dropped.max(self.dropped());
+        report.destination = self.destination.clone();
+        report.waited = started.elapsed();
+        report
+    }
+}
+
+/// What an export did not send by the time its process exits ([`OtelExport::shutdown`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExitReport {
+    /// Where it exports (`otlp http/protobuf http://...`).
+    pub destination: String,
+    /// Spans and events dropped over the export's life, those of the last try included.
+    pub dropped: u64,
+    /// Why the last export failed (or did not finish), if it did.
+    pub reason: Option<String>,
+    /// The exit's bound passed before the last try ended: what it held is lost too.
+    pub unfinished: bool,
+    /// How long the exit waited for the export.
+    pub waited: Duration,
+}
+
+impl ExitReport {
+    /// Whether everything went out.
+    pub fn complete(&self) -> bool {
+        self.dropped == 0 && self.reason.is_none()
+    }
+}
+
+impl std::fmt::Display for ExitReport {
+    /// One line: `otlp http/protobuf http://127.0.0.1:9: not exported: 3 span(s) or event(s) (HTTP
+    /// export failed: network error); waited 12 ms at exit`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: ", self.destination)?;
+        if self.dropped > 0 {
+            write!(f, "not exported: {} span(s) or event(s)", self.dropped)?;
+        } else {
+            f.write_str("the last export failed")?;
         }
+        if let Some(reason) = &self.reason {
+            write!(f, " ({reason})")?;
+        }
+        write!(f, "; waited {} ms at exit", self.waited.as_millis())
     }
 }
 
@@ -437,7 +528,7 @@ mod exporters {
 
     use opentelemetry_otlp::{WithExportConfig, WithHttpConfig as _};
 
-    use super::{OtelConfig, OtelError, Protocol};
+    use super::{OtelConfig, OtelError, Protocol, RetryPolicy};
 
     fn unavailable(config: &OtelConfig, reason: String) -> OtelError {
         OtelError::Exporter {
@@ -454,6 +545,7 @@ mod exporters {
     pub(crate) fn spans(
         config: &OtelConfig,
         timeout: Duration,
+        retry: RetryPolicy,
     ) -> Result<opentelemetry_otlp::SpanExporter, OtelError> {
         let built = match config.protocol {
             #[cfg(feature = "http")]
@@ -463,13 +555,17 @@ mod exporters {
                 .with_endpoint(config.signal_endpoint("v1/traces"))
                 .with_timeout(timeout)
                 .with_headers(Default::default())
+                .with_retry_policy(retry)
                 .build(),
             #[cfg(feature = "grpc")]
-            Protocol::Grpc => opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
-                .with_endpoint(config.signal_endpoint(""))
-                .with_timeout(timeout)
-                .build(),
+            Protocol::Grpc => opentelemetry_otlp::WithTonicConfig::with_retry_policy(
+                opentelemetry_otlp::SpanExporter::builder()
+                    .with_tonic()
+                    .with_endpoint(config.signal_endpoint(""))
+                    .with_timeout(timeout),
+                retry,
+            )
+            .build(),
             #[allow(unreachable_patterns)]
             _ => return Err(unavailable(config, "rho was built without it".into())),
         };
@@ -488,13 +584,17 @@ mod exporters {
                 .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
                 .with_endpoint(config.signal_endpoint("v1/metrics"))
                 .with_timeout(timeout)
+                .with_retry_policy(RetryPolicy::disabled())
                 .build(),
             #[cfg(feature = "grpc")]
-            Protocol::Grpc => opentelemetry_otlp::MetricExporter::builder()
-                .with_tonic()
-                .with_endpoint(config.signal_endpoint(""))
-                .with_timeout(timeout)
-                .build(),
+            Protocol::Grpc => opentelemetry_otlp::WithTonicConfig::with_retry_policy(
+                opentelemetry_otlp::MetricExporter::builder()
+                    .with_tonic()
+                    .with_endpoint(config.signal_endpoint(""))
+                    .with_timeout(timeout),
+                RetryPolicy::disabled(),
+            )
+            .build(),
             #[allow(unreachable_patterns)]
             _ => return Err(unavailable(config, "rho was built without it".into())),
         };

@@ -13,7 +13,7 @@ use opentelemetry::trace::{
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLinks};
-use rho_runtime::{Event, EventKind, Host, Outcome};
+use rho_runtime::{Event, EventKind, Host, Outcome, Runs, ServedBy};
 use tokio::sync::mpsc;
 
 use crate::Item;
@@ -43,27 +43,64 @@ struct OpenCall {
     gate_wait_ms: Option<u64>,
 }
 
-/// Where tools come from, as known since the last change of plugins or sources.
-#[derive(Default)]
-struct Origins {
-    /// The host's plugins: name → (version, wasm, isolated), read when first needed.
-    plugins: Option<HashMap<String, (String, bool, bool)>>,
-    /// Each tool's, once worked out.
-    by_tool: HashMap<String, Origin>,
-}
-
 /// Where a tool comes from, as spans say it.
-#[derive(Clone)]
 struct Origin {
     plugin: Option<(String, String)>,
     source: &'static str,
     isolation: &'static str,
 }
 
+impl Origin {
+    /// The span's words for what served a call.
+    fn of(ServedBy { origin, runs }: &ServedBy) -> Origin {
+        match origin {
+            rho_runtime::Origin::Host => Origin {
+                plugin: None,
+                source: "native",
+                isolation: "in_process",
+            },
+            rho_runtime::Origin::Plugin {
+                plugin,
+                version,
+                file,
+            } => {
+                let (source, isolation) = match runs {
+                    _ if file.ends_with(".wasm") => ("wasm", "wasm"),
+                    Runs::Worker => ("plugin", "process"),
+                    Runs::Host | Runs::Source => ("plugin", "in_process"),
+                };
+                Origin {
+                    plugin: Some((plugin.clone(), version.clone())),
+                    source,
+                    isolation,
+                }
+            }
+            rho_runtime::Origin::Remote { offered, via } => {
+                let (source, isolation) = if via.starts_with("mcp:") {
+                    ("mcp_server", "process")
+                } else {
+                    ("remote_node", "remote")
+                };
+                let plugin = match offered.split_once('@') {
+                    Some((name, version)) => Some((name.to_owned(), version.to_owned())),
+                    None => Some((via.clone(), String::new())),
+                };
+                Origin {
+                    plugin,
+                    source,
+                    isolation,
+                }
+            }
+        }
+    }
+}
+
 /// The export task: events in, spans out in batches, metrics recorded.
 pub(crate) struct Worker {
     pub(crate) host: Host,
     pub(crate) exporter: opentelemetry_otlp::SpanExporter,
+    /// The exporter of the last batch, at exit: one try, bounded by the exit's time.
+    pub(crate) last_exporter: opentelemetry_otlp::SpanExporter,
     pub(crate) meters: SdkMeterProvider,
     pub(crate) tool_duration: Histogram<f64>,
     pub(crate) received: mpsc::Receiver<Item>,
@@ -85,9 +122,9 @@ struct Standing {
 }
 
 impl Worker {
-    pub(crate) async fn run(mut self) {
+    /// Runs until told to stop; what did not go out by then, and why.
+    pub(crate) async fn run(mut self) -> crate::ExitReport {
         let mut open: HashMap<String, OpenCall> = HashMap::new();
-        let mut origins = Origins::default();
         let mut batch: Vec<SpanData> = Vec::new();
         let mut standing = Standing::default();
         let mut tick = tokio::time::interval(EVERY);
@@ -107,7 +144,7 @@ impl Worker {
                     continue;
                 }
                 Some(None) => true,
-                Some(Some(item)) => self.take(item, &mut open, &mut origins, &mut batch).await,
+                Some(Some(item)) => self.take(item, &mut open, &mut batch),
             };
             if !stop {
                 tokio::select! {
@@ -117,7 +154,7 @@ impl Worker {
             }
             while !stop {
                 match self.received.try_recv() {
-                    Ok(item) => stop = self.take(item, &mut open, &mut origins, &mut batch).await,
+                    Ok(item) => stop = self.take(item, &mut open, &mut batch),
                     Err(mpsc::error::TryRecvError::Disconnected) => stop = true,
                     Err(mpsc::error::TryRecvError::Empty) => break,
                 }
@@ -129,30 +166,46 @@ impl Worker {
                 break;
             }
         }
-        // What came before the stop, then the metrics.
+        // What came before the stop, in one try, then the metrics.
         while let Ok(item) = self.received.try_recv() {
-            self.take(item, &mut open, &mut origins, &mut batch).await;
+            self.take(item, &mut open, &mut batch);
         }
-        self.flush(&mut batch, &mut standing).await;
-        self.report(&mut standing);
+        if !batch.is_empty() {
+            // Counted lost unless the one try goes out before the exit's bound cuts it short.
+            let n = batch.len() as u64;
+            self.dropped.fetch_add(n, Ordering::Relaxed);
+            match self.last_exporter.export(std::mem::take(&mut batch)).await {
+                Ok(()) => {
+                    self.dropped.fetch_sub(n, Ordering::Relaxed);
+                    standing.exported += n;
+                    standing.reason = None;
+                }
+                Err(e) => standing.reason = Some(e.to_string()),
+            }
+        }
         let _ = self.exporter.shutdown();
+        let _ = self.last_exporter.shutdown();
         let meters = self.meters.clone();
         // The reader's final export blocks on the runtime's tasks: off this one.
         let _ = tokio::task::spawn_blocking(move || meters.shutdown()).await;
+        crate::ExitReport {
+            dropped: self.dropped.load(Ordering::Relaxed),
+            reason: standing.reason.take(),
+            ..crate::ExitReport::default()
+        }
     }
 
     /// One queued item into `batch` (a call's span at its end, a server's span as it is);
     /// `true` for the stop.
-    async fn take(
+    fn take(
         &self,
         item: Item,
         open: &mut HashMap<String, OpenCall>,
-        origins: &mut Origins,
         batch: &mut Vec<SpanData>,
     ) -> bool {
         match item {
             Item::Event(event) => {
-                if let Some(span) = self.follow(&event, open, origins).await {
+                if let Some(span) = self.follow(&event, open) {
                     batch.push(span);
                 }
                 false
@@ -166,12 +219,7 @@ impl Worker {
     }
 
     /// One event: a call's span when it is its end.
-    async fn follow(
-        &self,
-        event: &Event,
-        open: &mut HashMap<String, OpenCall>,
-        origins: &mut Origins,
-    ) -> Option<SpanData> {
+    fn follow(&self, event: &Event, open: &mut HashMap<String, OpenCall>) -> Option<SpanData> {
         match &event.kind {
             EventKind::ToolExecutionStart {
                 call_id,
@@ -212,78 +260,17 @@ impl Worker {
                 outcome,
                 output,
                 duration_ms,
+                served_by,
                 ..
             } => {
                 let call = open.remove(call_id)?;
-                let origin = match origins.by_tool.get(&call.tool) {
-                    Some(origin) => origin.clone(),
-                    None => {
-                        if origins.plugins.is_none() {
-                            origins.plugins = Some(self.plugins().await);
-                        }
-                        let origin = self.origin(&call.tool, origins.plugins.as_ref());
-                        if origins.by_tool.len() < MAX_OPEN {
-                            origins.by_tool.insert(call.tool.clone(), origin.clone());
-                        }
-                        origin
-                    }
-                };
+                // What served the call as it was when it ran (the event says so): spans built
+                // after the host is gone are as true as those built at once.
+                let origin = served_by.as_ref().map(Origin::of);
                 let result = self.export_arguments.then(|| cut(output.text.clone()));
                 Some(self.call_span(call_id, call, *outcome, *duration_ms, origin, result))
             }
-            EventKind::PluginLoaded { .. }
-            | EventKind::PluginReloaded { .. }
-            | EventKind::PluginRemoved { .. }
-            | EventKind::RemoteToolsChanged { .. }
-            | EventKind::SourceStateChanged { .. } => {
-                // Where tools come from may have changed: read again at the next call's end.
-                *origins = Origins::default();
-                None
-            }
             _ => None,
-        }
-    }
-
-    /// The host's plugins: name → (version, wasm, isolated).
-    async fn plugins(&self) -> HashMap<String, (String, bool, bool)> {
-        self.host
-            .plugins()
-            .await
-            .into_iter()
-            .map(|p| {
-                let wasm = p.path.extension().is_some_and(|e| e == "wasm");
-                (p.name, (p.version, wasm, p.granted.is_some()))
-            })
-            .collect()
-    }
-
-    /// Where `tool` comes from.
-    fn origin(
-        &self,
-        tool: &str,
-        plugins: Option<&HashMap<String, (String, bool, bool)>>,
-    ) -> Origin {
-        let spec = self.host.spec(tool);
-        let plugin = spec.as_ref().and_then(|s| {
-            Some((
-                s.plugin.clone()?,
-                s.plugin_version.clone().unwrap_or_default(),
-            ))
-        });
-        let (source, isolation) = match &plugin {
-            None => ("native", "in_process"),
-            Some((name, _)) if name.starts_with("mcp:") => ("mcp_server", "process"),
-            Some((name, _)) => match plugins.and_then(|p| p.get(name)) {
-                Some((_, true, _)) => ("wasm", "wasm"),
-                Some((_, false, true)) => ("plugin", "process"),
-                Some((_, false, false)) => ("plugin", "in_process"),
-                None => ("remote_node", "remote"),
-            },
-        };
-        Origin {
-            plugin,
-            source,
-            isolation,
         }
     }
 
@@ -294,7 +281,7 @@ impl Worker {
         call: OpenCall,
         outcome: Outcome,
         duration_ms: f64,
-        origin: Origin,
+        origin: Option<Origin>,
         result: Option<String>,
     ) -> SpanData {
         let outcome_name = outcome_name(outcome);
@@ -316,12 +303,15 @@ impl Worker {
             KeyValue::new("gen_ai.tool.call.id", call_id.to_owned()),
             KeyValue::new("gen_ai.tool.type", "function"),
             KeyValue::new("rho.outcome", outcome_name),
-            KeyValue::new("rho.source", origin.source),
-            KeyValue::new("rho.isolation", origin.isolation),
         ]);
-        if let Some((name, version)) = origin.plugin {
-            attributes.push(KeyValue::new("rho.plugin.name", name));
-            attributes.push(KeyValue::new("rho.plugin.version", version));
+        // A call no tool served (an unknown tool) says nothing of a source.
+        if let Some(origin) = origin {
+            attributes.push(KeyValue::new("rho.source", origin.source));
+            attributes.push(KeyValue::new("rho.isolation", origin.isolation));
+            if let Some((name, version)) = origin.plugin {
+                attributes.push(KeyValue::new("rho.plugin.name", name));
+                attributes.push(KeyValue::new("rho.plugin.version", version));
+            }
         }
         if let Some(wait) = call.gate_wait_ms {
             attributes.push(KeyValue::new("rho.gate.wait_ms", wait as i64));

@@ -86,8 +86,8 @@ pub struct ToolResult {
     /// What the model reads.
     pub output: Output,
     /// Structured content: an `ok` answer of a tool that declares an output schema, checked
-    /// against it (a tool without one has its structured content dropped); the output's text is
-    /// then this content's JSON.
+    /// against it (a tool without one has its structured content dropped). The output's text is
+    /// the tool's own beside it, or this content's JSON when the tool wrote none.
     pub structured: Option<Value>,
     /// Details for screens, if the tool gave any.
     pub details: Option<Value>,

@@ -313,6 +313,7 @@ async fn filters_keep_only_what_was_asked() {
         details: None,
         full_text: None,
         duration_ms: 1.0,
+        served_by: None,
     };
     bus.publish(Some("a"), EventKind::TurnStart { turn: 1 });
     bus.publish(Some("b"), end("echo", "1"));

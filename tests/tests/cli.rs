@@ -489,6 +489,85 @@ fn watch_attach_follows_the_newest_running_server() {
     watcher.wait().unwrap();
 }
 
+/// Following the newer server B while an older A runs, then B ends: the watch says B ended and
+/// waits, it does not go back to A (before: it said "a newer server started" naming A's older
+/// journal, replayed A's whole journal, and its table counted A's calls twice).
+#[test]
+fn watch_attach_never_goes_back_to_an_older_server_nor_counts_twice() {
+    use std::io::Write as _;
+    let dir = plugin_dir(&["echo"]);
+    let state = tempfile::tempdir().unwrap();
+    let serve = || {
+        Command::new(rho_bin())
+            .args(["serve", "--plugins", dir.path().to_str().unwrap()])
+            .env("XDG_STATE_HOME", state.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let journals = || rho_tests::journals_in(&state.path().join("rho"));
+    let mut older = serve();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while journals().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no journal");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let older_journal = journals()[0].display().to_string();
+    let mut watcher = Command::new(rho_bin())
+        .args(["watch", "--attach", "--plain"])
+        .env("XDG_STATE_HOME", state.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = collect_lines(watcher.stderr.take().unwrap());
+    let stdout = collect_lines(watcher.stdout.take().unwrap());
+    wait_line(&stderr, "following the older server", |l| {
+        l.contains(&format!("following {older_journal}"))
+    });
+    // One call on the older server, seen by the watch.
+    let mut input = older.stdin.take().unwrap();
+    for line in rho_tests::stdio_call_lines("echo", serde_json::json!({"text": "once"})) {
+        writeln!(input, "{line}").unwrap();
+    }
+    wait_line(&stdout, "the call on the older server", |l| {
+        l.contains("echo") && l.contains("ok")
+    });
+    // A newer server starts, and ends; the older one still runs.
+    let mut newer = serve();
+    wait_line(&stderr, "moving to the newer server", |l| {
+        l.contains("a newer server started; following") && !l.contains(&older_journal)
+    });
+    drop(newer.stdin.take());
+    newer.wait().unwrap();
+    wait_line(&stderr, "saying the newer one ended", |l| {
+        l.contains("has ended; waiting for a newer server") && !l.contains(&older_journal)
+    });
+    // Time for a wrong move back to be made (one look every half second).
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(watcher.id() as i32, libc::SIGINT) };
+    watcher.wait().unwrap();
+    let said = stderr.lock().unwrap().clone();
+    assert!(
+        !said
+            .iter()
+            .any(|l| l.contains(&format!("following {older_journal}")) && l.contains("newer")),
+        "went back to the older server: {said:#?}"
+    );
+    let shown = stdout.lock().unwrap().clone();
+    let table = shown
+        .iter()
+        .rfind(|l| l.starts_with("echo "))
+        .unwrap_or_else(|| panic!("no health table: {shown:#?}"));
+    let calls: Vec<&str> = table.split_whitespace().collect();
+    assert_eq!(calls.get(2), Some(&"1"), "one call, counted once: {table}");
+    drop(input);
+    older.wait().unwrap();
+}
+
 /// Runs rho with a deadline: a command that hangs fails the test instead of the suite.
 fn rho_within(args: &[&str], secs: u64) -> Output {
     let mut child = Command::new(rho_bin())

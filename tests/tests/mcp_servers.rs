@@ -114,7 +114,9 @@ async fn server_filesystem_given_root_reads_only_what_its_sandbox_grants() {
     };
     let r = read(granted.join("open.txt")).await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
-    assert!(r.text().contains("granted text"), "{}", r.text());
+    // What the server said: its text content as text, its structured content beside it.
+    assert_eq!(&*r.text(), "granted text");
+    assert_eq!(r.structured, Some(json!({"content": "granted text"})));
     let r = read(secret.join("closed.txt")).await;
     assert_eq!(r.outcome, Outcome::Error, "{}", r.text());
     assert!(!r.text().contains("secret text"), "{}", r.text());

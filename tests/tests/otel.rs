@@ -392,11 +392,27 @@ fn over_grpc_and_from_a_one_shot_rho_call() {
         String::from_utf8_lossy(&out.stderr)
     );
     let spans = receiver.spans();
-    assert!(
-        spans
-            .iter()
-            .any(|s| s["name"] == "execute_tool echo" && s["protocol"] == "http"),
-        "rho call exited without its span: {spans:#?}"
+    let one_shot = spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool echo" && s["protocol"] == "http")
+        .unwrap_or_else(|| panic!("rho call exited without its span: {spans:#?}"));
+    // Built at exit, after the host shut down: it still says what served the call then (an
+    // isolated plugin), not what the emptied registry says.
+    assert_eq!(attribute(one_shot, "rho.source"), "plugin", "{one_shot:#}");
+    assert_eq!(
+        attribute(one_shot, "rho.isolation"),
+        "process",
+        "{one_shot:#}"
+    );
+    assert_eq!(
+        attribute(one_shot, "rho.plugin.name"),
+        "echo",
+        "{one_shot:#}"
+    );
+    assert_eq!(
+        attribute(one_shot, "rho.plugin.version"),
+        "0.1.0",
+        "{one_shot:#}"
     );
 
     // OTEL_SDK_DISABLED wins over the endpoint: nothing more arrives.
@@ -421,6 +437,54 @@ fn over_grpc_and_from_a_one_shot_rho_call() {
     );
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(receiver.spans().len(), before);
+}
+
+/// A receiver that takes connections and never answers holds a one-shot command no longer than
+/// `[otel] exit_timeout_ms`, and what it did not export is said in one line.
+#[test]
+fn an_unanswering_receiver_costs_a_one_shot_command_a_bounded_stated_delay() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // Connections complete (the kernel's backlog) and nothing is ever read or answered.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let (plugins, state) = setup("[otel]\nexit_timeout_ms = 300\n");
+    let config = state.path().join("rho.toml");
+    let started = Instant::now();
+    let out = Command::new(rho_tests::rho_bin())
+        .args(["--config", config.to_str().unwrap(), "call", "--plugins"])
+        .arg(plugins.path())
+        .args(["echo", r#"{"text": "unheard"}"#])
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{port}"),
+        )
+        .env("XDG_STATE_HOME", rho_tests::host_dir("rho-state"))
+        .env("XDG_RUNTIME_DIR", rho_tests::host_dir("rho-runtime"))
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "unheard\n");
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("OpenTelemetry"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    assert!(
+        said[0].starts_with(&format!(
+            "rho: OpenTelemetry: otlp http/protobuf http://127.0.0.1:{port}"
+        )),
+        "{stderr}"
+    );
+    assert!(said[0].contains("not exported"), "{stderr}");
+    // The export's own timeout (10 s a try, with retries) would hold it far longer; the margin
+    // is for a loaded machine's start-up, not the export.
+    assert!(
+        took < Duration::from_secs(8),
+        "rho call took {took:?}: {stderr}"
+    );
+    drop(silent);
 }
 
 /// The receiver down: every call ends with its outcome, and the spans that could not go are

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use rho_runtime::{BusItem, Event};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncSeekExt, BufReader};
 use tokio_stream::StreamExt;
 
 mod display;
@@ -240,6 +240,9 @@ async fn follow_journal(mut path: PathBuf, mut display: Display, newest: bool) -
     let mut last_seq = 0;
     // Whether the journal's server was seen gone (said once).
     let mut ended = false;
+    // Where each journal followed before was left (inode, bytes read, last seq): one followed
+    // again goes on from there, so no event is shown (or counted) twice.
+    let mut left: std::collections::HashMap<PathBuf, (u64, u64, u64)> = Default::default();
     // One future for the whole loop: a signal between two iterations is not lost.
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
@@ -250,19 +253,29 @@ async fn follow_journal(mut path: PathBuf, mut display: Display, newest: bool) -
             got = limited.read_line(&mut line) => match got {
                 Ok(0) => {
                     idle_reads += 1;
-                    // About every half second at the end of the file: a newer server to follow?
+                    // About every half second at the end of the file: a server that started
+                    // after this one's, to follow? (Never an older one, even when this one ends.)
                     if newest && idle_reads.is_multiple_of(10)
                         && let Ok(newer) = crate::journals::newest_running()
                         && newer != path
+                        && crate::journals::started_ms(&newer) > crate::journals::started_ms(&path)
                         && crate::journals::in_use(&newer)
                     {
                         match open_journal(&newer) {
-                            Ok((new_reader, new_inode)) => {
+                            Ok((mut new_reader, new_inode)) => {
                                 display.source_changed(
                                     &newer.display().to_string(),
                                     &format!("a newer server started; following {}", newer.display()),
                                 );
-                                (reader, inode, read, last_seq, ended) = (new_reader, new_inode, 0, 0, false);
+                                left.insert(path.clone(), (inode, read, last_seq));
+                                let (from, seq) = match left.get(&newer) {
+                                    Some(&(seen, at, seq)) if seen == new_inode => (at, seq),
+                                    _ => (0, 0),
+                                };
+                                if from > 0 && new_reader.seek(std::io::SeekFrom::Start(from)).await.is_err() {
+                                    eprintln!("rho: cannot go on in {} where it was left", newer.display());
+                                }
+                                (reader, inode, read, last_seq, ended) = (new_reader, new_inode, from, seq, false);
                                 path = newer;
                                 line.clear();
                                 continue;

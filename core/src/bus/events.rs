@@ -24,6 +24,29 @@ pub struct Event {
     pub kind: EventKind,
 }
 
+/// What served a call ([`EventKind::ToolExecutionEnd`]): where its tool comes from and where
+/// its code ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServedBy {
+    /// Where the tool comes from.
+    pub origin: crate::Origin,
+    /// Where its code ran.
+    pub runs: Runs,
+}
+
+/// Where a tool's code runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Runs {
+    /// On the host's own threads: a native tool, an in-process plugin.
+    Host,
+    /// In a sandboxed worker process of the host's.
+    Worker,
+    /// Where its source runs it: an MCP server's process, another host over NATS, the host's
+    /// component engine.
+    Source,
+}
+
 /// An image as events show it: its mime type and size (the bytes stay in the session).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageView {
@@ -261,6 +284,11 @@ pub enum EventKind {
         full_text: Option<String>,
         /// From start to end, milliseconds.
         duration_ms: f64,
+        /// What served the call, as it was when the call ran; `None` when no tool did (an
+        /// unknown tool, a host that was stopping). A reader of a journal, or an exporter that
+        /// turns this event into a span after the host is gone, reads the truth here.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        served_by: Option<ServedBy>,
     },
     /// A plugin was loaded and its tools registered.
     PluginLoaded {

@@ -32,6 +32,9 @@ pub(crate) trait Invoke: Send + Sync {
     /// inside the call's own task.
     fn never_blocks(&self) -> bool;
 
+    /// Where the tool's code runs.
+    fn runs(&self) -> crate::Runs;
+
     /// Blocking threads still running calls the host gave up on.
     fn runaway_threads(&self) -> usize {
         0
@@ -329,5 +332,9 @@ impl Invoke for NativeInvoke {
     /// A host's tool may block its thread: it runs in a task of its own.
     fn never_blocks(&self) -> bool {
         false
+    }
+
+    fn runs(&self) -> crate::Runs {
+        crate::Runs::Host
     }
 }

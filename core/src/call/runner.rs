@@ -14,7 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::bus::Bus;
 use crate::bus::event_type::EventType;
-use crate::bus::events::{EventKind, OutputView};
+use crate::bus::events::{EventKind, OutputView, ServedBy};
 use crate::call::ask::{Answerer, Asking};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 use crate::call::invoke::{EndsOnDrop, Failure, ToolCtx, is_valid_traceparent};
@@ -251,7 +251,11 @@ impl ToolRunner {
                 bus.keep_images(&output, &result.output);
             }
             if end_wanted {
-                bus.publish(session, end_event(&result, output));
+                let served_by = resolved.as_ref().map(|tool| ServedBy {
+                    origin: (*tool.origin).clone(),
+                    runs: tool.invoke.runs(),
+                });
+                bus.publish(session, end_event(&result, output, served_by));
             }
         }
         tokio::task::coop::consume_budget().await;
@@ -601,13 +605,18 @@ impl ToolRunner {
                 match reply.result {
                     Ok(output) => {
                         // Structured content only from a tool that declares (and so had checked)
-                        // its schema; its text is that content's JSON, so the model and the
-                        // client program never read two different answers.
+                        // its schema. The text is the tool's own (an MCP server's text content
+                        // as it sent it); a tool that wrote none reads as the content's JSON, so
+                        // the model never reads an empty answer.
                         let output = match (&tool.spec.output_schema, reply.structured) {
                             (Some(_), Some(data)) => {
-                                let text = data.to_string();
+                                let output = if output.text().is_empty() {
+                                    with_text(output, data.to_string())
+                                } else {
+                                    output
+                                };
                                 structured = Some(data);
-                                with_text(output, text)
+                                output
                             }
                             _ => output,
                         };

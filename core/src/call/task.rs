@@ -12,7 +12,7 @@ use rho_protocol::{CrashReason, Failure, Outcome, ToolResult, crash_text};
 use tokio::task::{JoinError, JoinHandle};
 
 use crate::bus::Bus;
-use crate::bus::events::{EventKind, OutputView, event_text};
+use crate::bus::events::{EventKind, OutputView, ServedBy, event_text};
 use crate::call::gate::ToolCall;
 use crate::call::panic::{Caught, payload_message};
 
@@ -104,12 +104,16 @@ fn joined(joined: Result<TaskEnd, JoinError>) -> Result<TaskEnd, (Outcome, Strin
 pub(crate) fn fallback_end(bus: &Bus, call: &ToolCall, session: Option<&str>) -> ToolResult {
     let text = "rho: the call's task failed inside the runner";
     let result = ToolResult::failed(&call.id, &call.name, Outcome::Crashed, text);
-    bus.publish(session, end_event(&result, (&result.output).into()));
+    bus.publish(session, end_event(&result, (&result.output).into(), None));
     result
 }
 
-/// The `tool_execution_end` event of `result`, with `output` its view.
-pub(crate) fn end_event(result: &ToolResult, output: OutputView) -> EventKind {
+/// The `tool_execution_end` event of `result`, with `output` its view, served by `served_by`.
+pub(crate) fn end_event(
+    result: &ToolResult,
+    output: OutputView,
+    served_by: Option<ServedBy>,
+) -> EventKind {
     EventKind::ToolExecutionEnd {
         call_id: result.call_id.clone(),
         tool: result.tool.clone(),
@@ -120,5 +124,6 @@ pub(crate) fn end_event(result: &ToolResult, output: OutputView) -> EventKind {
         details: result.details.clone(),
         full_text: result.full_text.as_deref().map(event_text),
         duration_ms: result.duration.as_secs_f64() * 1000.0,
+        served_by,
     }
 }

@@ -111,6 +111,10 @@ impl Invoke for IsolatedInvoke {
         true
     }
 
+    fn runs(&self) -> crate::Runs {
+        crate::Runs::Worker
+    }
+
     fn invoke(&self, args: Arc<Value>, ctx: ToolCtx) -> CallFuture {
         let pool = self.pool.clone();
         let tool = self.tool.clone();

@@ -105,6 +105,10 @@ impl Invoke for InProcessInvoke {
         true
     }
 
+    fn runs(&self) -> crate::Runs {
+        crate::Runs::Host
+    }
+
     fn runaway_threads(&self) -> usize {
         self.plugin.runaway.load(Ordering::Relaxed)
     }

@@ -249,4 +249,8 @@ impl Invoke for RemoteInvoke {
     fn never_blocks(&self) -> bool {
         self.tool.never_blocks()
     }
+
+    fn runs(&self) -> crate::Runs {
+        crate::Runs::Source
+    }
 }
