@@ -76,26 +76,58 @@ impl WasmConfig {
         })
     }
 
-    /// The engine these settings describe; `Err` is one line. A default cache directory that
-    /// cannot be used is left out (with a warning on stderr); a configured one is an error.
+    /// The engine these settings describe; `Err` is one line. A configured cache directory
+    /// that cannot be used is an error; the default one is checked when the first component
+    /// loads, and one that cannot be used is said then, once (a host with no component says
+    /// nothing of it).
     #[cfg(feature = "wasm")]
-    pub fn engine(&self) -> Result<rho_runtime_wasm::WasmEngine, String> {
+    pub fn engine(&self) -> Result<Engine, String> {
         use rho_runtime_wasm::{WasmEngine, WasmLimits};
         let limits = WasmLimits {
             memory_bytes: usize::try_from(self.memory_mb << 20).unwrap_or(usize::MAX),
             fuel: self.fuel,
             scratch_bytes: self.scratch_mb << 20,
         };
-        let Some(dir) = self.cache_dir() else {
-            return WasmEngine::new(limits).map_err(|e| e.to_string());
+        let builder = WasmEngine::builder().limits(limits);
+        let builder = match (&self.cache_dir, self.cache_dir()) {
+            (Some(configured), _) => builder.cache_dir(configured),
+            (None, Some(default)) => builder.cache_dir_if_usable(default),
+            (None, None) => builder,
         };
-        match WasmEngine::builder().limits(limits).cache_dir(&dir).build() {
-            Ok(engine) => Ok(engine),
-            Err(e) if self.cache_dir.is_none() => {
-                eprintln!("rho: {e}; compiled components are kept in memory only");
-                WasmEngine::new(limits).map_err(|e| e.to_string())
-            }
-            Err(e) => Err(e.to_string()),
+        let engine = builder.build().map_err(|e| e.to_string())?;
+        Ok(Engine {
+            engine,
+            said: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+}
+
+/// The CLI's component engine: rho-runtime-wasm's, and the line saying its default cache is
+/// not used, once, when a component first finds out.
+#[cfg(feature = "wasm")]
+pub struct Engine {
+    engine: rho_runtime_wasm::WasmEngine,
+    said: std::sync::atomic::AtomicBool,
+}
+
+#[cfg(feature = "wasm")]
+impl rho_runtime::ComponentEngine for Engine {
+    fn load(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        sha256: &str,
+        grants: &rho_runtime::Grants,
+    ) -> Result<rho_runtime::LoadedComponent, rho_runtime::LoadError> {
+        let loaded = rho_runtime::ComponentEngine::load(&self.engine, path, bytes, sha256, grants);
+        if let Some(problem) = self.engine.cache_problem()
+            && !self.said.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            eprintln!(
+                "rho: {}; compiled components are kept in memory only",
+                crate::render::terminal_safe(&problem.to_string())
+            );
         }
+        loaded
     }
 }

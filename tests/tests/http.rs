@@ -991,6 +991,126 @@ fn a_connection_flood_locks_no_one_out() {
     }
 }
 
+/// Runs a flood of `count` connections from 127.0.0.1 to `addr` on a runtime of its own until
+/// `stop`: each connection reopened the moment the server closes it (an attacker's loop, not a
+/// round every half second); `drip`: each sends one header line a second, never a whole head,
+/// else each sends nothing.
+fn reopening_flood(
+    addr: &str,
+    count: usize,
+    drip: bool,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    let addr = addr.to_owned();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let mut tasks = Vec::new();
+            for i in 0..count {
+                let (addr, stop) = (addr.clone(), stop.clone());
+                tasks.push(tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let Ok(mut conn) = tokio::net::TcpStream::connect(&addr).await else {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        };
+                        if drip {
+                            let head = format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\n");
+                            let mut line = 0u64;
+                            let mut alive = conn.write_all(head.as_bytes()).await.is_ok();
+                            while alive && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                                let mut byte = [0u8; 1];
+                                tokio::select! {
+                                    read = conn.read(&mut byte) => alive = matches!(read, Ok(n) if n > 0),
+                                    () = tokio::time::sleep(Duration::from_secs(1)) => {
+                                        line += 1;
+                                        let drop = format!("X-Drip-{line}: {i}\r\n");
+                                        alive = conn.write_all(drop.as_bytes()).await.is_ok();
+                                    }
+                                }
+                            }
+                        } else {
+                            // Held until the server closes it (or the flood stops).
+                            let mut byte = [0u8; 1];
+                            loop {
+                                tokio::select! {
+                                    _ = conn.read(&mut byte) => break,
+                                    () = tokio::time::sleep(Duration::from_millis(200)) => {
+                                        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                                            break;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }));
+            }
+            for task in tasks {
+                let _ = task.await;
+            }
+        });
+    })
+}
+
+/// One try of a fresh client: `GET /` with `Connection: close`, 2 s to connect and 2 s to its
+/// first line; whether it was answered.
+fn fresh_client_answered(addr: &str) -> bool {
+    let Some(mut conn) = connect_from("127.0.0.1", addr) else {
+        return false;
+    };
+    conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let request = format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if conn.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut first = [0u8; 12];
+    matches!(std::io::Read::read(&mut conn, &mut first), Ok(n) if n >= 12 && first.starts_with(b"HTTP/1.1 200"))
+}
+
+/// A flood from the client's own address whose connections come back the moment they are
+/// closed (1,100 dripping a header line a second, or 2,000 idle), started 4 s before: a fresh
+/// client with a whole request is answered within the head deadline, every few tries (before:
+/// not one of 40 tries in 20 s; each was accepted and closed without a byte, the newest
+/// connection of a full share).
+#[test]
+fn a_fresh_client_wins_over_a_flood_that_reopens_at_once() {
+    many_descriptors();
+    let dir = plugins(&["echo"]);
+    let server = serve_with_config(dir.path(), "reopening-flood", "[serve]\nweb = true\n");
+    for (count, drip) in [(1100, true), (2000, false)] {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flood = reopening_flood(&server.addr, count, drip, stop.clone());
+        std::thread::sleep(Duration::from_secs(4));
+        let started = Instant::now();
+        let (mut tries, mut answered, mut first) = (0, 0, None);
+        while started.elapsed() < Duration::from_secs(10) {
+            tries += 1;
+            if fresh_client_answered(&server.addr) {
+                answered += 1;
+                first.get_or_insert(started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        flood.join().unwrap();
+        let what = if drip { "dripping" } else { "idle" };
+        assert!(
+            first.is_some_and(|at| at < Duration::from_secs(5)),
+            "{count} {what}: first answer at {first:?}, {answered} of {tries} answered"
+        );
+        assert!(
+            answered * 2 >= tries,
+            "{count} {what}: {answered} of {tries} answered"
+        );
+    }
+}
+
 #[test]
 fn rho_watch_attach_follows_a_server_over_http_across_a_restart() {
     let dir = plugins(&["echo"]);

@@ -820,3 +820,49 @@ fn rho_serve_serves_components_to_the_python_sdk() {
         assert_eq!(report["after"], "still here", "{requirement}");
     }
 }
+
+/// A default compile cache that cannot be used (`~/.cache/rho/wasm` writable by others) is said
+/// once, when a component first loads; a host with no component says nothing of it (before: the
+/// line came first thing from every command, a second line before a one-line error).
+#[test]
+fn an_unusable_default_compile_cache_is_said_once_and_only_with_a_component() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let cache = home.path().join(".cache/rho/wasm");
+    std::fs::create_dir_all(&cache).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let rho = |plugins: &Path| {
+        std::process::Command::new(rho_tests::rho_bin())
+            .args(["tools", "--plugins"])
+            .arg(plugins)
+            .env("HOME", home.path())
+            .env_remove("XDG_CACHE_HOME")
+            .output()
+            .unwrap()
+    };
+    let natives = rho_tests::plugin_dir(&["echo"]);
+    let out = rho(natives.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains("cache"),
+        "no component, no word of its cache: {stderr}"
+    );
+
+    let components = tempfile::tempdir().unwrap();
+    install_component(components.path(), "files");
+    install_component(components.path(), "faults");
+    let out = rho(components.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("the compiled-component cache cannot be used"))
+        .collect();
+    assert_eq!(said.len(), 1, "said once: {stderr}");
+    assert!(
+        said[0].ends_with("compiled components are kept in memory only"),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("read_passage"));
+}

@@ -16,7 +16,7 @@ use std::hash::{Hash, Hasher};
 use std::io::{Read, Write};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use rho_runtime::Trust;
 use rho_worker::loader::open::{DEFAULT_MAX_FILE_SIZE, DirError, DirHandle, open_dir};
@@ -43,40 +43,58 @@ struct Disk {
     dir: PathBuf,
     /// What the engine's build and configuration are: a file compiled by another is not read.
     engine_id: String,
+    /// The directory made and checked, once: `Err` why it is not used.
+    ready: OnceLock<Result<(), WasmError>>,
+}
+
+/// When a cache directory is made and checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CacheCheck {
+    /// When the engine is built: a directory that cannot be used fails the build.
+    AtBuild,
+    /// When the first component is compiled: one that cannot be used is left out, said once.
+    WhenFirstUsed,
 }
 
 impl CompileCache {
-    /// A cache for `engine`, on disk in `dir` too (made 0700 if missing, then checked).
-    pub(crate) fn new(engine: &Engine, dir: Option<PathBuf>) -> Result<CompileCache, WasmError> {
-        let disk = match dir {
-            None => None,
-            Some(dir) => {
-                let refused = |reason: String| WasmError::Cache {
-                    dir: dir.display().to_string(),
-                    reason,
-                };
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(&dir)
-                    .map_err(|e| refused(e.to_string()))?;
-                if let Err(DirError::Gone(e) | DirError::Unusable(e)) =
-                    open_dir(&dir, Trust::OwnerOnly)
-                {
-                    return Err(refused(e.to_string()));
+    /// A cache for `engine`, on disk in `dir` too (made 0700 if missing, then checked when
+    /// `CacheCheck` says).
+    pub(crate) fn new(
+        engine: &Engine,
+        dir: Option<(PathBuf, CacheCheck)>,
+    ) -> Result<CompileCache, WasmError> {
+        let disk = dir.map(|(dir, check)| {
+            let mut hasher = std::hash::DefaultHasher::new();
+            engine.precompile_compatibility_hash().hash(&mut hasher);
+            let disk = Disk {
+                dir,
+                engine_id: format!("{:016x}", hasher.finish()),
+                ready: OnceLock::new(),
+            };
+            (disk, check)
+        });
+        let disk = match disk {
+            Some((disk, CacheCheck::AtBuild)) => {
+                if let Err(e) = disk.usable() {
+                    return Err(e.clone());
                 }
-                let mut hasher = std::hash::DefaultHasher::new();
-                engine.precompile_compatibility_hash().hash(&mut hasher);
-                Some(Disk {
-                    dir,
-                    engine_id: format!("{:016x}", hasher.finish()),
-                })
+                Some(disk)
             }
+            Some((disk, CacheCheck::WhenFirstUsed)) => Some(disk),
+            None => None,
         };
         Ok(CompileCache {
             memory: Mutex::default(),
             disk,
         })
+    }
+
+    /// Why the disk cache is not used, once that was found out.
+    pub(crate) fn problem(&self) -> Option<WasmError> {
+        match self.disk.as_ref()?.ready.get()? {
+            Err(e) => Some(e.clone()),
+            Ok(()) => None,
+        }
     }
 
     /// The component of content `sha256` (`bytes`): kept in memory, read from disk, or compiled
@@ -90,11 +108,12 @@ impl CompileCache {
         if let Some(component) = self.memory().by_sha.get(sha256) {
             return Ok(component.clone());
         }
-        let component = match self.disk.as_ref().and_then(|d| d.read(engine, sha256)) {
+        let disk = self.disk.as_ref().filter(|disk| disk.usable().is_ok());
+        let component = match disk.and_then(|d| d.read(engine, sha256)) {
             Some(component) => component,
             None => {
                 let component = Component::new(engine, bytes)?;
-                if let Some(disk) = &self.disk {
+                if let Some(disk) = disk {
                     disk.write(sha256, &component);
                 }
                 component
@@ -122,6 +141,29 @@ impl CompileCache {
 }
 
 impl Disk {
+    /// The directory made (0700) if missing and checked, the first time only.
+    fn usable(&self) -> &Result<(), WasmError> {
+        self.ready.get_or_init(|| {
+            let refused = |reason: String| WasmError::Cache {
+                dir: self.dir.display().to_string(),
+                reason,
+            };
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&self.dir)
+                .map_err(|e| refused(e.to_string()))?;
+            match open_dir(&self.dir, Trust::OwnerOnly) {
+                Ok(_) => Ok(()),
+                Err(DirError::Gone(e) | DirError::Unusable(e)) => {
+                    let e = refused(e.to_string());
+                    tracing::warn!("{e}; compiled components are kept in memory only");
+                    Err(e)
+                }
+            }
+        })
+    }
+
     fn name(&self, sha256: &str) -> OsString {
         format!("{sha256}-{}.cwasm", self.engine_id).into()
     }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::cache::CompileCache;
+use crate::cache::{CacheCheck, CompileCache};
 use crate::error::WasmError;
 
 use crate::plugin::{PluginInner, Scratch, WasmPlugin};
@@ -40,7 +40,7 @@ const CALLS: u32 = INSTANCES - SPARES - 16;
 #[derive(Debug, Default)]
 pub struct WasmEngineBuilder {
     limits: WasmLimits,
-    cache_dir: Option<PathBuf>,
+    cache_dir: Option<(PathBuf, CacheCheck)>,
 }
 
 impl WasmEngineBuilder {
@@ -56,7 +56,16 @@ impl WasmEngineBuilder {
     /// write or swap (the checks of a plugin directory), and every file in it is checked the
     /// same way before it is read. Default: compiled components are kept in memory only.
     pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.cache_dir = Some(dir.into());
+        self.cache_dir = Some((dir.into(), CacheCheck::AtBuild));
+        self
+    }
+
+    /// A compile cache in `dir` if it can be used, checked (and made) only when the first
+    /// component is compiled: a host that loads no component never touches it. If it cannot be
+    /// used, compiled components are kept in memory only and [`WasmEngine::cache_problem`] says
+    /// why (a default location, which nobody asked for by name).
+    pub fn cache_dir_if_usable(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cache_dir = Some((dir.into(), CacheCheck::WhenFirstUsed));
         self
     }
 
@@ -130,6 +139,13 @@ impl WasmEngine {
     /// [`WasmEngine::builder`] for a cache on disk).
     pub fn new(limits: WasmLimits) -> Result<WasmEngine, WasmError> {
         WasmEngine::builder().limits(limits).build()
+    }
+
+    /// Why the compile cache on disk given by [`WasmEngineBuilder::cache_dir_if_usable`] is not
+    /// used, once a component's compilation found out (the engine keeps compiled components in
+    /// memory only); `None` before, or when it is used.
+    pub fn cache_problem(&self) -> Option<WasmError> {
+        self.inner.cache.problem()
     }
 
     /// A builder, for the limits and a compile cache on disk.

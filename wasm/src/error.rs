@@ -1,7 +1,7 @@
 //! [`WasmError`]: why a component or the engine could not be used.
 
 /// Why a component could not be used. One line each.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum WasmError {
     /// The engine could not be set up.
     #[error("the wasm engine could not be set up: {0}")]

@@ -4,12 +4,15 @@
 //!
 //! - **Connections**: at most [`MAX_CONNECTIONS`] at once and [`MAX_CONNECTIONS_PER_PEER`] per
 //!   peer address. A connection is *waiting* from its accept (or the end of its last response)
-//!   until its next request head is in, and *busy* while a request runs. A connection past a
-//!   bound evicts the connection of that peer (for the per-peer bound) or of anyone (for the
-//!   global one) that has waited longest; it is refused only when every one is busy. A flood of
-//!   idle or dripping connections from one address therefore holds at most its own share, and
-//!   one from the client's own address loses its oldest members to each newcomer, whose request
-//!   head comes at once.
+//!   until its next request head is in, and *busy* while a request runs. A newcomer within the
+//!   bounds is admitted at once. Past a bound, only a newcomer whose whole request head has
+//!   arrived gets in: it evicts the connection of that peer (for the per-peer bound) or of
+//!   anyone (for the global one) that has waited longest, and is refused only when every one is
+//!   busy. A newcomer without a whole head waits for one, unadmitted, among at most
+//!   [`MAX_PENDING`] such (the newest displacing the oldest), until the head deadline. A flood
+//!   of idle or dripping connections therefore holds at most its share and never evicts anyone,
+//!   however fast it reopens what is closed, and a client with a whole request wins over every
+//!   connection still waiting for its own, whatever address the flood comes from.
 //! - **Sessions** (2025-era MCP sessions): at most `serve.max_sessions` and
 //!   `serve.max_sessions_per_peer`; one idle for `serve.session_idle_ms` is closed; an
 //!   `initialize` past a bound closes the session idle longest (of that peer, or of anyone), and
@@ -28,6 +31,9 @@ pub const MAX_CONNECTIONS: usize = 1024;
 
 /// Connections open at once from one peer address at most.
 pub const MAX_CONNECTIONS_PER_PEER: usize = 256;
+
+/// Newcomers waiting for their whole request head while the bounds are reached, at most.
+pub const MAX_PENDING: usize = 1024;
 
 /// One connection's state, shared by its task and the table.
 pub struct Connection {
@@ -92,9 +98,10 @@ impl Connections {
         self.open.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Admits a connection from `peer`, evicting what waited longest where a bound is reached;
-    /// `None` when it must be refused (everything in its way is busy).
-    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<Admitted> {
+    /// Admits a connection from `peer`. Within the bounds, at once. Past one, `Err(Full)`
+    /// unless its whole request head has arrived (`head_in`): then the connection that has
+    /// waited longest in its way is evicted, and it is refused only when every one is busy.
+    pub fn admit(self: &Arc<Self>, peer: IpAddr, head_in: bool) -> Result<Admitted, Full> {
         let mut open = self.map();
         let oldest_waiting = |open: &HashMap<u64, Arc<Connection>>, of: Option<IpAddr>| {
             open.values()
@@ -104,12 +111,18 @@ impl Connections {
                 .map(|(_, id)| id)
         };
         let evict = |open: &mut HashMap<u64, Arc<Connection>>, of: Option<IpAddr>| {
-            let id = oldest_waiting(open, of)?;
-            let victim = open.remove(&id)?;
+            let id = oldest_waiting(open, of).ok_or(Full)?;
+            let victim = open.remove(&id).ok_or(Full)?;
             victim.evicted.cancel();
-            Some(())
+            Ok(())
         };
-        if open.values().filter(|c| c.peer == peer).count() >= MAX_CONNECTIONS_PER_PEER {
+        let peer_full =
+            open.values().filter(|c| c.peer == peer).count() >= MAX_CONNECTIONS_PER_PEER;
+        let all_full = open.len() >= MAX_CONNECTIONS;
+        if (peer_full || all_full) && !head_in {
+            return Err(Full);
+        }
+        if peer_full {
             evict(&mut open, Some(peer))?;
         }
         if open.len() >= MAX_CONNECTIONS {
@@ -123,10 +136,64 @@ impl Connections {
             evicted: CancellationToken::new(),
         });
         open.insert(connection.id, connection.clone());
-        Some(Admitted {
+        Ok(Admitted {
             table: self.clone(),
             connection,
         })
+    }
+}
+
+/// A bound is reached: a newcomer without its whole request head waits for it; one with it
+/// found nothing to evict (every connection in its way is busy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Full;
+
+/// The newcomers waiting, unadmitted, for their whole request head: at most [`MAX_PENDING`],
+/// the newest displacing the oldest (cancelled).
+#[derive(Default)]
+pub struct Pending {
+    next: AtomicU64,
+    waiting: Mutex<std::collections::VecDeque<(u64, CancellationToken)>>,
+}
+
+/// A newcomer's place among the pending, given back when dropped.
+pub struct Waiting {
+    pending: Arc<Pending>,
+    id: u64,
+    /// Cancelled when a newer newcomer needs its place.
+    pub displaced: CancellationToken,
+}
+
+impl Pending {
+    /// A place for a newcomer, displacing the oldest when all are taken.
+    pub fn wait(self: &Arc<Self>) -> Waiting {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let displaced = CancellationToken::new();
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        while waiting.len() >= MAX_PENDING {
+            if let Some((_, oldest)) = waiting.pop_front() {
+                oldest.cancel();
+            }
+        }
+        waiting.push_back((id, displaced.clone()));
+        Waiting {
+            pending: self.clone(),
+            id,
+            displaced,
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut waiting = self
+            .pending
+            .waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(at) = waiting.iter().position(|(id, _)| *id == self.id) {
+            waiting.remove(at);
+        }
     }
 }
 
@@ -267,24 +334,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_newcomer_evicts_the_connection_waiting_longest_of_its_peer() {
+    fn only_a_newcomer_with_a_whole_head_evicts_and_the_one_waiting_longest_goes() {
         let table = Arc::new(Connections::default());
         let flood: IpAddr = "127.0.0.2".parse().unwrap();
         let client: IpAddr = "127.0.0.1".parse().unwrap();
         let mut kept = Vec::new();
         for _ in 0..MAX_CONNECTIONS_PER_PEER {
-            kept.push(table.admit(flood).unwrap());
+            kept.push(table.admit(flood, false).unwrap());
         }
-        // The flood's next one evicts its own oldest; the client is not in its way.
+        // The flood's next one, without a whole head, waits: it evicts no one.
+        assert_eq!(table.admit(flood, false).err(), Some(Full));
+        assert!(!kept[0].connection.evicted.is_cancelled());
+        // With one, it evicts its own oldest; the client is not in its way.
         let first = kept[0].connection.clone();
-        kept.push(table.admit(flood).unwrap());
+        kept.push(table.admit(flood, true).unwrap());
         assert!(first.evicted.is_cancelled());
-        assert!(table.admit(client).is_some());
+        assert!(table.admit(client, false).is_ok());
         // Busy connections are not evicted: with all of a peer's busy, its next is refused.
         for admitted in &kept[1..] {
             admitted.connection.request_started();
         }
-        assert!(table.admit(flood).is_none());
+        assert_eq!(table.admit(flood, true).err(), Some(Full));
+    }
+
+    #[test]
+    fn the_newest_pending_newcomer_displaces_the_oldest() {
+        let pending = Arc::new(Pending::default());
+        let mut waiting: Vec<Waiting> = (0..MAX_PENDING).map(|_| pending.wait()).collect();
+        let oldest = waiting[0].displaced.clone();
+        waiting.push(pending.wait());
+        assert!(oldest.is_cancelled());
+        assert!(!waiting[1].displaced.is_cancelled());
+        drop(waiting);
+        assert!(pending.waiting.lock().unwrap().is_empty());
     }
 
     #[test]
