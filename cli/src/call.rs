@@ -19,7 +19,7 @@ pub struct Args {
     #[arg(value_name = "TOOL")]
     tool: String,
     /// Its arguments, a JSON object (default `{}`).
-    #[arg(value_name = "JSON")]
+    #[arg(value_name = "ARGS_JSON")]
     args: Option<String>,
     #[command(flatten)]
     plugins: PluginFlags,

@@ -118,6 +118,17 @@ pub fn publish(
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
     let declaration = declaration_of(&files)?;
+    // A tag that reads as a version names the one published (`:latest`, `:stable` name none).
+    if let Some(tag) = at.tag()
+        && tag.starts_with(|c: char| c.is_ascii_digit())
+        && tag.trim_start_matches('v') != declaration.version
+    {
+        eprintln!(
+            "rho: note: the tag {tag} is not the version the plugin declares ({} {}); publishing \
+             under it all the same",
+            declaration.name, declaration.version
+        );
+    }
     let published = block_on(rho_distribution::publish(
         &files,
         &declaration,
@@ -199,7 +210,7 @@ fn show(verified: &Verified) {
     let declaration = &verified.declaration;
     let signer = match &verified.signer {
         Some(key) => format!("signed by trusted key {key}"),
-        None => "UNSIGNED (installed on request)".into(),
+        None => "UNSIGNED: no trusted signature, taken on request (--allow-unsigned)".into(),
     };
     println!(
         "{} is {} {} ({}), {signer}",
@@ -211,7 +222,7 @@ fn show(verified: &Verified) {
 }
 
 /// Prints where `installed` went.
-fn show_installed(installed: &Installed, dir: &Path) {
+fn show_installed(installed: &Installed, verified: &Verified, dir: &Path) {
     let entry = &installed.entry;
     for old in &installed.replaced {
         println!("replaced {} {} ({})", old.name, old.version, old.file);
@@ -221,6 +232,12 @@ fn show_installed(installed: &Installed, dir: &Path) {
         dir.join(&entry.file).display(),
         PluginLock::path_for(dir).display()
     );
+    if let (None, Some(key)) = (&verified.signer, &entry.signer) {
+        println!(
+            "  recorded as signed by key {key}: the same bytes that key's signature was verified \
+             for when they were installed before"
+        );
+    }
 }
 
 /// `rho plugin install REFERENCE --dir DIR`.
@@ -239,7 +256,7 @@ pub fn install(
             println!("(this directory runs its plugins in process: nothing is confined)");
         }
         let installed = rho_distribution::install_verified(&verified, dir, &policy).await?;
-        show_installed(&installed, dir);
+        show_installed(&installed, &verified, dir);
         Ok::<_, DistributionError>(true)
     })?
     .map_err(|e| e.to_string())

@@ -156,7 +156,26 @@ fn with_flags(
 /// watching, a bus). Load failures are printed on stderr, one line each, and the other plugins
 /// serve; a directory that cannot be used at all fails the command (exit 1), as does a bad flag
 /// (exit 2).
+///
+/// A stop signal during all of it (`crate::signals`, the long-running commands) stops it: what
+/// was built so far is let go, and the command exits 0 saying so.
 pub async fn build(
+    config: &Config,
+    plugins: &PluginFlags,
+    run: Option<&RunFlags>,
+    extra: impl FnOnce(HostBuilder) -> HostBuilder,
+) -> Result<(Host, Config), ExitCode> {
+    tokio::select! {
+        built = build_host(config, plugins, run, extra) => built,
+        signal = crate::signals::stopped() => {
+            eprintln!("rho: {signal} during start-up: stopped");
+            Err(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// [`build`] without the stop signals.
+async fn build_host(
     config: &Config,
     plugins: &PluginFlags,
     run: Option<&RunFlags>,
@@ -263,12 +282,6 @@ async fn add_mcp_servers(
             _ => continue,
         }
     }
-}
-
-/// SIGTERM as a stream, or the line saying why it cannot be handled.
-pub fn sigterm() -> Result<tokio::signal::unix::Signal, String> {
-    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| format!("cannot handle SIGTERM: {e}"))
 }
 
 /// Prints a usage error and returns its exit status.

@@ -168,6 +168,7 @@ impl LiveState {
                 t.errors.to_string(),
                 t.crashed.to_string(),
                 t.timed_out.to_string(),
+                t.other().to_string(),
                 format!("{:.1}", t.p50_ms),
                 format!("{:.1}", t.p99_ms),
                 crate::render::quarantine_state(&t, now_ms),
@@ -184,6 +185,7 @@ impl LiveState {
                     Constraint::Length(6),
                     Constraint::Length(6),
                     Constraint::Length(6),
+                    Constraint::Length(6),
                     Constraint::Length(9),
                     Constraint::Length(9),
                     Constraint::Min(11),
@@ -191,8 +193,8 @@ impl LiveState {
             )
             .header(
                 Row::new([
-                    "tool", "origin", "calls", "ok", "error", "crash", "t/out", "p50 ms", "p99 ms",
-                    "state",
+                    "tool", "origin", "calls", "ok", "error", "crash", "t/out", "other", "p50 ms",
+                    "p99 ms", "state",
                 ])
                 .style(bold),
             )

@@ -23,6 +23,7 @@ mod plugin;
 mod render;
 mod run;
 mod serve;
+mod signals;
 mod telemetry;
 mod tools;
 mod view;
@@ -66,28 +67,34 @@ enum Command {
     Call(call::Args),
     /// Run a scripted session (a JSON array of assistant turns) and print what happens.
     Run(run::Args),
-    /// Serve every plugin's tools to any MCP client over stdio.
+    /// Serve every plugin's tools to any MCP client, over stdio or Streamable HTTP (--http).
     Serve(serve::Args),
     /// Serve the plugins' tools to other hosts over NATS (they add `[[remote]] nats = URL`).
     Node(node::Args),
     /// Show the live event stream of a session (and, with no script, of the plugin directories).
     Watch(watch::Args),
-    /// For plugin authors: make a plugin crate, rebuild it on every save, check a built one.
+    /// Plugins: make, rebuild on save and check one; sign, publish, install, update, verify,
+    /// list and remove them (OCI registries); make signing keys.
     #[command(subcommand)]
     Plugin(plugin::Command),
 }
 
 fn main() -> ExitCode {
+    // Before anything else: a stop signal is never lost, whenever it comes (see `signals`).
+    let inherited = signals::catch_early();
     let cli = Cli::parse();
     host::init_logging();
+    let long_running = matches!(
+        cli.command,
+        Command::Serve(_) | Command::Watch(_) | Command::Node(_)
+    );
+    if !long_running {
+        signals::release_early(inherited);
+    }
     // Plugin authors' commands need neither a configuration nor the async runtime.
     let command = match cli.command {
         Command::Plugin(command) => return plugin::main(command),
         other => other,
-    };
-    let config = match host::load_config(cli.config.as_deref()) {
-        Ok(config) => config,
-        Err(code) => return code,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -100,6 +107,15 @@ fn main() -> ExitCode {
         }
     };
     let code = runtime.block_on(async {
+        // The long-running commands stop on SIGINT and SIGTERM from their first moment.
+        if long_running && let Err(line) = signals::install() {
+            eprintln!("rho: {line}");
+            return ExitCode::from(1);
+        }
+        let config = match host::load_config(cli.config.as_deref()) {
+            Ok(config) => config,
+            Err(code) => return code,
+        };
         let code = match command {
             Command::Tools(args) => tools::main(args, config).await,
             Command::Call(args) => call::main(args, config).await,
@@ -115,5 +131,7 @@ fn main() -> ExitCode {
     });
     // Runaway plugin threads must not keep the process alive.
     runtime.shutdown_background();
+    // What a host still loading when it was let go (a start-up stopped by a signal) held.
+    rho_worker::loader::copy::remove_this_process_copies();
     code
 }

@@ -12,7 +12,7 @@ use crate::host::{self, PluginFlags, RunFlags};
 /// `rho node` flags.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Exit status: 0 on SIGTERM or Ctrl-C, 1 when a plugin directory or the NATS settings are unusable, 2 for a usage error."
+    after_help = "Exit status: 0 on SIGTERM or SIGINT (Ctrl-C), at any moment, 1 when a plugin directory or the NATS settings are unusable, 2 for a usage error."
 )]
 pub struct Args {
     #[command(flatten)]
@@ -65,14 +65,6 @@ pub async fn main(args: Args, config: Config) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let mut terminate = match host::sigterm() {
-        Ok(signal) => signal,
-        Err(line) => {
-            eprintln!("rho: {line}");
-            host.shutdown().await;
-            return ExitCode::from(1);
-        }
-    };
     // The server may be down at start: the node registers once it is up.
     let mut told = false;
     let node = loop {
@@ -87,12 +79,8 @@ pub async fn main(args: Args, config: Config) -> ExitCode {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             },
-            _ = terminate.recv() => {
-                host.shutdown().await;
-                return ExitCode::SUCCESS;
-            }
-            _ = tokio::signal::ctrl_c() => {
-                host.shutdown().await;
+            signal = crate::signals::stopped() => {
+                host.shutdown_because(signal).await;
                 return ExitCode::SUCCESS;
             }
         }
@@ -101,10 +89,7 @@ pub async fn main(args: Args, config: Config) -> ExitCode {
         "rho: node {name} serves {} tools on {url}",
         host.tools().len()
     );
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
+    crate::signals::stopped().await;
     node.stop().await;
     host.shutdown_because("the node is stopping").await;
     ExitCode::SUCCESS

@@ -265,7 +265,7 @@ fn check_component(file: &std::path::Path, json: bool) -> Result<bool, rho_devki
     match crate::inspect::component(file) {
         Ok(checked) => Ok(rho_devkit::check::show(&checked, json)),
         Err(error) => {
-            eprintln!("{error}");
+            eprintln!("rho: {error}");
             Ok(false)
         }
     }

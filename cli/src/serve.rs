@@ -16,7 +16,7 @@ use crate::host::{self, PluginFlags, RunFlags};
 /// `rho serve` flags.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Exit status: 0 when the client ends the session (or on SIGTERM/SIGINT), 1 when the session fails or a plugin directory is unusable, 2 for a usage error."
+    after_help = "Exit status: 0 when the client ends the session (or on SIGTERM/SIGINT, at any moment, start-up included), 1 when the session fails or a plugin directory is unusable, 2 for a usage error."
 )]
 pub struct Args {
     #[command(flatten)]
@@ -86,14 +86,21 @@ pub async fn main(args: Args, mut config: Config) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    eprintln!("rho: journal {} (rho watch --attach)", journal.display());
+    let fresh = !journal.exists();
     let built = host::build(&config, &args.plugins, Some(&args.run), |b| {
-        b.watch(true).journal(journal)
+        b.watch(true).journal(&journal)
     });
     let (host, config) = match built.await {
         Ok(built) => built,
-        Err(code) => return code,
+        Err(code) => {
+            // A server that never served leaves no journal of its own behind.
+            if fresh {
+                let _ = std::fs::remove_file(&journal);
+            }
+            return code;
+        }
     };
+    eprintln!("rho: journal {} (rho watch --attach)", journal.display());
     let mut server = RhoServer::new(&host, &config.serve).gate_rules(&config.host.gate);
     if let Some(observer) = crate::telemetry::observer() {
         server = server.observed_by(observer);
@@ -113,19 +120,7 @@ pub async fn main(args: Args, mut config: Config) -> ExitCode {
     if let Some(addr) = config.serve.http {
         return serve_http(server, &host, addr, &config.serve).await;
     }
-    let mut terminate = match host::sigterm() {
-        Ok(signal) => signal,
-        Err(line) => {
-            eprintln!("rho: {line}");
-            return ExitCode::from(1);
-        }
-    };
-    let signalled = async move {
-        tokio::select! {
-            _ = terminate.recv() => "SIGTERM".to_owned(),
-            _ = tokio::signal::ctrl_c() => "SIGINT".to_owned(),
-        }
-    };
+    let signalled = async { crate::signals::stopped().await.to_owned() };
     let ended = Stdio::new(server).until(signalled).serve().await;
     crate::nats::flush(&host).await;
     match ended {
@@ -156,9 +151,13 @@ async fn serve_http(
     if made && let Some(token) = &guard.token {
         eprintln!("rho: token (send `Authorization: Bearer TOKEN`; shown once): {token}");
     }
-    let mut terminate = match host::sigterm() {
-        Ok(signal) => signal,
-        Err(line) => return refused(line).await,
+    // A browser cannot send the header: the page's address carries the token.
+    let page_query = match (&guard.token, &serve.token_file) {
+        (None, _) => String::new(),
+        (Some(token), None) => format!("?token={token}"),
+        (Some(_), Some(file)) => {
+            format!("?token=TOKEN (TOKEN: the first line of {})", file.display())
+        }
     };
     let started = Endpoint::new(host.clone(), guard).mcp(server).start(addr);
     let endpoint = match started.await {
@@ -167,12 +166,9 @@ async fn serve_http(
     };
     eprintln!("rho: serving MCP at http://{}/mcp", endpoint.bound);
     if serve.web {
-        eprintln!("rho: live page at http://{}/", endpoint.bound);
+        eprintln!("rho: live page at http://{}/{page_query}", endpoint.bound);
     }
-    let reason = tokio::select! {
-        _ = terminate.recv() => "SIGTERM",
-        _ = tokio::signal::ctrl_c() => "SIGINT",
-    };
+    let reason = crate::signals::stopped().await;
     shut_down(host, reason).await;
     endpoint.stop().await;
     ExitCode::SUCCESS

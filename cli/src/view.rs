@@ -39,7 +39,6 @@ impl Health {
             if t.calls == 0 && t.quarantine.is_none() {
                 continue;
             }
-            let other = t.blocked + t.invalid_arguments + t.quarantined_calls;
             out.push_str(&format!(
                 "{:<20} {:<18} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9.1} {:>9.1}  {}\n",
                 crate::render::terminal_safe(&t.tool),
@@ -49,7 +48,7 @@ impl Health {
                 t.errors,
                 t.crashed,
                 t.timed_out,
-                other,
+                t.other(),
                 t.p50_ms,
                 t.p99_ms,
                 crate::render::quarantine_state(&t, now_ms),

@@ -22,7 +22,7 @@ pub fn check(path: &Path, as_json: bool) -> Result<bool, crate::DevkitError> {
     match inspect(path)? {
         Ok(checked) => Ok(show(&checked, as_json)),
         Err(error) => {
-            eprintln!("{error}");
+            eprintln!("rho: {error}");
             Ok(false)
         }
     }
@@ -110,7 +110,7 @@ pub fn show(checked: &Checked, as_json: bool) -> bool {
         }
     }
     for line in &checked.rejected {
-        eprintln!("{line}");
+        eprintln!("rho: {line}");
     }
     checked.rejected.is_empty()
 }

@@ -141,6 +141,14 @@ fn cycle(crate_dir: &Path, out: &Path, kind: Option<Build>) {
 /// `out`, then again after every change to its `src/`, `Cargo.toml` or `build.rs`, until the
 /// process is interrupted.
 pub fn run(crate_dir: &Path, out: &Path, kind: Option<Build>) -> Result<(), DevkitError> {
+    // Nothing to watch is an error now, not a loop that waits for a crate to appear.
+    let manifest = crate_dir.join("Cargo.toml");
+    if !manifest.is_file() {
+        return Err(DevkitError::Io {
+            path: manifest,
+            reason: "no plugin crate here (no Cargo.toml)".into(),
+        });
+    }
     eprintln!(
         "[dev] watching {} -> {}",
         crate_dir.display(),

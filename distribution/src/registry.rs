@@ -475,8 +475,21 @@ pub(crate) fn registry_error(
             reason: format!("content does not match its digest ({digest})"),
         };
     }
-    let reason = error.to_string();
-    let reason = reason.lines().next().unwrap_or("").to_owned();
+    // The first line, and what it comes down to (a connection refused, a name not found): the
+    // client's own text often leaves that to its sources.
+    let first = error.to_string();
+    let first = first.lines().next().unwrap_or("").to_owned();
+    let mut root: &dyn std::error::Error = &error;
+    while let Some(below) = root.source() {
+        root = below;
+    }
+    let cause = root.to_string();
+    let cause = cause.lines().next().unwrap_or("").to_owned();
+    let reason = if cause.is_empty() || first.contains(&cause) {
+        first
+    } else {
+        format!("{first}: {cause}")
+    };
     DistributionError::Registry {
         reference: at.to_string(),
         reason,

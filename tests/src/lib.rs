@@ -991,8 +991,31 @@ pub fn free_port() -> u16 {
 
 /// One raw HTTP/1.1 POST to `/mcp` of `addr`: the status and the response head and start of body.
 pub fn post(addr: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
+    post_from(None, addr, headers, body)
+}
+
+/// [`post`] from the local address `from` (`127.0.0.2`: another peer of a loopback server).
+pub fn post_from(
+    from: Option<&str>,
+    addr: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String) {
     use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the server");
+    let mut stream = match from {
+        None => std::net::TcpStream::connect(addr).expect("connect to the server"),
+        Some(from) => {
+            let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                .expect("a socket");
+            let local: std::net::SocketAddr = format!("{from}:0").parse().expect("an address");
+            socket.bind(&local.into()).expect("bind the local address");
+            let remote: std::net::SocketAddr = addr.parse().expect("the server's address");
+            socket
+                .connect(&remote.into())
+                .expect("connect to the server");
+            socket.into()
+        }
+    };
     stream
         .set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .expect("a read timeout");
@@ -1037,6 +1060,17 @@ pub fn rpc_of(response: &str) -> serde_json::Value {
 pub fn modern_rpc(
     addr: &str,
     method: &str,
+    params: serde_json::Value,
+    capabilities: serde_json::Value,
+) -> serde_json::Value {
+    modern_rpc_from(None, addr, method, params, capabilities)
+}
+
+/// [`modern_rpc`] from the local address `from`.
+pub fn modern_rpc_from(
+    from: Option<&str>,
+    addr: &str,
+    method: &str,
     mut params: serde_json::Value,
     capabilities: serde_json::Value,
 ) -> serde_json::Value {
@@ -1056,6 +1090,6 @@ pub fn modern_rpc(
         headers.push(("Mcp-Name", name));
     }
     let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let (_, response) = post(addr, &headers, body.to_string().as_bytes());
+    let (_, response) = post_from(from, addr, &headers, body.to_string().as_bytes());
     rpc_of(&response)
 }

@@ -898,6 +898,29 @@ fn the_live_view_shows_a_running_call_with_its_elapsed_time_then_its_outcome() {
                 .any(|l| l.contains("ok") && l.contains("sleep") && l.contains("slept 3000 ms"))
     });
     eprintln!("{done}");
+    // Calls that end otherwise (arguments refused) have a column, as in the plain table.
+    server.send(
+        &json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+        "name": "sleep", "arguments": {"ms": "long"}}})
+        .to_string(),
+    );
+    server.until(&json!(8), Duration::from_secs(20));
+    let counts = |s: &str| -> Option<Vec<String>> {
+        let row = s
+            .lines()
+            .find(|l| l.contains("sleep") && l.contains("faults@0.1.0"))?;
+        Some(
+            row.trim_matches(|c: char| c == '│' || c.is_whitespace())
+                .split_whitespace()
+                .skip(2)
+                .take(6)
+                .map(str::to_owned)
+                .collect(),
+        )
+    };
+    screen.until("the other column", |s| {
+        s.contains("other") && counts(s).is_some_and(|c| c == ["2", "1", "0", "0", "0", "1"])
+    });
 }
 
 #[test]

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use rho_tests::{HttpServer, install, modern_rpc, post, rpc_of};
+use rho_tests::{HttpServer, install, modern_rpc, modern_rpc_from, post, rpc_of};
 use serde_json::{Value, json};
 
 /// `rho serve --http` over the `conformance` fixture, with its journal.
@@ -766,4 +766,38 @@ fn a_tool_that_asks_first_answered_in_advance_is_a_task_at_once() {
     let id = created(&made);
     let done = poll_until(addr, &id, "completed");
     assert_eq!(done["result"]["content"][0]["text"], "Hello, Bo!", "{done}");
+}
+
+/// One client floods the server with tasks that end at once (arguments that do not fit): past
+/// its bound its own ended tasks go first, so it keeps making tasks and the server never fills
+/// up; a client of another address then still gets a task (before: the flooder was refused past
+/// 1,024, and five of its sessions filled the server's 4,096 for an hour, refusing everyone).
+#[test]
+fn a_task_flood_takes_only_its_own_room_and_its_ended_tasks_go_first() {
+    let (server, _plugins, _state) = serve();
+    let addr = &server.addr;
+    for n in 0..1100 {
+        let response = call(addr, "slow_compute", json!({"seconds": "no"}), with_tasks());
+        assert_eq!(
+            response["result"]["resultType"], "task",
+            "task {n} of the flood was refused: {response}"
+        );
+    }
+    let other = modern_rpc_from(
+        Some("127.0.0.2"),
+        addr,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 0}}),
+        with_tasks(),
+    );
+    let id = created(&other);
+    // Its own, readable and run to its end.
+    let polled = modern_rpc_from(
+        Some("127.0.0.2"),
+        addr,
+        "tasks/get",
+        json!({"taskId": id}),
+        with_tasks(),
+    );
+    assert_eq!(polled["result"]["taskId"], id.as_str(), "{polled}");
 }

@@ -64,6 +64,89 @@ impl Policy for Links {
 /// writable grant above them would cover the sandbox's own with the host's.
 const SANDBOX_OWN: &[&str] = &["/proc", "/tmp"];
 
+/// Resolves `grants` for code that runs as `identity` (the user and group a worker switches to;
+/// `None`: the host's own): as [`resolve`], and each granted path must be open to that identity
+/// (every directory on its way searchable, the path itself readable, writable for a write
+/// grant): a grant that says a path and gives nothing of it is refused now, in one line naming
+/// the fix, never a surprise at each call. (Access control lists are not read: a path they
+/// open is refused here, one they close is found by the call.)
+pub fn resolve_for(
+    grants: &Grants,
+    identity: Option<(u32, u32)>,
+) -> Result<ResolvedGrants, String> {
+    let resolved = resolve(grants)?;
+    let Some((uid, gid)) = identity else {
+        return Ok(resolved);
+    };
+    for grant in &resolved.paths {
+        if let Some(closed) = closed_to(&grant.path, grant.write, uid, gid) {
+            let what = if grant.write { "write" } else { "read" };
+            return Err(format!(
+                "the grant to {what} {}: {closed} for uid {uid} (gid {gid}), whom plugins run as \
+                 (a host running as root runs them as nobody); open it to them (chmod o+{}), or \
+                 set [workers] identity to a user who can {what} it",
+                grant.path.display(),
+                if grant.write { "rwx" } else { "rx" },
+            ));
+        }
+    }
+    Ok(resolved)
+}
+
+/// Why `path` is not open to `uid`:`gid` (`write` too), if it is not: the first directory on
+/// its way it cannot search (but those under `/tmp`, which the sandbox makes in its scratch),
+/// or the path itself.
+fn closed_to(path: &Path, write: bool, uid: u32, gid: u32) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    // The permission bits that apply to uid:gid: the owner's, the group's, or the others'.
+    let bits = |meta: &std::fs::Metadata| {
+        let mode = meta.mode();
+        if meta.uid() == uid {
+            (mode >> 6) & 7
+        } else if meta.gid() == gid {
+            (mode >> 3) & 7
+        } else {
+            mode & 7
+        }
+    };
+    let shown = |at: &Path, meta: &std::fs::Metadata| {
+        format!(
+            "{} is {:o} {}:{}",
+            at.display(),
+            meta.mode() & 0o7777,
+            meta.uid(),
+            meta.gid()
+        )
+    };
+    // Beneath /tmp the sandbox makes the way itself, in its scratch (see `sandbox::mounts`).
+    let scratch = Path::new("/tmp");
+    for ancestor in path.ancestors().skip(1) {
+        if path.starts_with(scratch) && ancestor.starts_with(scratch) {
+            continue;
+        }
+        let meta = std::fs::metadata(ancestor).ok()?;
+        if bits(&meta) & 1 == 0 {
+            return Some(format!("{} (not searchable)", shown(ancestor, &meta)));
+        }
+    }
+    let meta = std::fs::metadata(path).ok()?;
+    let mut wanted = 4;
+    if meta.is_dir() {
+        wanted |= 1;
+    }
+    if write {
+        wanted |= 2;
+    }
+    (bits(&meta) & wanted != wanted).then(|| {
+        let how = if write {
+            "not writable"
+        } else {
+            "not readable"
+        };
+        format!("{} ({how})", shown(path, &meta))
+    })
+}
+
 /// Resolves `grants` (see the module doc). `Err` is one line saying which grant cannot be put
 /// in force, and why.
 pub fn resolve(grants: &Grants) -> Result<ResolvedGrants, String> {
@@ -151,6 +234,56 @@ mod tests {
             write: write.iter().map(|p| p.to_path_buf()).collect(),
             ..Grants::default()
         }
+    }
+
+    /// A grant closed to the identity plugins run as is refused in one line naming the fix;
+    /// one open to it, or for the host's own identity, is not.
+    #[test]
+    fn a_grant_closed_to_the_plugins_identity_is_refused_naming_the_fix() {
+        use std::os::unix::fs::PermissionsExt;
+        // Not under /tmp, whose way the sandbox makes itself.
+        let outside = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+        std::fs::create_dir_all(&outside).unwrap();
+        let tmp = tempfile::tempdir_in(&outside).unwrap();
+        let base = tmp.path().canonicalize().unwrap();
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let closed = base.join("project");
+        std::fs::create_dir(&closed).unwrap();
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let open = base.join("public");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Nobody else's: a uid and gid that own nothing here.
+        let stranger = Some((65533, 65533));
+        let refused = resolve_for(&grants(&[&closed], &[]), stranger)
+            .err()
+            .unwrap();
+        assert!(
+            refused.starts_with(&format!("the grant to read {}: ", closed.display()))
+                && refused.contains("(not readable) for uid 65533")
+                && refused.contains("chmod o+rx")
+                && refused.contains("[workers] identity"),
+            "{refused}"
+        );
+        assert!(resolve_for(&grants(&[&open], &[]), stranger).is_ok());
+        let unwritable = resolve_for(&grants(&[], &[&open]), stranger).err().unwrap();
+        assert!(unwritable.contains("(not writable)"), "{unwritable}");
+        // Beneath a directory it cannot search: named.
+        let inner = closed.join("inner");
+        std::fs::create_dir(&inner).unwrap();
+        std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let hidden = resolve_for(&grants(&[&inner], &[]), stranger)
+            .err()
+            .unwrap();
+        assert!(hidden.contains("(not searchable)"), "{hidden}");
+        // The host's own identity: as resolve.
+        assert!(resolve_for(&grants(&[&closed], &[]), None).is_ok());
+        // Under /tmp only the path itself counts: the sandbox makes its way in the scratch.
+        let scratch = tempfile::tempdir_in("/tmp").unwrap();
+        let beneath = scratch.path().join("open");
+        std::fs::create_dir(&beneath).unwrap();
+        std::fs::set_permissions(&beneath, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(resolve_for(&grants(&[&beneath], &[]), stranger).is_ok());
     }
 
     #[test]

@@ -6,39 +6,40 @@ use serde_json::json;
 use crate::plugins::{self, target_dir};
 
 /// The demo session: every outcome, an image and details, and a tool quarantined after three
-/// crashes.
+/// crashes. Call ids as a model gives them (`call_N`), which say nothing of the tool: a line
+/// reads `ok echo #call_1 ok`.
 fn script(readme: &str) -> serde_json::Value {
     json!([
         {
             "text": "Let me echo, draw and read in parallel.",
             "tool_calls": [
-                {"id": "echo-1", "name": "echo", "arguments": {"text": "hello from a plugin"}},
-                {"id": "draw-1", "name": "checkerboard", "arguments": {"size": 64}},
-                {"id": "read-1", "name": "read_passage", "arguments": {"path": readme, "start_line": 1, "end_line": 3}}
+                {"id": "call_1", "name": "echo", "arguments": {"text": "hello from a plugin"}},
+                {"id": "call_2", "name": "checkerboard", "arguments": {"size": 64}},
+                {"id": "call_3", "name": "read_passage", "arguments": {"path": readme, "start_line": 1, "end_line": 3}}
             ]
         },
         {
             "text": "Now the things that go wrong.",
             "tool_calls": [
-                {"id": "missing", "name": "read_passage", "arguments": {"path": "/no/such/file.txt", "start_line": 1, "end_line": 2}},
-                {"id": "denied", "name": "exit_process", "arguments": {"code": 3}},
-                {"id": "hang", "name": "spin_cancellable", "arguments": {}},
-                {"id": "boom-1", "name": "panic", "arguments": {"message": "the plugin fell over"}},
-                {"id": "typo", "name": "checkerboard", "arguments": {"size": "large"}},
-                {"id": "ghost", "name": "teleport", "arguments": {}}
+                {"id": "call_4", "name": "read_passage", "arguments": {"path": "/no/such/file.txt", "start_line": 1, "end_line": 2}},
+                {"id": "call_5", "name": "exit_process", "arguments": {"code": 3}},
+                {"id": "call_6", "name": "spin_cancellable", "arguments": {}},
+                {"id": "call_7", "name": "panic", "arguments": {"message": "the plugin fell over"}},
+                {"id": "call_8", "name": "checkerboard", "arguments": {"size": "large"}},
+                {"id": "call_9", "name": "teleport", "arguments": {}}
             ]
         },
         {
             "text": "It keeps falling over.",
             "tool_calls": [
-                {"id": "boom-2", "name": "panic", "arguments": {"message": "again"}},
-                {"id": "boom-3", "name": "panic", "arguments": {"message": "and again"}}
+                {"id": "call_10", "name": "panic", "arguments": {"message": "again"}},
+                {"id": "call_11", "name": "panic", "arguments": {"message": "and again"}}
             ]
         },
         {
             "text": "Three crashes: rho has quarantined it.",
             "tool_calls": [
-                {"id": "boom-4", "name": "panic", "arguments": {"message": "once more"}}
+                {"id": "call_12", "name": "panic", "arguments": {"message": "once more"}}
             ]
         },
         {"text": "Every call ended exactly once, and the host is still here."}

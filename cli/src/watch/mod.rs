@@ -27,7 +27,7 @@ use crate::render::Detail;
 /// `rho watch` flags.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Exit status: 0 on Ctrl-C or at the end of the session, 1 when a plugin directory is unusable or the journal cannot be read, 2 for a usage error."
+    after_help = "Exit status: 0 on SIGINT (Ctrl-C) or SIGTERM, at any moment, or at the end of the session, 1 when a plugin directory is unusable or the journal cannot be read, 2 for a usage error."
 )]
 pub struct Args {
     /// A script to run as a session while watching (a JSON array of assistant turns). Without
@@ -151,7 +151,14 @@ pub async fn main(args: Args, config: Config) -> ExitCode {
         run: args.run,
         max_parallel: args.max_parallel.map(|n| n as usize),
     };
-    session.run(script, detail).await
+    // A stop signal ends the session (its host dropped: calls in flight end).
+    tokio::select! {
+        code = session.run(script, detail) => code,
+        signal = crate::signals::stopped() => {
+            eprintln!("rho: {signal}: the session stopped");
+            ExitCode::SUCCESS
+        }
+    }
 }
 
 /// Loads and watches the directories and prints their events until Ctrl-C.
@@ -172,8 +179,8 @@ async fn follow_dirs(
     let _control = crate::control::listen(&host);
     let mut tick = display.ticker();
     // One future for the whole loop: a signal between two iterations is not lost.
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let stop = crate::signals::stopped();
+    tokio::pin!(stop);
     loop {
         tokio::select! {
             item = events.next() => match item {
@@ -186,7 +193,7 @@ async fn follow_dirs(
                 None => return ExitCode::SUCCESS,
             },
             _ = tick.tick() => display.tick(),
-            _ = &mut ctrl_c => {
+            _ = &mut stop => {
                 display.finish();
                 return ExitCode::SUCCESS;
             }
@@ -244,8 +251,8 @@ async fn follow_journal(mut path: PathBuf, mut display: Display, newest: bool) -
     // again goes on from there, so no event is shown (or counted) twice.
     let mut left: std::collections::HashMap<PathBuf, (u64, u64, u64)> = Default::default();
     // One future for the whole loop: a signal between two iterations is not lost.
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let stop = crate::signals::stopped();
+    tokio::pin!(stop);
     loop {
         let room = MAX_JOURNAL_LINE + 1 - line.len().min(MAX_JOURNAL_LINE);
         let mut limited = (&mut reader).take(room as u64);
@@ -348,7 +355,7 @@ async fn follow_journal(mut path: PathBuf, mut display: Display, newest: bool) -
                 }
             },
             _ = tick.tick() => display.tick(),
-            _ = &mut ctrl_c => {
+            _ = &mut stop => {
                 display.finish();
                 return ExitCode::SUCCESS;
             }

@@ -113,8 +113,8 @@ pub async fn follow(nats: &NatsConfig, follow: Follow<'_>, mut display: Display)
         None => None,
     };
     let mut tick = display.ticker();
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let stop = crate::signals::stopped();
+    tokio::pin!(stop);
     let code = loop {
         tokio::select! {
             next = follower.next() => match next {
@@ -139,7 +139,7 @@ pub async fn follow(nats: &NatsConfig, follow: Follow<'_>, mut display: Display)
                 }
             },
             _ = tick.tick() => display.tick(),
-            _ = &mut ctrl_c => {
+            _ = &mut stop => {
                 display.finish();
                 break ExitCode::SUCCESS;
             }

@@ -28,13 +28,13 @@ enum Ended {
 pub async fn follow(authority: &str, token: Option<&str>, mut display: Display) -> ExitCode {
     let mut last = Last::default();
     let mut tick = display.ticker();
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let stop = crate::signals::stopped();
+    tokio::pin!(stop);
     let mut quiet_retries = 0u32;
     loop {
         let ended = tokio::select! {
             ended = stream(authority, token, &mut last, &mut display, &mut tick) => ended,
-            _ = &mut ctrl_c => Ended::Stop,
+            _ = &mut stop => Ended::Stop,
         };
         match ended {
             Ended::Stop => {
@@ -54,7 +54,7 @@ pub async fn follow(authority: &str, token: Option<&str>, mut display: Display) 
                 quiet_retries = (quiet_retries + 1) % 20;
                 tokio::select! {
                     () = tokio::time::sleep(Duration::from_millis(250)) => {}
-                    _ = &mut ctrl_c => {
+                    _ = &mut stop => {
                         display.finish();
                         return ExitCode::SUCCESS;
                     }

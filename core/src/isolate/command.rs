@@ -159,7 +159,8 @@ impl SandboxedCommand {
             }
             grants.write.push(home.clone());
         }
-        let resolved = rho_worker::grants::resolve(&grants).map_err(SpawnError::Grants)?;
+        let resolved =
+            rho_worker::grants::resolve_for(&grants, identity).map_err(SpawnError::Grants)?;
         let sandbox = SandboxSpec {
             enabled: self.options.sandbox,
             grants: grants.clone(),

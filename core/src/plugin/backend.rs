@@ -19,7 +19,7 @@ use rho_protocol::ToolSpec;
 use rho_protocol::frames::SandboxSpec;
 use rho_protocol::{RawTool, check_tools};
 use rho_worker::LoadError;
-use rho_worker::grants::{ResolvedGrants, resolve as resolve_grants};
+use rho_worker::grants::{ResolvedGrants, resolve_for};
 use rho_worker::loader::copy::{CopyDir, PluginFile, PrivateCopy, memfd_copy};
 use rho_worker::loader::load::{PluginInfo, check_identity, load_in_process};
 
@@ -123,7 +123,9 @@ pub(crate) struct Isolated {
 
 impl Isolated {
     pub fn new(options: WorkerOptions) -> Self {
-        let grants = resolve_grants(&options.grants).map(Arc::new);
+        // SAFETY: geteuid has no preconditions.
+        let identity = options.identity.resolve(unsafe { libc::geteuid() });
+        let grants = resolve_for(&options.grants, identity).map(Arc::new);
         Isolated {
             grants,
             options: Arc::new(options),

@@ -252,11 +252,12 @@ impl PluginLock {
     /// renamed in; the directory synced. Another file of the same plugin (another platform's
     /// name) goes once this one is in. Installs and removals of one directory take turns (an
     /// exclusive lock on `<dir>.lock.lck`), so none loses another's entry. Refused: a file in
-    /// the way that the lock does not name (not installed from a registry), and a file the lock
-    /// gives to another plugin. Returns the entries replaced.
+    /// the way that the lock does not name (not installed from a registry), a file the lock
+    /// gives to another plugin, and an unsigned entry where the plugin is installed signed (the
+    /// same bytes keep their signer). Returns the entries replaced.
     pub fn install_file(
         dir: &Path,
-        entry: LockedPlugin,
+        mut entry: LockedPlugin,
         bytes: &[u8],
     ) -> Result<Vec<LockedPlugin>, LockError> {
         let _turn = Self::take_turn(dir)?;
@@ -266,6 +267,25 @@ impl PluginLock {
             path: target.clone(),
             reason,
         };
+        // Never a silent downgrade: an unsigned install of what a trusted key vouched for keeps
+        // that word (the same digest), and one of other bytes does not replace a signed one.
+        if entry.signer.is_none()
+            && let Some(signed) = lock
+                .plugins
+                .iter()
+                .find(|p| p.name == entry.name && p.signer.is_some())
+        {
+            if signed.digest == entry.digest && signed.sha256 == entry.sha256 {
+                entry.signer = signed.signer.clone();
+            } else {
+                return Err(conflict(format!(
+                    "plugin {:?} is installed signed by key {}: an unsigned version does not \
+                     replace it (remove it first, or install a signed one)",
+                    entry.name,
+                    signed.signer.as_deref().unwrap_or_default()
+                )));
+            }
+        }
         match lock.get(&entry.file) {
             None if target.symlink_metadata().is_ok() => {
                 return Err(conflict(
@@ -550,6 +570,43 @@ mod tests {
             signer: None,
             capabilities: Capabilities::default(),
         }
+    }
+
+    /// An unsigned install never downgrades a signed one: of the same bytes it keeps their
+    /// signer; of other bytes it is refused, the signed file untouched.
+    #[test]
+    fn an_unsigned_install_keeps_or_refuses_what_a_key_signed() {
+        let dir = tempfile::tempdir().unwrap();
+        let plugins = dir.path().join("plugins");
+        std::fs::create_dir(&plugins).unwrap();
+        let signed = LockedPlugin {
+            signer: Some("0123456789abcdef".into()),
+            digest: "sha256:aa".into(),
+            sha256: "11".into(),
+            ..entry("libp.so", "p")
+        };
+        PluginLock::install_file(&plugins, signed.clone(), b"signed").unwrap();
+        let same = LockedPlugin {
+            signer: None,
+            ..signed.clone()
+        };
+        PluginLock::install_file(&plugins, same, b"signed").unwrap();
+        let lock = PluginLock::read(&plugins).unwrap();
+        assert_eq!(lock.get("libp.so").unwrap().signer, signed.signer);
+        let other = LockedPlugin {
+            signer: None,
+            digest: "sha256:bb".into(),
+            sha256: "22".into(),
+            ..entry("libp.so", "p")
+        };
+        let err = PluginLock::install_file(&plugins, other, b"other")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("installed signed by key 0123456789abcdef"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(plugins.join("libp.so")).unwrap(), b"signed");
     }
 
     #[test]

@@ -119,6 +119,14 @@ pub struct ToolStats {
     pub probing: bool,
 }
 
+impl ToolStats {
+    /// Calls that ended otherwise than `ok`, `error`, `crashed` or `timed_out`: blocked,
+    /// refused for their arguments, refused while quarantined, or unavailable (a view's "other").
+    pub fn other(&self) -> u64 {
+        self.blocked + self.invalid_arguments + self.quarantined_calls + self.unavailable
+    }
+}
+
 /// How many recent durations the percentiles are computed from.
 const RECENT: usize = 1024;
 

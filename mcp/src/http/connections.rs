@@ -158,4 +158,4 @@ async fn whole_head(stream: &tokio::net::TcpStream) -> bool {
 
 /// The peer address of the connection a request came on (a request extension).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Peer(pub(super) IpAddr);
+pub(crate) struct Peer(pub(crate) IpAddr);

@@ -45,6 +45,7 @@ use rmcp::transport::streamable_http_server::{
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use calls::register;
+pub(crate) use connections::Peer;
 pub use guard::{Guard, HttpError, Limits, SessionLimits};
 
 /// An HTTP endpoint over a host: `/events`, `/images` and (with [`Guard::web`]) the live page,

@@ -382,9 +382,7 @@ impl RhoServer {
             if open.is_none()
                 && let Some((tool, call_id)) = running.task_after_answers.take()
             {
-                let task = self
-                    .tasks
-                    .create(owner(&context), &tool, &call_id, running)?;
+                let task = self.tasks.create(&context, &tool, &call_id, running)?;
                 return Ok(CallToolResponse::Task(task));
             }
             return Ok(self.drive(running, &context).await);
@@ -495,20 +493,12 @@ impl RhoServer {
                         self.drive(running, &context).await
                     }
                     // The request carried every answer: the task now.
-                    None => CallToolResponse::Task(self.tasks.create(
-                        owner(&context),
-                        &tool,
-                        &call_id,
-                        running,
-                    )?),
+                    None => CallToolResponse::Task(
+                        self.tasks.create(&context, &tool, &call_id, running)?,
+                    ),
                 }
             } else if as_task {
-                CallToolResponse::Task(self.tasks.create(
-                    owner(&context),
-                    &tool,
-                    &call_id,
-                    running,
-                )?)
+                CallToolResponse::Task(self.tasks.create(&context, &tool, &call_id, running)?)
             } else {
                 self.drive(running, &context).await
             }

@@ -63,6 +63,10 @@ pub const MAX_TASKS: usize = 4096;
 /// client cannot take every other's room.
 pub const MAX_TASKS_PER_OWNER: usize = 1024;
 
+/// The most of them the clients of one peer address keep, all their sessions together: a peer
+/// that opens many sessions cannot take every other's room either.
+pub const MAX_TASKS_PER_PEER: usize = 1024;
+
 /// The tasks of one `rho serve`, shared by every session.
 #[derive(Clone)]
 pub struct Tasks {
@@ -83,6 +87,9 @@ pub struct Tasks {
 struct Entry {
     /// Who made it ([`owner`]).
     owner: String,
+    /// The peer address it came from (over HTTP; `None` over stdio, and for a task of an
+    /// earlier run).
+    peer: Option<std::net::IpAddr>,
     /// Its metadata as `tasks/get` shows it (status kept in step with `state`).
     task: Task,
     state: State,
@@ -152,6 +159,19 @@ fn http_owner(parts: &axum::http::request::Parts) -> String {
     }
 }
 
+/// The peer address of `context`'s request, when it came over HTTP.
+fn peer_of(context: &RequestContext<RoleServer>) -> Option<std::net::IpAddr> {
+    #[cfg(feature = "server-http")]
+    if let Some(parts) = context.extensions.get::<axum::http::request::Parts>() {
+        return parts
+            .extensions
+            .get::<crate::http::Peer>()
+            .map(|peer| peer.0);
+    }
+    let _ = context;
+    None
+}
+
 /// A new task id: 128 random bits, hex; `None` without randomness (a guessable id would let
 /// any client of the same token read the task).
 fn new_id() -> Option<String> {
@@ -212,12 +232,13 @@ impl Tasks {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Makes `call` (started, running) the task of `owner`, readable before this returns, and
-    /// drives it in a task of its own. The `CreateTaskResult` for the client; `Err` (the call
-    /// cancelled): no randomness for its id, or [`MAX_TASKS`] tasks kept already.
+    /// Makes `call` (started, running) the task of the client of `context`, readable before
+    /// this returns, and drives it in a task of its own. The `CreateTaskResult` for the client;
+    /// `Err` (the call cancelled): no randomness for its id, or no room (see
+    /// [`Tasks::make_room`]).
     pub fn create(
         &self,
-        owner: String,
+        context: &RequestContext<RoleServer>,
         tool: &str,
         call_id: &str,
         call: RunningCall,
@@ -233,19 +254,9 @@ impl Tasks {
         let Some(id) = new_id() else {
             return refused(call, "no randomness for its id");
         };
-        {
-            let entries = self.lock();
-            if entries.len() >= MAX_TASKS {
-                drop(entries);
-                return refused(call, "the server keeps too many tasks; try again later");
-            }
-            if entries.values().filter(|e| e.owner == owner).count() >= MAX_TASKS_PER_OWNER {
-                drop(entries);
-                return refused(
-                    call,
-                    "you keep too many tasks (1024); wait for some to expire, or cancel them",
-                );
-            }
+        let (owner, peer) = (owner(context), peer_of(context));
+        if let Err(why) = self.make_room(&owner, peer) {
+            return refused(call, why);
         }
         let created_ms = super::now_ms();
         let now = rfc3339(created_ms);
@@ -255,6 +266,7 @@ impl Tasks {
         let cancel = CancellationToken::new();
         let entry = Entry {
             owner,
+            peer,
             task: task.clone(),
             state: State::Working,
             expires: Instant::now() + self.ttl,
@@ -268,6 +280,63 @@ impl Tasks {
         self.lock().insert(id.clone(), entry);
         self.drive(id, call, cancel);
         Ok(CreateTaskResult::new(task))
+    }
+
+    /// Room for one more task of `owner` from `peer`. Past a bound (the owner's, the peer's, the
+    /// server's), an ended task goes to make room, the oldest of whoever is past it (for the
+    /// server's bound, of the peer, else the owner, keeping the most): a client that floods the
+    /// server with tasks loses its own finished ones first. `Err` says why there is no room:
+    /// every task in the way still runs.
+    fn make_room(&self, owner: &str, peer: Option<std::net::IpAddr>) -> Result<(), &'static str> {
+        let mut entries = self.lock();
+        let oldest_ended = |entries: &HashMap<String, Entry>, of: &dyn Fn(&Entry) -> bool| {
+            entries
+                .iter()
+                .filter(|(_, e)| of(e) && matches!(e.state, State::Ended(_)))
+                .min_by_key(|(_, e)| e.created_ms)
+                .map(|(id, _)| id.clone())
+        };
+        let free = |entries: &mut HashMap<String, Entry>, of: &dyn Fn(&Entry) -> bool| {
+            let id = oldest_ended(entries, of)?;
+            entries.remove(&id).map(|_| ())
+        };
+        let by_owner = |e: &Entry| e.owner == owner;
+        if entries.values().filter(|e| by_owner(e)).count() >= MAX_TASKS_PER_OWNER
+            && free(&mut entries, &by_owner).is_none()
+        {
+            return Err(
+                "you keep too many tasks (1024) still running; wait for some to end, or cancel them",
+            );
+        }
+        let by_peer = |e: &Entry| peer.is_some() && e.peer == peer;
+        if peer.is_some()
+            && entries.values().filter(|e| by_peer(e)).count() >= MAX_TASKS_PER_PEER
+            && free(&mut entries, &by_peer).is_none()
+        {
+            return Err(
+                "the clients of your address keep too many tasks (1024) still running; wait for some to end",
+            );
+        }
+        if entries.len() >= MAX_TASKS {
+            // Whoever keeps the most: by peer address where there is one, else by owner.
+            let mut counts: HashMap<String, usize> = HashMap::new();
+            for e in entries
+                .values()
+                .filter(|e| matches!(e.state, State::Ended(_)))
+            {
+                let holder = e.peer.map_or_else(|| e.owner.clone(), |p| p.to_string());
+                *counts.entry(holder).or_default() += 1;
+            }
+            let heaviest = counts.into_iter().max_by_key(|(_, n)| *n).map(|(h, _)| h);
+            let of_heaviest = |e: &Entry| {
+                heaviest.as_deref()
+                    == Some(&e.peer.map_or_else(|| e.owner.clone(), |p| p.to_string()))
+            };
+            if free(&mut entries, &of_heaviest).is_none() {
+                return Err("the server keeps too many tasks still running; try again later");
+            }
+        }
+        Ok(())
     }
 
     /// Runs the task's call to its end or its next question, and records where it is.
@@ -607,6 +676,7 @@ impl Tasks {
             };
             let mut entry = Entry {
                 owner,
+                peer: None,
                 task: Task::new(
                     task_id.clone(),
                     payload.status(),

@@ -259,6 +259,31 @@ pub(crate) fn sweep_stale(base: &Path, prefix: &str) {
     }
 }
 
+/// Removes every private copy directory this process made (what a process that exits before its
+/// hosts were dropped, a start-up stopped by a signal, would otherwise leave; a later host would
+/// sweep them). Libraries mapped from them stay valid; copies made after this fail.
+pub fn remove_this_process_copies() {
+    let Ok(base) = crate::sandbox::host::secure_temp_dir() else {
+        return;
+    };
+    let me = std::process::id();
+    let started = process_start(me).unwrap_or(0);
+    let ours = format!("{COPY_PREFIX}{me}.{started}-");
+    let Ok(entries) = std::fs::read_dir(&base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let named_ours = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(&ours));
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if named_ours && is_dir {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 impl CopyDir {
     /// Removes the directory and whatever is in it (the host is stopping); later copies fail.
     pub fn remove(&self) {
