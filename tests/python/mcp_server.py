@@ -87,6 +87,22 @@ def big(bytes: int) -> str:
     return "b" * bytes
 
 @mcp.tool()
+def fill_home(mib: int) -> str:
+    """Writes that many MiB into $HOME/fill; answers how many went in, and how it stopped."""
+    path = os.path.join(os.environ["HOME"], "fill")
+    written = 0
+    try:
+        with open(path, "ab") as f:
+            chunk = b"h" * (1 << 20)
+            for _ in range(mib):
+                f.write(chunk)
+                f.flush()
+                written += 1
+        return f"wrote {written} MiB into {os.environ['HOME']}"
+    except OSError as e:
+        return f"stopped after {written} MiB: {e.strerror} (errno {e.errno})"
+
+@mcp.tool()
 def spawn(count: int) -> str:
     """Forks children that call setsid and sleep; answers their pids."""
     pids = []

@@ -95,12 +95,12 @@ async fn a_servers_tools_serve_with_their_origin_progress_images_logs_and_questi
     let mut events = host.subscribe();
     let echo = host.tools().into_iter().find(|t| t.name == "echo").unwrap();
     assert_eq!(echo.plugin.as_deref(), Some("mcp:misbehaving"));
-    // FastMCP declares an output schema (`{"result": ...}`) and answers structured content:
-    // rho's rule for a tool with a schema is that its text is that content's JSON.
+    // FastMCP declares an output schema (`{"result": ...}`) and answers text content and
+    // structured content: both reach the host as the server sent them.
     let r = host.call("echo", json!({"text": "hi"})).await;
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
     assert_eq!(r.structured, Some(json!({"result": "hi"})));
-    assert_eq!(r.text(), r#"{"result":"hi"}"#);
+    assert_eq!(r.text(), "hi");
 
     // The call's trace context reaches the server in `_meta.traceparent`.
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -658,15 +658,15 @@ async fn no_process_of_a_server_outlives_it_whichever_way_it_ends() {
                 until_gone(&pids, "after the host's SIGKILL");
                 killed_hosts.push(host_pid);
             }
-            // The host shuts down: its server's private home is gone when that returns.
+            // The host shuts down. A sandboxed server's HOME is its own /tmp: nothing of the
+            // host's is made for it, nothing left.
             _ => {
                 let mut tagged = server(&[&token]);
                 tagged.name = format!("orphans{run}");
                 let host = host_over(tagged, RunnerConfig::default()).await;
                 let pids = spawned(&host, &token).await;
                 let home = format!("rho-mcp-{}-orphans{run}-", std::process::id());
-                // The home and its lock file.
-                assert_eq!(homes_named(&home).len(), 2, "{home}");
+                assert_eq!(homes_named(&home), Vec::<String>::new(), "{home}");
                 host.shutdown().await;
                 assert_eq!(homes_named(&home), Vec::<String>::new());
                 drop(host);
@@ -729,4 +729,49 @@ fn sigkilled_serve(token: &str) -> (Vec<i32>, u32) {
     serve.kill().unwrap();
     serve.wait().unwrap();
     (pids, host_pid)
+}
+
+/// A server's `HOME` is bounded (`home_mb`) and off the host's disk: writing past it stops with
+/// "no space left on device", and nothing of it lands in the host's temporary directory (before:
+/// 300 MiB written there landed on the host's disk).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_home_is_bounded_and_off_the_hosts_disk() {
+    let temp = rho_runtime::secure_temp_dir().unwrap();
+    let used = || {
+        let out = std::process::Command::new("du")
+            .args(["-sk"])
+            .arg(&temp)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .and_then(|k| k.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let mut server = server(&[]);
+    server.home_mb = 8;
+    let host = host_over(server, RunnerConfig::default()).await;
+    let before = used();
+    let r = host.call("fill_home", json!({"mib": 20})).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.text());
+    let text = r.text().into_owned();
+    assert!(
+        text.starts_with("stopped after ") && text.contains("No space left on device"),
+        "{text}"
+    );
+    let written: u64 = text["stopped after ".len()..]
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(written <= 8, "{text}");
+    // Nothing of it on the host's disk (other tests may write there meanwhile: far less).
+    let grown = used().saturating_sub(before);
+    assert!(
+        grown < 4 << 10,
+        "the host's {} grew by {grown} KiB",
+        temp.display()
+    );
+    host.shutdown().await;
 }

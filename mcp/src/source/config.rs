@@ -47,8 +47,8 @@ pub struct McpServer {
     /// `~/.cache/pip`), for `npx` and `uvx` of packages already fetched.
     #[serde(default, skip_serializing_if = "is_false")]
     pub package_caches: bool,
-    /// The directory it starts in, granted to read (default: its private home, a directory of
-    /// its own that is its `HOME` and is removed with the source).
+    /// The directory it starts in, granted to read (default: its `HOME`, see
+    /// [`home_mb`](Self::home_mb)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<PathBuf>,
     /// Run it in the sandbox (default). `false` gives it the host's rights and file system (the
@@ -74,6 +74,14 @@ pub struct McpServer {
     /// installed package takes seconds).
     #[serde(default = "default_start_ms")]
     pub start_timeout_ms: u64,
+    /// The size of its `HOME`, MiB (default 256). In the sandbox its `HOME` is its `/tmp`, an
+    /// in-memory file system of its own of this size: what it writes there (caches,
+    /// downloads) never reaches the host's disk, a write past it fails with "no space left on
+    /// device", and it starts empty at each start of the server (read the host's package caches
+    /// with `package_caches`). Without the sandbox, its `HOME` is a private directory of the
+    /// host's, unbounded.
+    #[serde(default = "default_home_mb")]
+    pub home_mb: u64,
     /// What rho says of some of its tools instead of what the server declares, by tool name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tools: BTreeMap<String, ToolOverride>,
@@ -81,6 +89,10 @@ pub struct McpServer {
 
 fn default_start_ms() -> u64 {
     30_000
+}
+
+fn default_home_mb() -> u64 {
+    256
 }
 
 fn default_memory_mb() -> u64 {
@@ -152,6 +164,7 @@ impl McpServer {
             processes: default_processes(),
             stateless: false,
             start_timeout_ms: default_start_ms(),
+            home_mb: default_home_mb(),
             tools: BTreeMap::new(),
         }
     }
@@ -301,6 +314,12 @@ impl McpServer {
             1 << 20,
         )?;
         ConfigError::check_range(
+            &format!("mcp.{}.home_mb", self.name),
+            self.home_mb,
+            1,
+            1 << 16,
+        )?;
+        ConfigError::check_range(
             &format!("mcp.{}.processes", self.name),
             self.processes,
             8,
@@ -339,6 +358,8 @@ impl McpServer {
             limits: WorkerLimits {
                 data_bytes: Some(self.memory_mb << 20),
                 processes: Some(self.processes),
+                // Its HOME is its /tmp: one bounded tmpfs (see `home_mb`).
+                scratch_bytes: self.home_mb << 20,
                 ..SandboxedCommand::default_limits()
             },
             sandbox: self.sandbox,

@@ -2,8 +2,8 @@
 //!
 //! The source starts the server in the sandbox of isolated plugins
 //! ([`SandboxedCommand`]: its whole process tree in a PID namespace of its own, a cleared
-//! environment but for the keys its grants list, `HOME` a private directory kept across its
-//! restarts and removed with the source, its stderr kept, bounded), initializes it within
+//! environment but for the keys its grants list, `HOME` its own `/tmp`, an in-memory file system
+//! of [`McpServer::home_mb`], its stderr kept, bounded), initializes it within
 //! [`McpServer::start_timeout_ms`], lists its tools and offers them to the host's registry. It then
 //! watches the process: an exit (or a broken connection) takes the server down, its calls in
 //! flight end `crashed` naming the server and how it ended, and calls made while it is down end
@@ -104,22 +104,27 @@ impl ToolSource for McpSource {
 /// drops this future.
 async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSource) {
     let (abandoned, mut given_up) = mpsc::unbounded_channel();
-    // The server's private home, kept across its restarts (its caches stay warm) and removed
-    // with the source; homes of hosts that died without removing theirs go first.
-    let home = match PrivateHome::new(&server.name) {
-        Ok(home) => home,
-        Err(e) => {
-            let why = format!("mcp server `{}`: no private home for it: {e}", server.name);
-            tracing::error!(server = %server.name, "{why}");
-            source.set_state("mcp", SourceState::Down, None, why);
-            return;
-        }
+    // In the sandbox, the server's HOME is its own /tmp, a bounded tmpfs (`home_mb`). Without
+    // it, a private directory of the host's, kept across its restarts and removed with the
+    // source; homes of hosts that died without removing theirs go first.
+    let home = match (server.sandbox, server.url.is_some()) {
+        (false, false) => match PrivateHome::new(&server.name) {
+            Ok(home) => Some(home),
+            Err(e) => {
+                let why = format!("mcp server `{}`: no private home for it: {e}", server.name);
+                tracing::error!(server = %server.name, "{why}");
+                source.set_state("mcp", SourceState::Down, None, why);
+                return;
+            }
+        },
+        _ => None,
     };
+    let home_path = home.as_ref().map(|home| home.path().to_owned());
     let per_call = server.stateless.then(|| -> Arc<dyn PerCall> {
         Arc::new(ProcessPerCall {
             server: server.clone(),
             workers: workers.clone(),
-            home: home.path().to_owned(),
+            home: home_path.clone(),
         })
     });
     let shared = Shared::new(&server.name, abandoned, per_call, server.url.is_some());
@@ -136,7 +141,7 @@ async fn supervise(server: McpServer, workers: WorkerOptions, source: RemoteSour
             Some(url) => connect::connect(&server, url, &shared)
                 .await
                 .map(|running| (running, None, watch::channel(None).0)),
-            None => start(&server, &workers, home.path(), &shared)
+            None => start(&server, &workers, home_path.as_deref(), &shared)
                 .await
                 .map(|(running, child, exited)| (running, Some(child), exited)),
         };
@@ -304,7 +309,7 @@ fn sweep_stale_homes(dir: &std::path::Path) {
 async fn start(
     server: &McpServer,
     workers: &WorkerOptions,
-    home: &std::path::Path,
+    home: Option<&std::path::Path>,
     shared: &Arc<Shared>,
 ) -> Result<
     (
@@ -316,8 +321,10 @@ async fn start(
 > {
     let mut command = SandboxedCommand::new(&server.command)
         .args(server.args.iter().cloned())
-        .home(home)
         .options(server.sandbox_options(workers));
+    if let Some(home) = home {
+        command = command.home(home);
+    }
     if let Some(cwd) = &server.cwd {
         command = command.cwd(cwd);
     }
@@ -565,7 +572,7 @@ fn exit_why(shared: &Shared, status: std::io::Result<std::process::ExitStatus>) 
 struct ProcessPerCall {
     server: McpServer,
     workers: WorkerOptions,
-    home: std::path::PathBuf,
+    home: Option<std::path::PathBuf>,
 }
 
 impl PerCall for ProcessPerCall {
@@ -584,13 +591,14 @@ impl ProcessPerCall {
         // No hang check: the process ends with its call.
         let (abandoned, _) = mpsc::unbounded_channel();
         let own = Shared::new(name, abandoned, None, false);
-        let (running, mut child, exited) = start(&self.server, &self.workers, &self.home, &own)
-            .await
-            .map_err(|why| {
-                let text = format!("mcp server `{name}` could not start for the call: {why}");
-                tracing::warn!(server = %source.name, "{text}");
-                Failure::Unavailable(text)
-            })?;
+        let (running, mut child, exited) =
+            start(&self.server, &self.workers, self.home.as_deref(), &own)
+                .await
+                .map_err(|why| {
+                    let text = format!("mcp server `{name}` could not start for the call: {why}");
+                    tracing::warn!(server = %source.name, "{text}");
+                    Failure::Unavailable(text)
+                })?;
         let process = Process {
             peer: running.peer().clone(),
             ended: exited.subscribe(),
