@@ -127,7 +127,8 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
         Ok(built) => built,
         Err(code) => return code,
     };
-    let call = ToolCall::new("call-1", args.tool.clone(), arguments);
+    let call = ToolCall::new("call-1", args.tool.clone(), arguments)
+        .by(std::sync::Arc::new(rho_runtime::Principal::local()));
     let out = result_out();
     {
         use std::os::fd::AsRawFd;

@@ -221,7 +221,9 @@ async fn answer(stream: tokio::net::UnixStream, host: &Host, n: u64) -> std::io:
                 Value::Null => Value::Object(Default::default()),
                 other => other,
             };
-            let call = ToolCall::new(format!("ctl-{n}"), request.tool, arguments);
+            // The socket is owner-only and its peer's uid checked: this machine's user.
+            let call = ToolCall::new(format!("ctl-{n}"), request.tool, arguments)
+                .by(std::sync::Arc::new(rho_runtime::Principal::local()));
             let mut rest = Vec::new();
             let options = CallOptions::default();
             tokio::select! {

@@ -390,6 +390,11 @@ pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
             reason,
         } => format!("restored `{tool}` ({origin}): {reason}"),
         EventKind::Warning { subject, message } => format!("warning ({subject}): {message}"),
+        EventKind::AccessRefused {
+            status,
+            reason,
+            peer,
+        } => format!("refused {status} from {peer}: {reason}"),
         EventKind::RemoteToolsChanged {
             source,
             added,

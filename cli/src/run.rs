@@ -75,7 +75,9 @@ impl Session {
             Ok(built) => built,
             Err(code) => return code,
         };
-        let mut session = host.agent_loop("session-1");
+        let mut session = host
+            .agent_loop("session-1")
+            .on_behalf_of(std::sync::Arc::new(rho_runtime::Principal::local()));
         let result = session.run(&model).await;
         // The printer stops at agent_end.
         let _ = printer.await;

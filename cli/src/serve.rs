@@ -144,20 +144,21 @@ async fn serve_http(
         shut_down(host, "the HTTP endpoint could not start").await;
         ExitCode::from(1)
     };
-    let (guard, made) = match Guard::for_config(addr, serve) {
+    let (guard, made) = match Guard::for_config(addr, serve).await {
         Ok(guard) => guard,
         Err(e) => return refused(e.to_string()).await,
     };
-    if made && let Some(token) = &guard.token {
+    if let Some(token) = &made {
         eprintln!("rho: token (send `Authorization: Bearer TOKEN`; shown once): {token}");
     }
     // A browser cannot send the header: the page's address carries the token.
-    let page_query = match (&guard.token, &serve.token_file) {
-        (None, _) => String::new(),
-        (Some(token), None) => format!("?token={token}"),
-        (Some(_), Some(file)) => {
+    let page_query = match (&made, &serve.token_file, &serve.tokens_file) {
+        (Some(token), _, _) => format!("?token={token}"),
+        (None, Some(file), _) => {
             format!("?token=TOKEN (TOKEN: the first line of {})", file.display())
         }
+        (None, None, Some(_)) => "?token=TOKEN (TOKEN: one of the named tokens)".to_owned(),
+        (None, None, None) => String::new(),
     };
     let started = Endpoint::new(host.clone(), guard).mcp(server).start(addr);
     let endpoint = match started.await {

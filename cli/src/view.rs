@@ -101,6 +101,7 @@ mod tests {
                 full_text: None,
                 duration_ms: ms,
                 served_by: None,
+                principal: None,
             },
         }
     }

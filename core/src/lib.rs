@@ -87,6 +87,7 @@ pub use call::ask::{Answerer, NO_ONE_TO_ASK, NoOneToAsk, no_one_to_ask};
 pub use call::gate::{DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};
 pub use call::invoke::{Tool, ToolCtx, is_valid_traceparent};
 pub use call::options::{CallOptions, CancellationToken, LogHook, RunnerConfig, UpdateHook};
+pub use call::principal::{AuthMethod, Principal};
 pub use call::rules::{Action, Asker, GateRule, RuleGate, pattern_matches};
 pub use call::sender::MAX_UPDATE_BYTES;
 pub use config::{

@@ -54,7 +54,13 @@ mod server;
 mod source;
 
 #[cfg(feature = "server-http")]
-pub use http::{Endpoint, Guard, HttpError, Limits, SessionLimits, Started, serve_http};
+pub use http::{
+    Endpoint, Guard, HttpError, Limits, SessionLimits, Started,
+    auth::{Access, NamedToken, StaticTokens, TokensFile, token_digest},
+    oauth::{OAuthConfig, OAuthError, OAuthVerifier},
+    refusal::Refusal,
+    serve_http,
+};
 #[cfg(feature = "server")]
 pub use server::{
     RequestInfo, RequestObserver, RequestSpan, RhoServer, ServeConfig, Stdio, StdioEnd, StdioError,

@@ -226,6 +226,7 @@ impl Worker {
                 tool,
                 args,
                 traceparent,
+                ..
             } => {
                 // A start whose end was dropped (the queue full) would stay for ever: when full,
                 // the oldest eighth goes.
@@ -261,6 +262,7 @@ impl Worker {
                 output,
                 duration_ms,
                 served_by,
+                principal,
                 ..
             } => {
                 let call = open.remove(call_id)?;
@@ -268,7 +270,17 @@ impl Worker {
                 // after the host is gone are as true as those built at once.
                 let origin = served_by.as_ref().map(Origin::of);
                 let result = self.export_arguments.then(|| cut(output.text.clone()));
-                Some(self.call_span(call_id, call, *outcome, *duration_ms, origin, result))
+                let mut span =
+                    self.call_span(call_id, call, *outcome, *duration_ms, origin, result);
+                if let Some(principal) = principal {
+                    span.attributes
+                        .push(KeyValue::new("enduser.id", principal.id.clone()));
+                    if !principal.scopes.is_empty() {
+                        span.attributes
+                            .push(KeyValue::new("enduser.scope", principal.scopes.join(" ")));
+                    }
+                }
+                Some(span)
             }
             _ => None,
         }

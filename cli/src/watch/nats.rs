@@ -46,7 +46,7 @@ impl Relay {
         let limits = rho_mcp::Limits::of(&ServeConfig::default());
         let (guard, made) =
             Guard::new(addr, token_file, &[], limits, true).map_err(|e| e.to_string())?;
-        if made && let Some(token) = &guard.token {
+        if let Some(token) = &made {
             eprintln!(
                 "rho: token of the page (open http://ADDR/?token=TOKEN; shown once): {token}"
             );

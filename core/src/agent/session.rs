@@ -33,6 +33,8 @@ pub struct Loop {
     host: Host,
     config: LoopConfig,
     messages: Vec<Message>,
+    /// Who the loop's calls are made for (a call that names no principal of its own).
+    principal: Option<Arc<crate::Principal>>,
 }
 
 impl Host {
@@ -51,7 +53,15 @@ impl Loop {
             host,
             config,
             messages: Vec::new(),
+            principal: None,
         }
+    }
+
+    /// The same loop, its calls made for `principal` (the gate, the events and the journal
+    /// name them; a call that names its own keeps it).
+    pub fn on_behalf_of(mut self, principal: Arc<crate::Principal>) -> Self {
+        self.principal = Some(principal);
+        self
     }
 
     /// The session's id.
@@ -168,12 +178,18 @@ impl Loop {
             let host = self.host.clone();
             let permits = permits.clone();
             let options = options.clone();
+            let call = match (&call.principal, &self.principal) {
+                (None, Some(principal)) => {
+                    std::borrow::Cow::Owned(call.clone().by(principal.clone()))
+                }
+                _ => std::borrow::Cow::Borrowed(call),
+            };
             pending.push(async move {
                 if let Some(after) = after {
                     let _ = after.await;
                 }
                 let _permit = permits.acquire_owned().await.ok();
-                let result = host.call_with(call, &options).await;
+                let result = host.call_with(&call, &options).await;
                 drop(ended);
                 (i, result)
             });

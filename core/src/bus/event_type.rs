@@ -68,6 +68,8 @@ pub enum EventType {
     SourceStateChanged,
     /// A long call's task (MCP Tasks on `rho serve`) was made or changed status.
     TaskChanged,
+    /// A server refused a request for who sent it (no token, a bad one, a scope missing).
+    AccessRefused,
 }
 
 /// Text that is no event type, with the types there are.
@@ -80,7 +82,7 @@ pub struct UnknownEventType {
 
 impl EventType {
     /// Every type, in the order of their variants.
-    pub const ALL: [EventType; 24] = [
+    pub const ALL: [EventType; 25] = [
         EventType::AgentStart,
         EventType::AgentEnd,
         EventType::TurnStart,
@@ -105,6 +107,7 @@ impl EventType {
         EventType::Warning,
         EventType::SourceStateChanged,
         EventType::TaskChanged,
+        EventType::AccessRefused,
     ];
 
     /// Its place in [`EventType::ALL`].
@@ -139,6 +142,7 @@ impl EventType {
             EventType::ExportStatus => "export_status",
             EventType::Warning => "warning",
             EventType::TaskChanged => "task_changed",
+            EventType::AccessRefused => "access_refused",
         }
     }
 }

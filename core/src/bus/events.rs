@@ -224,6 +224,9 @@ pub enum EventKind {
         /// exporter parents the call's span with.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         traceparent: Option<String>,
+        /// Who asked for it, when the host knows ([`ToolCall::principal`](crate::ToolCall)).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        principal: Option<std::sync::Arc<crate::Principal>>,
     },
     /// The gate has not answered within a short moment (a screen can show "waiting for approval").
     ToolGateWaiting {
@@ -289,6 +292,9 @@ pub enum EventKind {
         /// turns this event into a span after the host is gone, reads the truth here.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         served_by: Option<ServedBy>,
+        /// Who asked for it, as at its start.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        principal: Option<std::sync::Arc<crate::Principal>>,
     },
     /// A plugin was loaded and its tools registered.
     PluginLoaded {
@@ -446,6 +452,17 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "is_zero")]
         dropped: u64,
     },
+    /// A server refused a request for who sent it: the HTTP status (401: no usable token,
+    /// 403: a scope missing), why in a few words (`token expired`, `wrong audience`, `unknown
+    /// key`, never the token), and the peer address.
+    AccessRefused {
+        /// 401 or 403.
+        status: u16,
+        /// Why, in a few words.
+        reason: String,
+        /// The peer address.
+        peer: String,
+    },
     /// A warning about the host's health (e.g. too many plugin versions left mapped).
     Warning {
         /// The subject (a plugin, a file, a worker pool).
@@ -539,6 +556,7 @@ impl EventKind {
             EventKind::ExportStatus { .. } => EventType::ExportStatus,
             EventKind::TaskChanged { .. } => EventType::TaskChanged,
             EventKind::Warning { .. } => EventType::Warning,
+            EventKind::AccessRefused { .. } => EventType::AccessRefused,
         }
     }
 

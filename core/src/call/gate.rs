@@ -18,6 +18,11 @@ pub struct ToolCall {
     /// the tool, the start event and every clone of the call read one copy.
     #[serde(default = "empty_object")]
     pub arguments: Arc<Value>,
+    /// Who asks for it, when the host knows ([`Principal`](crate::Principal)): the caller of
+    /// a server's request, this machine's user for a command. `None`: the host itself (an
+    /// embedder's own call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<Arc<crate::Principal>>,
 }
 
 fn empty_object() -> Arc<Value> {
@@ -31,7 +36,14 @@ impl ToolCall {
             id: id.into(),
             name: name.into(),
             arguments: Arc::new(arguments),
+            principal: None,
         }
+    }
+
+    /// The same call, asked for by `principal`.
+    pub fn by(mut self, principal: Arc<crate::Principal>) -> Self {
+        self.principal = Some(principal);
+        self
     }
 }
 

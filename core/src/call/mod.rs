@@ -7,6 +7,7 @@ pub(crate) mod invoke;
 pub(crate) mod json;
 pub(crate) mod options;
 pub(crate) mod panic;
+pub(crate) mod principal;
 pub(crate) mod rules;
 pub(crate) mod runner;
 pub(crate) mod sender;

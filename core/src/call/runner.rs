@@ -210,6 +210,7 @@ impl ToolRunner {
                         .as_deref()
                         .filter(|t| is_valid_traceparent(t))
                         .map(str::to_owned),
+                    principal: call.principal.clone(),
                 }
             })
             .await;
@@ -255,7 +256,8 @@ impl ToolRunner {
                     origin: (*tool.origin).clone(),
                     runs: tool.invoke.runs(),
                 });
-                bus.publish(session, end_event(&result, output, served_by));
+                let principal = call.principal.clone();
+                bus.publish(session, end_event(&result, output, served_by, principal));
             }
         }
         tokio::task::coop::consume_budget().await;

@@ -104,7 +104,11 @@ fn joined(joined: Result<TaskEnd, JoinError>) -> Result<TaskEnd, (Outcome, Strin
 pub(crate) fn fallback_end(bus: &Bus, call: &ToolCall, session: Option<&str>) -> ToolResult {
     let text = "rho: the call's task failed inside the runner";
     let result = ToolResult::failed(&call.id, &call.name, Outcome::Crashed, text);
-    bus.publish(session, end_event(&result, (&result.output).into(), None));
+    let principal = call.principal.clone();
+    bus.publish(
+        session,
+        end_event(&result, (&result.output).into(), None, principal),
+    );
     result
 }
 
@@ -113,6 +117,7 @@ pub(crate) fn end_event(
     result: &ToolResult,
     output: OutputView,
     served_by: Option<ServedBy>,
+    principal: Option<std::sync::Arc<crate::Principal>>,
 ) -> EventKind {
     EventKind::ToolExecutionEnd {
         call_id: result.call_id.clone(),
@@ -125,5 +130,6 @@ pub(crate) fn end_event(
         full_text: result.full_text.as_deref().map(event_text),
         duration_ms: result.duration.as_secs_f64() * 1000.0,
         served_by,
+        principal,
     }
 }

@@ -16,12 +16,17 @@ use super::calls::{HttpCalls, id_key};
 use super::connections::Peer;
 use tokio_util::sync::CancellationToken;
 
-use super::guard::{Guard, authorized, host_allowed, origin_allowed, query_token};
+use super::auth::Access;
+use super::guard::{Guard, host_allowed, origin_allowed, query_token};
+use super::refusal::{Refusal, bearer};
 use crate::server::jsonrpc::{self, Verdict};
 
 /// The state of [`gatekeeper`], one per endpoint.
 pub(super) struct Gatekeeper {
-    token: Option<String>,
+    /// How callers are told apart.
+    access: Access,
+    /// Where refusals are said (`access_refused` events).
+    bus: rho_runtime::Bus,
     in_flight: Arc<tokio::sync::Semaphore>,
     max_body_bytes: usize,
     calls: HttpCalls,
@@ -40,12 +45,17 @@ impl Gatekeeper {
     /// The gatekeeper of an endpoint bound at `bound` with `guard`, closing `rmcp_sessions`' idle
     /// sessions until `stop`.
     pub(super) fn start(
-        guard: &Guard,
+        guard: Guard,
+        bus: rho_runtime::Bus,
         bound: SocketAddr,
         rmcp_sessions: Arc<LocalSessionManager>,
         stop: &CancellationToken,
     ) -> Arc<Gatekeeper> {
-        let allowed_hosts = guard.token.is_none().then(|| {
+        if let Access::OAuth(verifier) = &guard.access {
+            verifier.bound_at(bound);
+        }
+        let open = matches!(guard.access, Access::Open);
+        let allowed_hosts = open.then(|| {
             let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]", "::1"]
                 .map(String::from)
                 .to_vec();
@@ -55,8 +65,10 @@ impl Gatekeeper {
             });
             hosts
         });
+        let every = (guard.limits.sessions.idle / 4).max(std::time::Duration::from_millis(250));
         let keeper = Arc::new(Gatekeeper {
-            token: guard.token.clone(),
+            access: guard.access,
+            bus,
             in_flight: Arc::new(tokio::sync::Semaphore::new(guard.limits.max_requests)),
             max_body_bytes: guard.limits.max_body_bytes,
             calls: HttpCalls::default(),
@@ -72,7 +84,6 @@ impl Gatekeeper {
         // Sessions idle past their life are closed, a few times per life.
         let sweeping = keeper.clone();
         let swept = stop.clone();
-        let every = (guard.limits.sessions.idle / 4).max(std::time::Duration::from_millis(250));
         tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -112,17 +123,30 @@ pub(super) async fn gatekeeper(
         )
             .into_response();
     }
-    if let Some(token) = &keeper.token
-        && !authorized(request.headers(), token)
-        && !(request.method() == axum::http::Method::GET && query_token(&request, token))
-    {
-        return (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "rho: a bearer token is required (Authorization: Bearer TOKEN)\n",
-        )
-            .into_response();
-    }
+    let peer_address = request
+        .extensions()
+        .get::<Peer>()
+        .map_or(IpAddr::from([127, 0, 0, 1]), |p| p.0);
+    // Where a client learns how to get a token: open to all (RFC 9728).
+    let metadata = request
+        .uri()
+        .path()
+        .starts_with("/.well-known/oauth-protected-resource");
+    let principal = if metadata {
+        Arc::new(rho_runtime::Principal::anonymous())
+    } else {
+        // What the caller is read from (a request's body is not shared across the await).
+        let headers = request.headers().clone();
+        let query = (request.method() == axum::http::Method::GET)
+            .then(|| query_token(&request))
+            .flatten();
+        match keeper.caller(&headers, query).await {
+            Ok(principal) => principal,
+            Err(refusal) => return keeper.refused(refusal, peer_address),
+        }
+    };
+    let mut request = request;
+    request.extensions_mut().insert(principal.clone());
     let Ok(_permit) = keeper.in_flight.clone().try_acquire_owned() else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -135,10 +159,7 @@ pub(super) async fn gatekeeper(
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let peer = request
-        .extensions()
-        .get::<Peer>()
-        .map_or(IpAddr::from([127, 0, 0, 1]), |p| p.0);
+    let peer = peer_address;
     if request.method() != axum::http::Method::POST {
         if request.method() == axum::http::Method::DELETE
             && let Some(id) = &session
@@ -202,6 +223,17 @@ pub(super) async fn gatekeeper(
     };
     drop(bytes);
     let method = method.as_deref();
+    // A tool that needs scopes of its own: read off the call (OAuth only).
+    if method == Some("tools/call")
+        && let Access::OAuth(verifier) = &keeper.access
+        && verifier.scopes_per_tool()
+        && let Some(tool) = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v["params"]["name"].as_str().map(str::to_owned))
+        && let Some(refusal) = verifier.tool_refusal(&principal, &tool)
+    {
+        return keeper.refused(refusal, peer);
+    }
     let opening = session.is_none() && method == Some("initialize");
     if opening {
         match keeper.sessions.make_room(peer) {
@@ -248,6 +280,62 @@ pub(super) async fn gatekeeper(
                 }
             })
         }
+    }
+}
+
+impl Gatekeeper {
+    /// Who sent a request of `headers` (and, for a GET, the query's `token=`: the page's
+    /// `EventSource` and images send no headers of their own), or why it is refused.
+    async fn caller(
+        &self,
+        headers: &axum::http::HeaderMap,
+        query: Option<String>,
+    ) -> Result<Arc<rho_runtime::Principal>, Refusal> {
+        match &self.access {
+            Access::Open => Ok(Arc::new(rho_runtime::Principal::anonymous())),
+            Access::Tokens(tokens) => {
+                let given = bearer(headers)
+                    .map(str::to_owned)
+                    .or(query)
+                    .ok_or_else(|| Refusal::unauthorized("no token"))?;
+                tokens.principal(&given).map(Arc::new)
+            }
+            Access::OAuth(verifier) => match bearer(headers) {
+                None => Err(verifier.no_token()),
+                Some(token) => verifier.principal(token).await.map(Arc::new),
+            },
+        }
+    }
+
+    /// The response of a refusal, said on the bus (`access_refused`: why, never the token).
+    fn refused(&self, refusal: Refusal, peer: IpAddr) -> Response {
+        tracing::info!(status = refusal.status, reason = %refusal.reason, %peer, "a request refused");
+        self.bus.publish(
+            None,
+            rho_runtime::EventKind::AccessRefused {
+                status: refusal.status,
+                reason: refusal.reason.clone(),
+                peer: peer.to_string(),
+            },
+        );
+        let (status, text) = match refusal.status {
+            403 => (
+                StatusCode::FORBIDDEN,
+                "rho: the token lacks a scope this needs",
+            ),
+            _ => (
+                StatusCode::UNAUTHORIZED,
+                "rho: a valid bearer token is required (Authorization: Bearer TOKEN)",
+            ),
+        };
+        let body = format!("{text}: {}\n", refusal.reason);
+        let mut response = (status, body).into_response();
+        if let Ok(value) = refusal.challenge.parse() {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, value);
+        }
+        response
     }
 }
 

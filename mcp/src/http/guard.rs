@@ -1,5 +1,6 @@
-//! Who may call: the bearer token, the allowed origins and host names, and the bounds of
-//! requests and sessions, resolved from the flags and `[serve]`.
+//! Who may call: how callers are told apart ([`Access`]: none on loopback, bearer tokens of
+//! the server's own, OAuth), the allowed origins and host names, and the bounds of requests and
+//! sessions, resolved from the flags and `[serve]`.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -7,10 +8,13 @@ use std::path::Path;
 use axum::extract::Request;
 use axum::http::{HeaderMap, header};
 
+use super::auth::{Access, StaticTokens};
+use super::oauth::{OAuthError, OAuthVerifier};
+
 /// How the HTTP endpoint is guarded, resolved from the flags and `[serve]`.
 pub struct Guard {
-    /// The bearer token every request must carry, if any.
-    pub token: Option<String>,
+    /// How callers are told apart.
+    pub access: Access,
     /// Allowed `Origin`s (never empty: the loopback origins by default).
     pub allowed_origins: Vec<String>,
     /// The bounds of requests and sessions.
@@ -81,55 +85,90 @@ pub enum HttpError {
         /// Why.
         reason: String,
     },
+    /// The named tokens' file is unusable.
+    #[error("{0}")]
+    Tokens(String),
+    /// OAuth cannot be put in force (an issuer unreachable, a bad setting).
+    #[error(transparent)]
+    OAuth(#[from] OAuthError),
+    /// Two ways of telling callers apart were asked for.
+    #[error(
+        "serve: OAuth and bearer tokens of the server's own are not given together (one way per listener)"
+    )]
+    TwoWays,
 }
 
 impl Guard {
     /// The guard for `addr`: the token from `token_file` (owner-only, one line), else one made
-    /// now when `addr` is not loopback (the caller prints it: `true` says it was made); the
-    /// origins allowed (the loopback origins when empty).
+    /// now when `addr` is not loopback (returned: the caller shows it once); the origins
+    /// allowed (the loopback origins when empty).
     pub fn new(
         addr: SocketAddr,
         token_file: Option<&Path>,
         allowed_origins: &[String],
         limits: Limits,
         web: bool,
-    ) -> Result<(Guard, bool), HttpError> {
-        let (token, made) = match token_file {
-            Some(path) => (Some(read_token(path)?), false),
-            None if addr.ip().is_loopback() => (None, false),
-            None => (Some(make_token().map_err(HttpError::Random)?), true),
+    ) -> Result<(Guard, Option<String>), HttpError> {
+        let (access, made) = match token_file {
+            Some(path) => (Access::Tokens(StaticTokens::one(&read_token(path)?)), None),
+            None if addr.ip().is_loopback() => (Access::Open, None),
+            None => {
+                let made = make_token().map_err(HttpError::Random)?;
+                (Access::Tokens(StaticTokens::one(&made)), Some(made))
+            }
         };
+        Ok((Guard::with(access, allowed_origins, limits, web), made))
+    }
+
+    /// The guard `config` (`[serve]`) describes for `addr`: OAuth (`[serve.oauth]`: its
+    /// issuers discovered and their keys fetched now), named tokens (`tokens_file`), or as
+    /// [`Guard::new`] (`token_file`); its origins, limits and live page. One way per listener:
+    /// two given are refused. The token made now, if one was (to show once).
+    pub async fn for_config(
+        addr: SocketAddr,
+        config: &crate::ServeConfig,
+    ) -> Result<(Guard, Option<String>), HttpError> {
+        let ways = [
+            config.oauth.is_some(),
+            config.tokens_file.is_some(),
+            config.token_file.is_some(),
+        ];
+        if ways.iter().filter(|w| **w).count() > 1 {
+            return Err(HttpError::TwoWays);
+        }
+        let limits = Limits::of(config);
+        let origins = &config.allowed_origins;
+        if let Some(oauth) = &config.oauth {
+            let verifier = OAuthVerifier::discover(oauth).await?;
+            let access = Access::OAuth(std::sync::Arc::new(verifier));
+            return Ok((Guard::with(access, origins, limits, config.web), None));
+        }
+        if let Some(path) = &config.tokens_file {
+            let access = Access::Tokens(StaticTokens::named(path).map_err(HttpError::Tokens)?);
+            return Ok((Guard::with(access, origins, limits, config.web), None));
+        }
+        Guard::new(
+            addr,
+            config.token_file.as_deref(),
+            origins,
+            limits,
+            config.web,
+        )
+    }
+
+    /// A guard of `access`, the origins allowed (the loopback origins when empty).
+    fn with(access: Access, allowed_origins: &[String], limits: Limits, web: bool) -> Guard {
         let allowed_origins = if allowed_origins.is_empty() {
             LOOPBACK_ORIGINS.map(String::from).to_vec()
         } else {
             allowed_origins.to_vec()
         };
-        Ok((
-            Guard {
-                token,
-                allowed_origins,
-                limits,
-                web,
-            },
-            made,
-        ))
-    }
-}
-
-impl Guard {
-    /// The guard `config` (`[serve]`) describes for `addr`: its token file, origins, limits and
-    /// live page (see [`Guard::new`]).
-    pub fn for_config(
-        addr: SocketAddr,
-        config: &crate::ServeConfig,
-    ) -> Result<(Guard, bool), HttpError> {
-        Guard::new(
-            addr,
-            config.token_file.as_deref(),
-            &config.allowed_origins,
-            Limits::of(config),
-            config.web,
-        )
+        Guard {
+            access,
+            allowed_origins,
+            limits,
+            web,
+        }
     }
 }
 
@@ -172,30 +211,16 @@ fn make_token() -> std::io::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Whether a GET's query carries `token=<token>`: how the page's `EventSource` and images
+/// The `token=` of a GET's query, if it has one: how the page's `EventSource` and images
 /// authenticate (browsers send no headers of their own for them).
-pub(super) fn query_token(request: &Request, token: &str) -> bool {
+pub(super) fn query_token(request: &Request) -> Option<String> {
     request
         .uri()
         .query()
         .into_iter()
         .flat_map(|q| q.split('&'))
         .filter_map(|pair| pair.strip_prefix("token="))
-        .filter_map(percent_decoded)
-        .any(|given| same(&given, token))
-}
-
-/// `a == b` in time independent of where they differ and of their lengths (their SHA-256
-/// digests are compared).
-fn same(a: &str, b: &str) -> bool {
-    let (a, b) = (
-        rho_runtime::sha256_hex(a.as_bytes()),
-        rho_runtime::sha256_hex(b.as_bytes()),
-    );
-    a.bytes()
-        .zip(b.bytes())
-        .fold(0u8, |diff, (x, y)| diff | (x ^ y))
-        == 0
+        .find_map(percent_decoded)
 }
 
 /// `%XX` and `+` of a query value decoded (`None` when it is not UTF-8 after decoding).
@@ -213,23 +238,6 @@ pub(super) fn percent_decoded(value: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
-}
-
-/// Whether `headers` carry `Authorization: Bearer <token>` (compared in constant time).
-pub(super) fn authorized(headers: &HeaderMap, token: &str) -> bool {
-    let Some(given) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, given) = v.split_once(' ')?;
-            scheme
-                .eq_ignore_ascii_case("bearer")
-                .then_some(given.trim())
-        })
-    else {
-        return false;
-    };
-    same(given, token)
 }
 
 /// Whether `origin` (`scheme://host[:port]`) is one `allowed` names (`scheme://host`,
@@ -271,7 +279,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn origins_hosts_and_tokens() {
+    fn origins_and_hosts() {
         let loopback = LOOPBACK_ORIGINS.map(String::from).to_vec();
         assert!(origin_allowed("http://localhost:3000", &loopback));
         assert!(origin_allowed("HTTP://LOCALHOST:3000", &loopback));
@@ -300,6 +308,5 @@ mod tests {
         assert!(!with("rebind.evil.example:8750") && !with("localhost.evil.com"));
 
         assert_eq!(percent_decoded("a%2Bb+c").as_deref(), Some("a+b c"));
-        assert!(same("token", "token") && !same("token", "tokens"));
     }
 }

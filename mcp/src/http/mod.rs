@@ -28,12 +28,15 @@
 //! time), at most 128 streams are open at once, and images are served from the bus's shared copy.
 
 mod admission;
+pub(crate) mod auth;
 mod body;
 mod calls;
 mod connections;
 mod events;
 mod gatekeeper;
 mod guard;
+pub(crate) mod oauth;
+pub(crate) mod refusal;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,7 +60,7 @@ pub use guard::{Guard, HttpError, Limits, SessionLimits};
 /// use rho_mcp::{Endpoint, Guard, RhoServer, ServeConfig};
 /// let addr = "127.0.0.1:8750".parse().expect("an address");
 /// let serve = ServeConfig::default();
-/// let (guard, _made) = Guard::for_config(addr, &serve)?;
+/// let (guard, _made) = Guard::for_config(addr, &serve).await?;
 /// let server = RhoServer::new(&host, &serve);
 /// let started = Endpoint::new(host, guard).mcp(server).start(addr).await?;
 /// eprintln!("serving at http://{}/mcp", started.bound);
@@ -94,8 +97,7 @@ pub async fn serve_http(
     addr: SocketAddr,
     config: &crate::ServeConfig,
 ) -> Result<Started, HttpError> {
-    let (guard, made) = Guard::for_config(addr, config)?;
-    let made = made.then(|| guard.token.clone()).flatten();
+    let (guard, made) = Guard::for_config(addr, config).await?;
     let server = crate::RhoServer::new(host, config);
     let mut started = Endpoint::new(host.clone(), guard)
         .mcp(server)
@@ -173,8 +175,27 @@ impl Endpoint {
             .await
             .map_err(bind_error)?;
         let bound = listener.local_addr().map_err(bind_error)?;
-        let keeper = gatekeeper::Gatekeeper::start(&guard, bound, sessions, &stop);
-        app = app.merge(events::routes(host, guard.web));
+        app = app.merge(events::routes(host.clone(), guard.web));
+        if let auth::Access::OAuth(verifier) = &guard.access {
+            // RFC 9728: where clients learn who issues tokens for this server (open to all;
+            // the path-suffixed form for `/mcp` too).
+            verifier.bound_at(bound);
+            let metadata = verifier.metadata();
+            let route = axum::routing::get(move || {
+                let metadata = metadata.clone();
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        metadata.to_string(),
+                    )
+                }
+            });
+            app = app
+                .route("/.well-known/oauth-protected-resource", route.clone())
+                .route("/.well-known/oauth-protected-resource/mcp", route);
+        }
+        let keeper =
+            gatekeeper::Gatekeeper::start(guard, host.bus().clone(), bound, sessions, &stop);
         let app = app.layer(axum::middleware::from_fn_with_state(
             keeper,
             gatekeeper::gatekeeper,

@@ -22,7 +22,7 @@ use super::asking::{ElicitAnswerer, Parked, RunningCall, Step};
 use super::logging::{self, SessionLevel};
 use super::meta_tools;
 use super::notes::Notes;
-use super::observe::{RequestInfo, RequestObserver, request_id};
+use super::observe::{RequestInfo, RequestObserver, principal_of, request_id};
 use super::settings::ServeConfig;
 use super::tasks::{Tasks, owner};
 use crate::convert::{mcp_result, mcp_tool};
@@ -406,7 +406,8 @@ impl RhoServer {
             call_id.clone(),
             request.name.to_string(),
             Value::Object(request.arguments.unwrap_or_default()),
-        );
+        )
+        .by(principal_of(&context));
         // Progress and log lines before the response (`super::notes`).
         // A task's request ends at once: its progress and log lines have no request to go with.
         let token = context.meta.get_progress_token().filter(|_| !as_task);

@@ -133,3 +133,20 @@ pub(crate) fn request_id(context: &RequestContext<RoleServer>) -> String {
         Err(_) => "?".into(),
     }
 }
+
+/// Who sent `context`'s request: over HTTP, who the endpoint told it was (a token's principal,
+/// `anonymous` on an open loopback listener); else this machine's user (stdio).
+pub(crate) fn principal_of(
+    context: &RequestContext<RoleServer>,
+) -> std::sync::Arc<rho_runtime::Principal> {
+    #[cfg(feature = "server-http")]
+    if let Some(parts) = context.extensions.get::<axum::http::request::Parts>() {
+        return parts
+            .extensions
+            .get::<std::sync::Arc<rho_runtime::Principal>>()
+            .cloned()
+            .unwrap_or_else(|| std::sync::Arc::new(rho_runtime::Principal::anonymous()));
+    }
+    let _ = context;
+    std::sync::Arc::new(rho_runtime::Principal::local())
+}

@@ -26,6 +26,14 @@ pub struct ServeConfig {
     /// readable by its owner only. Without one, a server on a non-loopback address makes a token
     /// and prints it once.
     pub token_file: Option<PathBuf>,
+    /// Named tokens (`rho token add`): a file of `[[token]]` entries, each a principal with its
+    /// scopes and the SHA-256 of its token (never the token); owner-only, read again when it
+    /// changes. Not with `token_file` or `oauth`.
+    pub tokens_file: Option<PathBuf>,
+    /// OAuth 2.1 resource server (`[serve.oauth]`): access tokens of these issuers, for this
+    /// server. Not with token files.
+    #[cfg(feature = "server-http")]
+    pub oauth: Option<crate::http::oauth::OAuthConfig>,
     /// Browser origins allowed to call over HTTP (`https://app.example.com`, `http://localhost:*`);
     /// a request with any other `Origin` is refused (DNS rebinding). Empty: the loopback origins.
     pub allowed_origins: Vec<String>,
@@ -71,6 +79,9 @@ impl Default for ServeConfig {
             max_calls: 64,
             http: None,
             token_file: None,
+            tokens_file: None,
+            #[cfg(feature = "server-http")]
+            oauth: None,
             allowed_origins: Vec::new(),
             max_body_bytes: 16 << 20,
             max_requests: 256,
@@ -134,9 +145,13 @@ impl ServeConfig {
     /// Makes the journal and the token file relative to `base`, the configuration file's
     /// directory.
     pub fn resolve_paths(&mut self, base: &Path) {
-        for path in [&mut self.journal, &mut self.token_file]
-            .into_iter()
-            .flatten()
+        for path in [
+            &mut self.journal,
+            &mut self.token_file,
+            &mut self.tokens_file,
+        ]
+        .into_iter()
+        .flatten()
         {
             resolve_path(base, path);
         }

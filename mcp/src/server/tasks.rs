@@ -130,31 +130,27 @@ pub fn owner(context: &RequestContext<RoleServer>) -> String {
     "stdio".into()
 }
 
-/// The owner of a request over HTTP: its MCP session, else its bearer token.
+/// The owner of a request over HTTP: its MCP session, else who sent it (its principal, as its
+/// token told the endpoint: never the token).
 #[cfg(feature = "server-http")]
 fn http_owner(parts: &axum::http::request::Parts) -> String {
-    let header = |name: &str| {
-        parts
-            .headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
-    // Neither the session id nor the token is kept (tasks are recorded in the journal): their
-    // SHA-256 tells their clients apart from others, and is the same after a restart.
-    let digest = |secret: &str| rho_runtime::sha256_hex(secret.as_bytes())[..32].to_owned();
-    if let Some(session) = header("mcp-session-id") {
-        return format!("session {}", digest(&session));
+    // Neither the session id is kept (tasks are recorded in the journal): its SHA-256 tells its
+    // clients apart from others, and is the same after a restart.
+    if let Some(session) = parts
+        .headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+    {
+        return format!(
+            "session {}",
+            &rho_runtime::sha256_hex(session.as_bytes())[..32]
+        );
     }
-    match header("authorization") {
-        Some(token) => {
-            let token = token.trim();
-            let token = token
-                .get(..7)
-                .filter(|scheme| scheme.eq_ignore_ascii_case("bearer "))
-                .map_or(token, |_| token[7..].trim());
-            format!("token {}", digest(token))
-        }
+    match parts
+        .extensions
+        .get::<std::sync::Arc<rho_runtime::Principal>>()
+    {
+        Some(principal) => format!("principal {principal}"),
         None => "http".into(),
     }
 }
