@@ -24,16 +24,30 @@ const KEPT: usize = 12;
 struct Ended {
     tool: String,
     call_id: String,
+    who: String,
     outcome: Outcome,
     duration_ms: f64,
     text: String,
 }
 
+/// A call that runs, as the view lists it.
+struct Running {
+    tool: String,
+    who: String,
+    /// When it started, in ms since the epoch.
+    started: u64,
+}
+
+/// Who a call is made for, as the views say it: the principal's id, `-` when unknown.
+fn who(principal: Option<&rho_runtime::Principal>) -> String {
+    principal.map_or_else(|| "-".to_owned(), |p| p.id.clone())
+}
+
 /// What the view shows, folded from events; drawing reads it.
 #[derive(Default)]
 pub struct LiveState {
-    /// Calls started and not ended: call id -> (tool, start time in ms since the epoch).
-    running: BTreeMap<String, (String, u64)>,
+    /// Calls started and not ended: call id -> the call.
+    running: BTreeMap<String, Running>,
     ended: VecDeque<Ended>,
     health: crate::view::Health,
     notices: VecDeque<String>,
@@ -44,9 +58,18 @@ impl LiveState {
     pub fn observe(&mut self, event: &Event) {
         self.health.observe(event);
         match &event.kind {
-            EventKind::ToolExecutionStart { call_id, tool, .. } => {
-                self.running
-                    .insert(call_id.clone(), (tool.clone(), event.ts_ms));
+            EventKind::ToolExecutionStart {
+                call_id,
+                tool,
+                principal,
+                ..
+            } => {
+                let call = Running {
+                    tool: tool.clone(),
+                    who: who(principal.as_deref()),
+                    started: event.ts_ms,
+                };
+                self.running.insert(call_id.clone(), call);
             }
             EventKind::ToolExecutionEnd {
                 call_id,
@@ -54,6 +77,7 @@ impl LiveState {
                 outcome,
                 output,
                 duration_ms,
+                principal,
                 ..
             } => {
                 self.running.remove(call_id);
@@ -63,6 +87,7 @@ impl LiveState {
                 self.ended.push_front(Ended {
                     tool: tool.clone(),
                     call_id: call_id.clone(),
+                    who: who(principal.as_deref()),
                     outcome: *outcome,
                     duration_ms: *duration_ms,
                     text: output.text.lines().next().unwrap_or("").to_owned(),
@@ -105,10 +130,15 @@ impl LiveState {
             areas[0],
         );
         let mut by_start: Vec<_> = self.running.iter().collect();
-        by_start.sort_by_key(|(_, (_, started))| *started);
-        let rows = by_start.into_iter().map(|(call_id, (tool, started))| {
-            let elapsed = now_ms.saturating_sub(*started) as f64 / 1000.0;
-            Row::new(vec![safe(tool), safe(call_id), format!("{elapsed:.1} s")])
+        by_start.sort_by_key(|(_, call)| call.started);
+        let rows = by_start.into_iter().map(|(call_id, call)| {
+            let elapsed = now_ms.saturating_sub(call.started) as f64 / 1000.0;
+            Row::new(vec![
+                safe(&call.tool),
+                safe(call_id),
+                safe(&call.who),
+                format!("{elapsed:.1} s"),
+            ])
         });
         frame.render_widget(
             Table::new(
@@ -116,10 +146,11 @@ impl LiveState {
                 [
                     Constraint::Min(20),
                     Constraint::Min(20),
+                    Constraint::Length(16),
                     Constraint::Length(10),
                 ],
             )
-            .header(Row::new(["tool", "call", "elapsed"]).style(bold))
+            .header(Row::new(["tool", "call", "who", "elapsed"]).style(bold))
             .block(
                 Block::default()
                     .borders(Borders::ALL)
@@ -132,6 +163,7 @@ impl LiveState {
                 e.outcome.to_string(),
                 safe(&e.tool),
                 safe(&e.call_id),
+                safe(&e.who),
                 format!("{:.1} ms", e.duration_ms),
                 safe(&e.text),
             ])
@@ -143,11 +175,12 @@ impl LiveState {
                     Constraint::Length(17),
                     Constraint::Length(18),
                     Constraint::Length(16),
+                    Constraint::Length(12),
                     Constraint::Length(11),
                     Constraint::Min(10),
                 ],
             )
-            .header(Row::new(["outcome", "tool", "call", "duration", "text"]).style(bold))
+            .header(Row::new(["outcome", "tool", "call", "who", "duration", "text"]).style(bold))
             .block(Block::default().borders(Borders::ALL).title(" last calls ")),
             areas[2],
         );

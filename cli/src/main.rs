@@ -25,6 +25,7 @@ mod run;
 mod serve;
 mod signals;
 mod telemetry;
+mod token;
 mod tools;
 mod view;
 mod wasm;
@@ -77,6 +78,9 @@ enum Command {
     /// list and remove them (OCI registries); make signing keys.
     #[command(subcommand)]
     Plugin(plugin::Command),
+    /// Named tokens of `rho serve --http`: add (printed once), remove, list.
+    #[command(subcommand)]
+    Token(token::Command),
 }
 
 fn main() -> ExitCode {
@@ -124,6 +128,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::main(args, config).await,
             Command::Node(args) => node::main(args, config).await,
             Command::Plugin(command) => plugin::main(command),
+            Command::Token(command) => token::main(command, &config),
         };
         // What the calls exported is sent before the process exits.
         telemetry::flush().await;

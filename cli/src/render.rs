@@ -288,9 +288,17 @@ pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
             call_id,
             tool,
             args,
+            principal,
             ..
         } => {
-            format!("-> {tool} #{call_id} {}", one_line(&args.to_string(), 100))
+            let by = match principal.as_deref() {
+                Some(p) if p.auth != rho_runtime::AuthMethod::Local => format!(" by {}", p.id),
+                _ => String::new(),
+            };
+            format!(
+                "-> {tool} #{call_id}{by} {}",
+                one_line(&args.to_string(), 100)
+            )
         }
         EventKind::ToolGateWaiting { call_id, tool } => {
             format!(".. {tool} #{call_id} waiting for approval")

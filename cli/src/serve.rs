@@ -36,6 +36,10 @@ pub struct Args {
     /// non-loopback address: one made at start and printed once).
     #[arg(long, value_name = "PATH")]
     token_file: Option<PathBuf>,
+    /// Named tokens instead: each a principal with its scopes, in a file of their SHA-256 made
+    /// by `rho token add`, read again when it changes (not with --token-file or [serve.oauth]).
+    #[arg(long, value_name = "PATH")]
+    tokens_file: Option<PathBuf>,
     /// A browser origin allowed to call over HTTP (repeatable; default: the loopback origins).
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     allow_origins: Vec<String>,
@@ -62,6 +66,9 @@ impl Args {
         }
         if let Some(path) = &self.token_file {
             serve.token_file = Some(path.clone());
+        }
+        if let Some(path) = &self.tokens_file {
+            serve.tokens_file = Some(path.clone());
         }
         if !self.allow_origins.is_empty() {
             serve.allowed_origins = self.allow_origins.clone();

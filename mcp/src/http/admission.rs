@@ -200,6 +200,8 @@ impl Drop for Waiting {
 /// One MCP session as the server tracks it.
 struct Session {
     peer: IpAddr,
+    /// Who opened it (the principal, as [`std::fmt::Display`] says it): no one else may use it.
+    owner: String,
     in_flight: u64,
     last_active: Instant,
 }
@@ -285,16 +287,22 @@ impl Sessions {
         Room::Made(closed)
     }
 
-    /// A session was opened by `peer`.
-    pub fn opened(&self, id: &str, peer: IpAddr) {
+    /// A session was opened by `owner` from `peer`.
+    pub fn opened(&self, id: &str, peer: IpAddr, owner: String) {
         self.map().insert(
             id.to_owned(),
             Session {
                 peer,
+                owner,
                 in_flight: 0,
                 last_active: Instant::now(),
             },
         );
+    }
+
+    /// Whether session `id`, if open, was opened by `owner` (one not open is rmcp's to refuse).
+    pub fn usable_by(&self, id: &str, owner: &str) -> bool {
+        self.map().get(id).is_none_or(|s| s.owner == owner)
     }
 
     /// A request of session `id` starts; `false` for a session not (or no longer) open.
@@ -373,20 +381,20 @@ mod tests {
     fn an_initialize_closes_the_session_idle_longest_or_is_refused_when_all_are_busy() {
         let peer: IpAddr = "127.0.0.1".parse().unwrap();
         let sessions = Sessions::new(2, 2, Duration::from_secs(60));
-        sessions.opened("a", peer);
-        sessions.opened("b", peer);
+        sessions.opened("a", peer, "p".into());
+        sessions.opened("b", peer, "p".into());
         assert!(sessions.request_started("b"));
         match sessions.make_room(peer) {
             Room::Made(closed) => assert_eq!(closed, ["a"]),
             Room::Full => panic!("a was idle"),
         }
-        sessions.opened("c", peer);
+        sessions.opened("c", peer, "p".into());
         assert!(sessions.request_started("c"));
         assert!(matches!(sessions.make_room(peer), Room::Full));
         sessions.request_ended("c");
         assert!(matches!(sessions.make_room(peer), Room::Made(c) if c == ["c"]));
         let idle = Sessions::new(8, 8, Duration::ZERO);
-        idle.opened("x", peer);
+        idle.opened("x", peer, "p".into());
         assert_eq!(idle.expired(), ["x"]);
         assert_eq!(idle.len(), 0);
     }

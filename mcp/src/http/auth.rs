@@ -92,6 +92,51 @@ impl TokensFile {
         Ok(file)
     }
 
+    /// The file at `path`, or none yet (no tokens) when nothing is there.
+    pub fn read_or_new(path: &Path) -> Result<TokensFile, String> {
+        match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(TokensFile::default()),
+            _ => TokensFile::read(path),
+        }
+    }
+
+    /// Makes a token for a new principal `name` with `scopes` and keeps its SHA-256; the token
+    /// comes back (the only time it is seen). `Err`: a name that is taken, or not 1 to 64
+    /// letters, digits and `-_.@:`.
+    pub fn add(&mut self, name: &str, scopes: &[String]) -> Result<String, String> {
+        let fits = |c: char| c.is_ascii_alphanumeric() || "-_.@:".contains(c);
+        if name.is_empty() || name.len() > 64 || !name.chars().all(fits) {
+            return Err(format!(
+                "`{name}` is not a token name: 1 to 64 letters, digits and -_.@:"
+            ));
+        }
+        if let Some(scope) = scopes
+            .iter()
+            .find(|s| s.is_empty() || s.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
+            return Err(format!("`{scope}` is not a scope: one word"));
+        }
+        if self.token.iter().any(|t| t.name == name) {
+            return Err(format!(
+                "a token named `{name}` exists (rho token remove {name} first)"
+            ));
+        }
+        let token = make_token().map_err(|e| format!("no random bytes for a token: {e}"))?;
+        self.token.push(NamedToken {
+            name: name.to_owned(),
+            sha256: token_digest(&token),
+            scopes: scopes.to_vec(),
+        });
+        Ok(token)
+    }
+
+    /// Forgets the token of `name`; `false` when there is none.
+    pub fn remove(&mut self, name: &str) -> bool {
+        let before = self.token.len();
+        self.token.retain(|t| t.name != name);
+        self.token.len() != before
+    }
+
     /// Writes the file (owner-only, atomically: a temporary file renamed over it).
     pub fn write(&self, path: &Path) -> Result<(), String> {
         use std::io::Write;
@@ -122,6 +167,14 @@ impl TokensFile {
             format!("tokens file {}: {e}", path.display())
         })
     }
+}
+
+/// 32 random bytes from the kernel, hex: a new token.
+pub(crate) fn make_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// A token's SHA-256, lowercase hex.

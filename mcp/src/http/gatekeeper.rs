@@ -146,7 +146,10 @@ pub(super) async fn gatekeeper(
         }
     };
     let mut request = request;
+    // The token stops here: nothing behind the gatekeeper (rmcp, a tool, a source) sees it.
+    request.headers_mut().remove(header::AUTHORIZATION);
     request.extensions_mut().insert(principal.clone());
+    let owner = principal.to_string();
     let Ok(_permit) = keeper.in_flight.clone().try_acquire_owned() else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -160,6 +163,13 @@ pub(super) async fn gatekeeper(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let peer = peer_address;
+    // A session is its opener's: another principal holding its id is answered as if it were
+    // unknown.
+    if let Some(id) = &session
+        && !keeper.sessions.usable_by(id, &owner)
+    {
+        return keeper.refused(Refusal::foreign_session(), peer);
+    }
     if request.method() != axum::http::Method::POST {
         if request.method() == axum::http::Method::DELETE
             && let Some(id) = &session
@@ -223,13 +233,12 @@ pub(super) async fn gatekeeper(
     };
     drop(bytes);
     let method = method.as_deref();
-    // A tool that needs scopes of its own: read off the call (OAuth only).
+    // A tool that needs scopes of its own: read off the call, through `rho_call_tool` too
+    // (OAuth only).
     if method == Some("tools/call")
         && let Access::OAuth(verifier) = &keeper.access
         && verifier.scopes_per_tool()
-        && let Some(tool) = serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
-            .and_then(|v| v["params"]["name"].as_str().map(str::to_owned))
+        && let Some(tool) = called_tool(&text)
         && let Some(refusal) = verifier.tool_refusal(&principal, &tool)
     {
         return keeper.refused(refusal, peer);
@@ -264,7 +273,7 @@ pub(super) async fn gatekeeper(
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok())
     {
-        keeper.sessions.opened(id, peer);
+        keeper.sessions.opened(id, peer, owner);
     }
     if let Some(id) = &active {
         response = ends_session_request(response, &keeper.sessions, id);
@@ -323,19 +332,38 @@ impl Gatekeeper {
                 StatusCode::FORBIDDEN,
                 "rho: the token lacks a scope this needs",
             ),
+            404 => (StatusCode::NOT_FOUND, "rho: no such MCP session"),
             _ => (
                 StatusCode::UNAUTHORIZED,
                 "rho: a valid bearer token is required (Authorization: Bearer TOKEN)",
             ),
         };
-        let body = format!("{text}: {}\n", refusal.reason);
+        // Whose a session is stays in the journal.
+        let body = match refusal.status {
+            404 => format!("{text}\n"),
+            _ => format!("{text}: {}\n", refusal.reason),
+        };
         let mut response = (status, body).into_response();
-        if let Ok(value) = refusal.challenge.parse() {
+        if !refusal.challenge.is_empty()
+            && let Ok(value) = refusal.challenge.parse()
+        {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, value);
         }
         response
+    }
+}
+
+/// The tool a `tools/call` request of body `text` calls: the one it names, or the one its
+/// `rho_call_tool` names.
+fn called_tool(text: &str) -> Option<String> {
+    let request: serde_json::Value = serde_json::from_str(text).ok()?;
+    let params = &request["params"];
+    let name = params["name"].as_str()?;
+    match name {
+        crate::server::meta_tools::CALL => params["arguments"]["name"].as_str().map(str::to_owned),
+        name => Some(name.to_owned()),
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::Path;
 use axum::extract::Request;
 use axum::http::{HeaderMap, header};
 
-use super::auth::{Access, StaticTokens};
+use super::auth::{Access, StaticTokens, make_token};
 use super::oauth::{OAuthError, OAuthVerifier};
 
 /// How the HTTP endpoint is guarded, resolved from the flags and `[serve]`.
@@ -201,14 +201,6 @@ fn read_token(path: &Path) -> Result<String, HttpError> {
         ));
     }
     Ok(token)
-}
-
-/// 32 random bytes from the kernel, hex.
-fn make_token() -> std::io::Result<String> {
-    use std::io::Read;
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// The `token=` of a GET's query, if it has one: how the page's `EventSource` and images

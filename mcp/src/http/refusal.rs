@@ -7,9 +7,10 @@ use axum::http::{HeaderMap, header};
 /// a few words (journaled; never the token).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    /// 401 (no usable token) or 403 (a scope missing).
+    /// 401 (no usable token), 403 (a scope missing) or 404 (an MCP session another principal
+    /// opened).
     pub status: u16,
-    /// The `WWW-Authenticate` header.
+    /// The `WWW-Authenticate` header (none when empty).
     pub challenge: String,
     /// Why, in a few words.
     pub reason: String,
@@ -22,6 +23,16 @@ impl Refusal {
             status: 401,
             challenge: "Bearer".into(),
             reason: reason.into(),
+        }
+    }
+
+    /// A 404 for a request naming an MCP session another principal opened: told apart from
+    /// an unknown one by nothing but the journal.
+    pub(crate) fn foreign_session() -> Refusal {
+        Refusal {
+            status: 404,
+            challenge: String::new(),
+            reason: "an MCP session another principal opened".into(),
         }
     }
 }

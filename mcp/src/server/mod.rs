@@ -7,7 +7,7 @@ mod asking;
 mod handler;
 pub(crate) mod jsonrpc;
 mod logging;
-mod meta_tools;
+pub(crate) mod meta_tools;
 mod notes;
 mod observe;
 mod settings;

@@ -133,6 +133,27 @@ impl ServeConfig {
         }
         within("serve.task_ttl_ms", self.task_ttl_ms, 1_000, 7 * 86_400_000)?;
         within("serve.task_poll_ms", self.task_poll_ms, 10, 60_000)?;
+        let ways = [
+            self.token_file.is_some(),
+            self.tokens_file.is_some(),
+            self.oauth_configured(),
+        ];
+        if ways.into_iter().filter(|w| *w).count() > 1 {
+            return Err(ConfigError {
+                key: "serve".into(),
+                problem: "token_file, tokens_file and [serve.oauth] are one way each: give one"
+                    .into(),
+            });
+        }
+        #[cfg(feature = "server-http")]
+        if let Some(oauth) = &self.oauth {
+            if let Err(crate::OAuthError::Config(problem)) = oauth.check() {
+                return Err(ConfigError {
+                    key: "serve.oauth".into(),
+                    problem,
+                });
+            }
+        }
         if self.ask_fallback == Action::Ask {
             return Err(ConfigError {
                 key: "serve.ask_fallback".into(),
@@ -140,6 +161,14 @@ impl ServeConfig {
             });
         }
         Ok(())
+    }
+
+    /// Whether `[serve.oauth]` is given.
+    fn oauth_configured(&self) -> bool {
+        #[cfg(feature = "server-http")]
+        return self.oauth.is_some();
+        #[cfg(not(feature = "server-http"))]
+        false
     }
 
     /// Makes the journal and the token file relative to `base`, the configuration file's
