@@ -292,6 +292,32 @@ async fn serve_call(
         .and_then(|h| h.get("traceparent"))
         .map(|v| v.as_str().to_owned())
         .or_else(|| call.traceparent.clone());
+    // Who the call is for, as the calling host told its caller apart (only hosts may publish
+    // calls: see `rpc`); a header that is not a principal refuses the call.
+    let principal = match request
+        .message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(rpc::PRINCIPAL_HEADER))
+        .map(|v| serde_json::from_str::<rho_runtime::Principal>(v.as_str()))
+    {
+        None => None,
+        Some(Ok(principal)) => Some(Arc::new(principal)),
+        Some(Err(e)) => {
+            let done = Done {
+                outcome: rho_runtime::Outcome::Blocked,
+                text: format!(
+                    "node {node}: the call's {} header is not a principal: {e}",
+                    rpc::PRINCIPAL_HEADER
+                ),
+                images: Vec::new(),
+                structured: None,
+                details: None,
+            };
+            send_done(&client, &reply_to, &done).await;
+            return;
+        }
+    };
     let cancel = CancellationToken::new();
     running
         .lock()
@@ -306,11 +332,12 @@ async fn serve_call(
         })),
         ..CallOptions::default()
     };
-    let tool_call = ToolCall::new(
+    let mut tool_call = ToolCall::new(
         format!("{}@{node}", call.call_id),
         call.tool.clone(),
         call.arguments,
     );
+    tool_call.principal = principal;
     let result = host.call_with(&tool_call, &options);
     tokio::pin!(result);
     let mut beat = tokio::time::interval(BEAT_EVERY);

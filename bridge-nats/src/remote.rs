@@ -351,10 +351,18 @@ async fn call(
         node: None,
         answered: false,
     };
-    // The W3C trace context in a header too, as tracing over messaging carries it.
+    // The W3C trace context in a header too, as tracing over messaging carries it; who the
+    // call is for in one of its own.
     let mut headers = async_nats::HeaderMap::new();
     if let Some(traceparent) = &request.traceparent {
         headers.insert("traceparent", traceparent.as_str());
+    }
+    if let Some(principal) = ctx
+        .principal()
+        .and_then(|p| serde_json::to_string(p).ok())
+        .and_then(|json| json.parse::<async_nats::HeaderValue>().ok())
+    {
+        headers.insert(rpc::PRINCIPAL_HEADER, principal);
     }
     client
         .publish_with_reply_and_headers(subject, inbox, headers, payload.into())

@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `rho-rpc.announce.<node>` | node `<node>`, every [`ANNOUNCE_EVERY`] and at once when its tools change | [`Announce`]: its tools (a node silent for [`NODE_GONE_AFTER`] is gone); a host takes it only when the payload names the node of the subject |
 //! | `rho-rpc.hello` | a host that starts following nodes | nothing; every node announces at once |
-//! | `rho-rpc.call.<node>.<tool>.<version>` | a calling host, with a reply inbox | [`CallRequest`] to the node it chose among those serving that tool's version (in turn); the node serves it as a NATS service endpoint (`nats micro info rho-node` lists them) |
+//! | `rho-rpc.call.<node>.<tool>.<version>` | a calling host, with a reply inbox | [`CallRequest`] to the node it chose among those serving that tool's version (in turn), with the caller's principal in the [`PRINCIPAL_HEADER`] header (never a token); the node serves it as a NATS service endpoint (`nats micro info rho-node` lists them) |
 //! | the call's reply inbox | the node running it | [`Reply`]s: `accepted` (naming the node the host chose) at once, `update`s, a `beat` every [`BEAT_EVERY`], then `done` (split into [`CHUNK_HEADER`] parts when larger than a message) |
 //! | `rho-rpc.cancel.<node>` | the calling host | [`Cancel`]: stop the call (its timeout passed, its caller went away) |
 //!
@@ -13,6 +13,11 @@
 //! hears only calls and cancels for `n1`, and answers only the requests it received
 //! (`allow_responses`); a watcher can neither announce nor answer. These subjects are outside
 //! `rho.>`, so the events stream never stores them.
+//!
+//! A node takes the principal a call's header names as who the call is for (its gate, its
+//! journal, its spans see it): with the shipped permissions only hosts may publish on
+//! `rho-rpc.call.>`, so only a host, which told its caller apart, can name one; a node or a
+//! watcher that tries is refused by the server and the node never hears it.
 
 use std::time::Duration;
 
@@ -44,6 +49,9 @@ pub const NODE_GONE_AFTER: Duration = Duration::from_secs(2);
 pub const BEAT_EVERY: Duration = Duration::from_millis(200);
 /// How long a call's node may stay silent before the call ends `crashed`.
 pub const SILENT_AFTER: Duration = Duration::from_millis(1500);
+/// The header of a call naming who it is for: the caller's
+/// [`Principal`](rho_runtime::Principal) as JSON (what a token proved, never the token).
+pub const PRINCIPAL_HEADER: &str = "Rho-Principal";
 /// The header numbering the parts of a large reply: `INDEX/COUNT`, from 1.
 pub const CHUNK_HEADER: &str = "Rho-Part";
 

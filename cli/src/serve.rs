@@ -81,11 +81,28 @@ impl Args {
 
 pub async fn main(args: Args, mut config: Config) -> ExitCode {
     config.serve = args.applied_to(config.serve);
+    // The flags joined the file: what they say together is checked again.
+    if let Err(e) = config.serve.check() {
+        eprintln!("rho: {}", crate::render::terminal_safe(&e.to_string()));
+        return ExitCode::from(2);
+    }
     // The flag asks for the page; `[serve] web` without `http` is for a file shared with stdio.
     if args.web && config.serve.http.is_none() {
         eprintln!("rho: --web serves its page over HTTP: give --http ADDR (or [serve] http)");
         return ExitCode::from(2);
     }
+    // Who may call is settled before anything loads: an issuer that cannot be reached, or a
+    // token file that cannot be read, stops the server here, in one line.
+    let access = match config.serve.http {
+        Some(addr) => match Guard::for_config(addr, &config.serve).await {
+            Ok(access) => Some((addr, access)),
+            Err(e) => {
+                eprintln!("rho: {}", crate::render::terminal_safe(&e.to_string()));
+                return ExitCode::from(1);
+            }
+        },
+        None => None,
+    };
     let journal = match crate::journals::for_server(config.serve.journal.as_deref()) {
         Ok(path) => path,
         Err(e) => {
@@ -94,18 +111,19 @@ pub async fn main(args: Args, mut config: Config) -> ExitCode {
         }
     };
     let fresh = !journal.exists();
+    // A server that never served leaves no journal of its own behind.
+    let never_served = |code: ExitCode| {
+        if fresh {
+            let _ = std::fs::remove_file(&journal);
+        }
+        code
+    };
     let built = host::build(&config, &args.plugins, Some(&args.run), |b| {
         b.watch(true).journal(&journal)
     });
     let (host, config) = match built.await {
         Ok(built) => built,
-        Err(code) => {
-            // A server that never served leaves no journal of its own behind.
-            if fresh {
-                let _ = std::fs::remove_file(&journal);
-            }
-            return code;
-        }
+        Err(code) => return never_served(code),
     };
     eprintln!("rho: journal {} (rho watch --attach)", journal.display());
     let mut server = RhoServer::new(&host, &config.serve).gate_rules(&config.host.gate);
@@ -120,12 +138,15 @@ pub async fn main(args: Args, mut config: Config) -> ExitCode {
     if let Err(line) = crate::nats::start_export(&host, &nats).await {
         eprintln!("rho: {}", crate::render::terminal_safe(&line));
         shut_down(&host, "the NATS export could not start").await;
-        return ExitCode::from(1);
+        return never_served(ExitCode::from(1));
     }
     // `rho call --host` runs calls here, where this server's journal and views see them.
     let _control = crate::control::listen(&host);
-    if let Some(addr) = config.serve.http {
-        return serve_http(server, &host, addr, &config.serve).await;
+    if let Some((addr, (guard, made))) = access {
+        return match serve_http(server, &host, addr, guard, made, &config.serve).await {
+            Served::Stopped => ExitCode::SUCCESS,
+            Served::NotStarted => never_served(ExitCode::from(1)),
+        };
     }
     let signalled = async { crate::signals::stopped().await.to_owned() };
     let ended = Stdio::new(server).until(signalled).serve().await;
@@ -139,22 +160,24 @@ pub async fn main(args: Args, mut config: Config) -> ExitCode {
     }
 }
 
-/// `rho serve --http`: serves until SIGTERM or SIGINT, then stops as over stdio.
+/// How `rho serve --http` ended.
+enum Served {
+    /// It served until a signal.
+    Stopped,
+    /// Its endpoint could not start (said on stderr).
+    NotStarted,
+}
+
+/// `rho serve --http` behind `guard` (`made`: the token it made, shown once): serves until
+/// SIGTERM or SIGINT, then stops as over stdio.
 async fn serve_http(
     server: RhoServer,
     host: &Host,
     addr: std::net::SocketAddr,
+    guard: Guard,
+    made: Option<String>,
     serve: &ServeConfig,
-) -> ExitCode {
-    let refused = async |line: String| {
-        eprintln!("rho: {line}");
-        shut_down(host, "the HTTP endpoint could not start").await;
-        ExitCode::from(1)
-    };
-    let (guard, made) = match Guard::for_config(addr, serve).await {
-        Ok(guard) => guard,
-        Err(e) => return refused(e.to_string()).await,
-    };
+) -> Served {
     if let Some(token) = &made {
         eprintln!("rho: token (send `Authorization: Bearer TOKEN`; shown once): {token}");
     }
@@ -170,16 +193,26 @@ async fn serve_http(
     let started = Endpoint::new(host.clone(), guard).mcp(server).start(addr);
     let endpoint = match started.await {
         Ok(endpoint) => endpoint,
-        Err(e) => return refused(e.to_string()).await,
+        Err(e) => {
+            eprintln!("rho: {}", crate::render::terminal_safe(&e.to_string()));
+            shut_down(host, "the HTTP endpoint could not start").await;
+            return Served::NotStarted;
+        }
     };
     eprintln!("rho: serving MCP at http://{}/mcp", endpoint.bound);
+    if let (Some((resource, metadata)), Some(oauth)) = (&endpoint.oauth_resource, &serve.oauth) {
+        eprintln!(
+            "rho: OAuth 2.1: access tokens of {} for {resource} (metadata: {metadata})",
+            oauth.issuers.join(", ")
+        );
+    }
     if serve.web {
         eprintln!("rho: live page at http://{}/{page_query}", endpoint.bound);
     }
     let reason = crate::signals::stopped().await;
     shut_down(host, reason).await;
     endpoint.stop().await;
-    ExitCode::SUCCESS
+    Served::Stopped
 }
 
 /// The one way `rho serve` ends, whatever ended it: calls in flight end at once with a text

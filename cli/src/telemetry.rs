@@ -51,6 +51,7 @@ impl rho_mcp::RequestObserver for ServerSpans {
         span.protocol_version = request.protocol_version;
         span.transport = request.transport.as_str();
         span.session_id = request.session;
+        span.principal = Some(request.principal);
         Box::new(Request {
             export: self.0,
             span,

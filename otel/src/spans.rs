@@ -273,12 +273,7 @@ impl Worker {
                 let mut span =
                     self.call_span(call_id, call, *outcome, *duration_ms, origin, result);
                 if let Some(principal) = principal {
-                    span.attributes
-                        .push(KeyValue::new("enduser.id", principal.id.clone()));
-                    if !principal.scopes.is_empty() {
-                        span.attributes
-                            .push(KeyValue::new("enduser.scope", principal.scopes.join(" ")));
-                    }
+                    enduser(&mut span.attributes, principal);
                 }
                 Some(span)
             }
@@ -421,6 +416,8 @@ pub struct ServerSpan {
     pub session_id: Option<String>,
     /// `pipe` (stdio) or `tcp` (HTTP).
     pub transport: &'static str,
+    /// Who sent it (`enduser.id`, `enduser.scope`), if known.
+    pub principal: Option<std::sync::Arc<rho_runtime::Principal>>,
     /// The request's trace context, if it carried one.
     pub parent: Option<String>,
     /// This span's id ([`ServerSpan::begin`] makes one): calls made for the request are its
@@ -453,6 +450,7 @@ impl ServerSpan {
             protocol_version: None,
             session_id: None,
             transport: "pipe",
+            principal: None,
             parent,
             span_id: new_span_id().to_bytes(),
             trace_id,
@@ -505,6 +503,9 @@ impl ServerSpan {
         if let Some(session) = &self.session_id {
             attributes.push(KeyValue::new("mcp.session.id", session.clone()));
         }
+        if let Some(principal) = &self.principal {
+            enduser(&mut attributes, principal);
+        }
         let name = match &self.target {
             Some(target) => format!("{} {target}", self.method),
             None => self.method.clone(),
@@ -533,6 +534,14 @@ impl ServerSpan {
             );
         }
         (data, seconds, metric)
+    }
+}
+
+/// `enduser.id` and, when it has any, `enduser.scope` (space-separated) of `principal`.
+fn enduser(attributes: &mut Vec<KeyValue>, principal: &rho_runtime::Principal) {
+    attributes.push(KeyValue::new("enduser.id", principal.id.clone()));
+    if !principal.scopes.is_empty() {
+        attributes.push(KeyValue::new("enduser.scope", principal.scopes.join(" ")));
     }
 }
 

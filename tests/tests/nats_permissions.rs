@@ -191,6 +191,57 @@ async fn the_shipped_permissions_keep_each_role_to_its_own_subjects() {
         assert!(!matches!(heard, Ok(Some(_))), "a call was overheard");
     }
 
+    // [3/11] A call carries who it is for to n1 (a header, never a token), where the gate, the
+    // journal and the spans see it; a principal forged by the watcher or by n2 on n1's call
+    // subject never reaches n1: the server refuses their publishing there.
+    let mut started = node_host.subscribe_filtered(
+        rho_runtime::Filter::default().types([rho_runtime::EventType::ToolExecutionStart]),
+    );
+    let alice = rho_runtime::Principal::new("alice", rho_runtime::AuthMethod::OAuth)
+        .with_scopes(["tools:call"]);
+    let call = rho_runtime::ToolCall::new("for-alice", "echo", json!({"text": "for alice"}))
+        .by(std::sync::Arc::new(alice.clone()));
+    let r = host
+        .call_with(&call, &rho_runtime::CallOptions::default())
+        .await;
+    assert_eq!((r.outcome, &*r.text()), (Outcome::Ok, "for alice"));
+    let served = node_host
+        .stats()
+        .into_iter()
+        .find(|t| t.tool == "echo")
+        .unwrap();
+    let subject = rho_bridge_nats::rpc::call_subject("n1", "echo", &served.origin.release());
+    let mallory = serde_json::to_string(&rho_runtime::Principal::new(
+        "mallory",
+        rho_runtime::AuthMethod::OAuth,
+    ))
+    .unwrap();
+    for client in [&watcher, &rogue] {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(rho_bridge_nats::rpc::PRINCIPAL_HEADER, mallory.as_str());
+        let request = json!({"call_id": "forged", "tool": "echo",
+            "arguments": {"text": "forged"}, "time_left_ms": 1000});
+        let _ = client
+            .publish_with_reply_and_headers(
+                subject.clone(),
+                client.new_inbox(),
+                headers,
+                request.to_string().into(),
+            )
+            .await;
+        let _ = client.flush().await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut principals = Vec::new();
+    while let Ok(Some(rho_runtime::BusItem::Event(event))) =
+        tokio::time::timeout(Duration::from_millis(200), started.recv()).await
+    {
+        if let rho_runtime::EventKind::ToolExecutionStart { principal, .. } = &event.kind {
+            principals.push(principal.as_deref().cloned());
+        }
+    }
+    assert_eq!(principals, [Some(alice)], "n1 ran a call for someone else");
+
     // The watcher reads h1's events, and only h1's.
     let last = host.bus().last_seq();
     assert!(

@@ -155,6 +155,12 @@ impl ToolCtx {
         self.shared.traceparent.as_deref()
     }
 
+    /// Who the call is made for, when the host knows ([`ToolCall::principal`](crate::ToolCall)):
+    /// what a token proved, never the token.
+    pub fn principal(&self) -> Option<&Arc<crate::Principal>> {
+        self.shared.call.principal.as_ref()
+    }
+
     /// Whether the host has given up on the call.
     pub fn is_cancelled(&self) -> bool {
         self.shared.cancelled.load(Ordering::Relaxed)

@@ -9,6 +9,7 @@
 //! assert!(ci.has_scope("tools:call"));
 //! assert_eq!(ci.to_string(), "ci (static token)");
 //! assert_eq!(Principal::local().to_string(), "local (local user)");
+//! assert_eq!(serde_json::to_value(AuthMethod::OAuth).unwrap(), "oauth");
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -46,6 +47,7 @@ pub enum AuthMethod {
     /// A bearer token of the server's own (a token file; a named token).
     StaticToken,
     /// An OAuth 2.1 access token an issuer signed, checked by the server.
+    #[serde(rename = "oauth")]
     OAuth,
 }
 

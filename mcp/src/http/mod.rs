@@ -114,6 +114,9 @@ pub struct Started {
     /// The bearer token made at start ([`serve_http`] on a non-loopback address without a
     /// token file), to be shown once; `None` otherwise.
     pub made_token: Option<String>,
+    /// With OAuth: the resource's canonical URL (what clients ask tokens for, and tokens must
+    /// name) and where its RFC 9728 metadata is.
+    pub oauth_resource: Option<(String, String)>,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
@@ -176,10 +179,12 @@ impl Endpoint {
             .map_err(bind_error)?;
         let bound = listener.local_addr().map_err(bind_error)?;
         app = app.merge(events::routes(host.clone(), guard.web));
+        let mut oauth_resource = None;
         if let auth::Access::OAuth(verifier) = &guard.access {
             // RFC 9728: where clients learn who issues tokens for this server (open to all;
             // the path-suffixed form for `/mcp` too).
             verifier.bound_at(bound);
+            oauth_resource = Some((verifier.resource().to_owned(), verifier.metadata_url()));
             let metadata = verifier.metadata();
             let route = axum::routing::get(move || {
                 let metadata = metadata.clone();
@@ -204,6 +209,7 @@ impl Endpoint {
         Ok(Started {
             bound,
             made_token: None,
+            oauth_resource,
             stop,
             task,
         })

@@ -399,7 +399,11 @@ impl OAuthVerifier {
             .filter(|s| !principal.has_scope(s))
             .cloned()
             .collect();
-        (!missing.is_empty()).then(|| self.insufficient(needed))
+        // The challenge names every scope this request needs (the ones every token must hold
+        // too): a client that steps up asks for them all, not for the tool's alone.
+        let mut wanted = self.scopes.clone();
+        wanted.extend(needed.iter().filter(|s| !self.scopes.contains(s)).cloned());
+        (!missing.is_empty()).then(|| self.insufficient(&wanted))
     }
 
     /// Whether any tool needs scopes of its own (a call's tool is then read off its request).
@@ -517,7 +521,7 @@ async fn discover_jwks_uri(client: &reqwest::Client, issuer: &str) -> Result<Str
             issuer.trim_end_matches('/')
         ),
     ];
-    let mut tried = Vec::new();
+    let mut tried: Vec<(String, String)> = Vec::new();
     for url in candidates {
         match get_json(client, &url).await {
             Ok(metadata) => {
@@ -531,36 +535,53 @@ async fn discover_jwks_uri(client: &reqwest::Client, issuer: &str) -> Result<Str
                     .map(str::to_owned)
                     .ok_or_else(|| format!("{url} names no jwks_uri"));
             }
-            Err(e) => tried.push(e),
+            Err(reason) => tried.push((url, reason)),
         }
     }
-    Err(tried.join("; "))
+    // One reason said once (a refused connection refuses both).
+    let urls: Vec<&str> = tried.iter().map(|(url, _)| url.as_str()).collect();
+    match &tried[..] {
+        [(_, first), rest @ ..] if rest.iter().all(|(_, r)| r == first) => {
+            Err(format!("{first} (tried {})", urls.join(" and ")))
+        }
+        _ => Err(tried
+            .iter()
+            .map(|(url, reason)| format!("{url}: {reason}"))
+            .collect::<Vec<_>>()
+            .join("; ")),
+    }
 }
 
 /// The key set at `url`.
 async fn fetch_jwks(client: &reqwest::Client, url: &str) -> Result<JwkSet, String> {
-    let value = get_json(client, url).await?;
+    let value = get_json(client, url)
+        .await
+        .map_err(|reason| format!("{url}: {reason}"))?;
     serde_json::from_value(value).map_err(|e| format!("{url}: not a key set: {e}"))
 }
 
-/// GET `url` as JSON of at most 1 MiB; `Err` says why in one line (the cause chain's end).
+/// GET `url` as JSON of at most 1 MiB; `Err` says why in a few words (the cause chain's end:
+/// `Connection refused (os error 111)`, `HTTP 404 Not Found`).
 async fn get_json(client: &reqwest::Client, url: &str) -> Result<Value, String> {
     let cause = |e: reqwest::Error| {
         let mut root: &dyn std::error::Error = &e;
         while let Some(below) = root.source() {
             root = below;
         }
-        format!("{url}: {e}: {root}")
+        match e.is_timeout() {
+            true => "no answer within 10 s".to_owned(),
+            false => root.to_string(),
+        }
     };
     let response = client.get(url).send().await.map_err(cause)?;
     if !response.status().is_success() {
-        return Err(format!("{url}: HTTP {}", response.status()));
+        return Err(format!("HTTP {}", response.status()));
     }
     let bytes = response.bytes().await.map_err(cause)?;
     if bytes.len() > 1 << 20 {
-        return Err(format!("{url}: more than 1 MiB"));
+        return Err("more than 1 MiB".into());
     }
-    serde_json::from_slice(&bytes).map_err(|e| format!("{url}: not JSON: {e}"))
+    serde_json::from_slice(&bytes).map_err(|e| format!("not JSON: {e}"))
 }
 
 #[cfg(test)]

@@ -59,6 +59,8 @@ pub struct RequestInfo {
     /// A digest of the HTTP session's id (32 hex digits), never the id itself: whoever holds
     /// the id can act in the session.
     pub session: Option<String>,
+    /// Who sent it (OpenTelemetry's `enduser.id`, `enduser.scope`).
+    pub principal: std::sync::Arc<rho_runtime::Principal>,
 }
 
 /// Told of every request a [`RhoServer`](crate::RhoServer) answers, when it arrives; the span it
@@ -121,6 +123,7 @@ impl RequestInfo {
                 .map(|id| rho_runtime::sha256_hex(id.as_bytes())[..32].to_owned()),
             #[cfg(not(feature = "server-http"))]
             session: None,
+            principal: principal_of(context),
         }
     }
 }

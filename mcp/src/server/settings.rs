@@ -145,6 +145,15 @@ impl ServeConfig {
                     .into(),
             });
         }
+        if self.web && self.oauth_configured() {
+            return Err(ConfigError {
+                key: "serve.web".into(),
+                problem: "a browser page cannot send an OAuth access token (tokens never go in \
+                          a URL): follow the server with `rho watch --attach http://ADDR \
+                          --token-file FILE` instead"
+                    .into(),
+            });
+        }
         #[cfg(feature = "server-http")]
         if let Some(oauth) = &self.oauth {
             if let Err(crate::OAuthError::Config(problem)) = oauth.check() {
