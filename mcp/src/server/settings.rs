@@ -155,13 +155,13 @@ impl ServeConfig {
             });
         }
         #[cfg(feature = "server-http")]
-        if let Some(oauth) = &self.oauth {
-            if let Err(crate::OAuthError::Config(problem)) = oauth.check() {
-                return Err(ConfigError {
-                    key: "serve.oauth".into(),
-                    problem,
-                });
-            }
+        if let Some(oauth) = &self.oauth
+            && let Err(crate::OAuthError::Config(problem)) = oauth.check()
+        {
+            return Err(ConfigError {
+                key: "serve.oauth".into(),
+                problem,
+            });
         }
         if self.ask_fallback == Action::Ask {
             return Err(ConfigError {
