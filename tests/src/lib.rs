@@ -1093,3 +1093,300 @@ pub fn modern_rpc_from(
     let (_, response) = post_from(from, addr, &headers, body.to_string().as_bytes());
     rpc_of(&response)
 }
+
+/// A real OTLP receiver (`tests/python/otlp_receiver.py`: OTLP/HTTP protobuf and OTLP/gRPC
+/// decoded with the official `opentelemetry-proto` definitions, installed from PyPI when
+/// missing), writing what it receives as JSON lines; killed when dropped.
+pub struct OtlpReceiver {
+    child: std::process::Child,
+    /// Its OTLP/HTTP port.
+    pub http: u16,
+    /// Its OTLP/gRPC port.
+    pub grpc: u16,
+    output: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl OtlpReceiver {
+    /// Starts it on two free loopback ports.
+    pub fn start() -> OtlpReceiver {
+        let deps = python_sdk("opentelemetry-proto==1.45.2 grpcio==1.85.4", "otlp");
+        let dir = tempfile::tempdir().expect("the receiver's directory");
+        let output = dir.path().join("received.jsonl");
+        let mut child = Command::new("python3")
+            .arg(workspace_dir().join("tests/python/otlp_receiver.py"))
+            .arg(&output)
+            .env("PYTHONPATH", &deps)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("start the OTLP receiver");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("its stdout");
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+            .expect("the receiver's first line");
+        let ports: Vec<u16> = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        assert_eq!(ports.len(), 2, "the receiver said {line:?}");
+        OtlpReceiver {
+            child,
+            http: ports[0],
+            grpc: ports[1],
+            output,
+            _dir: dir,
+        }
+    }
+
+    /// Every span received so far, with its resource's attributes and the protocol it came by.
+    pub fn spans(&self) -> Vec<serde_json::Value> {
+        let mut spans = Vec::new();
+        for line in std::fs::read_to_string(&self.output)
+            .unwrap_or_default()
+            .lines()
+        {
+            let received: serde_json::Value =
+                serde_json::from_str(line).expect("a JSON line of the receiver");
+            if received["signal"] != "traces" {
+                continue;
+            }
+            for resource in received["request"]["resourceSpans"]
+                .as_array()
+                .expect("resourceSpans")
+            {
+                for scope in resource["scopeSpans"].as_array().unwrap_or(&Vec::new()) {
+                    for span in scope["spans"].as_array().unwrap_or(&Vec::new()) {
+                        let mut span = span.clone();
+                        span["protocol"] = received["protocol"].clone();
+                        span["resource"] = resource["resource"].clone();
+                        spans.push(span);
+                    }
+                }
+            }
+        }
+        spans
+    }
+
+    /// The data points of metric `name` in the latest metrics export that has it.
+    pub fn latest_points(&self, name: &str) -> Vec<serde_json::Value> {
+        let mut points = Vec::new();
+        for line in std::fs::read_to_string(&self.output)
+            .unwrap_or_default()
+            .lines()
+        {
+            let received: serde_json::Value =
+                serde_json::from_str(line).expect("a JSON line of the receiver");
+            if received["signal"] != "metrics" {
+                continue;
+            }
+            for resource in received["request"]["resourceMetrics"]
+                .as_array()
+                .expect("resourceMetrics")
+            {
+                for scope in resource["scopeMetrics"].as_array().unwrap_or(&Vec::new()) {
+                    for metric in scope["metrics"].as_array().unwrap_or(&Vec::new()) {
+                        if metric["name"] == name {
+                            points = metric["histogram"]["dataPoints"]
+                                .as_array()
+                                .cloned()
+                                .unwrap_or_default();
+                        }
+                    }
+                }
+            }
+        }
+        points
+    }
+
+    /// Waits (20 s at most) until `done` holds of what was received.
+    pub fn wait_for(&self, what: &str, done: impl Fn(&OtlpReceiver) -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !done(self) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never received {what}: {:#?}",
+                self.spans()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for OtlpReceiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// OTLP ids come as base64 in the JSON of the protobuf: as lowercase hex.
+pub fn hex_id(value: &serde_json::Value) -> String {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(value.as_str().unwrap_or_default())
+        .unwrap_or_default();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The string, integer or boolean value of attribute `key` of `span`.
+pub fn attribute(span: &serde_json::Value, key: &str) -> serde_json::Value {
+    span["attributes"]
+        .as_array()
+        .and_then(|a| a.iter().find(|kv| kv["key"] == key))
+        .map(|kv| {
+            let value = &kv["value"];
+            value
+                .get("stringValue")
+                .or(value.get("intValue"))
+                .or(value.get("boolValue"))
+                .cloned()
+                .unwrap_or(serde_json::Value::Null)
+        })
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// A real OpenID provider: panva's `oidc-provider` (`tests/oidc`, pinned; on the Node.js 22 it
+/// installs), issuer `http://127.0.0.1:PORT`, with the clients `rho-tests` (scope `tools:call`)
+/// and `rho-admin` (`tools:call tools:admin`) of the client-credentials grant, whose access
+/// tokens for a resource are RS256 JWTs naming it as audience. Killed when dropped.
+pub struct OidcProvider {
+    child: std::process::Child,
+    /// Its port.
+    pub port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl OidcProvider {
+    /// Starts one on a free loopback port, with a signing key of its own.
+    pub fn start() -> OidcProvider {
+        let dir = tempfile::tempdir().expect("the provider's directory");
+        let port = free_port();
+        let child = Self::spawn(port, dir.path(), false);
+        OidcProvider { child, port, dir }
+    }
+
+    fn spawn(port: u16, dir: &Path, rotate: bool) -> std::process::Child {
+        let project = npm_project("oidc");
+        std::fs::copy(
+            workspace_dir().join("tests/oidc/provider.mjs"),
+            project.join("provider.mjs"),
+        )
+        .expect("copy provider.mjs");
+        let mut command = Command::new(project.join("node_modules/.bin/node"));
+        command
+            .arg(project.join("provider.mjs"))
+            .arg(port.to_string())
+            .arg(dir.join("keys.json"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+        if rotate {
+            command.arg("--rotate");
+        }
+        let mut child = command.spawn().expect("start the provider");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("its stdout");
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+            .expect("the provider's first line");
+        assert!(line.starts_with("listening"), "the provider said {line:?}");
+        child
+    }
+
+    /// Its issuer identifier.
+    pub fn issuer(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops it and starts it again on the same port with the same keys and, with `rotate`, a
+    /// new signing key first (the old one still published).
+    pub fn restart(&mut self, rotate: bool) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Self::spawn(self.port, self.dir.path(), rotate);
+    }
+
+    /// An access token for `resource` of client `client` (its secret is `CLIENT-secret`) with
+    /// `scope`, by the client-credentials grant.
+    pub fn token(&self, client: &str, scope: &str, resource: &str) -> String {
+        use std::io::{Read, Write};
+        let body = format!(
+            "grant_type=client_credentials&scope={}&resource={}",
+            scope.replace(' ', "%20").replace(':', "%3A"),
+            resource.replace(':', "%3A").replace('/', "%2F")
+        );
+        let basic = {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.encode(format!("{client}:{client}-secret"))
+        };
+        let request = format!(
+            "POST /token HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Basic {basic}\r\n\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            self.port,
+            body.len()
+        );
+        let mut stream =
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("reach the provider");
+        stream.write_all(request.as_bytes()).expect("send");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read");
+        let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let json: serde_json::Value = serde_json::from_str(body)
+            .unwrap_or_else(|e| panic!("not a token response ({e}): {response}"));
+        json["access_token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no token: {response}"))
+            .to_owned()
+    }
+
+    /// A token of `claims` signed as `key` says (`provider`: its signing key; `foreign`: a key
+    /// it never published; `none`: unsigned; `hs256-public`: HS256 with its public key as the
+    /// secret), with key id `kid` (default its signing key's).
+    pub fn mint(&self, claims: serde_json::Value, key: &str, kid: Option<&str>) -> String {
+        let body = serde_json::json!({"claims": claims, "key": key, "kid": kid});
+        self.http("POST", "/_test/mint", Some(&body.to_string()))
+    }
+
+    /// How many times its key set was fetched since it started.
+    pub fn jwks_fetches(&self) -> u64 {
+        let stats: serde_json::Value =
+            serde_json::from_str(&self.http("GET", "/_test/stats", None)).expect("stats");
+        stats["jwks_fetches"].as_u64().expect("a count")
+    }
+
+    /// The body of a request to it.
+    fn http(&self, method: &str, path: &str, body: Option<&str>) -> String {
+        use std::io::{Read, Write};
+        let body = body.unwrap_or_default();
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            self.port,
+            body.len()
+        );
+        let mut stream =
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("reach the provider");
+        stream.write_all(request.as_bytes()).expect("send");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read");
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or_default();
+        assert!(head.starts_with("HTTP/1.1 200"), "{method} {path}: {head}");
+        // koa answers small bodies whole; a chunked one is one chunk here.
+        if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            body.split("\r\n").nth(1).unwrap_or_default().to_owned()
+        } else {
+            body.to_owned()
+        }
+    }
+}
+
+impl Drop for OidcProvider {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -9,166 +9,15 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly
 
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rho_tests::{HttpServer, install, modern_rpc};
+use rho_tests::{HttpServer, OtlpReceiver, attribute, hex_id, install, modern_rpc};
 use serde_json::{Value, json};
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT: &str = "00f067aa0ba902b7";
-
-/// The receiver, running; killed when dropped.
-struct Receiver {
-    child: Child,
-    http: u16,
-    grpc: u16,
-    output: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Receiver {
-    fn start() -> Receiver {
-        let deps = rho_tests::python_sdk("opentelemetry-proto==1.45.2 grpcio==1.85.4", "otlp");
-        let dir = tempfile::tempdir().unwrap();
-        let output = dir.path().join("received.jsonl");
-        let mut child = Command::new("python3")
-            .arg(rho_tests::workspace_dir().join("tests/python/otlp_receiver.py"))
-            .arg(&output)
-            .env("PYTHONPATH", &deps)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let ports: Vec<u16> = line
-            .split_whitespace()
-            .skip(1)
-            .map(|p| p.parse().unwrap())
-            .collect();
-        assert_eq!(ports.len(), 2, "the receiver said {line:?}");
-        Receiver {
-            child,
-            http: ports[0],
-            grpc: ports[1],
-            output,
-            _dir: dir,
-        }
-    }
-
-    /// Every span received so far, with its resource's attributes and the protocol it came by.
-    fn spans(&self) -> Vec<Value> {
-        let mut spans = Vec::new();
-        for line in std::fs::read_to_string(&self.output)
-            .unwrap_or_default()
-            .lines()
-        {
-            let received: Value = serde_json::from_str(line).unwrap();
-            if received["signal"] != "traces" {
-                continue;
-            }
-            for resource in received["request"]["resourceSpans"].as_array().unwrap() {
-                for scope in resource["scopeSpans"].as_array().unwrap_or(&Vec::new()) {
-                    for span in scope["spans"].as_array().unwrap_or(&Vec::new()) {
-                        let mut span = span.clone();
-                        span["protocol"] = received["protocol"].clone();
-                        span["resource"] = resource["resource"].clone();
-                        spans.push(span);
-                    }
-                }
-            }
-        }
-        spans
-    }
-
-    /// The data points of metric `name` in the latest metrics export that has it.
-    fn latest_points(&self, name: &str) -> Vec<Value> {
-        let mut points = Vec::new();
-        for line in std::fs::read_to_string(&self.output)
-            .unwrap_or_default()
-            .lines()
-        {
-            let received: Value = serde_json::from_str(line).unwrap();
-            if received["signal"] != "metrics" {
-                continue;
-            }
-            for resource in received["request"]["resourceMetrics"].as_array().unwrap() {
-                for scope in resource["scopeMetrics"].as_array().unwrap_or(&Vec::new()) {
-                    for metric in scope["metrics"].as_array().unwrap_or(&Vec::new()) {
-                        if metric["name"] == name {
-                            points = metric["histogram"]["dataPoints"]
-                                .as_array()
-                                .cloned()
-                                .unwrap_or_default();
-                        }
-                    }
-                }
-            }
-        }
-        points
-    }
-
-    /// Waits (20 s at most) until `done` holds of what was received.
-    fn wait_for(&self, what: &str, done: impl Fn(&Receiver) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !done(self) {
-            assert!(
-                Instant::now() < deadline,
-                "never received {what}: {:#?}",
-                self.spans()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// OTLP ids come as base64 in the JSON of the protobuf: as lowercase hex.
-fn hex_id(value: &Value) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let text = value.as_str().unwrap_or_default().trim_end_matches('=');
-    let mut bits = 0u32;
-    let mut count = 0;
-    let mut out = String::new();
-    for c in text.bytes() {
-        let v = ALPHABET.iter().position(|&a| a == c).unwrap() as u32;
-        bits = (bits << 6) | v;
-        count += 6;
-        if count >= 8 {
-            count -= 8;
-            out.push_str(&format!("{:02x}", (bits >> count) & 0xff));
-        }
-    }
-    out
-}
-
-/// The string, integer or boolean value of attribute `key` of `span`.
-fn attribute(span: &Value, key: &str) -> Value {
-    span["attributes"]
-        .as_array()
-        .and_then(|a| a.iter().find(|kv| kv["key"] == key))
-        .map(|kv| {
-            let value = &kv["value"];
-            value
-                .get("stringValue")
-                .or(value.get("intValue"))
-                .or(value.get("boolValue"))
-                .cloned()
-                .unwrap_or(Value::Null)
-        })
-        .unwrap_or(Value::Null)
-}
 
 fn named<'a>(spans: &'a [Value], name: &str) -> Vec<&'a Value> {
     spans.iter().filter(|s| s["name"] == name).collect()
@@ -244,7 +93,7 @@ fn traced_rpc(addr: &str, method: &str, params: Value) -> Value {
 #[test]
 fn calls_are_spans_in_the_clients_trace_with_their_outcomes_and_durations() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let receiver = Receiver::start();
+    let receiver = OtlpReceiver::start();
     let (plugins, state) = setup("[otel]\nmetric_interval_ms = 300\n");
     let endpoint = format!("http://127.0.0.1:{}", receiver.http);
     let server = serve(
@@ -350,7 +199,7 @@ fn calls_are_spans_in_the_clients_trace_with_their_outcomes_and_durations() {
 #[test]
 fn over_grpc_and_from_a_one_shot_rho_call() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let receiver = Receiver::start();
+    let receiver = OtlpReceiver::start();
     let (plugins, state) = setup("[otel]\nmetric_interval_ms = 300\n");
     let server = serve(
         plugins.path(),
@@ -538,7 +387,7 @@ fn with_the_receiver_down_calls_end_and_the_drops_are_counted() {
 #[test]
 fn the_trace_goes_on_into_an_mcp_server_source() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let receiver = Receiver::start();
+    let receiver = OtlpReceiver::start();
     rho_tests::built();
     let sdk = rho_tests::python_sdk("mcp>=1.9,<2", "mcp1");
     let scripts = rho_tests::workspace_dir().join("tests/python");
