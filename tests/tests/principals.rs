@@ -227,24 +227,12 @@ fn named_tokens_are_principals_and_a_removed_one_is_refused_from_the_next_reques
 }
 
 /// `rho serve --http` over `plugins` behind `provider` (`[serve.oauth]`, every token needing
-/// `tools:call`, `checkerboard` needing `tools:admin` too), exporting OTLP to `receiver`.
-fn oauth_server(
-    plugins: &Path,
-    state: &Path,
-    provider: &OidcProvider,
-    receiver: Option<&OtlpReceiver>,
-) -> HttpServer {
-    let mut config = format!(
-        "[serve.oauth]\nissuers = [\"{}\"]\nscopes = [\"tools:call\"]\n\
-         tool_scopes = {{ checkerboard = [\"tools:admin\"] }}\njwks_refetch_ms = 1000\n",
+/// `tools:call`; the key set fetched again at most once a second).
+fn oauth_server(plugins: &Path, state: &Path, provider: &OidcProvider) -> HttpServer {
+    let config = format!(
+        "[serve.oauth]\nissuers = [\"{}\"]\nscopes = [\"tools:call\"]\njwks_refetch_ms = 1000\n",
         provider.issuer()
     );
-    if let Some(receiver) = receiver {
-        config.push_str(&format!(
-            "[otel]\nendpoint = \"http://127.0.0.1:{}\"\n",
-            receiver.http
-        ));
-    }
     let path = state.join("rho.toml");
     std::fs::write(&path, config).unwrap();
     HttpServer::start(
@@ -254,28 +242,118 @@ fn oauth_server(
     )
 }
 
+/// The README's worked example of `[serve.oauth]`: its `rho.toml` and its `rho serve` line.
+fn readme_oauth_example() -> (String, String) {
+    let readme = std::fs::read_to_string(rho_tests::workspace_dir().join("README.md")).unwrap();
+    let section = readme
+        .split("### Know who calls")
+        .nth(1)
+        .unwrap()
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let after_toml = section.split("```toml\n").nth(1).unwrap();
+    let toml = after_toml.split("```").next().unwrap().to_owned();
+    let serve = after_toml
+        .split("```sh\n")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned();
+    (toml, serve)
+}
+
+/// A command run by `sh` in a process group of its own, stopped (the whole group) when dropped.
+struct Shell(std::process::Child);
+
+impl Drop for Shell {
+    fn drop(&mut self) {
+        // SAFETY: signals our own child's process group.
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
-fn the_python_sdk_gets_a_token_from_the_issuer_rho_names_and_its_calls_carry_its_principal() {
+fn the_readme_example_behind_a_real_issuer_serves_the_python_sdk_and_names_who_called() {
     let provider = OidcProvider::start();
     let receiver = OtlpReceiver::start();
     let plugins = tempfile::tempdir().unwrap();
     install(plugins.path(), "echo");
     install(plugins.path(), "picture");
-    let state = tempfile::tempdir().unwrap();
-    let server = oauth_server(plugins.path(), state.path(), &provider, Some(&receiver));
+    let home = tempfile::tempdir().unwrap();
+    let port = rho_tests::free_port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    // The README's configuration and command as a user types them, the example's names
+    // replaced by this machine's (and an OTLP endpoint added).
+    let (toml, serve) = readme_oauth_example();
+    let config = toml
+        .replace("https://id.example.com", &provider.issuer())
+        .replace("https://rho.example.com/mcp", &url)
+        + &format!(
+            "\n[otel]\nendpoint = \"http://127.0.0.1:{}\"\n",
+            receiver.http
+        );
+    std::fs::write(home.path().join("rho.toml"), config).unwrap();
+    let line = serve
+        .replacen("rho ", &format!("{} ", rho_bin().display()), 1)
+        .replace("0.0.0.0:8750", &format!("127.0.0.1:{port}"))
+        .replace("/path/to/plugins", plugins.path().to_str().unwrap());
+    let mut child = {
+        use std::os::unix::process::CommandExt;
+        Command::new("sh")
+            .args(["-c", &line])
+            .current_dir(home.path())
+            .env("HOME", home.path())
+            .env_remove("XDG_STATE_HOME")
+            .env_remove("XDG_RUNTIME_DIR")
+            .process_group(0)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut said = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+    let _server = Shell(child);
+    let mut journal_path = None;
+    let mut oauth_line = String::new();
+    for line in said.by_ref() {
+        let line = line.unwrap();
+        if let Some(path) = line.strip_prefix("rho: journal ") {
+            journal_path = Some(path.split(" (").next().unwrap().to_owned());
+        }
+        if line.starts_with("rho: OAuth 2.1") {
+            oauth_line = line;
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in said {});
+    assert_eq!(
+        oauth_line,
+        format!(
+            "rho: OAuth 2.1: access tokens of {} for {url} (metadata: \
+             http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp)",
+            provider.issuer()
+        )
+    );
+    let journal_path = std::path::PathBuf::from(journal_path.unwrap());
+
     let sdk = python_sdk("mcp>=1.9,<2", "mcp1");
-    let client = |client: &str| {
+    let client = |client: &str, tools: &[&str]| {
         let mut command = Command::new("python3");
         command
             .arg(rho_tests::workspace_dir().join("tests/python/oauth_client.py"))
-            .args([&server.url(), &provider.issuer(), client])
+            .args([&url, &provider.issuer(), client])
             .arg(format!("{client}-secret"))
-            .args(["tools:call", "echo", "checkerboard"])
+            .arg("tools:call")
+            .args(tools)
             .env("PYTHONPATH", &sdk);
         rho_tests::client_report(command, client)
     };
     // rho-admin may step up to tools:admin when checkerboard asks for it.
-    let report = client("rho-admin");
+    let report = client("rho-admin", &["echo", "checkerboard"]);
     assert_eq!(report["tools"], json!(["checkerboard", "echo"]));
     assert_eq!(report["calls"]["echo"], "over oauth");
     assert!(
@@ -307,7 +385,7 @@ fn the_python_sdk_gets_a_token_from_the_issuer_rho_names_and_its_calls_carry_its
         "one token, then one stepped up: {requests:?}"
     );
 
-    let events = journal(&state.path().join("journal.jsonl"));
+    let events = journal(&journal_path);
     let ends: Vec<&Value> = events
         .iter()
         .filter(|e| e["type"] == "tool_execution_end")
@@ -348,35 +426,20 @@ fn the_python_sdk_gets_a_token_from_the_issuer_rho_names_and_its_calls_carry_its
             .iter()
             .all(|name| spans.iter().any(|s| s["name"] == *name))
     });
+    let spans = receiver.spans();
     for name in ["execute_tool echo", "tools/call echo"] {
-        let spans = receiver.spans();
         let span = spans.iter().find(|s| s["name"] == name).unwrap();
         assert_eq!(attribute(span, "enduser.id"), "rho-admin", "{name}");
         assert_eq!(attribute(span, "enduser.scope"), "tools:call", "{name}");
     }
 
-    // rho-tests may not have tools:admin: its echo is served, its checkerboard refused (the
-    // SDK's step-up fails at the issuer), and the server goes on serving.
-    let mut command = Command::new("python3");
-    command
-        .arg(rho_tests::workspace_dir().join("tests/python/oauth_client.py"))
-        .args([
-            &server.url(),
-            &provider.issuer(),
-            "rho-tests",
-            "rho-tests-secret",
-        ])
-        .args(["tools:call", "echo"])
-        .env("PYTHONPATH", &sdk);
-    let report = rho_tests::client_report(command, "rho-tests");
+    // rho-tests may not have tools:admin: its echo is served, its checkerboard refused, and
+    // the server goes on serving.
+    let report = client("rho-tests", &["echo"]);
     assert_eq!(report["calls"]["echo"], "over oauth");
-    let token = provider.token("rho-tests", "tools:call", &server.url());
-    let (status, response) = call_as(
-        &server.addr,
-        Some(&token),
-        "checkerboard",
-        json!({"size": 8}),
-    );
+    let addr = format!("127.0.0.1:{port}");
+    let token = provider.token("rho-tests", "tools:call", &url);
+    let (status, response) = call_as(&addr, Some(&token), "checkerboard", json!({"size": 8}));
     assert_eq!(status, 403, "{response}");
     let challenge = header(&response, "www-authenticate").unwrap();
     assert!(
@@ -384,7 +447,7 @@ fn the_python_sdk_gets_a_token_from_the_issuer_rho_names_and_its_calls_carry_its
             && challenge.contains("scope=\"tools:call tools:admin\""),
         "{challenge}"
     );
-    let (status, response) = call_as(&server.addr, Some(&token), "echo", json!({"text": "ok"}));
+    let (status, response) = call_as(&addr, Some(&token), "echo", json!({"text": "ok"}));
     assert_eq!((status, answer_text(&response)), (200, "ok".to_owned()));
 }
 
@@ -394,7 +457,7 @@ fn tokens_not_for_this_server_are_refused_with_a_challenge_and_the_server_keeps_
     let plugins = tempfile::tempdir().unwrap();
     install(plugins.path(), "echo");
     let state = tempfile::tempdir().unwrap();
-    let server = oauth_server(plugins.path(), state.path(), &provider, None);
+    let server = oauth_server(plugins.path(), state.path(), &provider);
     let addr = server.addr.clone();
     let resource = server.url();
     let issuer = provider.issuer();
@@ -502,6 +565,41 @@ fn tokens_not_for_this_server_are_refused_with_a_challenge_and_the_server_keeps_
             "{case}"
         );
     }
+    // `rho watch --attach` follows such a server with an access token in its token file.
+    let token_file = state.path().join("access-token");
+    std::fs::write(&token_file, &good).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut watch = Command::new(rho_bin())
+        .args(["watch", "--plain", "--attach", &format!("http://{addr}")])
+        .arg("--token-file")
+        .arg(&token_file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let watched = std::io::BufRead::lines(std::io::BufReader::new(watch.stdout.take().unwrap()));
+    let (lines, seen) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in watched.map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let line = loop {
+        let (status, _) = call_as(&addr, Some(&good), "echo", json!({"text": "watched"}));
+        assert_eq!(status, 200);
+        match seen.recv_timeout(Duration::from_millis(500)) {
+            Ok(line) if line.contains("watched") && line.contains("-> echo") => break line,
+            _ => assert!(Instant::now() < deadline, "rho watch saw no call"),
+        }
+    };
+    assert!(line.contains("by rho-tests"), "{line}");
+    let _ = watch.kill();
+    let _ = watch.wait();
+
     // A token without the scope every call needs: 403.
     let unscoped = provider.mint(claims(json!({"scope": "other"})), "provider", None);
     let (status, response) = call_as(&addr, Some(&unscoped), "echo", json!({"text": "x"}));

@@ -65,6 +65,36 @@ fn table() -> BTreeMap<&'static str, Run> {
             ),
         ),
         (
+            "rho token add ci --scope tools:call --tokens-file ~/.rho-tokens.toml",
+            Substituted(&[RHO, ("~", "{home}")], Exit(0)),
+        ),
+        (
+            "rho token add alice --tokens-file ~/.rho-tokens.toml",
+            Substituted(&[RHO, ("~", "{home}")], Exit(0)),
+        ),
+        (
+            "rho serve --http 0.0.0.0:8750 --tokens-file ~/.rho-tokens.toml --plugins /path/to/plugins",
+            Substituted(
+                &[
+                    RHO,
+                    ("8750", "{port}"),
+                    ("~", "{home}"),
+                    ("/path/to/plugins", "{plugins}"),
+                ],
+                Serves,
+            ),
+        ),
+        (
+            "rho token remove alice --tokens-file ~/.rho-tokens.toml",
+            Substituted(&[RHO, ("~", "{home}")], Exit(0)),
+        ),
+        (
+            "rho serve --config rho.toml --http 0.0.0.0:8750 --plugins /path/to/plugins",
+            Elsewhere(
+                "tests/tests/principals.rs: the_readme_example_behind_a_real_issuer_serves_the_python_sdk_and_names_who_called runs it with the README's rho.toml, behind a real OpenID provider",
+            ),
+        ),
+        (
             "rho serve --http 127.0.0.1:8750 --web --plugins /path/to/plugins",
             Substituted(
                 &[RHO, ("8750", "{port}"), ("/path/to/plugins", "{plugins}")],
