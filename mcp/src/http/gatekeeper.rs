@@ -311,7 +311,7 @@ impl Gatekeeper {
             }
             Access::OAuth(verifier) => match bearer(headers) {
                 None => Err(verifier.no_token()),
-                Some(token) => verifier.principal(token).await.map(Arc::new),
+                Some(token) => verifier.principal(token).await,
             },
         }
     }

@@ -167,6 +167,23 @@ struct Issuer {
     fetching: tokio::sync::Mutex<()>,
 }
 
+impl Issuer {
+    /// Issuer `issuer`, its keys at `jwks_uri` fetched now as `set`.
+    fn new(issuer: &str, jwks_uri: String, set: JwkSet) -> Issuer {
+        let now = Instant::now();
+        Issuer {
+            issuer: issuer.to_owned(),
+            jwks_uri,
+            keys: Mutex::new(Keys {
+                set,
+                fetched: now,
+                tried: now,
+            }),
+            fetching: tokio::sync::Mutex::new(()),
+        }
+    }
+}
+
 struct Keys {
     set: JwkSet,
     fetched: Instant,
@@ -192,6 +209,27 @@ pub struct OAuthVerifier {
     client: reqwest::Client,
     /// How many key sets were fetched (for tests and figures).
     fetches: std::sync::atomic::AtomicU64,
+    /// Tokens verified lately (see [`Verified`]).
+    verified: Mutex<Verified>,
+}
+
+/// Tokens verified lately, by SHA-256: the principal each stands for and its `exp`, so a client
+/// sending the same token again costs a digest and a lookup, not a signature check. Taken
+/// until `exp` (within the leeway, as a check would); forgotten when a key set changes, and all
+/// at once past [`MAX_VERIFIED`] after the expired ones went.
+#[derive(Default)]
+struct Verified {
+    tokens: std::collections::HashMap<String, (std::sync::Arc<Principal>, u64)>,
+}
+
+/// Verified tokens remembered at most.
+const MAX_VERIFIED: usize = 4096;
+
+/// Seconds since the Unix epoch, now.
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The claims read off a token (its payload), as JSON.
@@ -201,13 +239,7 @@ impl OAuthVerifier {
     /// Discovers each issuer of `config` and fetches its keys. `Err`: one line.
     pub async fn discover(config: &OAuthConfig) -> Result<OAuthVerifier, OAuthError> {
         config.check()?;
-        // reqwest builds with the process's rustls provider: ring, the one in rho's tree.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| OAuthError::Config(format!("no HTTP client: {e}")))?;
+        let client = http_client()?;
         let mut issuers = Vec::new();
         for issuer in &config.issuers {
             let failed = |reason: String| OAuthError::Issuer {
@@ -216,19 +248,14 @@ impl OAuthVerifier {
             };
             let jwks_uri = discover_jwks_uri(&client, issuer).await.map_err(failed)?;
             let set = fetch_jwks(&client, &jwks_uri).await.map_err(failed)?;
-            let now = Instant::now();
-            issuers.push(Issuer {
-                issuer: issuer.clone(),
-                jwks_uri,
-                keys: Mutex::new(Keys {
-                    set,
-                    fetched: now,
-                    tried: now,
-                }),
-                fetching: tokio::sync::Mutex::new(()),
-            });
+            issuers.push(Issuer::new(issuer, jwks_uri, set));
         }
-        Ok(OAuthVerifier {
+        Ok(OAuthVerifier::with(config, issuers, client))
+    }
+
+    /// The verifier of `config` over `issuers` as discovered.
+    fn with(config: &OAuthConfig, issuers: Vec<Issuer>, client: reqwest::Client) -> OAuthVerifier {
+        OAuthVerifier {
             issuers,
             audience: config.audience.clone(),
             resource: config.resource.clone(),
@@ -245,7 +272,8 @@ impl OAuthVerifier {
             max_age: Duration::from_millis(config.jwks_max_age_ms),
             client,
             fetches: std::sync::atomic::AtomicU64::new(config.issuers.len() as u64),
-        })
+            verified: Mutex::new(Verified::default()),
+        }
     }
 
     /// The resource's canonical URL: the one configured, else `http://ADDR/mcp` of the
@@ -332,8 +360,37 @@ impl OAuthVerifier {
         }
     }
 
-    /// The principal of `token`, or why it is refused (see the module doc).
-    pub async fn principal(&self, token: &str) -> Result<Principal, Refusal> {
+    /// The principal of `token`, or why it is refused (see the module doc). A token verified
+    /// lately is taken again without its signature checked again, until its `exp`.
+    pub async fn principal(&self, token: &str) -> Result<std::sync::Arc<Principal>, Refusal> {
+        let digest = rho_runtime::sha256_hex(token.as_bytes());
+        {
+            let verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some((principal, exp)) = verified.tokens.get(&digest)
+                && now_s() <= exp.saturating_add(self.leeway)
+            {
+                return Ok(principal.clone());
+            }
+        }
+        let (principal, exp) = self.verify(token).await?;
+        let principal = std::sync::Arc::new(principal);
+        let mut verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
+        if verified.tokens.len() >= MAX_VERIFIED {
+            let now = now_s();
+            let leeway = self.leeway;
+            verified
+                .tokens
+                .retain(|_, (_, exp)| now <= exp.saturating_add(leeway));
+            if verified.tokens.len() >= MAX_VERIFIED {
+                verified.tokens.clear();
+            }
+        }
+        verified.tokens.insert(digest, (principal.clone(), exp));
+        Ok(principal)
+    }
+
+    /// Checks `token` whole (see the module doc): its principal and its `exp`.
+    async fn verify(&self, token: &str) -> Result<(Principal, u64), Refusal> {
         let header = match jsonwebtoken::decode_header(token) {
             Ok(header) if self.algorithms.contains(&header.alg) => header,
             // What it says it is signed with, even one no library takes (`none`).
@@ -382,6 +439,7 @@ impl OAuthVerifier {
                 _ => "invalid token",
             })
         })?;
+        let exp = data.claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
         let principal = principal_of(&issuer.issuer, data.claims);
         let missing: Vec<String> = self
             .scopes
@@ -392,7 +450,7 @@ impl OAuthVerifier {
         if !missing.is_empty() {
             return Err(self.insufficient(&missing));
         }
-        Ok(principal)
+        Ok((principal, exp))
     }
 
     /// The refusal of `principal`'s call of `tool` when it lacks a scope the tool needs.
@@ -455,6 +513,14 @@ impl OAuthVerifier {
         keys.tried = Instant::now();
         match fetched {
             Ok(set) => {
+                // A key gone from the set takes its tokens with it: each is checked again.
+                if set != keys.set {
+                    self.verified
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .tokens
+                        .clear();
+                }
                 keys.set = set;
                 keys.fetched = Instant::now();
             }
@@ -514,6 +580,17 @@ fn principal_of(issuer: &str, mut claims: Claims) -> Principal {
     principal.issuer = Some(issuer.to_owned());
     principal.claims = claims;
     principal
+}
+
+/// The client of discovery and key fetches: 10 s per request, no redirects.
+fn http_client() -> Result<reqwest::Client, OAuthError> {
+    // reqwest builds with the process's rustls provider: ring, the one in rho's tree.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| OAuthError::Config(format!("no HTTP client: {e}")))
 }
 
 /// `scheme://authority` and the path of `url`.
@@ -634,6 +711,66 @@ mod tests {
         assert_eq!(p.scopes, ["tools:call", "read"]);
         assert_eq!(p.issuer.as_deref(), Some("https://id"));
         assert_eq!(p.claims.keys().collect::<Vec<_>>(), ["groups"]);
+    }
+
+    /// A verifier of issuer `https://id.test` whose one key is Ed25519 `kid` `k1`, with
+    /// `leeway_s` 0; and a signer of tokens by that key.
+    fn ed25519_verifier() -> (OAuthVerifier, impl Fn(Value) -> String) {
+        use base64::Engine;
+        use ed25519_dalek::Signer;
+        let key = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
+        let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        let x = b64(key.verifying_key().as_bytes());
+        let set: JwkSet = serde_json::from_value(serde_json::json!({"keys": [
+            {"kty": "OKP", "crv": "Ed25519", "x": x, "kid": "k1", "alg": "EdDSA"}]}))
+        .unwrap();
+        let config = OAuthConfig {
+            issuers: vec!["https://id.test".into()],
+            audience: Some("rho".into()),
+            leeway_s: 0,
+            ..OAuthConfig::default()
+        };
+        let issuer = Issuer::new("https://id.test", "https://id.test/jwks".into(), set);
+        let verifier = OAuthVerifier::with(&config, vec![issuer], http_client().unwrap());
+        let sign = move |claims: Value| {
+            let header = serde_json::json!({"alg": "EdDSA", "kid": "k1"});
+            let input = format!(
+                "{}.{}",
+                b64(header.to_string().as_bytes()),
+                b64(claims.to_string().as_bytes())
+            );
+            format!("{input}.{}", b64(&key.sign(input.as_bytes()).to_bytes()))
+        };
+        (verifier, sign)
+    }
+
+    #[tokio::test]
+    async fn a_token_verified_once_is_taken_again_until_its_exp_and_no_longer() {
+        let (verifier, sign) = ed25519_verifier();
+        let now = now_s();
+        let token = sign(serde_json::json!({
+            "iss": "https://id.test", "sub": "alice", "aud": "rho", "exp": now + 2}));
+        let first = verifier.principal(&token).await.unwrap();
+        let again = verifier.principal(&token).await.unwrap();
+        assert!(
+            std::sync::Arc::ptr_eq(&first, &again),
+            "not taken from the cache"
+        );
+        assert_eq!(first.id, "alice");
+        // Past its exp the remembered token is checked again, and refused.
+        tokio::time::sleep(Duration::from_millis(
+            (now + 3).saturating_sub(now_s()) * 1000 + 100,
+        ))
+        .await;
+        let refused = verifier.principal(&token).await.unwrap_err();
+        assert_eq!(refused.reason, "token expired");
+        // Another audience is refused whatever it is signed with.
+        let other = sign(serde_json::json!({
+            "iss": "https://id.test", "sub": "alice", "aud": "other", "exp": now + 60}));
+        assert_eq!(
+            verifier.principal(&other).await.unwrap_err().reason,
+            "wrong audience"
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `mcp_call`: `echo` through `rho serve` from an MCP client, against the same client talking to a
 //! minimal rmcp server with an in-binary echo tool (`xtask mcp-echo-server`); `mcp_http_call`:
 //! the same over Streamable HTTP (`rho serve --http` against the minimal server on rmcp's HTTP
-//! transport and axum, as rho's), from one keep-alive HTTP client.
+//! transport and axum, as rho's), from one keep-alive HTTP client; `mcp_http_oauth`: that call
+//! behind OAuth 2.1 (an issuer in the bench's process, the key set cached) against a static
+//! token.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -123,11 +125,18 @@ struct HttpClient {
     reader: tokio::io::BufReader<tokio::net::TcpStream>,
     addr: String,
     session: String,
+    /// An `Authorization` header line, or nothing.
+    auth: String,
     next_id: u64,
 }
 
 impl HttpClient {
     async fn connect(addr: &str) -> Result<HttpClient, String> {
+        HttpClient::connect_with(addr, None).await
+    }
+
+    /// A client sending `Authorization: Bearer TOKEN` with each request.
+    async fn connect_with(addr: &str, token: Option<&str>) -> Result<HttpClient, String> {
         let socket = tokio::net::TcpStream::connect(addr)
             .await
             .map_err(|e| e.to_string())?;
@@ -136,6 +145,9 @@ impl HttpClient {
             reader: tokio::io::BufReader::new(socket),
             addr: addr.to_owned(),
             session: String::new(),
+            auth: token
+                .map(|t| format!("Authorization: Bearer {t}\r\n"))
+                .unwrap_or_default(),
             next_id: 1,
         };
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -169,8 +181,9 @@ impl HttpClient {
         };
         let request = format!(
             "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-             Accept: application/json, text/event-stream\r\n{session}Content-Length: {}\r\n\r\n{body}",
+             Accept: application/json, text/event-stream\r\n{session}{}Content-Length: {}\r\n\r\n{body}",
             self.addr,
+            self.auth,
             body.len()
         );
         let io = |e: std::io::Error| e.to_string();
@@ -310,6 +323,170 @@ async fn http_per_call_us(
     Ok(median(&mut samples[1..]))
 }
 
+/// Microseconds per `echo` over HTTP through two servers measured in pairs of runs (one run of
+/// each, one after the other, `runs` times after a warm-up pair), each client sending its token.
+async fn paired_http_per_call_us(
+    (first, first_token): (tokio::process::Command, &str),
+    (second, second_token): (tokio::process::Command, &str),
+    calls: usize,
+    runs: usize,
+) -> Result<(Vec<f64>, Vec<f64>), String> {
+    let (_one, one_addr) = http_server(first).await?;
+    let (_two, two_addr) = http_server(second).await?;
+    let mut one = HttpClient::connect_with(&one_addr, Some(first_token)).await?;
+    let mut two = HttpClient::connect_with(&two_addr, Some(second_token)).await?;
+    let (mut ones, mut twos) = (Vec::new(), Vec::new());
+    for _ in 0..=runs {
+        for (client, samples) in [(&mut one, &mut ones), (&mut two, &mut twos)] {
+            let started = Instant::now();
+            for _ in 0..calls {
+                client.echo().await?;
+            }
+            samples.push(started.elapsed().as_secs_f64() * 1e6 / calls as f64);
+        }
+    }
+    ones.remove(0);
+    twos.remove(0);
+    Ok((ones, twos))
+}
+
+/// An OAuth issuer for `mcp_http_oauth`, in the bench's process: OpenID discovery and a key set
+/// of one Ed25519 key (`/.well-known/openid-configuration`, `/jwks`), and access tokens it signs.
+struct BenchIssuer {
+    url: String,
+    key: ed25519_dalek::SigningKey,
+    stop: tokio::task::JoinHandle<()>,
+}
+
+impl BenchIssuer {
+    async fn start() -> Result<BenchIssuer, String> {
+        use base64::Engine;
+        let mut seed = [0u8; 32];
+        std::io::Read::read_exact(
+            &mut std::fs::File::open("/dev/urandom").map_err(|e| e.to_string())?,
+            &mut seed,
+        )
+        .map_err(|e| e.to_string())?;
+        let key = ed25519_dalek::SigningKey::from_bytes(&seed);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| e.to_string())?;
+        let url = format!(
+            "http://{}",
+            listener.local_addr().map_err(|e| e.to_string())?
+        );
+        let x =
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes());
+        let jwks = json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": x, "kid": "bench",
+            "alg": "EdDSA", "use": "sig"}]})
+        .to_string();
+        let discovery = json!({"issuer": url, "jwks_uri": format!("{url}/jwks")}).to_string();
+        let json = |body: String| {
+            axum::routing::get(move || {
+                let body = body.clone();
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        body,
+                    )
+                }
+            })
+        };
+        let app = axum::Router::new()
+            .route("/.well-known/openid-configuration", json(discovery))
+            .route("/jwks", json(jwks));
+        let stop = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(BenchIssuer { url, key, stop })
+    }
+
+    /// An access token for `audience`, good for an hour.
+    fn token(&self, audience: &str) -> String {
+        use base64::Engine;
+        use ed25519_dalek::Signer;
+        let b64 = |value: serde_json::Value| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(value.to_string())
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let input = format!(
+            "{}.{}",
+            b64(json!({"alg": "EdDSA", "typ": "at+jwt", "kid": "bench"})),
+            b64(
+                json!({"iss": self.url, "sub": "bench", "aud": audience, "iat": now,
+                "exp": now + 3600, "scope": "tools:call"})
+            )
+        );
+        let signature = self.key.sign(input.as_bytes());
+        format!(
+            "{input}.{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(signature.to_bytes())
+        )
+    }
+}
+
+impl Drop for BenchIssuer {
+    fn drop(&mut self) {
+        self.stop.abort();
+    }
+}
+
+/// `mcp_http_oauth`: `rho serve --http` behind OAuth (`[serve.oauth]`, the key set cached, each
+/// request carrying the same access token) against the same server with a static token (a
+/// token file), measured in pairs.
+async fn oauth_figure(ctx: &Ctx, dir: &std::path::Path, calls: usize) -> Result<Figure, String> {
+    let release = target_dir().join("release");
+    let issuer = BenchIssuer::start().await?;
+    let config = dir.join("oauth.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[serve.oauth]\nissuers = [\"{}\"]\naudience = \"rho-bench\"\nscopes = [\"tools:call\"]\n",
+            issuer.url
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    let static_token = "a-static-token-of-the-benchmark";
+    let token_file = dir.join("token");
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&token_file)
+            .and_then(|mut f| f.write_all(static_token.as_bytes()))
+            .map_err(|e| e.to_string())?;
+    }
+    let mut oauth = tokio::process::Command::new(release.join("rho"));
+    oauth
+        .args(["serve", "--http", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--plugins")
+        .arg(dir);
+    let mut tokens = tokio::process::Command::new(release.join("rho"));
+    tokens
+        .args(["serve", "--http", "127.0.0.1:0", "--token-file"])
+        .arg(&token_file)
+        .arg("--plugins")
+        .arg(dir);
+    let access = issuer.token("rho-bench");
+    let runs = ctx.runs().min(9);
+    let (mut with_oauth, mut with_token) =
+        paired_http_per_call_us((oauth, &access), (tokens, static_token), calls, runs).await?;
+    Ok(Figure::paired(
+        "mcp_http_oauth",
+        "us/call",
+        "the same server with a static token (a token file), in pairs of runs",
+        &mut with_oauth,
+        &mut with_token,
+    ))
+}
+
 async fn per_call_us(
     command: tokio::process::Command,
     calls: usize,
@@ -339,7 +516,7 @@ async fn per_call_us(
     Ok(median(&mut samples[1..]))
 }
 
-/// `mcp_call`, `mcp_call_inproc`, `mcp_http_call`, `page_stream_16`.
+/// `mcp_call`, `mcp_call_inproc`, `mcp_http_call`, `page_stream_16`, `mcp_http_oauth`.
 pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     let calls = if ctx.quick { 300 } else { 2000 };
     let runs = ctx.runs().min(9);
@@ -373,7 +550,9 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         .args(["serve", "--http", "127.0.0.1:0", "--plugins"])
         .arg(&dir);
     let (with_16, alone) = page_stream(streamed, calls, runs).await?;
+    let oauth = oauth_figure(ctx, &dir, calls).await;
     let _ = std::fs::remove_dir_all(&dir);
+    let oauth = oauth?;
     Ok(vec![
         Figure {
             name: "mcp_call".into(),
@@ -411,5 +590,6 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             runs,
             spread: None,
         },
+        oauth,
     ])
 }
