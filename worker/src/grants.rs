@@ -241,10 +241,14 @@ mod tests {
     #[test]
     fn a_grant_closed_to_the_plugins_identity_is_refused_naming_the_fix() {
         use std::os::unix::fs::PermissionsExt;
-        // Not under /tmp, whose way the sandbox makes itself.
-        let outside = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
-        std::fs::create_dir_all(&outside).unwrap();
-        let tmp = tempfile::tempdir_in(&outside).unwrap();
+        // Not under /tmp, whose way the sandbox makes itself (a checkout may be under /tmp too),
+        // and beneath directories anyone may search.
+        let outside = ["/var/tmp", "/dev/shm"]
+            .into_iter()
+            .map(std::path::Path::new)
+            .find(|p| p.is_dir())
+            .unwrap();
+        let tmp = tempfile::tempdir_in(outside).unwrap();
         let base = tmp.path().canonicalize().unwrap();
         std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
         let closed = base.join("project");
