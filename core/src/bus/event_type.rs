@@ -196,7 +196,7 @@ mod tests {
             "{line}"
         );
         assert!(
-            line.ends_with("warning, source_state_changed, task_changed)"),
+            line.ends_with("source_state_changed, task_changed, access_refused)"),
             "{line}"
         );
         assert!(serde_json::from_str::<EventType>("\"toolexecutionend\"").is_err());
