@@ -55,6 +55,8 @@ struct Response {
     #[serde(default)]
     full_text: Option<String>,
     duration_ms: f64,
+    #[serde(default)]
+    decision: Option<rho_runtime::Decision>,
 }
 
 impl From<&ToolResult> for Response {
@@ -78,6 +80,7 @@ impl From<&ToolResult> for Response {
             details: r.details.clone(),
             full_text: r.full_text.clone(),
             duration_ms: r.duration.as_secs_f64() * 1000.0,
+            decision: r.decision.clone(),
         }
     }
 }
@@ -108,6 +111,7 @@ impl Response {
             details: self.details,
             full_text: self.full_text,
             duration: std::time::Duration::from_secs_f64(self.duration_ms.max(0.0) / 1000.0),
+            decision: self.decision,
         })
     }
 }

@@ -102,6 +102,7 @@ mod tests {
                 duration_ms: ms,
                 served_by: None,
                 principal: None,
+                decision: None,
             },
         }
     }

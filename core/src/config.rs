@@ -64,6 +64,9 @@ pub struct HostConfig {
     /// Gate rules, in order: the first whose pattern matches decides; no match allows.
     #[serde(default)]
     pub gate: Vec<GateRule>,
+    /// Rate and concurrency limits per principal × tool (`[[limit]]`), each counted apart.
+    #[serde(default)]
+    pub limit: Vec<crate::LimitRule>,
 }
 
 /// One plugin directory.
@@ -233,6 +236,7 @@ impl HostConfig {
         "quarantine",
         "workers",
         "gate",
+        "limit",
     ];
 
     /// Checks every number against its range and every choice against what it allows.
@@ -355,6 +359,12 @@ impl HostConfig {
                     1 << 40,
                 )?;
             }
+        }
+        for (i, rule) in self.limit.iter().enumerate() {
+            rule.check().map_err(|problem| ConfigError {
+                key: format!("limit[{i}]"),
+                problem,
+            })?;
         }
         Ok(())
     }

@@ -117,6 +117,8 @@ pub struct HostBuilder {
     bus: Option<Bus>,
     sources: Vec<(String, Box<dyn ToolSource>)>,
     components: Option<Arc<dyn ComponentEngine>>,
+    policy: Option<Arc<dyn crate::Policy>>,
+    limits: Vec<crate::LimitRule>,
 }
 
 impl HostBuilder {
@@ -217,6 +219,22 @@ impl HostBuilder {
         self.agent = config.loop_config();
         self.quarantine = Some(config.quarantine);
         self.rules = config.gate.clone();
+        self.limits = config.limit.clone();
+        self
+    }
+
+    /// Decides every call, and every list shown to a principal, by `policy` (see
+    /// [`Policy`](crate::Policy)); swap it later with [`Host::set_policy`]. None by default:
+    /// everything is allowed.
+    pub fn policy(mut self, policy: Arc<dyn crate::Policy>) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Counts calls against `rules` ([`Limits`](crate::Limits)), after those a configuration
+    /// gave.
+    pub fn limits(mut self, rules: Vec<crate::LimitRule>) -> Self {
+        self.limits.extend(rules);
         self
     }
 
@@ -295,7 +313,9 @@ impl HostBuilder {
                 self.asker.unwrap_or_else(|| Arc::new(Nobody)),
             )),
         };
-        let runner = ToolRunner::new(registry.clone(), self.runner);
+        let runner = ToolRunner::new(registry.clone(), self.runner)
+            .with_limits(crate::Limits::new(self.limits));
+        runner.set_policy(self.policy);
         let sources = self
             .sources
             .into_iter()
@@ -435,6 +455,8 @@ impl Host {
             bus: None,
             sources: Vec::new(),
             components: None,
+            policy: None,
+            limits: Vec::new(),
         }
     }
 
@@ -479,6 +501,75 @@ impl Host {
     /// The tools served now, by name.
     pub fn tools(&self) -> Vec<ToolSpec> {
         self.inner.registry.tools()
+    }
+
+    /// The tools served now that the policy in force lets `principal` list (all of them when
+    /// there is no policy), by name. What a server shows a caller.
+    pub fn tools_for(
+        &self,
+        principal: Option<&crate::Principal>,
+        via: crate::Via,
+    ) -> Vec<ToolSpec> {
+        let tools = self.inner.registry.tools();
+        let Some(policy) = self.inner.runner.policy() else {
+            return tools;
+        };
+        tools
+            .into_iter()
+            .filter(|spec| self.may(&*policy, crate::PolicyAction::List, spec, principal, via))
+            .collect()
+    }
+
+    /// Whether the policy in force lets `principal` list the tool served as `name` (`false`
+    /// when none is; `true` for any served tool when there is no policy).
+    pub fn may_list(&self, name: &str, principal: Option<&crate::Principal>, via: crate::Via) -> bool {
+        let Some(tool) = self.inner.registry.lookup(name) else {
+            return false;
+        };
+        match self.inner.runner.policy() {
+            Some(policy) => self.may(&*policy, crate::PolicyAction::List, &tool.spec, principal, via),
+            None => true,
+        }
+    }
+
+    fn may(
+        &self,
+        policy: &dyn crate::Policy,
+        action: crate::PolicyAction,
+        spec: &ToolSpec,
+        principal: Option<&crate::Principal>,
+        via: crate::Via,
+    ) -> bool {
+        let origin = match self.inner.registry.lookup(&spec.name) {
+            Some(tool) => tool.origin,
+            None => return false,
+        };
+        let query = crate::PolicyQuery {
+            action,
+            principal,
+            tool: spec,
+            origin: &origin,
+            arguments: None,
+            via,
+        };
+        crate::call::policy::decide_caught(policy, &query).allows()
+    }
+
+    /// Puts `policy` in force for every call and list from now on (`None`: no policy,
+    /// everything allowed), and publishes `policy_changed`. Calls already past their decision
+    /// keep it.
+    pub fn set_policy(&self, policy: Option<Arc<dyn crate::Policy>>) {
+        let described = policy.as_ref().map(|p| p.describe());
+        self.inner.runner.set_policy(policy);
+        self.inner.bus.publish(
+            None,
+            crate::bus::events::EventKind::PolicyChanged { policy: described },
+        );
+    }
+
+    /// The policy in force now, if any.
+    pub fn policy_in_force(&self) -> Option<Arc<dyn crate::Policy>> {
+        self.inner.runner.policy()
     }
 
     /// The plugins loaded now, directory by directory.

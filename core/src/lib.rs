@@ -86,7 +86,9 @@ pub use bus::{Bus, BusItem, DEFAULT_CAPACITY, Filter, RECENT_IMAGE_BYTES, Sink, 
 pub use call::ask::{Answerer, NO_ONE_TO_ASK, NoOneToAsk, no_one_to_ask};
 pub use call::gate::{DenyList, Gate, GateCtx, ToolCall, Verdict, allow_all};
 pub use call::invoke::{Tool, ToolCtx, is_valid_traceparent};
+pub use call::limits::{LimitRule, Limits, Per, Rate, source_name};
 pub use call::options::{CallOptions, CancellationToken, LogHook, RunnerConfig, UpdateHook};
+pub use call::policy::{Policy, PolicyAction, PolicyQuery, Via};
 pub use call::principal::{AuthMethod, Principal};
 pub use call::rules::{Action, Asker, GateRule, RuleGate, pattern_matches};
 pub use call::sender::MAX_UPDATE_BYTES;
@@ -119,7 +121,7 @@ pub use rho_plugin_api::{
 pub use rho_protocol as protocol;
 pub use rho_protocol::details::{parse_within, text_depth};
 pub use rho_protocol::{
-    CrashReason, Failure, Grants, Identity, MAX_DETAILS_BYTES, MAX_GRANTS, MAX_IMAGES, Outcome,
+    CrashReason, Decision, Failure, Grants, Identity, MAX_DETAILS_BYTES, MAX_GRANTS, MAX_IMAGES, Outcome,
     SandboxReport, ToolResult, ToolSpec, WasmSandbox, WorkerLimits,
 };
 pub use rho_worker::loader::trust::{PluginKind, Trust, plugin_kind};

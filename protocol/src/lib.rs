@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod answer;
+mod decision;
 pub mod details;
 pub mod frames;
 pub mod grants;
@@ -33,6 +34,7 @@ mod sandbox;
 mod spec;
 
 pub use answer::{MAX_DETAILS_BYTES, MAX_IMAGES};
+pub use decision::Decision;
 pub use grants::{Grants, MAX_GRANTS};
 pub use outcome::{
     CrashReason, Failure, Normalized, Outcome, ToolResult, crash_text, cut_output,

@@ -7,6 +7,8 @@ use rho_plugin_api::{Answer, Block, Output, ToolError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::decision::Decision;
+
 /// How a call ended. Every call ends with exactly one of these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -30,11 +32,14 @@ pub enum Outcome {
     Quarantined,
     /// The tool is served from elsewhere and nothing there can run it now (no node answers).
     Unavailable,
+    /// The caller called the tool more often than a limit allows; it did not run
+    /// ([`Decision::RateLimited`] says which limit and when to retry).
+    RateLimited,
 }
 
 impl Outcome {
     /// Every outcome, in a stable order.
-    pub const ALL: [Outcome; 9] = [
+    pub const ALL: [Outcome; 10] = [
         Outcome::Ok,
         Outcome::Error,
         Outcome::Blocked,
@@ -44,6 +49,7 @@ impl Outcome {
         Outcome::InvalidArguments,
         Outcome::Quarantined,
         Outcome::Unavailable,
+        Outcome::RateLimited,
     ];
 
     /// The outcome's name as it appears in JSON (`timed_out`, ...).
@@ -58,6 +64,7 @@ impl Outcome {
             Outcome::InvalidArguments => "invalid_arguments",
             Outcome::Quarantined => "quarantined",
             Outcome::Unavailable => "unavailable",
+            Outcome::RateLimited => "rate_limited",
         }
     }
 
@@ -97,6 +104,9 @@ pub struct ToolResult {
     pub full_text: Option<String>,
     /// From the start of the call (before the gate) to its end.
     pub duration: Duration,
+    /// What the host's policy and limits decided of the call, when any are in force (`None`:
+    /// none are, or the call ended before they were asked).
+    pub decision: Option<Decision>,
 }
 
 impl ToolResult {
@@ -111,6 +121,7 @@ impl ToolResult {
             details: None,
             full_text: None,
             duration: Duration::ZERO,
+            decision: None,
         }
     }
 

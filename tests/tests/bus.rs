@@ -315,6 +315,7 @@ async fn filters_keep_only_what_was_asked() {
         duration_ms: 1.0,
         served_by: None,
         principal: None,
+        decision: None,
     };
     bus.publish(Some("a"), EventKind::TurnStart { turn: 1 });
     bus.publish(Some("b"), end("echo", "1"));

@@ -70,6 +70,8 @@ pub enum EventType {
     TaskChanged,
     /// A server refused a request for who sent it (no token, a bad one, a scope missing).
     AccessRefused,
+    /// The host's policy was put in force, swapped or removed.
+    PolicyChanged,
 }
 
 /// Text that is no event type, with the types there are.
@@ -82,7 +84,7 @@ pub struct UnknownEventType {
 
 impl EventType {
     /// Every type, in the order of their variants.
-    pub const ALL: [EventType; 25] = [
+    pub const ALL: [EventType; 26] = [
         EventType::AgentStart,
         EventType::AgentEnd,
         EventType::TurnStart,
@@ -108,6 +110,7 @@ impl EventType {
         EventType::SourceStateChanged,
         EventType::TaskChanged,
         EventType::AccessRefused,
+        EventType::PolicyChanged,
     ];
 
     /// Its place in [`EventType::ALL`].
@@ -143,6 +146,7 @@ impl EventType {
             EventType::Warning => "warning",
             EventType::TaskChanged => "task_changed",
             EventType::AccessRefused => "access_refused",
+            EventType::PolicyChanged => "policy_changed",
         }
     }
 }
@@ -196,7 +200,7 @@ mod tests {
             "{line}"
         );
         assert!(
-            line.ends_with("source_state_changed, task_changed, access_refused)"),
+            line.ends_with("task_changed, access_refused, policy_changed)"),
             "{line}"
         );
         assert!(serde_json::from_str::<EventType>("\"toolexecutionend\"").is_err());

@@ -295,6 +295,10 @@ pub enum EventKind {
         /// Who asked for it, as at its start.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         principal: Option<std::sync::Arc<crate::Principal>>,
+        /// What the host's policy and limits decided of it, when any are in force: allowed by
+        /// which policies, forbidden by which, or over which limit.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        decision: Option<crate::Decision>,
     },
     /// A plugin was loaded and its tools registered.
     PluginLoaded {
@@ -463,6 +467,13 @@ pub enum EventKind {
         /// The peer address.
         peer: String,
     },
+    /// The host's policy was put in force, swapped for another (a reloaded file) or removed:
+    /// from now on calls are decided, and lists shown, by `policy`.
+    PolicyChanged {
+        /// What is in force now ([`Policy::describe`](crate::Policy::describe)); `None`: no
+        /// policy, everything is allowed.
+        policy: Option<String>,
+    },
     /// A warning about the host's health (e.g. too many plugin versions left mapped).
     Warning {
         /// The subject (a plugin, a file, a worker pool).
@@ -557,6 +568,7 @@ impl EventKind {
             EventKind::TaskChanged { .. } => EventType::TaskChanged,
             EventKind::Warning { .. } => EventType::Warning,
             EventKind::AccessRefused { .. } => EventType::AccessRefused,
+            EventKind::PolicyChanged { .. } => EventType::PolicyChanged,
         }
     }
 

@@ -116,6 +116,8 @@ pub struct CallOptions {
     /// has sent no partial update for this long (each update, and each answered question, starts
     /// the wait again), under its total timeout.
     pub idle_timeout: Option<Duration>,
+    /// How the call reached the host (a policy may read it): [`Via::Embedded`] by default.
+    pub via: crate::Via,
 }
 
 impl RunnerConfig {

@@ -19,13 +19,15 @@ use crate::call::ask::{Answerer, Asking};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 use crate::call::invoke::{EndsOnDrop, Failure, ToolCtx, is_valid_traceparent};
 use crate::call::options::{CallOptions, CancellationToken, RunnerConfig};
+use crate::call::limits::Limits;
 use crate::call::panic::{Caught, catch};
+use crate::call::policy::{Policy, PolicyAction, PolicyQuery, decide_caught, refusal_text};
 use crate::call::sender::{Activity, CallSink};
 use crate::call::task::{CallTask, TaskEnd, end_event, fallback_end};
 use crate::registry::health::Charge;
 use crate::registry::{Probe, ResolvedTool, ToolRegistry};
 use rho_protocol::{
-    CrashReason, Outcome, ToolResult, crash_text, cut_output, idle_timeout_text, normalize,
+    CrashReason, Decision, Outcome, ToolResult, crash_text, cut_output, idle_timeout_text, normalize,
     timeout_text, with_text,
 };
 
@@ -37,6 +39,9 @@ pub struct ToolRunner {
     config: Arc<RunnerConfig>,
     tracker: TaskTracker,
     stop: Arc<Stop>,
+    /// The policy in force, swapped whole ([`ToolRunner::set_policy`]).
+    policy: Arc<std::sync::RwLock<Option<Arc<dyn Policy>>>>,
+    limits: Limits,
 }
 
 /// The runner's stop switch and the calls in flight.
@@ -85,7 +90,32 @@ impl ToolRunner {
             config: Arc::new(config),
             tracker: TaskTracker::new(),
             stop: Arc::default(),
+            policy: Arc::default(),
+            limits: Limits::default(),
         }
+    }
+
+    /// The same runner, counting calls against `limits`.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Puts `policy` in force for every call that starts from now on (`None`: everything is
+    /// allowed); calls already past it keep their decision.
+    pub fn set_policy(&self, policy: Option<Arc<dyn Policy>>) {
+        *self
+            .policy
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = policy;
+    }
+
+    /// The policy in force now.
+    pub fn policy(&self) -> Option<Arc<dyn Policy>> {
+        self.policy
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Stops the runner: every call in flight ends at once `error` with a text saying the host is
@@ -308,6 +338,16 @@ impl ToolRunner {
         if let Err(text) = tool.check_args(&args) {
             return fail(Outcome::InvalidArguments, text);
         }
+        // The policy, then the rates: a call forbidden or over a limit reaches neither the gate
+        // nor the tool.
+        let decision = match self.decide(call, tool, &args, options).await {
+            Ok(decision) => decision,
+            Err((outcome, text, decision)) => {
+                let (mut refused, charge, probe) = fail(outcome, text);
+                refused.decision = decision;
+                return (refused, charge, probe);
+            }
+        };
         let traceparent = match options.traceparent.as_deref() {
             Some(t) if is_valid_traceparent(t) => Some(Arc::from(t)),
             Some(t) => {
@@ -336,11 +376,98 @@ impl ToolRunner {
         let (running_tx, running_rx) = oneshot::channel::<Instant>();
         let task = self.call_task(call, tool, gate, options, args, ctx.clone(), running_tx);
         let answerer = options.answerer.as_ref().unwrap_or(answerer);
-        let (result, charge) = self
+        let (mut result, charge) = self
             .supervise(call, tool, options, task, running_rx, answerer, &ctx, idle)
             .await;
         ctx.end_sends();
+        result.decision = decision;
         (result, charge, probe)
+    }
+
+    /// What the policy and the rate limits say of `call`: `Ok(None)` when neither is in force,
+    /// `Ok(Some(allowed))` when they let it through, else the outcome, text and decision it
+    /// ends with. A policy that may take long is asked on the blocking pool, the call still
+    /// cancellable meanwhile.
+    async fn decide(
+        &self,
+        call: &Arc<ToolCall>,
+        tool: &ResolvedTool,
+        args: &Arc<Value>,
+        options: &CallOptions,
+    ) -> Result<Option<Decision>, (Outcome, String, Option<Decision>)> {
+        let principal = call.principal.as_deref();
+        let mut allowed = None;
+        if let Some(policy) = self.policy() {
+            let decision = if policy.never_blocks() {
+                decide_caught(
+                    &*policy,
+                    &PolicyQuery {
+                        action: PolicyAction::Call,
+                        principal,
+                        tool: &tool.spec,
+                        origin: &tool.origin,
+                        arguments: Some(args),
+                        via: options.via,
+                    },
+                )
+            } else {
+                let (asking, spec, origin, args) = (
+                    call.clone(),
+                    tool.spec.clone(),
+                    tool.origin.clone(),
+                    args.clone(),
+                );
+                let via = options.via;
+                let asked = tokio::task::spawn_blocking(move || {
+                    decide_caught(
+                        &*policy,
+                        &PolicyQuery {
+                            action: PolicyAction::Call,
+                            principal: asking.principal.as_deref(),
+                            tool: &spec,
+                            origin: &origin,
+                            arguments: Some(&args),
+                            via,
+                        },
+                    )
+                });
+                let cancelled = async {
+                    match &options.cancel {
+                        Some(cancel) => cancel.cancelled().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    decided = asked => decided.unwrap_or(Decision::Forbidden { policies: Vec::new() }),
+                    () = self.stop.token.cancelled() => {
+                        return Err((Outcome::Error, self.stop.text(&call.name), None));
+                    }
+                    () = cancelled => {
+                        let text = format!("call of tool `{}` cancelled by the client", call.name);
+                        return Err((Outcome::Error, text, None));
+                    }
+                }
+            };
+            if !decision.allows() {
+                let outcome = match decision {
+                    Decision::RateLimited { .. } => Outcome::RateLimited,
+                    _ => Outcome::Blocked,
+                };
+                let text = refusal_text(&call.name, principal, &decision);
+                return Err((outcome, text, Some(decision)));
+            }
+            allowed = Some(decision);
+        }
+        if !self.limits.is_empty() {
+            if let Err(limited) = self.limits.admit(&call.name, &tool.origin, principal) {
+                let text = refusal_text(&call.name, principal, &limited);
+                return Err((Outcome::RateLimited, text, Some(limited)));
+            }
+            allowed.get_or_insert(Decision::Allowed {
+                policies: Vec::new(),
+            });
+        }
+        Ok(allowed)
     }
 
     /// The call's own work: the gate, then the tool, then the check of its answer. Driven inside
@@ -370,7 +497,17 @@ impl ToolRunner {
         let bus = self.bus().clone();
         let session = options.session_id.clone();
         let timeout = self.timeout_for(tool);
+        // Under a concurrency limit, the call waits for its turn before the gate.
+        let queue = (self.limits.queues(&call.name, &tool.origin, call.principal.as_deref()))
+            .then(|| (self.limits.clone(), tool.origin.clone()));
         let work = async move {
+            let _turns = match queue {
+                Some((limits, origin)) => {
+                    let principal = task_call.principal.as_deref();
+                    Some(limits.turns(&task_call.name, &origin, principal).await)
+                }
+                None => None,
+            };
             match catch(|| gate.check(&task_call, &gate_ctx)).await {
                 Err(caught) => return TaskEnd::GateCrashed(caught.describe("the gate")),
                 Ok(Verdict::Block(reason)) => return TaskEnd::Blocked(reason),
@@ -675,6 +812,7 @@ impl ToolRunner {
             details,
             full_text,
             duration: Duration::ZERO,
+            decision: None,
         };
         (result, charge)
     }

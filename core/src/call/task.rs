@@ -131,5 +131,6 @@ pub(crate) fn end_event(
         duration_ms: result.duration.as_secs_f64() * 1000.0,
         served_by,
         principal,
+        decision: result.decision.clone(),
     }
 }

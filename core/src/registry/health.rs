@@ -102,6 +102,9 @@ pub struct ToolStats {
     /// Ended `unavailable` (a remote tool no node answered for).
     #[serde(default)]
     pub unavailable: u64,
+    /// Ended `rate_limited` (over a limit of the host's; the tool did not run).
+    #[serde(default)]
+    pub rate_limited: u64,
     /// Median duration of recent calls, milliseconds.
     pub p50_ms: f64,
     /// 99th percentile duration of recent calls, milliseconds.
@@ -121,9 +124,14 @@ pub struct ToolStats {
 
 impl ToolStats {
     /// Calls that ended otherwise than `ok`, `error`, `crashed` or `timed_out`: blocked,
-    /// refused for their arguments, refused while quarantined, or unavailable (a view's "other").
+    /// refused for their arguments, refused while quarantined, unavailable or over a limit (a
+    /// view's "other").
     pub fn other(&self) -> u64 {
-        self.blocked + self.invalid_arguments + self.quarantined_calls + self.unavailable
+        self.blocked
+            + self.invalid_arguments
+            + self.quarantined_calls
+            + self.unavailable
+            + self.rate_limited
     }
 }
 
@@ -152,6 +160,7 @@ impl Tally {
             Outcome::InvalidArguments => s.invalid_arguments += 1,
             Outcome::Quarantined => s.quarantined_calls += 1,
             Outcome::Unavailable => s.unavailable += 1,
+            Outcome::RateLimited => s.rate_limited += 1,
             // Not the tool's: it never ran (and outcomes added later count only as calls).
             _ => {}
         }
@@ -162,6 +171,7 @@ impl Tally {
                 | Outcome::Blocked
                 | Outcome::InvalidArguments
                 | Outcome::Unavailable
+                | Outcome::RateLimited
         ) {
             if self.recent.len() == RECENT {
                 self.recent.pop_front();
