@@ -1,0 +1,322 @@
+//! [`CedarPolicy`]: a Cedar policy set, read, named and validated, as a [`Policy`].
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use cedar_policy::{
+    Authorizer, Decision as CedarDecision, Effect, Policy as CedarRule, PolicyId, PolicySet,
+    PrincipalConstraint, ResourceConstraint, Schema, ValidationMode, Validator,
+};
+use rho_runtime::{Decision, Origin, Policy, PolicyAction, PolicyQuery, Principal, ToolSpec, Via};
+
+use crate::entities::{self, HOST};
+
+/// rho's Cedar schema: the entities, actions and context a policy may name (see the crate
+/// docs). Every policy set is validated against it, strictly, before it is used.
+pub const SCHEMA: &str = include_str!("rho.cedarschema");
+
+/// Past this many policies that can apply to one call, its decision runs on the blocking pool
+/// ([`Policy::never_blocks`]).
+const INLINE_POLICIES: usize = 1000;
+
+/// How many principal × tool slices are kept before they are made again.
+const MAX_SLICES: usize = 4096;
+
+/// Why a policy set cannot be used. One line naming the file and, where it can, the policy.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// The file could not be read.
+    #[error("policy file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The text is not Cedar, or names a policy twice.
+    #[error("policy file {file}: {message}")]
+    Parse {
+        /// The file (or the name the text was given).
+        file: String,
+        /// What is wrong, where.
+        message: String,
+    },
+    /// A policy does not fit rho's schema (an attribute or action that does not exist, a type
+    /// that does not match).
+    #[error("policy file {file}: policy `{policy}` does not fit rho's schema: {message}")]
+    Invalid {
+        /// The file.
+        file: String,
+        /// The policy's id.
+        policy: String,
+        /// What does not fit.
+        message: String,
+    },
+    /// The file could not be watched.
+    #[error("policy file {}: cannot watch it: {message}", path.display())]
+    Watch {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+}
+
+/// What a principal may do with one tool ([`CedarPolicy::what_may`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedTool {
+    /// The tool's name.
+    pub tool: String,
+    /// The decision on listing it.
+    pub list: Decision,
+    /// The decision on calling it with no arguments.
+    pub call: Decision,
+}
+
+/// A Cedar policy set in force: each policy named by its `@id` (else `policy0`, `policy1`, ...,
+/// in the order of the text), validated against [`SCHEMA`]. Cheap to share; deciding never
+/// changes it.
+///
+/// A call is decided by the policies that can apply to it: those whose scope names neither a
+/// principal nor a tool, those naming its tool (`resource == Rho::Tool::"x"`) and those naming
+/// its principal. That slice is made once per principal × tool and kept, so a set of many
+/// per-tool or per-principal rules costs a call what its few applicable rules cost.
+pub struct CedarPolicy {
+    name: String,
+    count: usize,
+    /// The most policies one call's slice can hold.
+    largest_slice: usize,
+    whole: PolicySet,
+    general: Vec<CedarRule>,
+    by_tool: HashMap<String, Vec<CedarRule>>,
+    by_principal: HashMap<String, Vec<CedarRule>>,
+    slices: Mutex<HashMap<(String, String), Arc<PolicySet>>>,
+    authorizer: Authorizer,
+}
+
+impl std::fmt::Debug for CedarPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+fn schema() -> Result<Schema, String> {
+    Schema::from_cedarschema_str(SCHEMA)
+        .map(|(schema, _warnings)| schema)
+        .map_err(|e| e.to_string())
+}
+
+/// The first line of `error`'s report, with its cause chain: Cedar's errors span lines.
+fn one_line(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string().replace('\n', " ");
+    let mut source = error.source();
+    while let Some(cause) = source {
+        line.push_str(&format!(": {}", cause.to_string().replace('\n', " ")));
+        source = cause.source();
+    }
+    line
+}
+
+impl CedarPolicy {
+    /// Reads, names and validates the policies of `path`.
+    pub fn from_file(path: &Path) -> Result<CedarPolicy, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let name = path
+            .file_name()
+            .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        CedarPolicy::from_text(&name, &text)
+    }
+
+    /// Parses, names and validates the policies of `text`; `name` names it in errors and in
+    /// [`Policy::describe`].
+    pub fn from_text(name: &str, text: &str) -> Result<CedarPolicy, PolicyError> {
+        let parse = |message: String| PolicyError::Parse {
+            file: name.to_owned(),
+            message,
+        };
+        let parsed: PolicySet = text.parse().map_err(|e: cedar_policy::ParseErrors| {
+            let first = e.iter().next().map_or_else(|| e.to_string(), |e| one_line(e));
+            parse(format!("not Cedar: {first}"))
+        })?;
+        if parsed.templates().next().is_some() {
+            return Err(parse(
+                "templates (policies with ?principal or ?resource) are not supported".into(),
+            ));
+        }
+        let mut whole = PolicySet::new();
+        for policy in parsed.policies() {
+            let named = match policy.annotation("id") {
+                Some(id) => policy.new_id(PolicyId::new(id)),
+                None => policy.clone(),
+            };
+            let id = named.id().to_string();
+            whole
+                .add(named)
+                .map_err(|_| parse(format!("two policies are named `{id}`")))?;
+        }
+        let schema = schema().map_err(|message| parse(format!("rho's schema: {message}")))?;
+        let validated = Validator::new(schema).validate(&whole, ValidationMode::Strict);
+        if let Some(error) = validated.validation_errors().next() {
+            return Err(PolicyError::Invalid {
+                file: name.to_owned(),
+                policy: error.policy_id().to_string(),
+                message: one_line(error),
+            });
+        }
+        let mut general = Vec::new();
+        let mut by_tool: HashMap<String, Vec<CedarRule>> = HashMap::new();
+        let mut by_principal: HashMap<String, Vec<CedarRule>> = HashMap::new();
+        for policy in whole.policies() {
+            let tool = match policy.resource_constraint() {
+                ResourceConstraint::Eq(uid) => Some(uid.id().unescaped().to_owned()),
+                _ => None,
+            };
+            let principal = match policy.principal_constraint() {
+                PrincipalConstraint::Eq(uid) => Some(uid.id().unescaped().to_owned()),
+                _ => None,
+            };
+            match (tool, principal) {
+                (Some(tool), _) => by_tool.entry(tool).or_default().push(policy.clone()),
+                (None, Some(id)) => by_principal.entry(id).or_default().push(policy.clone()),
+                (None, None) => general.push(policy.clone()),
+            }
+        }
+        let largest = |buckets: &HashMap<String, Vec<CedarRule>>| {
+            buckets.values().map(Vec::len).max().unwrap_or(0)
+        };
+        Ok(CedarPolicy {
+            name: name.to_owned(),
+            count: whole.num_of_policies(),
+            largest_slice: general.len() + largest(&by_tool) + largest(&by_principal),
+            whole,
+            general,
+            by_tool,
+            by_principal,
+            slices: Mutex::default(),
+            authorizer: Authorizer::new(),
+        })
+    }
+
+    /// How many policies the set holds.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether the set holds no policy (it then forbids everything, as Cedar does).
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The ids of its policies, in the order of the text.
+    pub fn ids(&self) -> Vec<String> {
+        self.whole.policies().map(|p| p.id().to_string()).collect()
+    }
+
+    /// The policies that can apply to `principal` calling `tool`.
+    fn slice(&self, principal: &str, tool: &str) -> Arc<PolicySet> {
+        let key = (principal.to_owned(), tool.to_owned());
+        let mut slices = self.slices.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(slice) = slices.get(&key) {
+            return slice.clone();
+        }
+        if slices.len() >= MAX_SLICES {
+            slices.clear();
+        }
+        let rules = self
+            .general
+            .iter()
+            .chain(self.by_tool.get(tool).into_iter().flatten())
+            .chain(self.by_principal.get(principal).into_iter().flatten())
+            .cloned();
+        // Ids are unique in the whole set: adding never fails.
+        let slice = Arc::new(PolicySet::from_policies(rules).unwrap_or_else(|_| self.whole.clone()));
+        slices.insert(key, slice.clone());
+        slice
+    }
+
+    /// What `principal` may list and call of `tools` (each with its origin), reached by `via`:
+    /// for each tool, the decision on listing it and on calling it with no arguments. What
+    /// `rho policy check` prints.
+    pub fn what_may(
+        &self,
+        principal: Option<&Principal>,
+        tools: &[(ToolSpec, Origin)],
+        via: Via,
+    ) -> Vec<ListedTool> {
+        let no_arguments = serde_json::Value::Object(Default::default());
+        tools
+            .iter()
+            .map(|(spec, origin)| {
+                let ask = |action, arguments| {
+                    self.decide(&PolicyQuery {
+                        action,
+                        principal,
+                        tool: spec,
+                        origin,
+                        arguments,
+                        via,
+                    })
+                };
+                ListedTool {
+                    tool: spec.name.clone(),
+                    list: ask(PolicyAction::List, None),
+                    call: ask(PolicyAction::Call, Some(&no_arguments)),
+                }
+            })
+            .collect()
+    }
+}
+
+impl Policy for CedarPolicy {
+    fn decide(&self, query: &PolicyQuery<'_>) -> Decision {
+        let (request, entities) = match entities::request(query) {
+            Ok(made) => made,
+            Err(message) => {
+                tracing::warn!(tool = %query.tool.name, %message, "a call Cedar cannot read: forbidden");
+                return Decision::Forbidden {
+                    policies: Vec::new(),
+                };
+            }
+        };
+        let principal = query.principal.map_or(HOST, |p| p.id.as_str());
+        let slice = self.slice(principal, &query.tool.name);
+        let response = self.authorizer.is_authorized(&request, &slice, &entities);
+        for error in response.diagnostics().errors() {
+            tracing::warn!(policy_file = %self.name, tool = %query.tool.name, error = %error, "a policy failed to evaluate and counts as not matching");
+        }
+        let mut policies: Vec<String> = response
+            .diagnostics()
+            .reason()
+            .map(ToString::to_string)
+            .collect();
+        policies.sort();
+        match response.decision() {
+            CedarDecision::Allow => Decision::Allowed { policies },
+            CedarDecision::Deny => {
+                // The forbids that matched (a deny without one: no permit matched).
+                policies.retain(|id| {
+                    slice
+                        .policy(&PolicyId::new(id.as_str()))
+                        .is_some_and(|p| p.effect() == Effect::Forbid)
+                });
+                Decision::Forbidden { policies }
+            }
+        }
+    }
+
+    fn never_blocks(&self) -> bool {
+        self.largest_slice <= INLINE_POLICIES
+    }
+
+    fn describe(&self) -> String {
+        match self.count {
+            1 => format!("{} (1 policy)", self.name),
+            n => format!("{} ({n} policies)", self.name),
+        }
+    }
+}
