@@ -330,6 +330,7 @@ async fn serve_call(
         on_update: Some(Arc::new(move |partial: &str| {
             let _ = updates.try_send(partial.to_owned());
         })),
+        via: rho_runtime::Via::Nats,
         ..CallOptions::default()
     };
     let mut tool_call = ToolCall::new(

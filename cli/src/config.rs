@@ -45,6 +45,14 @@
 //!
 //! [wasm]                     # components (.wasm files) in plugin directories
 //! memory_mb = 256
+//!
+//! [policy]                   # Cedar policies: who may list and call what (reloaded on change)
+//! file = "policy.cedar"
+//!
+//! [[limit]]                  # per principal and tool; over the rate: rate_limited at once
+//! tool = "write_*"
+//! rate = "5/s"
+//! concurrency = 2
 //! ```
 
 use std::collections::BTreeMap;
@@ -83,10 +91,14 @@ pub struct Config {
     pub otel: rho_otel::OtelConfig,
     /// `[trust]`: the public keys plugin installs accept signatures from (rho-distribution).
     pub trust: rho_distribution::TrustConfig,
+    /// `[policy]`: the Cedar policies in force (rho-policy).
+    pub policy: rho_policy::PolicyConfig,
 }
 
 /// The sections the parts `rho` links read, besides the host's.
-const PARTS: [&str; 7] = ["serve", "nats", "remote", "mcp", "wasm", "otel", "trust"];
+const PARTS: [&str; 8] = [
+    "serve", "nats", "remote", "mcp", "wasm", "otel", "trust", "policy",
+];
 
 impl Config {
     /// Checks every section's ranges and names.
@@ -123,6 +135,7 @@ impl Config {
         self.nats.resolve_paths(base);
         self.wasm.resolve_paths(base);
         self.trust.resolve_paths(base);
+        self.policy.resolve_paths(base);
         for remote in &mut self.remote {
             remote.resolve_paths(base);
         }
@@ -173,6 +186,7 @@ pub fn parse(text: &str) -> Result<Config, String> {
     let wasm = section(&mut table, "wasm", text)?;
     let otel = section(&mut table, "otel", text)?;
     let trust = section(&mut table, "trust", text)?;
+    let policy = section(&mut table, "policy", text)?;
     let host = deserialize(Spanned::new(span, table), text)?;
     Ok(Config {
         host,
@@ -183,6 +197,7 @@ pub fn parse(text: &str) -> Result<Config, String> {
         wasm,
         otel,
         trust,
+        policy,
     })
 }
 

@@ -53,6 +53,10 @@ pub struct PluginFlags {
     /// -y` of a package not yet installed needs `--grant-network` to fetch it).
     #[arg(long = "mcp", value_name = "COMMAND")]
     pub mcp: Vec<String>,
+    /// Decide who may list and call which tool by the Cedar policies of FILE (replaces the
+    /// config file's `[policy]`; reloaded when it changes). See `rho policy check`.
+    #[arg(long = "policy", value_name = "FILE")]
+    pub policy: Option<PathBuf>,
 }
 
 impl PluginFlags {
@@ -124,6 +128,9 @@ fn with_flags(
         plugins.widen(&mut server.grants);
     }
     let has_mcp = !whole.mcp.is_empty();
+    if let Some(file) = &plugins.policy {
+        whole.policy.file = Some(file.clone());
+    }
     let config = &mut whole.host;
     if !plugins.plugins.is_empty() {
         config.plugins = plugins.plugins.iter().map(PluginSource::new).collect();
@@ -182,7 +189,16 @@ async fn build_host(
     extra: impl FnOnce(HostBuilder) -> HostBuilder,
 ) -> Result<(Host, Config), ExitCode> {
     let config = with_flags(config, plugins, run).map_err(|e| usage(&e))?;
-    let builder = Host::builder().config(&config.host);
+    let mut builder = Host::builder().config(&config.host);
+    // The policies are in force before the first tool is served: a file that cannot be used
+    // fails the command, never "no policy".
+    if let Some(file) = &config.policy.file {
+        let policy = rho_policy::CedarPolicy::from_file(file).map_err(|e| {
+            eprintln!("rho: {}", crate::render::terminal_safe(&e.to_string()));
+            ExitCode::from(1)
+        })?;
+        builder = builder.policy(std::sync::Arc::new(policy));
+    }
     #[cfg(feature = "wasm")]
     let builder = builder.components(config.wasm.engine().map_err(|e| {
         eprintln!("rho: {e}");
@@ -224,6 +240,16 @@ async fn build_host(
         eprintln!("rho: {}", crate::render::terminal_safe(&line));
         host.shutdown().await;
         return Err(ExitCode::from(1));
+    }
+    if let Some(file) = &config.policy.file {
+        match rho_policy::watch(&host, file) {
+            Ok(watcher) => watcher.detach(),
+            Err(e) => {
+                eprintln!("rho: {}", crate::render::terminal_safe(&e.to_string()));
+                host.shutdown().await;
+                return Err(ExitCode::from(1));
+            }
+        }
     }
     add_mcp_servers(&host, &config.mcp, &config.host.workers).await;
     Ok((host, config))

@@ -78,6 +78,7 @@ impl LiveState {
                 output,
                 duration_ms,
                 principal,
+                decision,
                 ..
             } => {
                 self.running.remove(call_id);
@@ -90,7 +91,11 @@ impl LiveState {
                     who: who(principal.as_deref()),
                     outcome: *outcome,
                     duration_ms: *duration_ms,
-                    text: output.text.lines().next().unwrap_or("").to_owned(),
+                    text: format!(
+                        "{}{}",
+                        output.text.lines().next().unwrap_or(""),
+                        render::decision_note(decision.as_ref())
+                    ),
                 });
             }
             EventKind::AgentStart { .. } | EventKind::AgentEnd { .. } => {}

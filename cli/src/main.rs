@@ -20,6 +20,7 @@ mod live;
 mod nats;
 mod node;
 mod plugin;
+mod policy;
 mod render;
 mod run;
 mod serve;
@@ -81,6 +82,9 @@ enum Command {
     /// Named tokens of `rho serve --http`: add (printed once), remove, list.
     #[command(subcommand)]
     Token(token::Command),
+    /// Check a policy file, and what a principal may list and call under it.
+    #[command(subcommand)]
+    Policy(policy::Command),
 }
 
 fn main() -> ExitCode {
@@ -129,6 +133,7 @@ fn main() -> ExitCode {
             Command::Node(args) => node::main(args, config).await,
             Command::Plugin(command) => plugin::main(command),
             Command::Token(command) => token::main(command, &config),
+            Command::Policy(command) => policy::main(command, config).await,
         };
         // What the calls exported is sent before the process exits.
         telemetry::flush().await;

@@ -239,6 +239,17 @@ pub fn build(sha256: &str) -> &str {
     }
 }
 
+/// ` (allowed by policy `x`)` for a call a policy let through; nothing otherwise (a refused
+/// call's text says its decision).
+pub fn decision_note(decision: Option<&rho_runtime::Decision>) -> String {
+    match decision {
+        Some(decision) if decision.allows() && !decision.policies().is_empty() => {
+            format!(" ({decision})")
+        }
+        _ => String::new(),
+    }
+}
+
 /// One line for a person, or `None` for events this view does not show.
 pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
     let all = detail == Detail::All;
@@ -250,11 +261,13 @@ pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
             output,
             details,
             duration_ms,
+            decision,
             ..
         } => {
             let mark = if outcome.is_error() { "!!" } else { "ok" };
             format!(
-                "{mark} {tool} #{call_id} {outcome} {duration_ms:.1} ms: {}{}",
+                "{mark} {tool} #{call_id} {outcome} {duration_ms:.1} ms{}: {}{}",
+                decision_note(decision.as_ref()),
                 output_summary(output),
                 details_summary(details)
             )
@@ -403,6 +416,12 @@ pub fn event_line(event: &Event, detail: Detail) -> Option<String> {
             reason,
             peer,
         } => format!("refused {status} from {peer}: {reason}"),
+        EventKind::PolicyChanged {
+            policy: Some(policy),
+        } => format!("policy in force: {policy}"),
+        EventKind::PolicyChanged { policy: None } => {
+            "no policy in force: everything is allowed".into()
+        }
         EventKind::RemoteToolsChanged {
             source,
             added,

@@ -21,15 +21,29 @@ pub struct Args {
     /// Keep watching the directories and print the list again after every reload (Ctrl-C ends).
     #[arg(long)]
     watch: bool,
+    /// List only what this principal may list under the policy in force (--policy, `[policy]`),
+    /// as JSON: {"id": "alice", "auth": "oauth", "scopes": ["tools:read"]}.
+    #[arg(long, value_name = "JSON")]
+    principal: Option<String>,
 }
 
 pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
+    let principal = match args.principal.as_deref().map(crate::policy::principal_flag) {
+        Some(Err(code)) => return code,
+        Some(Ok(principal)) => Some(principal),
+        None => None,
+    };
+    // What this command shows: every tool, or those the principal may list.
+    let shown = |host: &rho_runtime::Host| match &principal {
+        Some(principal) => host.tools_for(Some(principal), rho_runtime::Via::Embedded),
+        None => host.tools(),
+    };
     let watch = args.watch;
     let (host, _) = match host::build(&config, &args.plugins, None, |b| b.watch(watch)).await {
         Ok(built) => built,
         Err(code) => return code,
     };
-    if !print(&host.tools(), args.json) {
+    if !print(&shown(&host), args.json) {
         return ExitCode::from(1);
     }
     if !args.json {
@@ -51,6 +65,7 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
         rho_runtime::EventType::ToolProbing,
         rho_runtime::EventType::ToolRestored,
         rho_runtime::EventType::Warning,
+        rho_runtime::EventType::PolicyChanged,
     ]));
     // One future for the whole loop: a signal between two iterations is not lost.
     let ctrl_c = tokio::signal::ctrl_c();
@@ -64,8 +79,9 @@ pub async fn main(args: Args, config: crate::config::Config) -> ExitCode {
                     }
                     if matches!(event.kind, rho_runtime::EventKind::PluginLoaded { .. }
                         | rho_runtime::EventKind::PluginReloaded { .. }
-                        | rho_runtime::EventKind::PluginRemoved { .. })
-                        && !print(&host.tools(), args.json)
+                        | rho_runtime::EventKind::PluginRemoved { .. }
+                        | rho_runtime::EventKind::PolicyChanged { .. })
+                        && !print(&shown(&host), args.json)
                     {
                         return ExitCode::from(1);
                     }

@@ -498,6 +498,14 @@ impl Host {
         self.inner.registry.lookup(name).map(|tool| tool.spec)
     }
 
+    /// Where the tool served now as `name` comes from, if one is.
+    pub fn origin(&self, name: &str) -> Option<crate::Origin> {
+        self.inner
+            .registry
+            .lookup(name)
+            .map(|tool| (*tool.origin).clone())
+    }
+
     /// The tools served now, by name.
     pub fn tools(&self) -> Vec<ToolSpec> {
         self.inner.registry.tools()
@@ -522,12 +530,23 @@ impl Host {
 
     /// Whether the policy in force lets `principal` list the tool served as `name` (`false`
     /// when none is; `true` for any served tool when there is no policy).
-    pub fn may_list(&self, name: &str, principal: Option<&crate::Principal>, via: crate::Via) -> bool {
+    pub fn may_list(
+        &self,
+        name: &str,
+        principal: Option<&crate::Principal>,
+        via: crate::Via,
+    ) -> bool {
         let Some(tool) = self.inner.registry.lookup(name) else {
             return false;
         };
         match self.inner.runner.policy() {
-            Some(policy) => self.may(&*policy, crate::PolicyAction::List, &tool.spec, principal, via),
+            Some(policy) => self.may(
+                &*policy,
+                crate::PolicyAction::List,
+                &tool.spec,
+                principal,
+                via,
+            ),
             None => true,
         }
     }

@@ -121,8 +121,8 @@ pub use rho_plugin_api::{
 pub use rho_protocol as protocol;
 pub use rho_protocol::details::{parse_within, text_depth};
 pub use rho_protocol::{
-    CrashReason, Decision, Failure, Grants, Identity, MAX_DETAILS_BYTES, MAX_GRANTS, MAX_IMAGES, Outcome,
-    SandboxReport, ToolResult, ToolSpec, WasmSandbox, WorkerLimits,
+    CrashReason, Decision, Failure, Grants, Identity, MAX_DETAILS_BYTES, MAX_GRANTS, MAX_IMAGES,
+    Outcome, SandboxReport, ToolResult, ToolSpec, WasmSandbox, WorkerLimits,
 };
 pub use rho_worker::loader::trust::{PluginKind, Trust, plugin_kind};
 pub use rho_worker::loader::{PluginInfo, sha256_hex};

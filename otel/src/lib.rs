@@ -7,7 +7,8 @@
 //! semantic conventions' attributes (`gen_ai.operation.name`, `gen_ai.tool.name`,
 //! `gen_ai.tool.call.id`, `gen_ai.tool.type`, `error.type`: rho's outcome for every outcome but
 //! `ok`, `tool_error` for `error`) and rho's own (`rho.outcome`, `rho.plugin.name`,
-//! `rho.plugin.version`, `rho.source`, `rho.isolation`, `rho.gate.wait_ms`); and each call's
+//! `rho.plugin.version`, `rho.source`, `rho.isolation`, `rho.gate.wait_ms`, and where a policy or
+//! limit is in force `rho.decision` and `rho.policy.ids`); and each call's
 //! duration goes to the `gen_ai.execute_tool.duration` histogram (seconds). An MCP server adds
 //! its own spans and metric through [`OtelExport::server_span`].
 //!

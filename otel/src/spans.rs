@@ -263,6 +263,7 @@ impl Worker {
                 duration_ms,
                 served_by,
                 principal,
+                decision,
                 ..
             } => {
                 let call = open.remove(call_id)?;
@@ -274,6 +275,14 @@ impl Worker {
                     self.call_span(call_id, call, *outcome, *duration_ms, origin, result);
                 if let Some(principal) = principal {
                     enduser(&mut span.attributes, principal);
+                }
+                if let Some(decision) = decision {
+                    span.attributes
+                        .push(KeyValue::new("rho.decision", decision.as_str()));
+                    if !decision.policies().is_empty() {
+                        let ids = decision.policies().join(",");
+                        span.attributes.push(KeyValue::new("rho.policy.ids", ids));
+                    }
                 }
                 Some(span)
             }

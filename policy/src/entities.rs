@@ -57,7 +57,10 @@ fn principal_entity(principal: Option<&Principal>) -> Result<Entity, String> {
     let attrs = [
         ("id".to_owned(), text(p.id.clone())),
         ("auth".to_owned(), text(auth)),
-        ("issuer".to_owned(), text(p.issuer.clone().unwrap_or_default())),
+        (
+            "issuer".to_owned(),
+            text(p.issuer.clone().unwrap_or_default()),
+        ),
         (
             "scopes".to_owned(),
             RestrictedExpression::new_set(p.scopes.iter().map(|s| text(s.clone()))),
@@ -86,21 +89,36 @@ fn tool_entity(query: &PolicyQuery<'_>) -> Result<Entity, String> {
     let hints = &spec.hints;
     let attrs = [
         ("name".to_owned(), text(spec.name.clone())),
-        ("title".to_owned(), text(spec.title.clone().unwrap_or_default())),
+        (
+            "title".to_owned(),
+            text(spec.title.clone().unwrap_or_default()),
+        ),
         ("source_kind".to_owned(), text(kind)),
         ("source".to_owned(), text(source_name(query.origin))),
-        ("plugin".to_owned(), text(spec.plugin.clone().unwrap_or_default())),
+        (
+            "plugin".to_owned(),
+            text(spec.plugin.clone().unwrap_or_default()),
+        ),
         (
             "version".to_owned(),
             text(spec.plugin_version.clone().unwrap_or_default()),
         ),
-        ("read_only".to_owned(), RestrictedExpression::new_bool(hints.read_only)),
+        (
+            "read_only".to_owned(),
+            RestrictedExpression::new_bool(hints.read_only),
+        ),
         (
             "destructive".to_owned(),
             RestrictedExpression::new_bool(hints.destructive),
         ),
-        ("idempotent".to_owned(), RestrictedExpression::new_bool(hints.idempotent)),
-        ("open_world".to_owned(), RestrictedExpression::new_bool(hints.open_world)),
+        (
+            "idempotent".to_owned(),
+            RestrictedExpression::new_bool(hints.idempotent),
+        ),
+        (
+            "open_world".to_owned(),
+            RestrictedExpression::new_bool(hints.open_world),
+        ),
     ];
     Entity::new_with_tags(tool_uid(&spec.name)?, attrs, [], []).map_err(|e| e.to_string())
 }

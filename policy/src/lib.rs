@@ -63,5 +63,5 @@ mod entities;
 mod set;
 mod watch;
 
-pub use set::{CedarPolicy, ListedTool, PolicyError, SCHEMA};
+pub use set::{CedarPolicy, ListedTool, PolicyConfig, PolicyError, SCHEMA};
 pub use watch::{PolicyWatcher, watch};

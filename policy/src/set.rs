@@ -126,9 +126,10 @@ impl CedarPolicy {
             path: path.to_owned(),
             source,
         })?;
-        let name = path
-            .file_name()
-            .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
         CedarPolicy::from_text(&name, &text)
     }
 
@@ -140,7 +141,10 @@ impl CedarPolicy {
             message,
         };
         let parsed: PolicySet = text.parse().map_err(|e: cedar_policy::ParseErrors| {
-            let first = e.iter().next().map_or_else(|| e.to_string(), |e| one_line(e));
+            let first = e
+                .iter()
+                .next()
+                .map_or_else(|| e.to_string(), |e| one_line(e));
             parse(format!("not Cedar: {first}"))
         })?;
         if parsed.templates().next().is_some() {
@@ -234,7 +238,8 @@ impl CedarPolicy {
             .chain(self.by_principal.get(principal).into_iter().flatten())
             .cloned();
         // Ids are unique in the whole set: adding never fails.
-        let slice = Arc::new(PolicySet::from_policies(rules).unwrap_or_else(|_| self.whole.clone()));
+        let slice =
+            Arc::new(PolicySet::from_policies(rules).unwrap_or_else(|_| self.whole.clone()));
         slices.insert(key, slice.clone());
         slice
     }
@@ -317,6 +322,29 @@ impl Policy for CedarPolicy {
         match self.count {
             1 => format!("{} (1 policy)", self.name),
             n => format!("{} ({n} policies)", self.name),
+        }
+    }
+}
+
+/// `[policy]` of `rho.toml`: the file of Cedar policies a host puts in force and reloads.
+///
+/// ```toml
+/// [policy]
+/// file = "policy.cedar"   # relative to rho.toml
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// The policy file; none: everything is allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
+}
+
+impl PolicyConfig {
+    /// Makes a relative `file` relative to `base`, the configuration file's directory.
+    pub fn resolve_paths(&mut self, base: &Path) {
+        if let Some(file) = &mut self.file {
+            rho_runtime::resolve_path(base, file);
         }
     }
 }

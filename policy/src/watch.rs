@@ -14,21 +14,24 @@ use crate::set::{CedarPolicy, PolicyError};
 /// How long a burst of changes to the file is let settle before it is read again.
 pub const RELOAD_DEBOUNCE: Duration = Duration::from_millis(100);
 
-type Debouncer = notify_debouncer_full::Debouncer<
-    notify_debouncer_full::notify::RecommendedWatcher,
-    notify_debouncer_full::RecommendedCache,
->;
-
 /// A policy file watched for a host: dropping it stops the watching (the policies in force
-/// stay in force).
+/// stay in force), unless it was [detached](PolicyWatcher::detach).
 pub struct PolicyWatcher {
-    _debouncer: Debouncer,
-    reloads: tokio::task::JoinHandle<()>,
+    reloads: Option<tokio::task::AbortHandle>,
+}
+
+impl PolicyWatcher {
+    /// Keeps watching for as long as the process runs (a command's host).
+    pub fn detach(mut self) {
+        self.reloads = None;
+    }
 }
 
 impl Drop for PolicyWatcher {
     fn drop(&mut self) {
-        self.reloads.abort();
+        if let Some(reloads) = self.reloads.take() {
+            reloads.abort();
+        }
     }
 }
 
@@ -73,11 +76,20 @@ pub fn watch(host: &Host, path: &Path) -> Result<PolicyWatcher, PolicyError> {
         .map_err(|e| watch_error(&e))?;
     let host = host.clone();
     let reloads = tokio::spawn(async move {
+        // The watching lives as long as this task.
+        let _debouncer = debouncer;
         while changed.recv().await.is_some() {
             let text = match tokio::fs::read(&file).await {
                 Ok(text) => text,
                 Err(e) => {
-                    refuse(&host, &file, &PolicyError::Read { path: file.clone(), source: e });
+                    refuse(
+                        &host,
+                        &file,
+                        &PolicyError::Read {
+                            path: file.clone(),
+                            source: e,
+                        },
+                    );
                     continue;
                 }
             };
@@ -98,8 +110,7 @@ pub fn watch(host: &Host, path: &Path) -> Result<PolicyWatcher, PolicyError> {
         }
     });
     Ok(PolicyWatcher {
-        _debouncer: debouncer,
-        reloads,
+        reloads: Some(reloads.abort_handle()),
     })
 }
 

@@ -335,7 +335,12 @@ impl Limits {
     }
 
     /// Whether a call of `tool` by `principal` falls under a concurrency limit.
-    pub(crate) fn queues(&self, tool: &str, origin: &Origin, principal: Option<&Principal>) -> bool {
+    pub(crate) fn queues(
+        &self,
+        tool: &str,
+        origin: &Origin,
+        principal: Option<&Principal>,
+    ) -> bool {
         self.rules
             .iter()
             .any(|c| c.running.is_some() && c.rule.applies(tool, origin, principal))

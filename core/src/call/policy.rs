@@ -135,7 +135,11 @@ pub(crate) fn decide_caught(policy: &dyn Policy, query: &PolicyQuery<'_>) -> Dec
 }
 
 /// The text of a call `decision` forbade or limited, for the model and the person reading.
-pub(crate) fn refusal_text(tool: &str, principal: Option<&Principal>, decision: &Decision) -> String {
+pub(crate) fn refusal_text(
+    tool: &str,
+    principal: Option<&Principal>,
+    decision: &Decision,
+) -> String {
     let who = match principal {
         Some(principal) => principal.to_string(),
         None => "the host".into(),

@@ -18,8 +18,8 @@ use crate::bus::events::{EventKind, OutputView, ServedBy};
 use crate::call::ask::{Answerer, Asking};
 use crate::call::gate::{Gate, GateCtx, ToolCall, Verdict};
 use crate::call::invoke::{EndsOnDrop, Failure, ToolCtx, is_valid_traceparent};
-use crate::call::options::{CallOptions, CancellationToken, RunnerConfig};
 use crate::call::limits::Limits;
+use crate::call::options::{CallOptions, CancellationToken, RunnerConfig};
 use crate::call::panic::{Caught, catch};
 use crate::call::policy::{Policy, PolicyAction, PolicyQuery, decide_caught, refusal_text};
 use crate::call::sender::{Activity, CallSink};
@@ -27,8 +27,8 @@ use crate::call::task::{CallTask, TaskEnd, end_event, fallback_end};
 use crate::registry::health::Charge;
 use crate::registry::{Probe, ResolvedTool, ToolRegistry};
 use rho_protocol::{
-    CrashReason, Decision, Outcome, ToolResult, crash_text, cut_output, idle_timeout_text, normalize,
-    timeout_text, with_text,
+    CrashReason, Decision, Outcome, ToolResult, crash_text, cut_output, idle_timeout_text,
+    normalize, timeout_text, with_text,
 };
 
 /// Runs tool calls. Cheap to clone; clones share the registry, the bus, the task tracker and the
@@ -261,7 +261,7 @@ impl ToolRunner {
                 (stopped, Charge::Nobody, None)
             }
             None => {
-                let text = self.unknown_text(&call.name);
+                let text = self.unknown_text(&call.name, call.principal.as_deref(), options.via);
                 let unknown = ToolResult::failed(&call.id, &call.name, Outcome::UnknownTool, text);
                 (unknown, Charge::Nobody, None)
             }
@@ -294,8 +294,30 @@ impl ToolRunner {
         result
     }
 
-    fn unknown_text(&self, name: &str) -> String {
-        let names = self.registry.names();
+    /// An unknown tool's text, naming the tools there are: those the policy in force lets
+    /// `principal` list (a name it may not see is never told).
+    fn unknown_text(
+        &self,
+        name: &str,
+        principal: Option<&crate::Principal>,
+        via: crate::Via,
+    ) -> String {
+        let mut names = self.registry.names();
+        if let Some(policy) = self.policy() {
+            names.retain(|name| {
+                self.registry.lookup(name).is_some_and(|tool| {
+                    let query = PolicyQuery {
+                        action: PolicyAction::List,
+                        principal,
+                        tool: &tool.spec,
+                        origin: &tool.origin,
+                        arguments: None,
+                        via,
+                    };
+                    decide_caught(&*policy, &query).allows()
+                })
+            });
+        }
         let mut text = if names.is_empty() {
             format!("unknown tool `{name}`: no tools are available")
         } else {
@@ -498,8 +520,10 @@ impl ToolRunner {
         let session = options.session_id.clone();
         let timeout = self.timeout_for(tool);
         // Under a concurrency limit, the call waits for its turn before the gate.
-        let queue = (self.limits.queues(&call.name, &tool.origin, call.principal.as_deref()))
-            .then(|| (self.limits.clone(), tool.origin.clone()));
+        let queue = (self
+            .limits
+            .queues(&call.name, &tool.origin, call.principal.as_deref()))
+        .then(|| (self.limits.clone(), tool.origin.clone()));
         let work = async move {
             let _turns = match queue {
                 Some((limits, origin)) => {

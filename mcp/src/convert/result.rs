@@ -151,6 +151,12 @@ fn finish(
         meta.insert("rho/details".into(), details);
     }
     meta.insert("rho/outcome".into(), json!(result.outcome));
+    if let Some(decision) = &result.decision {
+        meta.insert("rho/decision".into(), json!(decision));
+        if let Some(wait) = decision.retry_after() {
+            meta.insert("rho/retry_after_ms".into(), json!(wait.as_millis() as u64));
+        }
+    }
     meta.insert(
         "rho/duration_ms".into(),
         json!(result.duration.as_secs_f64() * 1000.0),

@@ -22,7 +22,9 @@ use super::asking::{ElicitAnswerer, Parked, RunningCall, Step};
 use super::logging::{self, SessionLevel};
 use super::meta_tools;
 use super::notes::Notes;
-use super::observe::{RequestInfo, RequestObserver, principal_of, request_id};
+use super::observe::{
+    RequestInfo, RequestObserver, principal_in, principal_of, request_id, via_in,
+};
 use super::settings::ServeConfig;
 use super::tasks::{Tasks, owner};
 use crate::convert::{mcp_result, mcp_tool};
@@ -61,8 +63,47 @@ pub struct RhoServer {
 /// sends `notifications/initialized`). Closed ones are dropped when next told.
 #[derive(Default)]
 struct Audience {
-    peers: Vec<Peer<RoleServer>>,
-    listeners: Vec<SubscriptionSink>,
+    peers: Vec<Told<Peer<RoleServer>>>,
+    listeners: Vec<Told<SubscriptionSink>>,
+}
+
+/// One client told of tool list changes: where to, who it is, and the names the policy let it
+/// see when it was last told (a policy change tells only those whose names changed).
+struct Told<T> {
+    to: T,
+    principal: Arc<rho_runtime::Principal>,
+    via: rho_runtime::Via,
+    sees: Vec<String>,
+}
+
+impl<T> Told<T> {
+    fn new(to: T, host: &Host, extensions: &rmcp::model::Extensions) -> Self {
+        let (principal, via) = (principal_in(extensions), via_in(extensions));
+        let sees = visible(host, &principal, via);
+        Told {
+            to,
+            principal,
+            via,
+            sees,
+        }
+    }
+
+    /// Reads what it may see now; whether to tell it (always, unless `policy_only` and that
+    /// did not change).
+    fn refresh(&mut self, host: &Host, policy_only: bool) -> bool {
+        let sees = visible(host, &self.principal, self.via);
+        let differs = sees != self.sees;
+        self.sees = sees;
+        !policy_only || differs
+    }
+}
+
+/// The names of the tools `principal` may list now.
+fn visible(host: &Host, principal: &rho_runtime::Principal, via: rho_runtime::Via) -> Vec<String> {
+    host.tools_for(Some(principal), via)
+        .into_iter()
+        .map(|spec| spec.name)
+        .collect()
 }
 
 /// Asks the MCP client's user through elicitation when the client supports it; otherwise applies
@@ -200,14 +241,16 @@ impl RhoServer {
         &self.host
     }
 
-    /// The tools as `tools/list` shows them now: quarantined ones left out; with meta-tools on,
-    /// those two first (a plugin's tool of the same name hidden).
-    fn listed(&self) -> Vec<Tool> {
+    /// The tools as `tools/list` shows them now to the sender of `context`'s request: those the
+    /// policy in force lets it list, quarantined ones left out; with meta-tools on, those two
+    /// first (a plugin's tool of the same name hidden).
+    fn listed(&self, context: &RequestContext<RoleServer>) -> Vec<Tool> {
         let hidden = self.quarantined();
         let meta = self.meta_tools.then(meta_tools::tools);
+        let (principal, via) = (principal_of(context), via_in(&context.extensions));
         let plugin_tools = self
             .host
-            .tools()
+            .tools_for(Some(&principal), via)
             .iter()
             .filter(|t| !hidden.contains(&t.name))
             .filter(|t| !(self.meta_tools && meta_tools::is_meta(&t.name)))
@@ -340,7 +383,7 @@ impl RhoServer {
             if request.name == meta_tools::FIND {
                 let arguments = request.arguments.unwrap_or_default();
                 return Ok(CallToolResponse::Complete(meta_tools::find(
-                    &self.listed(),
+                    &self.listed(&context),
                     &arguments,
                 )));
             }
@@ -448,6 +491,7 @@ impl RhoServer {
             gate,
             on_update,
             on_log,
+            via: via_in(&context.extensions),
             ..CallOptions::default()
         };
         let turn = tokio::select! {
@@ -602,7 +646,7 @@ impl ServerHandler for RhoServer {
     ) -> Result<ListToolsResult, McpError> {
         let span = (self.observer.as_ref())
             .map(|observer| observer.begin(RequestInfo::of("tools/list", None, &context)));
-        let tools = self.listed();
+        let tools = self.listed(&context);
         // Fresh only now: a client that caches lists (2026-07-28) sees a reload at its next look.
         let listed = Ok(ListToolsResult::with_all_items(tools).with_ttl_ms(0));
         if let Some(span) = span {
@@ -675,11 +719,12 @@ impl ServerHandler for RhoServer {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let told = Told::new(context.peer, &self.host, &context.extensions);
         self.audience
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .peers
-            .push(context.peer);
+            .push(told);
     }
 
     /// `subscriptions/listen` (2026-07-28): tool list changes only (rho has no prompts or
@@ -692,20 +737,27 @@ impl ServerHandler for RhoServer {
     }
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        let told = Told::new(
+            subscription.sink().clone(),
+            &self.host,
+            &subscription.request_context().extensions,
+        );
         self.audience
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .listeners
-            .push(subscription.sink().clone());
+            .push(told);
         subscription.cancelled().await;
         Ok(())
     }
 }
 
 /// Tells every client the tool list changed after every reload, removal and quarantine change,
-/// and when a quarantined tool's cool-down ends (it is listed again for the call that probes it).
+/// and when a quarantined tool's cool-down ends (it is listed again for the call that probes it);
+/// after a policy change, only those whose list it changed.
 fn announce_changes(host: &Host, audience: Arc<Mutex<Audience>>) {
     let mut events = host.subscribe_filtered(Filter::default().types([
+        EventType::PolicyChanged,
         EventType::PluginLoaded,
         EventType::PluginReloaded,
         EventType::PluginRemoved,
@@ -726,10 +778,12 @@ fn announce_changes(host: &Host, audience: Arc<Mutex<Audience>>) {
     let host = host.clone();
     tokio::spawn(async move {
         loop {
+            let mut policy_only = false;
             tokio::select! {
                 item = events.next() => match item {
                     None => return,
                     Some(BusItem::Event(event)) => {
+                        policy_only = matches!(event.kind, rho_runtime::EventKind::PolicyChanged { .. });
                         if let rho_runtime::EventKind::ToolQuarantined {
                             probe_after_ms: Some(at),
                             ..
@@ -749,17 +803,24 @@ fn announce_changes(host: &Host, audience: Arc<Mutex<Audience>>) {
                 },
                 Some(()) = cooled_down.recv() => {}
             }
-            tool_list_changed(&audience).await;
+            tool_list_changed(&audience, &host, policy_only).await;
         }
     });
 }
 
-/// Tells every client of `audience` its tool list changed; forgets those gone.
-async fn tool_list_changed(audience: &Mutex<Audience>) {
+/// Tells the clients of `audience` their tool list changed (with `policy_only`, only those
+/// whose policy-visible names changed); forgets those gone.
+async fn tool_list_changed(audience: &Mutex<Audience>, host: &Host, policy_only: bool) {
     let (peers, listeners) = {
         let mut audience = audience.lock().unwrap_or_else(PoisonError::into_inner);
-        audience.peers.retain(|p| !p.is_transport_closed());
-        (audience.peers.clone(), audience.listeners.clone())
+        audience.peers.retain(|p| !p.to.is_transport_closed());
+        let peers: Vec<Peer<RoleServer>> = (audience.peers.iter_mut())
+            .filter_map(|told| told.refresh(host, policy_only).then(|| told.to.clone()))
+            .collect();
+        let listeners: Vec<SubscriptionSink> = (audience.listeners.iter_mut())
+            .filter_map(|told| told.refresh(host, policy_only).then(|| told.to.clone()))
+            .collect();
+        (peers, listeners)
     };
     for peer in peers {
         let _ = peer.notify_tool_list_changed().await;
@@ -774,6 +835,6 @@ async fn tool_list_changed(audience: &Mutex<Audience>) {
     }
     if !closed.is_empty() {
         let mut audience = audience.lock().unwrap_or_else(PoisonError::into_inner);
-        audience.listeners.retain(|s| !closed.contains(s.id()));
+        audience.listeners.retain(|s| !closed.contains(s.to.id()));
     }
 }

@@ -142,14 +142,31 @@ pub(crate) fn request_id(context: &RequestContext<RoleServer>) -> String {
 pub(crate) fn principal_of(
     context: &RequestContext<RoleServer>,
 ) -> std::sync::Arc<rho_runtime::Principal> {
+    principal_in(&context.extensions)
+}
+
+/// Who sent the message whose `extensions` these are ([`principal_of`]).
+pub(crate) fn principal_in(
+    extensions: &rmcp::model::Extensions,
+) -> std::sync::Arc<rho_runtime::Principal> {
     #[cfg(feature = "server-http")]
-    if let Some(parts) = context.extensions.get::<axum::http::request::Parts>() {
+    if let Some(parts) = extensions.get::<axum::http::request::Parts>() {
         return parts
             .extensions
             .get::<std::sync::Arc<rho_runtime::Principal>>()
             .cloned()
             .unwrap_or_else(|| std::sync::Arc::new(rho_runtime::Principal::anonymous()));
     }
-    let _ = context;
+    let _ = extensions;
     std::sync::Arc::new(rho_runtime::Principal::local())
+}
+
+/// How the message whose `extensions` these are came: over HTTP, else stdio.
+pub(crate) fn via_in(extensions: &rmcp::model::Extensions) -> rho_runtime::Via {
+    #[cfg(feature = "server-http")]
+    if extensions.get::<axum::http::request::Parts>().is_some() {
+        return rho_runtime::Via::Http;
+    }
+    let _ = extensions;
+    rho_runtime::Via::Stdio
 }
