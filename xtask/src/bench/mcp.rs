@@ -516,7 +516,8 @@ async fn per_call_us(
     Ok(median(&mut samples[1..]))
 }
 
-/// `mcp_call`, `mcp_call_inproc`, `mcp_http_call`, `page_stream_16`, `mcp_http_oauth`.
+/// `mcp_call`, `mcp_call_inproc`, `mcp_http_call`, `page_stream_16`, `mcp_http_oauth`,
+/// `mcp_http_policy_100`.
 pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     let calls = if ctx.quick { 300 } else { 2000 };
     let runs = ctx.runs().min(9);
@@ -551,8 +552,10 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
         .arg(&dir);
     let (with_16, alone) = page_stream(streamed, calls, runs).await?;
     let oauth = oauth_figure(ctx, &dir, calls).await;
+    let policed = policy_figure(&dir, calls, runs).await;
     let _ = std::fs::remove_dir_all(&dir);
     let oauth = oauth?;
+    let policed = policed?;
     Ok(vec![
         Figure {
             name: "mcp_call".into(),
@@ -591,5 +594,50 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
             spread: None,
         },
         oauth,
+        policed,
     ])
+}
+
+/// `mcp_http_policy_100`: `rho serve --http` with a token file and the 100-policy set against
+/// the same server without it, measured in pairs.
+async fn policy_figure(dir: &std::path::Path, calls: usize, runs: usize) -> Result<Figure, String> {
+    let release = target_dir().join("release");
+    let policy = dir.join("bench.cedar");
+    std::fs::write(&policy, super::policy::hundred_policies()).map_err(|e| e.to_string())?;
+    let token = "a-static-token-of-the-benchmark";
+    let token_file = dir.join("policy-token");
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&token_file)
+            .and_then(|mut f| f.write_all(token.as_bytes()))
+            .map_err(|e| e.to_string())?;
+    }
+    let server = |policy: Option<&std::path::Path>| {
+        let mut command = tokio::process::Command::new(release.join("rho"));
+        command
+            .args(["serve", "--http", "127.0.0.1:0", "--token-file"])
+            .arg(&token_file)
+            .arg("--plugins")
+            .arg(dir);
+        if let Some(policy) = policy {
+            command.arg("--policy").arg(policy);
+        }
+        command
+    };
+    let (mut with, mut without) =
+        paired_http_per_call_us((server(Some(&policy)), token), (server(None), token), calls, runs)
+            .await?;
+    Ok(Figure::paired(
+        "mcp_http_policy_100",
+        "us/call",
+        "the same server with no policy, in pairs of runs",
+        &mut with,
+        &mut without,
+    ))
 }

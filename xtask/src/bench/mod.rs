@@ -10,6 +10,7 @@ pub mod mcp;
 mod mcp_source;
 mod nats;
 mod otel;
+mod policy;
 mod reload;
 mod wasm;
 
@@ -379,6 +380,7 @@ pub fn exec(
     }
     if wanted("inproc_call") {
         figures.extend(runtime.block_on(inproc::calls(&ctx))?);
+        figures.extend(runtime.block_on(policy::figures(&ctx))?);
     }
     if wanted("reload") {
         figures.extend(runtime.block_on(reload::reload(&ctx))?);
