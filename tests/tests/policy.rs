@@ -665,3 +665,43 @@ fn rho_serve_shows_each_principal_its_tools_and_tells_only_the_sessions_a_policy
     );
     assert_eq!(ends[0]["principal"]["id"], "bob");
 }
+
+#[test]
+fn the_readmes_policies_and_limits_are_what_rho_reads() {
+    let readme = std::fs::read_to_string(workspace_dir().join("README.md")).unwrap();
+    let block = readme
+        .split("```cedar\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    let policy = CedarPolicy::from_text("README.md", block).unwrap();
+    assert_eq!(
+        policy.ids(),
+        ["everyone-reads", "writers-write", "docs-only"]
+    );
+    // Its `[[limit]]` example, as a host reads it.
+    let toml_block = readme
+        .split("\n[[limit]] ")
+        .nth(1)
+        .unwrap()
+        .split("\n\n")
+        .next()
+        .unwrap();
+    let config = format!("[[limit]] {toml_block}\n");
+    let path = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(path.path(), &config).unwrap();
+    let (code, _, err) = rho(&[
+        "tools",
+        "--config",
+        path.path().to_str().unwrap(),
+        "--plugins",
+        "/nonexistent-dir",
+    ]);
+    assert!(
+        !err.contains("limit"),
+        "the README's [[limit]] was refused: {err} ({code})"
+    );
+    assert!(config.contains("rate = \"5/s\""), "{config}");
+}

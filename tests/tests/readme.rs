@@ -85,6 +85,24 @@ fn table() -> BTreeMap<&'static str, Run> {
             ),
         ),
         (
+            "rho policy check policy.cedar",
+            Elsewhere(
+                "tests/tests/policy.rs: rho_policy_check_validates_a_file_and_shows_what_a_principal_may_do runs it on a good and a bad file",
+            ),
+        ),
+        (
+            "rho policy check policy.cedar --principal '{\"id\": \"alice\", \"auth\": \"oauth\", \"scopes\": [\"tools:write\"]}' --plugins /path/to/plugins",
+            Elsewhere(
+                "tests/tests/policy.rs: rho_policy_check_validates_a_file_and_shows_what_a_principal_may_do runs it with a principal and plugins",
+            ),
+        ),
+        (
+            "rho serve --http 0.0.0.0:8750 --tokens-file ~/.rho-tokens.toml --policy policy.cedar --plugins /path/to/plugins",
+            Elsewhere(
+                "tests/tests/policy.rs: rho_serve_shows_each_principal_its_tools_and_tells_only_the_sessions_a_policy_change_affects runs it with named tokens and a policy file",
+            ),
+        ),
+        (
             "rho token remove alice --tokens-file ~/.rho-tokens.toml",
             Substituted(&[RHO, ("~", "{home}")], Exit(0)),
         ),

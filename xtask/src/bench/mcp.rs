@@ -630,9 +630,13 @@ async fn policy_figure(dir: &std::path::Path, calls: usize, runs: usize) -> Resu
         }
         command
     };
-    let (mut with, mut without) =
-        paired_http_per_call_us((server(Some(&policy)), token), (server(None), token), calls, runs)
-            .await?;
+    let (mut with, mut without) = paired_http_per_call_us(
+        (server(Some(&policy)), token),
+        (server(None), token),
+        calls,
+        runs,
+    )
+    .await?;
     Ok(Figure::paired(
         "mcp_http_policy_100",
         "us/call",
