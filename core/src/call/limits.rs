@@ -222,6 +222,9 @@ pub fn source_name(origin: &Origin) -> &str {
 /// Principal × tool: what a rule counts apart.
 type Key = (String, String);
 
+/// A rule's running calls: the semaphore of each principal × tool with calls running or waiting.
+type Running = Arc<Mutex<HashMap<Key, Arc<Semaphore>>>>;
+
 /// How many keys a rule's bucket map holds before the full ones are forgotten.
 const TIDY_AFTER: usize = 4096;
 
@@ -230,7 +233,7 @@ struct Counted {
     rule: LimitRule,
     label: String,
     rate: Option<RateLimiter<Key, HashMapStateStore<Key>, DefaultClock>>,
-    running: Option<Arc<Mutex<HashMap<Key, Arc<Semaphore>>>>>,
+    running: Option<Running>,
 }
 
 /// The host's limits and their counts, shared by every call ([`crate::HostBuilder::limits`]).
@@ -257,7 +260,7 @@ struct Turn {
     key: Key,
     semaphore: Arc<Semaphore>,
     permit: Option<OwnedSemaphorePermit>,
-    running: Arc<Mutex<HashMap<Key, Arc<Semaphore>>>>,
+    running: Running,
 }
 
 impl Drop for Turn {

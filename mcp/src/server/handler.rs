@@ -280,7 +280,7 @@ impl RhoServer {
         call: &ToolCall,
         context: &RequestContext<RoleServer>,
         answers: Option<&rmcp::model::InputResponses>,
-    ) -> Result<Asking, InputRequiredResult> {
+    ) -> Result<Asking, Box<InputRequiredResult>> {
         if !modern(context) {
             return Ok(if can_elicit(context) {
                 Asking::Request
@@ -330,10 +330,10 @@ impl RhoServer {
             APPROVAL_KEY.to_owned(),
             rmcp::model::InputRequest::Elicitation(elicit),
         )]);
-        Err(InputRequiredResult::new(
+        Err(Box::new(InputRequiredResult::new(
             Some(requests),
             Some(APPROVAL_STATE.into()),
-        ))
+        )))
     }
 
     /// Whether a call of `name` for the client of `context` runs as an MCP Task: the client
@@ -390,7 +390,7 @@ impl RhoServer {
             if request.name == meta_tools::CALL {
                 return match meta_tools::unwrap_call(request) {
                     Ok(inner) => self.call(inner, context, traceparent).await,
-                    Err(refused) => Ok(CallToolResponse::Complete(refused)),
+                    Err(refused) => Ok(CallToolResponse::Complete(*refused)),
                 };
             }
         }
@@ -464,7 +464,7 @@ impl RhoServer {
             Ok(asking) => asking,
             Err(input_required) => {
                 drop(notes);
-                return Ok(CallToolResponse::InputRequired(input_required));
+                return Ok(CallToolResponse::InputRequired(*input_required));
             }
         };
         let gate = self.rules.as_ref().map(|rules| {

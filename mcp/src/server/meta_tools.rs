@@ -161,7 +161,8 @@ pub fn find(tools: &[Tool], arguments: &Map<String, Value>) -> CallToolResult {
 /// `rho_call_tool`'s request as the call of the tool it names, or why it cannot be.
 pub fn unwrap_call(
     mut request: CallToolRequestParams,
-) -> Result<CallToolRequestParams, CallToolResult> {
+) -> Result<CallToolRequestParams, Box<CallToolResult>> {
+    let refused = |tool: &str, text: String| Box::new(refused(tool, text));
     let mut arguments = request.arguments.take().unwrap_or_default();
     let name = match arguments.remove("name") {
         Some(Value::String(name)) => name,
