@@ -112,6 +112,19 @@ pub fn rho_bin() -> PathBuf {
     built().join("rho")
 }
 
+/// `rho ARGS` to its end: its status, stdout and stderr.
+pub fn rho_run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(rho_bin())
+        .args(args)
+        .output()
+        .expect("run rho");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// The embedder fixture (`tests/fixtures/embedder`), built once per test process: a host binary
 /// that is its own worker, depending on rho-runtime from a workspace of its own as an embedder's
 /// project does (see [`build_fixture`]).

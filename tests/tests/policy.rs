@@ -19,7 +19,7 @@ use rho_runtime::{
     LimitRule, Outcome, Principal, ToolCall, ToolCtx, ToolSpec,
 };
 use rho_tests::{
-    HttpServer, client_report, install, post, python_sdk, rho_bin, rpc_of, workspace_dir,
+    HttpServer, client_report, install, post, python_sdk, rho_run as rho, rpc_of, workspace_dir,
 };
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
@@ -464,15 +464,6 @@ async fn a_large_policy_set_is_decided_off_the_runtime_and_delays_no_sibling_cal
         "the sibling ({sibling_took:?}) waited for the heavy decision ({heavy_took:?})"
     );
     host.shutdown().await;
-}
-
-fn rho(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(rho_bin()).args(args).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

@@ -18,7 +18,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rho_tests::{
-    HttpServer, OidcProvider, OtlpReceiver, attribute, install, post, python_sdk, rho_bin, rpc_of,
+    HttpServer, OidcProvider, OtlpReceiver, attribute, install, post, python_sdk, rho_bin,
+    rho_run as rho, rpc_of,
 };
 use serde_json::{Value, json};
 
@@ -85,16 +86,6 @@ fn principals_of(events: &[Value], tool: &str) -> Vec<(String, String)> {
             )
         })
         .collect()
-}
-
-/// `rho ARGS` to its end: its status, stdout and stderr.
-fn rho(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(rho_bin()).args(args).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

@@ -450,18 +450,7 @@ async fn oauth_figure(ctx: &Ctx, dir: &std::path::Path, calls: usize) -> Result<
     .map_err(|e| e.to_string())?;
     let static_token = "a-static-token-of-the-benchmark";
     let token_file = dir.join("token");
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&token_file)
-            .and_then(|mut f| f.write_all(static_token.as_bytes()))
-            .map_err(|e| e.to_string())?;
-    }
+    owner_only(&token_file, static_token)?;
     let mut oauth = tokio::process::Command::new(release.join("rho"));
     oauth
         .args(["serve", "--http", "127.0.0.1:0", "--config"])
@@ -598,6 +587,20 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     ])
 }
 
+/// Writes `text` to a new owner-only file at `path` (a token file).
+fn owner_only(path: &std::path::Path, text: &str) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// `mcp_http_policy_100`: `rho serve --http` with a token file and the 100-policy set against
 /// the same server without it, measured in pairs.
 async fn policy_figure(dir: &std::path::Path, calls: usize, runs: usize) -> Result<Figure, String> {
@@ -606,18 +609,7 @@ async fn policy_figure(dir: &std::path::Path, calls: usize, runs: usize) -> Resu
     std::fs::write(&policy, super::policy::hundred_policies()).map_err(|e| e.to_string())?;
     let token = "a-static-token-of-the-benchmark";
     let token_file = dir.join("policy-token");
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&token_file)
-            .and_then(|mut f| f.write_all(token.as_bytes()))
-            .map_err(|e| e.to_string())?;
-    }
+    owner_only(&token_file, token)?;
     let server = |policy: Option<&std::path::Path>| {
         let mut command = tokio::process::Command::new(release.join("rho"));
         command
