@@ -39,6 +39,38 @@ fn tag(value: &Value) -> RestrictedExpression {
     }
 }
 
+/// An argument as a tag: as [`tag`], but an absolute path (a string starting with `/`) as the
+/// path it names, its `.`, `..` and repeated `/` resolved, so that `like "/srv/docs/*"` cannot
+/// be passed by `/srv/docs/../../etc/passwd` (links are the sandbox's to confine, not a
+/// policy's).
+fn argument_tag(value: &Value) -> RestrictedExpression {
+    match value {
+        Value::String(s) if s.starts_with('/') => text(lexical_path(s)),
+        other => tag(other),
+    }
+}
+
+/// `path` (absolute) with its `.`, `..` and empty segments resolved; `..` at the root stays at
+/// the root. A trailing `/` is kept.
+pub(crate) fn lexical_path(path: &str) -> String {
+    let mut kept: Vec<&str> = Vec::new();
+    for segment in path.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                kept.pop();
+            }
+            other => kept.push(other),
+        }
+    }
+    let mut resolved = format!("/{}", kept.join("/"));
+    let ends_as_dir = path.ends_with('/') || path.ends_with("/.") || path.ends_with("/..");
+    if ends_as_dir && resolved != "/" {
+        resolved.push('/');
+    }
+    resolved
+}
+
 fn principal_entity(principal: Option<&Principal>) -> Result<Entity, String> {
     let Some(p) = principal else {
         let attrs = [
@@ -134,9 +166,10 @@ pub(crate) fn request(query: &PolicyQuery<'_>) -> Result<(Request, Entities), St
     if query.action == PolicyAction::Call {
         let arguments_uid = uid("Rho::Arguments", "call")?;
         let tags: Vec<(String, RestrictedExpression)> = match query.arguments {
-            Some(Value::Object(arguments)) => {
-                arguments.iter().map(|(k, v)| (k.clone(), tag(v))).collect()
-            }
+            Some(Value::Object(arguments)) => arguments
+                .iter()
+                .map(|(k, v)| (k.clone(), argument_tag(v)))
+                .collect(),
             _ => Vec::new(),
         };
         let arguments = Entity::new_with_tags(arguments_uid.clone(), [], [], tags)
@@ -152,4 +185,24 @@ pub(crate) fn request(query: &PolicyQuery<'_>) -> Result<(Request, Entities), St
         .map_err(|e| e.to_string())?;
     let entities = Entities::from_entities(entities, None).map_err(|e| e.to_string())?;
     Ok((request, entities))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lexical_path;
+
+    #[test]
+    fn absolute_paths_are_resolved_as_named() {
+        for (given, resolved) in [
+            ("/srv/docs/a.txt", "/srv/docs/a.txt"),
+            ("/srv/docs/../../etc/passwd", "/etc/passwd"),
+            ("/srv//docs/./a", "/srv/docs/a"),
+            ("/../../etc", "/etc"),
+            ("/srv/docs/", "/srv/docs/"),
+            ("/srv/docs/x/..", "/srv/docs/"),
+            ("/", "/"),
+        ] {
+            assert_eq!(lexical_path(given), resolved, "{given}");
+        }
+    }
 }

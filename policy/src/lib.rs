@@ -51,7 +51,11 @@
 //!   `open_world`.
 //! - **context**: `transport` (`embedded`, `stdio`, `http`, `nats`); a call's also `arguments`,
 //!   a `Rho::Arguments` entity whose tags are the call's top-level arguments
-//!   (`context.arguments.hasTag("path") && context.arguments.getTag("path") like "/srv/docs/*"`).
+//!   (`context.arguments.hasTag("path") && context.arguments.getTag("path") like "/srv/docs/*"`);
+//!   an absolute path (a string starting with `/`) is tagged as the path it names, `.`, `..`
+//!   and repeated `/` resolved, so `/srv/docs/../../etc/passwd` reads `/etc/passwd`. Prefer
+//!   `permit` on what is allowed to `forbid` on what is not: a relative path or a link is not
+//!   resolved (the sandbox's grants confine those).
 //!
 //! As Cedar does, a set denies what no policy permits, and a `forbid` that matches wins over
 //! every `permit`. A policy that fails to evaluate (a tag read without `hasTag`) counts as not

@@ -183,10 +183,16 @@ async fn a_policy_decides_each_principals_list_and_calls_on_the_tool_its_scopes_
     let result = call_by(&host, &carol, "read_passage", read(secret.path())).await;
     assert_eq!(result.outcome, Outcome::Blocked);
     assert!(result.text().contains("`docs-only`"), "{}", result.text());
+    // A path that starts beneath the docs and climbs out is the path it names.
+    let secret_name = secret.path().file_name().unwrap().to_str().unwrap();
+    let climbing = format!("{}/../{secret_name}/a.txt", docs.path().display());
+    let climbing = json!({"path": climbing, "start_line": 1, "end_line": 1});
+    let result = call_by(&host, &carol, "read_passage", climbing).await;
+    assert_eq!(result.outcome, Outcome::Blocked, "{}", result.text());
 
     // Every decision is in the end events, as the journal keeps them.
     let mut decided = Vec::new();
-    while decided.len() < 5 {
+    while decided.len() < 6 {
         let Some(BusItem::Event(event)) = ends.next().await else {
             continue;
         };
@@ -215,6 +221,7 @@ async fn a_policy_decides_each_principals_list_and_calls_on_the_tool_its_scopes_
             ),
             ("carol".into(), json!("forbidden"), json!([])),
             ("carol".into(), json!("allowed"), json!(["readers-for-all"])),
+            ("carol".into(), json!("forbidden"), json!(["docs-only"])),
             ("carol".into(), json!("forbidden"), json!(["docs-only"])),
         ]
     );
