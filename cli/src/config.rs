@@ -483,6 +483,18 @@ mod tests {
         keys = ["RWTG7/F3IHHR67K3LBaN/Y/ZkFzmWmwCmsYf3z+Ncx0IFK3t/S7g+0iY"]
         key_files = ["/etc/rho/publisher.pub"]
         allow_unsigned = true
+
+        [policy]
+        file = "/etc/rho/policy.cedar"
+
+        [[limit]]
+        tool = "write_*"
+        source = "files"
+        principal = "ci"
+        scope = "tools:write"
+        rate = "100/min"
+        burst = 10
+        concurrency = 2
     "#;
 
     /// `config` as a `rho.toml` text, each section serialised by its own type.
@@ -503,6 +515,10 @@ mod tests {
         table.insert(
             "trust".into(),
             toml::Value::try_from(&config.trust).unwrap(),
+        );
+        table.insert(
+            "policy".into(),
+            toml::Value::try_from(&config.policy).unwrap(),
         );
         toml::to_string(&table).unwrap()
     }
@@ -529,6 +545,8 @@ mod tests {
         assert_ne!(config.wasm, defaults.wasm);
         assert_ne!(config.otel, defaults.otel);
         assert_ne!(config.trust, defaults.trust);
+        assert_ne!(config.policy, defaults.policy);
+        assert_ne!(config.host.limit, defaults.host.limit);
         assert_eq!(config.mcp[0].tools["echo"].read_only, Some(true));
         let text = to_toml(&config);
         let again = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -626,7 +644,7 @@ mod tests {
             "{err}"
         );
         assert!(
-            err.ends_with("serve, nats, remote, mcp, wasm, otel, trust"),
+            err.ends_with("serve, nats, remote, mcp, wasm, otel, trust, policy"),
             "{err}"
         );
     }

@@ -228,7 +228,7 @@ pub fn encode_questions(id: u64, questions: &[Question]) -> (FromWorker, Vec<u8>
     let heads = questions
         .iter()
         .map(|q| {
-            let schema = q.schema.to_string();
+            let schema = crate::details::sorted_json(&q.schema);
             blob.extend_from_slice(q.message.as_bytes());
             blob.extend_from_slice(schema.as_bytes());
             QuestionHead {
