@@ -845,10 +845,16 @@ fn an_unusable_default_compile_cache_is_said_once_and_only_with_a_component() {
     let cache = home.path().join(".cache/rho/wasm");
     std::fs::create_dir_all(&cache).unwrap();
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // Components compile slowly on a loaded machine: `rho tools` waits for them (what is
+    // tested is what is said of the cache, not how long a compile takes).
+    let config = home.path().join("rho.toml");
+    std::fs::write(&config, "[runner]\nload_wait_ms = 120000\n").unwrap();
     let rho = |plugins: &Path| {
         std::process::Command::new(rho_tests::rho_bin())
             .args(["tools", "--plugins"])
             .arg(plugins)
+            .arg("--config")
+            .arg(&config)
             .env("HOME", home.path())
             .env_remove("XDG_CACHE_HOME")
             .output()
