@@ -524,7 +524,7 @@ impl Host {
         };
         tools
             .into_iter()
-            .filter(|spec| self.may(&*policy, crate::PolicyAction::List, spec, principal, via))
+            .filter(|spec| self.may(&*policy, spec, principal, via))
             .collect()
     }
 
@@ -540,13 +540,7 @@ impl Host {
             return false;
         };
         match self.inner.runner.policy() {
-            Some(policy) => self.may(
-                &*policy,
-                crate::PolicyAction::List,
-                &tool.spec,
-                principal,
-                via,
-            ),
+            Some(policy) => self.may(&*policy, &tool.spec, principal, via),
             None => true,
         }
     }
@@ -554,24 +548,13 @@ impl Host {
     fn may(
         &self,
         policy: &dyn crate::Policy,
-        action: crate::PolicyAction,
         spec: &ToolSpec,
         principal: Option<&crate::Principal>,
         via: crate::Via,
     ) -> bool {
-        let origin = match self.inner.registry.lookup(&spec.name) {
-            Some(tool) => tool.origin,
-            None => return false,
-        };
-        let query = crate::PolicyQuery {
-            action,
-            principal,
-            tool: spec,
-            origin: &origin,
-            arguments: None,
-            via,
-        };
-        crate::call::policy::decide_caught(policy, &query).allows()
+        (self.inner.registry.lookup(&spec.name)).is_some_and(|tool| {
+            crate::call::policy::may_list(policy, spec, &tool.origin, principal, via)
+        })
     }
 
     /// Puts `policy` in force for every call and list from now on (`None`: no policy,

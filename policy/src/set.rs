@@ -23,6 +23,9 @@ const INLINE_POLICIES: usize = 1000;
 /// How many principal × tool slices are kept before they are made again.
 const MAX_SLICES: usize = 4096;
 
+/// How many decisions are remembered before they are all forgotten.
+const MAX_REMEMBERED: usize = 4096;
+
 /// Why a policy set cannot be used. One line naming the file and, where it can, the policy.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -92,8 +95,67 @@ pub struct CedarPolicy {
     general: Vec<CedarRule>,
     by_tool: HashMap<String, Vec<CedarRule>>,
     by_principal: HashMap<String, Vec<CedarRule>>,
-    slices: Mutex<HashMap<(String, String), Arc<PolicySet>>>,
+    slices: Mutex<HashMap<(String, String), Arc<Slice>>>,
+    remembered: Mutex<Remembered>,
     authorizer: Authorizer,
+}
+
+/// The policies that can apply to one principal × tool.
+struct Slice {
+    set: PolicySet,
+    /// Whether one of them reads `context.arguments` (its call decisions then depend on each
+    /// call's arguments and are not remembered).
+    reads_arguments: bool,
+}
+
+/// Decisions that depend on nothing but what they are remembered with, by tool name: a
+/// decision is a function of the principal, the action, the tool as policies see it and the
+/// context, so one whose policies read no arguments is made once.
+#[derive(Default)]
+struct Remembered {
+    by_tool: HashMap<String, Vec<Decided>>,
+    count: usize,
+}
+
+/// One remembered decision and what it was made on.
+struct Decided {
+    action: PolicyAction,
+    via: Via,
+    principal: Option<Principal>,
+    origin: Origin,
+    title: Option<String>,
+    plugin: Option<String>,
+    version: Option<String>,
+    hints: rho_runtime::plugin_api::declare::ToolHints,
+    decision: Decision,
+}
+
+impl Decided {
+    fn of(query: &PolicyQuery<'_>, decision: Decision) -> Decided {
+        Decided {
+            action: query.action,
+            via: query.via,
+            principal: query.principal.cloned(),
+            origin: query.origin.clone(),
+            title: query.tool.title.clone(),
+            plugin: query.tool.plugin.clone(),
+            version: query.tool.plugin_version.clone(),
+            hints: query.tool.hints,
+            decision,
+        }
+    }
+
+    fn answers(&self, query: &PolicyQuery<'_>) -> bool {
+        let tool = query.tool;
+        self.action == query.action
+            && self.via == query.via
+            && self.principal.as_ref() == query.principal
+            && self.origin == *query.origin
+            && self.title == tool.title
+            && self.plugin == tool.plugin
+            && self.version == tool.plugin_version
+            && self.hints == tool.hints
+    }
 }
 
 impl std::fmt::Debug for CedarPolicy {
@@ -202,6 +264,7 @@ impl CedarPolicy {
             by_tool,
             by_principal,
             slices: Mutex::default(),
+            remembered: Mutex::default(),
             authorizer: Authorizer::new(),
         })
     }
@@ -222,7 +285,7 @@ impl CedarPolicy {
     }
 
     /// The policies that can apply to `principal` calling `tool`.
-    fn slice(&self, principal: &str, tool: &str) -> Arc<PolicySet> {
+    fn slice(&self, principal: &str, tool: &str) -> Arc<Slice> {
         let key = (principal.to_owned(), tool.to_owned());
         let mut slices = self.slices.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(slice) = slices.get(&key) {
@@ -231,17 +294,52 @@ impl CedarPolicy {
         if slices.len() >= MAX_SLICES {
             slices.clear();
         }
-        let rules = self
+        let rules: Vec<CedarRule> = self
             .general
             .iter()
             .chain(self.by_tool.get(tool).into_iter().flatten())
             .chain(self.by_principal.get(principal).into_iter().flatten())
-            .cloned();
+            .cloned()
+            .collect();
+        // Conservative: any mention of `arguments` (a string literal too) counts as reading them.
+        let reads_arguments = rules.iter().any(|r| r.to_string().contains("arguments"));
         // Ids are unique in the whole set: adding never fails.
-        let slice =
-            Arc::new(PolicySet::from_policies(rules).unwrap_or_else(|_| self.whole.clone()));
+        let set = PolicySet::from_policies(rules).unwrap_or_else(|_| self.whole.clone());
+        let slice = Arc::new(Slice {
+            set,
+            reads_arguments,
+        });
         slices.insert(key, slice.clone());
         slice
+    }
+
+    /// The decision remembered for `query`, if one is.
+    fn recall(&self, query: &PolicyQuery<'_>) -> Option<Decision> {
+        let remembered = self
+            .remembered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let decided = remembered.by_tool.get(&query.tool.name)?;
+        decided
+            .iter()
+            .find(|d| d.answers(query))
+            .map(|d| d.decision.clone())
+    }
+
+    fn remember(&self, query: &PolicyQuery<'_>, decision: &Decision) {
+        let mut remembered = self
+            .remembered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if remembered.count >= MAX_REMEMBERED {
+            *remembered = Remembered::default();
+        }
+        remembered.count += 1;
+        (remembered
+            .by_tool
+            .entry(query.tool.name.clone())
+            .or_default())
+        .push(Decided::of(query, decision.clone()));
     }
 
     /// What `principal` may list and call of `tools` (each with its origin), reached by `via`:
@@ -279,39 +377,14 @@ impl CedarPolicy {
 
 impl Policy for CedarPolicy {
     fn decide(&self, query: &PolicyQuery<'_>) -> Decision {
-        let (request, entities) = match entities::request(query) {
-            Ok(made) => made,
-            Err(message) => {
-                tracing::warn!(tool = %query.tool.name, %message, "a call Cedar cannot read: forbidden");
-                return Decision::Forbidden {
-                    policies: Vec::new(),
-                };
-            }
-        };
-        let principal = query.principal.map_or(HOST, |p| p.id.as_str());
-        let slice = self.slice(principal, &query.tool.name);
-        let response = self.authorizer.is_authorized(&request, &slice, &entities);
-        for error in response.diagnostics().errors() {
-            tracing::warn!(policy_file = %self.name, tool = %query.tool.name, error = %error, "a policy failed to evaluate and counts as not matching");
+        if let Some(decision) = self.recall(query) {
+            return decision;
         }
-        let mut policies: Vec<String> = response
-            .diagnostics()
-            .reason()
-            .map(ToString::to_string)
-            .collect();
-        policies.sort();
-        match response.decision() {
-            CedarDecision::Allow => Decision::Allowed { policies },
-            CedarDecision::Deny => {
-                // The forbids that matched (a deny without one: no permit matched).
-                policies.retain(|id| {
-                    slice
-                        .policy(&PolicyId::new(id.as_str()))
-                        .is_some_and(|p| p.effect() == Effect::Forbid)
-                });
-                Decision::Forbidden { policies }
-            }
+        let (decision, lasting) = self.decide_now(query);
+        if lasting {
+            self.remember(query, &decision);
         }
+        decision
     }
 
     fn never_blocks(&self) -> bool {
@@ -323,6 +396,55 @@ impl Policy for CedarPolicy {
             1 => format!("{} (1 policy)", self.name),
             n => format!("{} ({n} policies)", self.name),
         }
+    }
+}
+
+impl CedarPolicy {
+    /// Decides `query` with Cedar; and whether the decision holds for every query like it (see
+    /// [`Remembered`]).
+    fn decide_now(&self, query: &PolicyQuery<'_>) -> (Decision, bool) {
+        let (request, entities) = match entities::request(query) {
+            Ok(made) => made,
+            Err(message) => {
+                tracing::warn!(tool = %query.tool.name, %message, "a call Cedar cannot read: forbidden");
+                let forbidden = Decision::Forbidden {
+                    policies: Vec::new(),
+                };
+                return (forbidden, false);
+            }
+        };
+        let principal = query.principal.map_or(HOST, |p| p.id.as_str());
+        let slice = self.slice(principal, &query.tool.name);
+        let response = self
+            .authorizer
+            .is_authorized(&request, &slice.set, &entities);
+        for error in response.diagnostics().errors() {
+            tracing::warn!(policy_file = %self.name, tool = %query.tool.name, error = %error, "a policy failed to evaluate and counts as not matching");
+        }
+        let mut policies: Vec<String> = response
+            .diagnostics()
+            .reason()
+            .map(ToString::to_string)
+            .collect();
+        policies.sort();
+        let decision = match response.decision() {
+            CedarDecision::Allow => Decision::Allowed { policies },
+            CedarDecision::Deny => {
+                // The forbids that matched (a deny without one: no permit matched).
+                policies.retain(|id| {
+                    slice
+                        .set
+                        .policy(&PolicyId::new(id.as_str()))
+                        .is_some_and(|p| p.effect() == Effect::Forbid)
+                });
+                Decision::Forbidden { policies }
+            }
+        };
+        // Made again next time: a call's decision when a policy reads the arguments (a list has
+        // none), and one some policy failed to evaluate on (so that it is logged each time).
+        let errors = response.diagnostics().errors().next().is_some();
+        let per_call = slice.reads_arguments && query.action == PolicyAction::Call;
+        (decision, !(per_call || errors))
     }
 }
 
@@ -345,6 +467,70 @@ impl PolicyConfig {
     pub fn resolve_paths(&mut self, base: &Path) {
         if let Some(file) = &mut self.file {
             rho_runtime::resolve_path(base, file);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rho_runtime::AuthMethod;
+
+    fn query<'a>(
+        principal: &'a Principal,
+        spec: &'a ToolSpec,
+        arguments: &'a serde_json::Value,
+    ) -> PolicyQuery<'a> {
+        PolicyQuery {
+            action: PolicyAction::Call,
+            principal: Some(principal),
+            tool: spec,
+            origin: &Origin::Host,
+            arguments: Some(arguments),
+            via: Via::Http,
+        }
+    }
+
+    #[test]
+    fn a_decision_is_remembered_only_for_what_it_depends_on() {
+        let policy = CedarPolicy::from_text(
+            "t.cedar",
+            r#"@id("ci-writes") permit(principal, action, resource == Rho::Tool::"write")
+                 when { principal.scopes.contains("w") };
+               @id("read-only") permit(principal, action, resource) when { resource.read_only };
+               @id("docs") permit(principal, action == Rho::Action::"call", resource == Rho::Tool::"read")
+                 when { context.arguments.hasTag("path") && context.arguments.getTag("path") like "/docs/*" };"#,
+        )
+        .unwrap();
+        let write = ToolSpec::native("write", "w", serde_json::json!({"type": "object"}));
+        let read = ToolSpec::native("read", "r", serde_json::json!({"type": "object"}));
+        let none = serde_json::json!({});
+        let ci = Principal::new("ci", AuthMethod::StaticToken).with_scopes(["w"]);
+        // The same id with other scopes is another principal to a policy.
+        let ci_without = Principal::new("ci", AuthMethod::StaticToken);
+        for _ in 0..2 {
+            assert!(policy.decide(&query(&ci, &write, &none)).allows());
+            assert!(!policy.decide(&query(&ci_without, &write, &none)).allows());
+        }
+        // A tool whose hints changed under the same name is decided again.
+        let read_only = write
+            .clone()
+            .with_hints(rho_runtime::plugin_api::declare::ToolHints {
+                read_only: true,
+                ..Default::default()
+            });
+        assert!(!policy.decide(&query(&ci_without, &write, &none)).allows());
+        assert!(
+            policy
+                .decide(&query(&ci_without, &read_only, &none))
+                .allows()
+        );
+        // Decisions that read the arguments are made for each call's own.
+        let inside = serde_json::json!({"path": "/docs/a"});
+        let outside = serde_json::json!({"path": "/etc/passwd"});
+        for _ in 0..2 {
+            assert!(policy.decide(&query(&ci, &read, &inside)).allows());
+            assert!(!policy.decide(&query(&ci, &read, &outside)).allows());
         }
     }
 }

@@ -134,15 +134,89 @@ pub(crate) fn decide_caught(policy: &dyn Policy, query: &PolicyQuery<'_>) -> Dec
     }
 }
 
-/// The text of a call `decision` forbade or limited, for the model and the person reading.
-pub(crate) fn refusal_text(
+/// How a call `decision` forbade or limited ends: `blocked` or `rate_limited`, with a text
+/// naming the tool, who asked and the decision, for the model and the person reading.
+pub(crate) fn refused(
     tool: &str,
     principal: Option<&Principal>,
-    decision: &Decision,
-) -> String {
+    decision: Decision,
+) -> (rho_protocol::Outcome, String, Option<Decision>) {
     let who = match principal {
         Some(principal) => principal.to_string(),
         None => "the host".into(),
     };
-    format!("call of tool `{tool}` by {who}: {decision}")
+    let outcome = match decision {
+        Decision::RateLimited { .. } => rho_protocol::Outcome::RateLimited,
+        _ => rho_protocol::Outcome::Blocked,
+    };
+    let text = format!("call of tool `{tool}` by {who}: {decision}");
+    (outcome, text, Some(decision))
+}
+
+/// `policy`'s decision on `call` of `tool` with `args`: asked at once when the policy is quick,
+/// else on the blocking pool, `abandoned` (the host stopping, the client cancelling) ending the
+/// wait with the call's outcome and text.
+pub(crate) async fn decide_call(
+    policy: std::sync::Arc<dyn Policy>,
+    call: &std::sync::Arc<crate::ToolCall>,
+    tool: &crate::registry::ResolvedTool,
+    args: &std::sync::Arc<Value>,
+    via: Via,
+    abandoned: impl std::future::Future<Output = (rho_protocol::Outcome, String)>,
+) -> Result<Decision, (rho_protocol::Outcome, String)> {
+    if policy.never_blocks() {
+        return Ok(decide_caught(
+            &*policy,
+            &PolicyQuery {
+                action: PolicyAction::Call,
+                principal: call.principal.as_deref(),
+                tool: &tool.spec,
+                origin: &tool.origin,
+                arguments: Some(args),
+                via,
+            },
+        ));
+    }
+    let (call, spec, origin, args) = (
+        call.clone(),
+        tool.spec.clone(),
+        tool.origin.clone(),
+        args.clone(),
+    );
+    let asked = tokio::task::spawn_blocking(move || {
+        decide_caught(
+            &*policy,
+            &PolicyQuery {
+                action: PolicyAction::Call,
+                principal: call.principal.as_deref(),
+                tool: &spec,
+                origin: &origin,
+                arguments: Some(&args),
+                via,
+            },
+        )
+    });
+    tokio::select! {
+        decided = asked => Ok(decided.unwrap_or(Decision::Forbidden { policies: Vec::new() })),
+        ended = abandoned => Err(ended),
+    }
+}
+
+/// Whether `policy` lets `principal` list the tool of `spec` from `origin`, reached by `via`.
+pub(crate) fn may_list(
+    policy: &dyn Policy,
+    spec: &ToolSpec,
+    origin: &Origin,
+    principal: Option<&Principal>,
+    via: Via,
+) -> bool {
+    let query = PolicyQuery {
+        action: PolicyAction::List,
+        principal,
+        tool: spec,
+        origin,
+        arguments: None,
+        via,
+    };
+    decide_caught(policy, &query).allows()
 }

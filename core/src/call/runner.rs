@@ -21,7 +21,7 @@ use crate::call::invoke::{EndsOnDrop, Failure, ToolCtx, is_valid_traceparent};
 use crate::call::limits::Limits;
 use crate::call::options::{CallOptions, CancellationToken, RunnerConfig};
 use crate::call::panic::{Caught, catch};
-use crate::call::policy::{Policy, PolicyAction, PolicyQuery, decide_caught, refusal_text};
+use crate::call::policy::{Policy, decide_call, may_list, refused};
 use crate::call::sender::{Activity, CallSink};
 use crate::call::task::{CallTask, TaskEnd, end_event, fallback_end};
 use crate::registry::health::Charge;
@@ -305,17 +305,8 @@ impl ToolRunner {
         let mut names = self.registry.names();
         if let Some(policy) = self.policy() {
             names.retain(|name| {
-                self.registry.lookup(name).is_some_and(|tool| {
-                    let query = PolicyQuery {
-                        action: PolicyAction::List,
-                        principal,
-                        tool: &tool.spec,
-                        origin: &tool.origin,
-                        arguments: None,
-                        via,
-                    };
-                    decide_caught(&*policy, &query).allows()
-                })
+                (self.registry.lookup(name))
+                    .is_some_and(|t| may_list(&*policy, &t.spec, &t.origin, principal, via))
             });
         }
         let mut text = if names.is_empty() {
@@ -420,39 +411,7 @@ impl ToolRunner {
         let principal = call.principal.as_deref();
         let mut allowed = None;
         if let Some(policy) = self.policy() {
-            let decision = if policy.never_blocks() {
-                decide_caught(
-                    &*policy,
-                    &PolicyQuery {
-                        action: PolicyAction::Call,
-                        principal,
-                        tool: &tool.spec,
-                        origin: &tool.origin,
-                        arguments: Some(args),
-                        via: options.via,
-                    },
-                )
-            } else {
-                let (asking, spec, origin, args) = (
-                    call.clone(),
-                    tool.spec.clone(),
-                    tool.origin.clone(),
-                    args.clone(),
-                );
-                let via = options.via;
-                let asked = tokio::task::spawn_blocking(move || {
-                    decide_caught(
-                        &*policy,
-                        &PolicyQuery {
-                            action: PolicyAction::Call,
-                            principal: asking.principal.as_deref(),
-                            tool: &spec,
-                            origin: &origin,
-                            arguments: Some(&args),
-                            via,
-                        },
-                    )
-                });
+            let abandoned = async {
                 let cancelled = async {
                     match &options.cancel {
                         Some(cancel) => cancel.cancelled().await,
@@ -460,30 +419,24 @@ impl ToolRunner {
                     }
                 };
                 tokio::select! {
-                    decided = asked => decided.unwrap_or(Decision::Forbidden { policies: Vec::new() }),
-                    () = self.stop.token.cancelled() => {
-                        return Err((Outcome::Error, self.stop.text(&call.name), None));
-                    }
+                    () = self.stop.token.cancelled() => (Outcome::Error, self.stop.text(&call.name)),
                     () = cancelled => {
                         let text = format!("call of tool `{}` cancelled by the client", call.name);
-                        return Err((Outcome::Error, text, None));
+                        (Outcome::Error, text)
                     }
                 }
             };
+            let decision = decide_call(policy, call, tool, args, options.via, abandoned)
+                .await
+                .map_err(|(outcome, text)| (outcome, text, None))?;
             if !decision.allows() {
-                let outcome = match decision {
-                    Decision::RateLimited { .. } => Outcome::RateLimited,
-                    _ => Outcome::Blocked,
-                };
-                let text = refusal_text(&call.name, principal, &decision);
-                return Err((outcome, text, Some(decision)));
+                return Err(refused(&call.name, principal, decision));
             }
             allowed = Some(decision);
         }
         if !self.limits.is_empty() {
             if let Err(limited) = self.limits.admit(&call.name, &tool.origin, principal) {
-                let text = refusal_text(&call.name, principal, &limited);
-                return Err((Outcome::RateLimited, text, Some(limited)));
+                return Err(refused(&call.name, principal, limited));
             }
             allowed.get_or_insert(Decision::Allowed {
                 policies: Vec::new(),
