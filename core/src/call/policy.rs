@@ -28,6 +28,8 @@
 //! # let _ = WritersOnly;
 //! ```
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -153,14 +155,17 @@ pub(crate) fn refused(
     (outcome, text, Some(decision))
 }
 
+/// The tool a call is of: its spec and where it comes from.
+pub(crate) type CalledTool<'a> = (&'a Arc<ToolSpec>, &'a Arc<Origin>);
+
 /// `policy`'s decision on `call` of `tool` with `args`: asked at once when the policy is quick,
 /// else on the blocking pool, `abandoned` (the host stopping, the client cancelling) ending the
 /// wait with the call's outcome and text.
 pub(crate) async fn decide_call(
-    policy: std::sync::Arc<dyn Policy>,
-    call: &std::sync::Arc<crate::ToolCall>,
-    tool: &crate::registry::ResolvedTool,
-    args: &std::sync::Arc<Value>,
+    policy: Arc<dyn Policy>,
+    call: &Arc<crate::ToolCall>,
+    (spec, origin): CalledTool<'_>,
+    args: &Arc<Value>,
     via: Via,
     abandoned: impl std::future::Future<Output = (rho_protocol::Outcome, String)>,
 ) -> Result<Decision, (rho_protocol::Outcome, String)> {
@@ -170,19 +175,14 @@ pub(crate) async fn decide_call(
             &PolicyQuery {
                 action: PolicyAction::Call,
                 principal: call.principal.as_deref(),
-                tool: &tool.spec,
-                origin: &tool.origin,
+                tool: spec,
+                origin,
                 arguments: Some(args),
                 via,
             },
         ));
     }
-    let (call, spec, origin, args) = (
-        call.clone(),
-        tool.spec.clone(),
-        tool.origin.clone(),
-        args.clone(),
-    );
+    let (call, spec, origin, args) = (call.clone(), spec.clone(), origin.clone(), args.clone());
     let asked = tokio::task::spawn_blocking(move || {
         decide_caught(
             &*policy,

@@ -426,7 +426,8 @@ impl ToolRunner {
                     }
                 }
             };
-            let decision = decide_call(policy, call, tool, args, options.via, abandoned)
+            let called = (&tool.spec, &tool.origin);
+            let decision = decide_call(policy, call, called, args, options.via, abandoned)
                 .await
                 .map_err(|(outcome, text)| (outcome, text, None))?;
             if !decision.allows() {
