@@ -39,14 +39,15 @@ fn tag(value: &Value) -> RestrictedExpression {
     }
 }
 
-/// An argument as a tag: as [`tag`], but an absolute path (a string starting with `/`) as the
-/// path it names, its `.`, `..` and repeated `/` resolved, so that `like "/srv/docs/*"` cannot
-/// be passed by `/srv/docs/../../etc/passwd` (links are the sandbox's to confine, not a
-/// policy's).
-fn argument_tag(value: &Value) -> RestrictedExpression {
+/// An argument as a tag's text: a string as it is, anything else as its JSON text; but an
+/// absolute path (a string starting with `/`) as the path it names, its `.`, `..` and repeated
+/// `/` resolved, so that `like "/srv/docs/*"` cannot be passed by `/srv/docs/../../etc/passwd`
+/// (links are the sandbox's to confine, not a policy's).
+pub(crate) fn argument_text(value: &Value) -> String {
     match value {
-        Value::String(s) if s.starts_with('/') => text(lexical_path(s)),
-        other => tag(other),
+        Value::String(s) if s.starts_with('/') => lexical_path(s),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -168,7 +169,7 @@ pub(crate) fn request(query: &PolicyQuery<'_>) -> Result<(Request, Entities), St
         let tags: Vec<(String, RestrictedExpression)> = match query.arguments {
             Some(Value::Object(arguments)) => arguments
                 .iter()
-                .map(|(k, v)| (k.clone(), argument_tag(v)))
+                .map(|(k, v)| (k.clone(), text(argument_text(v))))
                 .collect(),
             _ => Vec::new(),
         };

@@ -103,9 +103,88 @@ pub struct CedarPolicy {
 /// The policies that can apply to one principal × tool.
 struct Slice {
     set: PolicySet,
-    /// Whether one of them reads `context.arguments` (its call decisions then depend on each
-    /// call's arguments and are not remembered).
-    reads_arguments: bool,
+    /// What of a call's arguments they read: a call's decision depends on those alone.
+    reads: ArgumentsRead,
+}
+
+/// What of `context.arguments` a set of policies reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ArgumentsRead {
+    /// These tags, each named by a literal (`hasTag("path")`, `getTag("path")`): a decision
+    /// depends on their values alone (none: on no argument).
+    Tags(Vec<String>),
+    /// Anything else (a tag named by an expression, the entity itself): every call's own.
+    Any,
+}
+
+impl ArgumentsRead {
+    /// What the policy of `est` (its JSON form) reads, joined to what was read before.
+    fn add(self, est: &serde_json::Value) -> ArgumentsRead {
+        let ArgumentsRead::Tags(mut tags) = self else {
+            return ArgumentsRead::Any;
+        };
+        if read_tags(est, &mut tags) {
+            tags.sort();
+            tags.dedup();
+            ArgumentsRead::Tags(tags)
+        } else {
+            ArgumentsRead::Any
+        }
+    }
+}
+
+/// Whether `node` is `context.arguments` in a policy's JSON form.
+fn is_arguments(node: &serde_json::Value) -> bool {
+    node.get(".").is_some_and(|dot| {
+        dot.get("attr").and_then(serde_json::Value::as_str) == Some("arguments")
+            && dot
+                .get("left")
+                .and_then(|l| l.get("Var"))
+                .and_then(serde_json::Value::as_str)
+                == Some("context")
+    })
+}
+
+/// Adds to `tags` the argument tags `node` reads by name; `false` when it reads the arguments
+/// otherwise, or `context` whole.
+fn read_tags(node: &serde_json::Value, tags: &mut Vec<String>) -> bool {
+    use serde_json::Value;
+    match node {
+        Value::Object(map) => {
+            if is_arguments(node) {
+                return false;
+            }
+            if map.get("Var").and_then(Value::as_str) == Some("context") {
+                return false;
+            }
+            for op in ["hasTag", "getTag"] {
+                if let Some(call) = map.get(op)
+                    && call.get("left").is_some_and(is_arguments)
+                {
+                    return match call.get("right").and_then(|r| r.get("Value")) {
+                        Some(Value::String(tag)) => {
+                            tags.push(tag.clone());
+                            true
+                        }
+                        _ => false,
+                    };
+                }
+            }
+            // `context.transport`: the transport is part of what a decision is remembered by.
+            if let Some(dot) = map.get(".")
+                && dot
+                    .get("left")
+                    .and_then(|l| l.get("Var"))
+                    .and_then(Value::as_str)
+                    == Some("context")
+            {
+                return true;
+            }
+            map.values().all(|v| read_tags(v, tags))
+        }
+        Value::Array(items) => items.iter().all(|v| read_tags(v, tags)),
+        _ => true,
+    }
 }
 
 /// Decisions that depend on nothing but what they are remembered with, by tool name: a
@@ -127,12 +206,23 @@ struct Decided {
     plugin: Option<String>,
     version: Option<String>,
     hints: rho_runtime::plugin_api::declare::ToolHints,
+    /// The argument tags its policies read, with the values this call had (`None`: absent).
+    arguments: Vec<(String, Option<String>)>,
     decision: Decision,
 }
 
+/// The value the policies see of the call's argument `tag`.
+fn seen(query: &PolicyQuery<'_>, tag: &str) -> Option<String> {
+    query
+        .arguments
+        .and_then(|a| a.get(tag))
+        .map(entities::argument_text)
+}
+
 impl Decided {
-    fn of(query: &PolicyQuery<'_>, decision: Decision) -> Decided {
+    fn of(query: &PolicyQuery<'_>, tags: &[String], decision: Decision) -> Decided {
         Decided {
+            arguments: tags.iter().map(|t| (t.clone(), seen(query, t))).collect(),
             action: query.action,
             via: query.via,
             principal: query.principal.cloned(),
@@ -155,6 +245,7 @@ impl Decided {
             && self.plugin == tool.plugin
             && self.version == tool.plugin_version
             && self.hints == tool.hints
+            && (self.arguments.iter()).all(|(tag, value)| seen(query, tag) == *value)
     }
 }
 
@@ -301,14 +392,17 @@ impl CedarPolicy {
             .chain(self.by_principal.get(principal).into_iter().flatten())
             .cloned()
             .collect();
-        // Conservative: any mention of `arguments` (a string literal too) counts as reading them.
-        let reads_arguments = rules.iter().any(|r| r.to_string().contains("arguments"));
+        let reads = rules
+            .iter()
+            .fold(ArgumentsRead::Tags(Vec::new()), |read, rule| {
+                match rule.to_json() {
+                    Ok(est) => read.add(&est),
+                    Err(_) => ArgumentsRead::Any,
+                }
+            });
         // Ids are unique in the whole set: adding never fails.
         let set = PolicySet::from_policies(rules).unwrap_or_else(|_| self.whole.clone());
-        let slice = Arc::new(Slice {
-            set,
-            reads_arguments,
-        });
+        let slice = Arc::new(Slice { set, reads });
         slices.insert(key, slice.clone());
         slice
     }
@@ -326,7 +420,7 @@ impl CedarPolicy {
             .map(|d| d.decision.clone())
     }
 
-    fn remember(&self, query: &PolicyQuery<'_>, decision: &Decision) {
+    fn remember(&self, query: &PolicyQuery<'_>, tags: &[String], decision: &Decision) {
         let mut remembered = self
             .remembered
             .lock()
@@ -339,7 +433,7 @@ impl CedarPolicy {
             .by_tool
             .entry(query.tool.name.clone())
             .or_default())
-        .push(Decided::of(query, decision.clone()));
+        .push(Decided::of(query, tags, decision.clone()));
     }
 
     /// What `principal` may list and call of `tools` (each with its origin), reached by `via`:
@@ -380,9 +474,9 @@ impl Policy for CedarPolicy {
         if let Some(decision) = self.recall(query) {
             return decision;
         }
-        let (decision, lasting) = self.decide_now(query);
-        if lasting {
-            self.remember(query, &decision);
+        let (decision, depends_on) = self.decide_now(query);
+        if let Some(tags) = depends_on {
+            self.remember(query, &tags, &decision);
         }
         decision
     }
@@ -400,9 +494,9 @@ impl Policy for CedarPolicy {
 }
 
 impl CedarPolicy {
-    /// Decides `query` with Cedar; and whether the decision holds for every query like it (see
-    /// [`Remembered`]).
-    fn decide_now(&self, query: &PolicyQuery<'_>) -> (Decision, bool) {
+    /// Decides `query` with Cedar; and, when the decision holds for every query like it (see
+    /// [`Remembered`]), the argument tags it depends on.
+    fn decide_now(&self, query: &PolicyQuery<'_>) -> (Decision, Option<Vec<String>>) {
         let (request, entities) = match entities::request(query) {
             Ok(made) => made,
             Err(message) => {
@@ -410,7 +504,7 @@ impl CedarPolicy {
                 let forbidden = Decision::Forbidden {
                     policies: Vec::new(),
                 };
-                return (forbidden, false);
+                return (forbidden, None);
             }
         };
         let principal = query.principal.map_or(HOST, |p| p.id.as_str());
@@ -440,11 +534,16 @@ impl CedarPolicy {
                 Decision::Forbidden { policies }
             }
         };
-        // Made again next time: a call's decision when a policy reads the arguments (a list has
-        // none), and one some policy failed to evaluate on (so that it is logged each time).
-        let errors = response.diagnostics().errors().next().is_some();
-        let per_call = slice.reads_arguments && query.action == PolicyAction::Call;
-        (decision, !(per_call || errors))
+        // Made again next time: one some policy failed to evaluate on (so that it is logged each
+        // time), and a call's when its policies read the arguments otherwise than by tag names.
+        if response.diagnostics().errors().next().is_some() {
+            return (decision, None);
+        }
+        match (&slice.reads, query.action) {
+            (_, PolicyAction::List) => (decision, Some(Vec::new())),
+            (ArgumentsRead::Tags(tags), PolicyAction::Call) => (decision, Some(tags.clone())),
+            (ArgumentsRead::Any, PolicyAction::Call) => (decision, None),
+        }
     }
 }
 
@@ -532,5 +631,32 @@ mod tests {
             assert!(policy.decide(&query(&ci, &read, &inside)).allows());
             assert!(!policy.decide(&query(&ci, &read, &outside)).allows());
         }
+    }
+
+    #[test]
+    fn what_policies_read_of_the_arguments_is_found_in_their_form() {
+        let reads = |condition: &str| {
+            let text = format!(
+                "permit(principal, action == Rho::Action::\"call\", resource) when {{ {condition} }};"
+            );
+            let set: PolicySet = text.parse().unwrap();
+            let policy = set.policies().next().unwrap();
+            ArgumentsRead::Tags(Vec::new()).add(&policy.to_json().unwrap())
+        };
+        let tags =
+            |names: &[&str]| ArgumentsRead::Tags(names.iter().map(|n| n.to_string()).collect());
+        assert_eq!(reads("true"), tags(&[]));
+        assert_eq!(reads("context.transport == \"nats\""), tags(&[]));
+        assert_eq!(
+            reads(
+                "context.arguments.hasTag(\"path\") && context.arguments.getTag(\"path\") like \"/d/*\" && context.arguments.hasTag(\"mode\")"
+            ),
+            tags(&["mode", "path"])
+        );
+        assert_eq!(
+            reads("context.arguments.hasTag(principal.id)"),
+            ArgumentsRead::Any
+        );
+        assert_eq!(reads("context has arguments"), ArgumentsRead::Any);
     }
 }
