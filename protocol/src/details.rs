@@ -59,6 +59,37 @@ pub fn parse_within(json: &str, limit: usize) -> Result<Value, String> {
     value.map_err(|e| format!("that are not JSON: {e}"))
 }
 
+/// `value` as compact JSON text with every object's keys in sorted order, whatever order the
+/// value holds them in: the same bytes for the same value in every build (serde_json keeps an
+/// object's insertion order when any crate of the build turns on its `preserve_order`, as
+/// cedar-policy does). What a frame freezes and what is hashed is written this way.
+///
+/// ```
+/// let value = serde_json::json!({"type": "object", "properties": {"b": 1, "a": [{"d": 0, "c": 1}]}});
+/// assert_eq!(
+///     rho_protocol::details::sorted_json(&value),
+///     r#"{"properties":{"a":[{"c":1,"d":0}],"b":1},"type":"object"}"#
+/// );
+/// ```
+pub fn sorted_json(value: &Value) -> String {
+    fn sorted(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort_unstable();
+                Value::Object(
+                    keys.into_iter()
+                        .map(|k| (k.clone(), sorted(&map[k])))
+                        .collect(),
+                )
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    sorted(value).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,35 +125,4 @@ mod tests {
         );
         assert!(parse("{").unwrap_err().starts_with("that are not JSON: "));
     }
-}
-
-/// `value` as compact JSON text with every object's keys in sorted order, whatever order the
-/// value holds them in: the same bytes for the same value in every build (serde_json keeps an
-/// object's insertion order when any crate of the build turns on its `preserve_order`, as
-/// cedar-policy does). What a frame freezes and what is hashed is written this way.
-///
-/// ```
-/// let value = serde_json::json!({"type": "object", "properties": {"b": 1, "a": [{"d": 0, "c": 1}]}});
-/// assert_eq!(
-///     rho_protocol::details::sorted_json(&value),
-///     r#"{"properties":{"a":[{"c":1,"d":0}],"b":1},"type":"object"}"#
-/// );
-/// ```
-pub fn sorted_json(value: &Value) -> String {
-    fn sorted(value: &Value) -> Value {
-        match value {
-            Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort_unstable();
-                Value::Object(
-                    keys.into_iter()
-                        .map(|k| (k.clone(), sorted(&map[k])))
-                        .collect(),
-                )
-            }
-            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
-            other => other.clone(),
-        }
-    }
-    sorted(value).to_string()
 }
