@@ -1153,18 +1153,20 @@ impl OtlpReceiver {
         }
     }
 
+    /// Every export of `signal` (`traces`, `metrics`) received so far, as the receiver wrote it.
+    fn received(&self, signal: &str) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.output)
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line of the receiver"))
+            .filter(|received: &serde_json::Value| received["signal"] == signal)
+            .collect()
+    }
+
     /// Every span received so far, with its resource's attributes and the protocol it came by.
     pub fn spans(&self) -> Vec<serde_json::Value> {
         let mut spans = Vec::new();
-        for line in std::fs::read_to_string(&self.output)
-            .unwrap_or_default()
-            .lines()
-        {
-            let received: serde_json::Value =
-                serde_json::from_str(line).expect("a JSON line of the receiver");
-            if received["signal"] != "traces" {
-                continue;
-            }
+        for received in self.received("traces") {
             for resource in received["request"]["resourceSpans"]
                 .as_array()
                 .expect("resourceSpans")
@@ -1185,15 +1187,7 @@ impl OtlpReceiver {
     /// The data points of metric `name` in the latest metrics export that has it.
     pub fn latest_points(&self, name: &str) -> Vec<serde_json::Value> {
         let mut points = Vec::new();
-        for line in std::fs::read_to_string(&self.output)
-            .unwrap_or_default()
-            .lines()
-        {
-            let received: serde_json::Value =
-                serde_json::from_str(line).expect("a JSON line of the receiver");
-            if received["signal"] != "metrics" {
-                continue;
-            }
+        for received in self.received("metrics") {
             for resource in received["request"]["resourceMetrics"]
                 .as_array()
                 .expect("resourceMetrics")

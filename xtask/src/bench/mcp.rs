@@ -457,12 +457,7 @@ async fn oauth_figure(ctx: &Ctx, dir: &std::path::Path, calls: usize) -> Result<
         .arg(&config)
         .arg("--plugins")
         .arg(dir);
-    let mut tokens = tokio::process::Command::new(release.join("rho"));
-    tokens
-        .args(["serve", "--http", "127.0.0.1:0", "--token-file"])
-        .arg(&token_file)
-        .arg("--plugins")
-        .arg(dir);
+    let tokens = token_server(&token_file, dir);
     let access = issuer.token("rho-bench");
     let runs = ctx.runs().min(9);
     let (mut with_oauth, mut with_token) =
@@ -587,6 +582,17 @@ pub async fn figures(ctx: &Ctx) -> Result<Vec<Figure>, String> {
     ])
 }
 
+/// `rho serve --http` on a free port over the plugins of `dir`, taking the token of `token_file`.
+fn token_server(token_file: &std::path::Path, dir: &std::path::Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(target_dir().join("release").join("rho"));
+    command
+        .args(["serve", "--http", "127.0.0.1:0", "--token-file"])
+        .arg(token_file)
+        .arg("--plugins")
+        .arg(dir);
+    command
+}
+
 /// Writes `text` to a new owner-only file at `path` (a token file).
 fn owner_only(path: &std::path::Path, text: &str) -> Result<(), String> {
     use std::io::Write;
@@ -604,27 +610,16 @@ fn owner_only(path: &std::path::Path, text: &str) -> Result<(), String> {
 /// `mcp_http_policy_100`: `rho serve --http` with a token file and the 100-policy set against
 /// the same server without it, measured in pairs.
 async fn policy_figure(dir: &std::path::Path, calls: usize, runs: usize) -> Result<Figure, String> {
-    let release = target_dir().join("release");
     let policy = dir.join("bench.cedar");
     std::fs::write(&policy, super::policy::hundred_policies()).map_err(|e| e.to_string())?;
     let token = "a-static-token-of-the-benchmark";
     let token_file = dir.join("policy-token");
     owner_only(&token_file, token)?;
-    let server = |policy: Option<&std::path::Path>| {
-        let mut command = tokio::process::Command::new(release.join("rho"));
-        command
-            .args(["serve", "--http", "127.0.0.1:0", "--token-file"])
-            .arg(&token_file)
-            .arg("--plugins")
-            .arg(dir);
-        if let Some(policy) = policy {
-            command.arg("--policy").arg(policy);
-        }
-        command
-    };
+    let mut policed = token_server(&token_file, dir);
+    policed.arg("--policy").arg(&policy);
     let (mut with, mut without) = paired_http_per_call_us(
-        (server(Some(&policy)), token),
-        (server(None), token),
+        (policed, token),
+        (token_server(&token_file, dir), token),
         calls,
         runs,
     )
